@@ -31,9 +31,13 @@ class ExitCode(enum.IntEnum):
 
 
 class PerfgateError(Exception):
-    """Base of perfgate's errors; carries the exit code the process should end with."""
+    """Base of perfgate's errors; carries the exit code the process should end with.
+
+    ``str(error)`` is one line a user can act on; ``detail`` (a log tail, say) may follow it.
+    """
 
     exit_code: ExitCode = ExitCode.BAD_INPUT
+    detail: str = ""
 
 
 class ConfigError(PerfgateError):
@@ -68,3 +72,7 @@ class InfrastructureError(PerfgateError):
     """The machine, not the user's input, failed: a server died, a port or device was busy."""
 
     exit_code = ExitCode.INFRASTRUCTURE
+
+    def __init__(self, message: str, *, detail: str = "") -> None:
+        self.detail = detail
+        super().__init__(message)
