@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import argparse
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -24,9 +26,10 @@ def register(commands: Any) -> None:
 
 
 def handle(args: argparse.Namespace, pytest_args: list[str]) -> int:
-    import pytest
-
     options = gate_options(lambda name: getattr(args, name))
     GateSession(options)  # refuse bad config or baselines before pytest starts anything
     extra = pytest_args[1:] if pytest_args[:1] == ["--"] else pytest_args
-    return int(pytest.main([str(SUITES), *option_flags(options), *extra]))
+    # A fresh interpreter, as `pytest perfgate/suites` would be: pytest must import (and
+    # assertion-rewrite) the suites itself. Its exit code is the gate's.
+    command = [sys.executable, "-m", "pytest", str(SUITES), *option_flags(options), *extra]
+    return subprocess.run(command, check=False).returncode
