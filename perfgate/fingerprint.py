@@ -118,7 +118,7 @@ def collect_fingerprint(
         "engine": scenario.engine,
         "engine_version": str(server_info.get("version", "unknown")),
         "model": str(server_info.get("model_identity", scenario.model)),
-        "draft": str(server_info.get("draft_identity", scenario.draft)),
+        "draft": str(server_info.get("draft_model_identity", scenario.draft)),
         "torch": str(server_info.get("torch_version") or _installed("torch")),
         "perfgate": perfgate_version(),
         "scenario": scenario_digest(scenario),
