@@ -101,6 +101,8 @@ def scenario_digest(scenario: Scenario) -> str:
         "prompts": scenario.prompts,
         "max_new_tokens": scenario.max_new_tokens,
         "extra_args": scenario.extra_args,
+        "spec_extra_args": scenario.spec_extra_args,
+        "plain_extra_args": scenario.plain_extra_args,
     }
     blob = json.dumps(shaping, sort_keys=True, default=list).encode()
     return hashlib.sha256(blob).hexdigest()[:16]
