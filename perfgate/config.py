@@ -106,11 +106,14 @@ def load_config(path: str | Path | None = None) -> Config:
         raise ConfigError("file not found", file=config_path, fix="pass an existing --config PATH")
     document = _read_toml(config_path)
     if config_path.name == "pyproject.toml":
-        document = document.get("tool", {}).get("perfgate")
-        if not isinstance(document, dict):
+        table = document.get("tool", {}).get("perfgate")
+        if not isinstance(table, dict):
             raise ConfigError(
                 "has no [tool.perfgate] table", file=config_path, fix="add one or use perfgate.toml"
             )
+        # [tool.perfgate] holds the settings itself, beside [tool.perfgate.scenarios.NAME].
+        settings = {k: v for k, v in table.items() if k != "scenarios"}
+        document = {"perfgate": settings, "scenarios": table.get("scenarios", {})}
     return _parse_config(config_path, document)
 
 

@@ -176,7 +176,7 @@ def _mode_result(row: RunRow, mode: str, server: dict[str, object]) -> ModeResul
         samples={k: tuple(v) for k, v in samples.items()},
         phases=tuple(
             PhaseSummary(p.mode, p.phase, p.repeat, p.cycles, p.median_ms, p.mean_ms, p.p90_ms)
-            for p in sorted(row.phases, key=lambda p: (p.repeat, p.phase))
+            for p in sorted(row.phases, key=lambda p: p.id)
             if p.mode == mode
         ),
         outputs=tuple(tuple(o.spec_ids if mode == "spec" else o.plain_ids) for o in outputs),

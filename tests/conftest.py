@@ -1,0 +1,71 @@
+"""Shared helpers: small configs that run the embedded engine in seconds."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+
+TINY_SCENARIO = """
+[perfgate]
+default_scenarios = ["tiny"]
+baselines = "baselines"
+history = "sqlite:///history.db"
+
+[scenarios.tiny]
+engine = "embedded"
+model = "perfgate/llama-tiny"
+draft = "perfgate/eagle3-llama-tiny"
+steps = 3
+topk = 1
+draft_tokens = 4
+dtype = "float32"
+device = "cpu"
+prompts = ["Return the number of items", "Create a new instance of"]
+max_new_tokens = 24
+repeats = 3
+warmup = 1
+startup_timeout_s = 60
+
+[scenarios.tiny.tolerances]
+output_tok_s = 0.6
+speedup = 0.6
+accept_length = 0.05
+verify_ms = 0.6
+"""
+
+
+def write_config(folder: Path, text: str = TINY_SCENARIO) -> Path:
+    """Write a perfgate.toml into `folder` and return its path."""
+    path = folder / "perfgate.toml"
+    path.write_text(textwrap.dedent(text), encoding="utf-8")
+    return path
+
+
+@pytest.fixture
+def tiny_config(tmp_path: Path) -> Path:
+    return write_config(tmp_path)
+
+
+def run_perfgate(
+    *args: str, cwd: Path, env: dict[str, str] | None = None, timeout: float = 300
+) -> subprocess.CompletedProcess[str]:
+    """Run the `perfgate` CLI as a user would, in a fresh interpreter."""
+    full_env = {**os.environ, **(env or {})}
+    full_env.pop("PERFGATE_DB_URL", None)
+    full_env.pop("PERFGATE_PROFILE", None)
+    return subprocess.run(
+        [sys.executable, "-m", "perfgate", *args],
+        cwd=cwd,
+        env=full_env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )

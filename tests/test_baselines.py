@@ -1,0 +1,80 @@
+"""Baseline files: validated on load with file and field named, written atomically."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from perfgate.baselines import approve_run, dump_baseline, load_baseline, write_baseline
+from perfgate.errors import ConfigError
+
+
+def _approve(existing=None, fingerprint=None, run_id=1):  # type: ignore[no-untyped-def]
+    return approve_run(
+        existing,
+        profile="cpu",
+        scenario="tiny",
+        fingerprint=fingerprint or {"gpu": "none"},
+        samples={"output_tok_s": [100.0, 101.0], "verify_ms": [5.0, 5.1]},
+        tolerances={"output_tok_s": 0.05, "verify_ms": 0.1},
+        gated=["output_tok_s", "verify_ms"],
+        run_id=run_id,
+        commit="abc",
+        approved_by="alice",
+        reason="first baseline",
+    )
+
+
+def test_written_file_loads_back(tmp_path: Path) -> None:
+    path = tmp_path / "cpu" / "tiny.json"
+    baseline = _approve()
+    write_baseline(baseline, path)
+    loaded = load_baseline(path)
+    assert loaded.runs == baseline.runs and loaded.tolerances == baseline.tolerances
+    assert loaded.metric_runs()["output_tok_s"] == [(100.0, 101.0)]
+    text = path.read_text()
+    assert text == dump_baseline(baseline)
+    assert list(json.loads(text)) == sorted(json.loads(text)), "keys are sorted for diffs"
+
+
+def test_keeps_the_last_k_runs_and_restarts_on_a_new_environment() -> None:
+    baseline = _approve()
+    for run_id in range(2, 9):
+        baseline = _approve(baseline, run_id=run_id)
+    assert [r.run_id for r in baseline.runs] == [4, 5, 6, 7, 8]
+    moved = _approve(baseline, fingerprint={"gpu": "H200"}, run_id=9)
+    assert [r.run_id for r in moved.runs] == [9]
+
+
+@pytest.mark.parametrize(
+    ("mutate", "field"),
+    [
+        (lambda d: d.update(schema_version=99), "schema_version"),
+        (lambda d: d["tolerances"].update(output_tok_s=3), "tolerances.output_tok_s"),
+        (
+            lambda d: d["runs"][0]["samples"].update(output_tok_s=["fast"]),
+            "runs[0].samples.output_tok_s",
+        ),
+        (lambda d: d["runs"][0].pop("approved_by"), "runs[0].approved_by"),
+        (lambda d: d["runs"][0]["samples"].pop("verify_ms"), "runs[*].samples.verify_ms"),
+        (lambda d: d.update(gated=["speed"]), "gated"),
+    ],
+)
+def test_invalid_files_name_the_field(tmp_path: Path, mutate, field: str) -> None:  # type: ignore[no-untyped-def]
+    path = tmp_path / "tiny.json"
+    document = json.loads(dump_baseline(_approve()))
+    mutate(document)
+    path.write_text(json.dumps(document))
+    with pytest.raises(ConfigError) as caught:
+        load_baseline(path)
+    assert str(caught.value).startswith(f"{path}:{field}:"), str(caught.value)
+
+
+def test_missing_and_malformed_files(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match=r"no such baseline.*perfgate baseline update"):
+        load_baseline(tmp_path / "none.json")
+    (tmp_path / "bad.json").write_text("{ not json")
+    with pytest.raises(ConfigError, match="is not valid JSON"):
+        load_baseline(tmp_path / "bad.json")

@@ -1,0 +1,103 @@
+"""Loading perfgate.toml: every mistake names the file, the field and a fix."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from perfgate.config import find_config, load_config
+from perfgate.errors import ConfigError, ExitCode
+
+from .conftest import TINY_SCENARIO, write_config
+
+
+def test_loads_the_repository_config() -> None:
+    config = load_config(Path(__file__).resolve().parent.parent / "perfgate.toml")
+    assert config.default_scenarios == ("embedded-default",)
+    default = config.scenarios["embedded-default"]
+    assert (default.engine, default.steps, default.topk, default.draft_tokens) == (
+        "embedded",
+        3,
+        1,
+        4,
+    )
+    assert len(default.prompts) == 8
+    tp8 = config.scenarios["llama33-70b-eagle3-tp8"]
+    assert tp8.tp == 8 and tp8.env["NCCL_PROTO"] == "LL"
+
+
+def test_paths_resolve_against_the_config_folder(tmp_path: Path) -> None:
+    config = load_config(write_config(tmp_path))
+    assert config.baselines_dir == tmp_path / "baselines"
+    assert config.history_url == f"sqlite:///{tmp_path / 'history.db'}"
+
+
+def test_finds_the_config_from_a_subfolder(tmp_path: Path) -> None:
+    write_config(tmp_path)
+    (tmp_path / "a" / "b").mkdir(parents=True)
+    assert find_config(tmp_path / "a" / "b") == tmp_path / "perfgate.toml"
+
+
+def test_reads_tool_perfgate_from_pyproject(tmp_path: Path) -> None:
+    body = TINY_SCENARIO.replace("[perfgate]", "[tool.perfgate]").replace(
+        "[scenarios.", "[tool.perfgate.scenarios."
+    )
+    (tmp_path / "pyproject.toml").write_text(body)
+    assert "tiny" in load_config(find_config(tmp_path)).scenarios
+
+
+@pytest.mark.parametrize(
+    ("edit", "expected"),
+    [
+        (("steps = 3", "steps = 0"), "scenarios.tiny.steps: must be an integer >= 1, not 0"),
+        (("steps = 3", 'steps = "3"'), "scenarios.tiny.steps: must be an integer >= 1, not '3'"),
+        (
+            ('engine = "embedded"', 'engine = "vllm"'),
+            "scenarios.tiny.engine: unknown engine 'vllm'",
+        ),
+        (("repeats = 3", "repeats = 3\nrepeat = 2"), "scenarios.tiny: unknown key 'repeat'"),
+        (
+            ("output_tok_s = 0.6", "tok_s = 0.6"),
+            "scenarios.tiny.tolerances: unknown metric 'tok_s'",
+        ),
+        (
+            ("output_tok_s = 0.6", "output_tok_s = 5"),
+            "output_tok_s: is 5.0, a fraction of 1 or more",
+        ),
+        (
+            ('default_scenarios = ["tiny"]', 'default_scenarios = ["big"]'),
+            "names unknown scenario 'big'",
+        ),
+        (('model = "perfgate/llama-tiny"\n', ""), "scenarios.tiny.model: is required"),
+        (('prompts = ["Return', 'prompts = "nonesuch"\n#'), "unknown prompt set 'nonesuch'"),
+        (("[scenarios.tiny]", "[scenarios.tiny"), "is not valid TOML"),
+    ],
+)
+def test_mistakes_name_file_and_field(tmp_path: Path, edit: tuple[str, str], expected: str) -> None:
+    path = write_config(tmp_path, TINY_SCENARIO.replace(*edit))
+    with pytest.raises(ConfigError) as caught:
+        load_config(path)
+    message = str(caught.value)
+    assert message.startswith(str(path)), message
+    assert expected in message
+    assert "; " in message, "a fix follows the problem"
+    assert caught.value.exit_code == ExitCode.BAD_INPUT
+
+
+def test_missing_file_and_unknown_scenario(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="file not found"):
+        load_config(tmp_path / "nope.toml")
+    config = load_config(write_config(tmp_path))
+    with pytest.raises(ConfigError, match="unknown scenario 'other'; choose one of: tiny"):
+        config.select(["other"])
+
+
+def test_prompts_file(tmp_path: Path) -> None:
+    (tmp_path / "prompts.txt").write_text("first prompt\n\nsecond prompt\n")
+    body = TINY_SCENARIO.replace(
+        'prompts = ["Return the number of items", "Create a new instance of"]',
+        'prompts_file = "prompts.txt"',
+    )
+    config = load_config(write_config(tmp_path, body))
+    assert config.scenarios["tiny"].prompts == ("first prompt", "second prompt")

@@ -1,0 +1,125 @@
+"""The whole path, as users run it: record, approve a baseline, pass, and catch a regression."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from pathlib import Path
+
+import pytest
+
+from .conftest import TINY_SCENARIO, run_perfgate, write_config
+
+pytestmark = pytest.mark.slow
+
+
+def _runs(db: Path) -> list[tuple[int, str]]:
+    if not db.exists():
+        return []
+    with sqlite3.connect(db) as connection:
+        return connection.execute("SELECT id, status FROM runs ORDER BY id").fetchall()
+
+
+def test_record_approve_pass_then_catch_a_slower_verify(tmp_path: Path) -> None:
+    write_config(tmp_path)
+    db = tmp_path / "history.db"
+
+    first = run_perfgate("run", "--no-gate", cwd=tmp_path)
+    assert first.returncode == 0, first.stdout + first.stderr
+    assert "tiny on cpu: run #1 PASS" in first.stdout
+    assert "equivalence: 2/2 prompts token-identical" in first.stdout
+
+    approved = run_perfgate(
+        "baseline", "update", "--run", "1", "--approved-by", "ci", "--reason", "first", cwd=tmp_path
+    )
+    assert approved.returncode == 0, approved.stderr
+    baseline = json.loads((tmp_path / "baselines" / "cpu" / "tiny.json").read_text())
+    assert baseline["runs"][0]["run_id"] == 1 and baseline["tolerances"]["verify_ms"] == 0.6
+
+    second = run_perfgate("run", cwd=tmp_path)
+    assert second.returncode == 0, second.stdout + second.stderr
+    assert "tiny on cpu: run #2 PASS" in second.stdout
+    for metric in ("output_tok_s", "verify_ms", "accept_length", "speedup"):
+        assert metric in second.stdout
+
+    # A change that makes verify slower: same config, same environment, slower code.
+    slow = run_perfgate("run", cwd=tmp_path, env={"PERFGATE_DEBUG_VERIFY_DELAY_MS": "40"})
+    assert slow.returncode == 1, slow.stdout + slow.stderr
+    table = {
+        line.split()[0]: line.split()[-1]
+        for line in slow.stdout.splitlines()
+        if line.startswith("  ") and len(line.split()) >= 6
+    }
+    assert table["verify_ms"] == "regression", slow.stdout
+    assert table["output_tok_s"] == "regression", slow.stdout
+    assert table["accept_length"] == "pass", slow.stdout
+    assert _runs(db) == [(1, "pass"), (2, "pass"), (3, "regression")]
+
+    report = (tmp_path / "reports" / "index.html").read_text()
+    assert all(f"#{run_id}" in report for run_id in (1, 2, 3))
+
+
+@pytest.mark.parametrize(
+    ("setup", "expected_code", "expected"),
+    [
+        (
+            lambda p: (
+                (p / "baselines" / "cpu").mkdir(parents=True)
+                or (p / "baselines" / "cpu" / "tiny.json").write_text("{")
+            ),
+            64,
+            "tiny.json: is not valid JSON",
+        ),
+        (lambda p: None, 64, "tiny.json: no such baseline"),
+        (
+            lambda p: write_config(p, TINY_SCENARIO.replace("repeats = 3", "repeats = -1")),
+            64,
+            "scenarios.tiny.repeats",
+        ),
+    ],
+    ids=["malformed-baseline", "missing-baseline", "bad-config"],
+)
+def test_bad_input_fails_before_any_server_starts(
+    tmp_path: Path, setup, expected_code: int, expected: str
+) -> None:  # type: ignore[no-untyped-def]
+    write_config(tmp_path)
+    setup(tmp_path)
+    result = run_perfgate("run", cwd=tmp_path)
+    assert result.returncode == expected_code, result.stdout + result.stderr
+    (line,) = result.stderr.strip().splitlines()
+    assert line.startswith("perfgate: error: ") and expected in line
+    assert _runs(tmp_path / "history.db") == []
+
+
+@pytest.mark.parametrize(
+    ("edit", "expected_code", "expected"),
+    [
+        (
+            ('model = "perfgate/llama-tiny"', 'model = "perfgate/no-such-model"'),
+            64,
+            "refused its arguments",
+        ),
+        (
+            ('device = "cpu"', 'device = "cpu"\npython = "/nonexistent/python3"'),
+            69,
+            "cannot start the plain server",
+        ),
+    ],
+    ids=["server-refuses", "server-cannot-start"],
+)
+def test_a_server_that_fails_to_start_records_nothing(
+    tmp_path: Path, edit: tuple[str, str], expected_code: int, expected: str
+) -> None:
+    write_config(tmp_path, TINY_SCENARIO.replace(*edit))
+    result = run_perfgate("run", "--no-gate", cwd=tmp_path)
+    assert result.returncode == expected_code, result.stdout + result.stderr
+    assert expected in result.stdout
+    assert _runs(tmp_path / "history.db") == []
+
+
+def test_unknown_scenario_and_flag(tmp_path: Path) -> None:
+    write_config(tmp_path)
+    result = run_perfgate("run", "--scenario", "huge", cwd=tmp_path)
+    assert result.returncode == 64
+    assert "unknown scenario 'huge'; choose one of: tiny" in result.stderr
+    assert run_perfgate("run", "--no-such-flag", cwd=tmp_path).returncode == 64

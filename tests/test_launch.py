@@ -1,0 +1,111 @@
+"""The launcher: health wait, errors with the log's tail, and no process left behind."""
+
+from __future__ import annotations
+
+import os
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from perfgate.engines.commands import ServerCommand
+from perfgate.engines.launch import free_port, running_server, start_server
+from perfgate.errors import ConfigError, InfrastructureError
+
+# A stand-in server: a child process that also forks a grandchild, as SGLang's schedulers do.
+SERVER = textwrap.dedent(
+    """
+    import http.server, os, subprocess, sys, time
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+    open(sys.argv[2], "w").write(f"{os.getpid()} {child.pid}")
+    mode = sys.argv[3]
+    if mode == "crash":
+        print("loading weights failed: out of memory", flush=True); sys.exit(3)
+    if mode == "refuse":
+        print("--speculative-num-steps must be >= 1", flush=True); sys.exit(64)
+    if mode == "hang":
+        time.sleep(600)
+    class Ok(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):
+            self.send_response(200); self.end_headers()
+        def log_message(self, *a): pass
+    http.server.HTTPServer(("127.0.0.1", int(sys.argv[1])), Ok).serve_forever()
+    """
+)
+
+
+def _command(tmp_path: Path, mode: str) -> tuple[ServerCommand, Path]:
+    script = tmp_path / "server.py"
+    script.write_text(SERVER)
+    pids = tmp_path / "pids"
+    port = free_port()
+    argv = (sys.executable, str(script), str(port), str(pids), mode)
+    return ServerCommand("tiny", "embedded", "spec", argv, {}, "127.0.0.1", port), pids
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    # A zombie is dead for our purpose.
+    try:
+        with open(f"/proc/{pid}/stat") as handle:
+            return handle.read().split()[2] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+def _assert_all_gone(pids_file: Path) -> None:
+    deadline = time.monotonic() + 5
+    pids = [int(p) for p in pids_file.read_text().split()]
+    while any(_alive(p) for p in pids) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not any(_alive(p) for p in pids), f"left behind: {pids}"
+
+
+def test_healthy_server_and_its_children_are_stopped(tmp_path: Path) -> None:
+    command, pids = _command(tmp_path, "ok")
+    with running_server(command, tmp_path / "log", startup_timeout_s=30) as server:
+        assert server.process.poll() is None
+    _assert_all_gone(pids)
+
+
+def test_stopped_when_the_block_raises(tmp_path: Path) -> None:
+    command, pids = _command(tmp_path, "ok")
+    with pytest.raises(KeyboardInterrupt), running_server(command, tmp_path / "log", 30):
+        raise KeyboardInterrupt
+    _assert_all_gone(pids)
+
+
+def test_crash_before_health_gives_the_log_tail(tmp_path: Path) -> None:
+    command, pids = _command(tmp_path, "crash")
+    with pytest.raises(InfrastructureError) as caught:
+        start_server(command, tmp_path / "log", startup_timeout_s=30)
+    assert "exited with code 3 before it was healthy" in str(caught.value)
+    assert "\n" not in str(caught.value), "the message is one line; the log tail is the detail"
+    assert "out of memory" in caught.value.detail
+    _assert_all_gone(pids)
+
+
+def test_refused_arguments_are_a_config_error(tmp_path: Path) -> None:
+    command, _ = _command(tmp_path, "refuse")
+    with pytest.raises(ConfigError, match="refused its arguments: --speculative-num-steps"):
+        start_server(command, tmp_path / "log", startup_timeout_s=30)
+
+
+def test_startup_timeout_stops_the_server(tmp_path: Path) -> None:
+    command, pids = _command(tmp_path, "hang")
+    with pytest.raises(InfrastructureError, match="not healthy after 1 s"):
+        start_server(command, tmp_path / "log", startup_timeout_s=1)
+    _assert_all_gone(pids)
+
+
+def test_missing_interpreter(tmp_path: Path) -> None:
+    command = ServerCommand(
+        "tiny", "embedded", "spec", ("/nonexistent/python",), {}, "127.0.0.1", 1
+    )
+    with pytest.raises(InfrastructureError, match="cannot start the spec server"):
+        start_server(command, tmp_path / "log", startup_timeout_s=1)
