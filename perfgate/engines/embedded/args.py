@@ -14,7 +14,7 @@ from typing import NoReturn
 
 import torch
 
-from perfgate.engines.embedded.worker import SpecParams, resolve_spec_params
+from perfgate.engines.embedded.worker import AUTO_NUM_STEPS, SpecParams, resolve_spec_params
 from perfgate.errors import ConfigError, ExitCode
 
 PROG = "python -m perfgate.engines.embedded.server"
@@ -109,7 +109,7 @@ def _add_speculative(parser: argparse.ArgumentParser) -> None:
         "--speculative-num-steps",
         type=int,
         default=None,
-        help=f"draft tokens per cycle (default {resolve_spec_params(None, None, None).num_steps})",
+        help=f"draft tokens per cycle (default {AUTO_NUM_STEPS}, with topk 1)",
     )
     add(
         "--speculative-eagle-topk",
@@ -153,6 +153,7 @@ def check_args(args: argparse.Namespace) -> SpecParams | None:
         raise ConfigError("must be >= 1", field="--num-threads")
     args.random_seed = 0 if args.random_seed is None else args.random_seed
     if args.speculative_algorithm is None:
+        _warn_ignored_spec_flags(args)
         return None
     if args.speculative_draft_model_path is None:
         raise ConfigError(
@@ -173,6 +174,21 @@ def check_args(args: argparse.Namespace) -> SpecParams | None:
         )
         args.max_running_requests = SPEC_MAX_RUNNING_REQUESTS
     return params
+
+
+def _warn_ignored_spec_flags(args: argparse.Namespace) -> None:
+    spec_flags = {
+        "--speculative-draft-model-path": args.speculative_draft_model_path,
+        "--speculative-num-steps": args.speculative_num_steps,
+        "--speculative-eagle-topk": args.speculative_eagle_topk,
+        "--speculative-num-draft-tokens": args.speculative_num_draft_tokens,
+    }
+    given = [flag for flag, value in spec_flags.items() if value is not None]
+    if given or args.debug_verify_delay_ms:
+        logger.warning(
+            "Ignoring %s: no --speculative-algorithm, so this is a plain server",
+            ", ".join(given or ["--debug-verify-delay-ms"]),
+        )
 
 
 def resolve_device(name: str) -> torch.device:
