@@ -6,7 +6,7 @@ generation starts over at position 0, so tests need no reset between them.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 import pytest
 import torch
@@ -17,6 +17,15 @@ from perfgate.engines.embedded.model import Eagle3Draft, Transformer
 from perfgate.engines.embedded.worker import EagleWorker, PlainWorker, SpecParams
 
 from .common import CPU, DRAFT, TARGET, SpecWorkerFactory
+
+
+@pytest.fixture(scope="package", autouse=True)
+def one_torch_thread() -> Iterator[None]:
+    """Run these tiny models on one thread: faster, and steadier on a shared machine."""
+    previous = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(previous)
 
 
 @pytest.fixture(scope="session")

@@ -47,7 +47,8 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[httpx.Cli
     port = _free_port()
     log = tmp_path_factory.mktemp("server") / "stderr.log"
     flags = [
-        *("--model-path", TARGET, "--port", str(port), "--speculative-algorithm", "EAGLE3"),
+        *("--model-path", TARGET, "--port", str(port), "--num-threads", "1"),
+        *("--speculative-algorithm", "EAGLE3"),
         *("--speculative-draft-model-path", DRAFT, "--speculative-num-steps", str(STEPS)),
         *("--speculative-eagle-topk", "1", "--speculative-num-draft-tokens", str(STEPS + 1)),
     ]
@@ -127,7 +128,7 @@ def test_server_exits_when_its_parent_dies(tmp_path: Path) -> None:
     launcher = (
         "import subprocess, sys\n"
         f"server = subprocess.Popen([sys.executable, '-m', {SERVER_MODULE!r}, '--model-path', "
-        f"{TARGET!r}, '--port', '{port}'], stderr=open({str(log)!r}, 'wb'))\n"
+        f"{TARGET!r}, '--port', '{port}', '--num-threads', '1'], stderr=open({str(log)!r}, 'wb'))\n"
         "print(server.pid, flush=True)\n"
         "server.wait()\n"
     )
