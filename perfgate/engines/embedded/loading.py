@@ -127,6 +127,7 @@ def load_draft(
             file=model.path / CONFIG_FILE,
             field="feature_layers",
         )
+    # The head caches one entry per target position, so it spans the target's context.
     config = dataclasses.replace(config, max_seq_len=target.config.max_seq_len)
     return _finish(Eagle3Draft(config, target), model, device, dtype)
 
