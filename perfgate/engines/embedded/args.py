@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import sys
 from collections.abc import Sequence
 from typing import NoReturn
@@ -21,6 +22,7 @@ PROG = "python -m perfgate.engines.embedded.server"
 SPEC_ALGORITHMS = ("EAGLE3", "EAGLE", "STANDALONE")
 SPEC_MAX_RUNNING_REQUESTS = 48  # what SGLang sets for speculative servers when unset
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+DELAY_VARIABLE = "PERFGATE_DEBUG_VERIFY_DELAY_MS"
 LOG_LEVELS = ("debug", "info", "warning", "error", "critical")
 
 logger = logging.getLogger(__name__)
@@ -126,9 +128,11 @@ def _add_speculative(parser: argparse.ArgumentParser) -> None:
     add(
         "--debug-verify-delay-ms",
         type=float,
-        default=0.0,
+        default=None,
         help="debugging: make every verify pass take this many milliseconds longer (a sleep "
-        "on CPU, a calibrated spin kernel on CUDA), to inject a verify regression",
+        "on CPU, a calibrated spin kernel on CUDA), to inject a verify regression; default: "
+        f"${DELAY_VARIABLE} or 0. The variable reaches a server launched by perfgate unchanged, "
+        "so a test can slow verify down without changing the scenario",
     )
 
 
@@ -147,13 +151,16 @@ def check_args(args: argparse.Namespace) -> SpecParams | None:
         )
     if not 0 < args.port < 65536:
         raise ConfigError(f"{args.port} is not a TCP port", field="--port", fix="use 1..65535")
+    from_env = args.debug_verify_delay_ms is None
+    if from_env:
+        args.debug_verify_delay_ms = _delay_from_env()
     if args.debug_verify_delay_ms < 0:
         raise ConfigError("must be >= 0", field="--debug-verify-delay-ms")
     if args.num_threads is not None and args.num_threads < 1:
         raise ConfigError("must be >= 1", field="--num-threads")
     args.random_seed = 0 if args.random_seed is None else args.random_seed
     if args.speculative_algorithm is None:
-        _warn_ignored_spec_flags(args)
+        _warn_ignored_spec_flags(args, from_env)
         return None
     if args.speculative_draft_model_path is None:
         raise ConfigError(
@@ -176,7 +183,17 @@ def check_args(args: argparse.Namespace) -> SpecParams | None:
     return params
 
 
-def _warn_ignored_spec_flags(args: argparse.Namespace) -> None:
+def _delay_from_env() -> float:
+    raw = os.environ.get(DELAY_VARIABLE, "") or "0"
+    try:
+        return float(raw)
+    except ValueError:
+        raise ConfigError(
+            f"{raw!r} is not a number", field=DELAY_VARIABLE, fix="set milliseconds, e.g. 5"
+        ) from None
+
+
+def _warn_ignored_spec_flags(args: argparse.Namespace, from_env: bool) -> None:
     spec_flags = {
         "--speculative-draft-model-path": args.speculative_draft_model_path,
         "--speculative-num-steps": args.speculative_num_steps,
@@ -184,7 +201,7 @@ def _warn_ignored_spec_flags(args: argparse.Namespace) -> None:
         "--speculative-num-draft-tokens": args.speculative_num_draft_tokens,
     }
     given = [flag for flag, value in spec_flags.items() if value is not None]
-    if given or args.debug_verify_delay_ms:
+    if given or (args.debug_verify_delay_ms and not from_env):
         logger.warning(
             "Ignoring %s: no --speculative-algorithm, so this is a plain server",
             ", ".join(given or ["--debug-verify-delay-ms"]),
