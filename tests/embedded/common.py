@@ -9,6 +9,7 @@ from pathlib import Path
 import torch
 
 import perfgate
+from perfgate.engines.embedded.batch import Request
 from perfgate.engines.embedded.worker import EagleWorker
 
 CPU = torch.device("cpu")
@@ -21,14 +22,21 @@ PROMPTS: tuple[list[int], ...] = (
     [7],
 )
 
-# Drafts: the shipped EAGLE-3 head (seeded, so it is almost never right), the target's own
-# weights (always right) and the target with noise (right part of the time).
+# Drafts: the shipped EAGLE-3 head, the target's own weights (always right) and the target
+# with noise (right part of the time).
 DRAFT_KINDS = ("eagle3", "self", "perturbed")
 
-# (draft kind, num_steps) -> a chain-drafting worker over the target
-SpecWorkerFactory = Callable[[str, int], EagleWorker]
+# (draft kind, num_steps, topk, num_draft_tokens, graph mode) -> a worker over the target
+SpecWorkerFactory = Callable[..., EagleWorker]
 
 SERVER_MODULE = "perfgate.engines.embedded.server"
+
+
+def requests(
+    prompts: tuple[list[int], ...] | list[list[int]], max_new_tokens: int, top: int | None = None
+) -> list[Request]:
+    """Return one request per prompt, all with the same budget."""
+    return [Request(prompt, max_new_tokens, top) for prompt in prompts]
 
 
 def server_env() -> dict[str, str]:

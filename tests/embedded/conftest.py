@@ -12,9 +12,11 @@ import pytest
 import torch
 
 from perfgate.engines.embedded.drafters import Drafter, Eagle3Drafter, StandaloneDrafter
+from perfgate.engines.embedded.graphs import GraphRunner
 from perfgate.engines.embedded.loading import load_draft, load_target
 from perfgate.engines.embedded.model import Eagle3Draft, Transformer
-from perfgate.engines.embedded.worker import EagleWorker, PlainWorker, SpecParams
+from perfgate.engines.embedded.params import SpecParams
+from perfgate.engines.embedded.worker import EagleWorker, PlainWorker
 
 from .common import CPU, DRAFT, TARGET, SpecWorkerFactory
 
@@ -52,7 +54,7 @@ def perturbed_draft() -> Transformer:
     with torch.no_grad():
         for param in model.parameters():
             noise = torch.randn(param.shape, generator=generator)
-            param.add_(noise * 0.05 * param.std())
+            param.add_(noise * 0.3 * param.std())
     return model
 
 
@@ -68,15 +70,26 @@ def spec_worker(
     self_draft: Transformer,
     perturbed_draft: Transformer,
 ) -> SpecWorkerFactory:
-    """Return a factory: (draft kind, num_steps) -> a chain-drafting worker over the target."""
-    drafters: dict[str, Callable[[], Drafter]] = {
-        "eagle3": lambda: Eagle3Drafter(eagle_head),
-        "self": lambda: StandaloneDrafter(self_draft),
-        "perturbed": lambda: StandaloneDrafter(perturbed_draft),
-    }
+    """Return a factory: (kind, num_steps, topk=1, num_draft_tokens=None, graphs="off") -> worker.
 
-    def make(kind: str, num_steps: int) -> EagleWorker:
-        params = SpecParams(num_steps=num_steps, topk=1, num_draft_tokens=num_steps + 1)
-        return EagleWorker(target, drafters[kind](), params)
+    num_draft_tokens defaults to a chain's num_steps + 1.
+    """
+
+    def make(
+        kind: str,
+        num_steps: int,
+        topk: int = 1,
+        num_draft_tokens: int | None = None,
+        graphs: str = "off",
+        feature_layers: tuple[int, ...] | None = None,
+    ) -> EagleWorker:
+        runner = GraphRunner(graphs)
+        drafters: dict[str, Callable[[], Drafter]] = {
+            "eagle3": lambda: Eagle3Drafter(eagle_head, topk, runner, feature_layers),
+            "self": lambda: StandaloneDrafter(self_draft, topk, runner),
+            "perturbed": lambda: StandaloneDrafter(perturbed_draft, topk, runner),
+        }
+        params = SpecParams(num_steps, topk, num_draft_tokens or num_steps + 1)
+        return EagleWorker(target, drafters[kind](), params, graphs=runner)
 
     return make

@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 from perfgate.engines.embedded.api import parse_generate, render_generation
-from perfgate.engines.embedded.worker import Generation, RequestError
+from perfgate.engines.embedded.batch import Generation, Request, RequestError
 
 GREEDY = {"temperature": 0, "max_new_tokens": 8}
 
@@ -38,6 +38,29 @@ def test_input_ids_single_and_batch_with_per_prompt_params() -> None:
         ({"text": [], "sampling_params": GREEDY}, "'text'"),
         ({"text": "a", "sampling_params": [GREEDY, GREEDY]}, "one per prompt"),
         ({"text": "a", "stream": True, "sampling_params": GREEDY}, "'stream'"),
+        ({"text": "a", "return_logprob": 1, "sampling_params": GREEDY}, "return_logprob"),
+        (
+            {
+                "text": "a",
+                "return_logprob": True,
+                "top_logprobs_num": -1,
+                "sampling_params": GREEDY,
+            },
+            "top_logprobs_num",
+        ),
+        (
+            {
+                "text": "a",
+                "return_logprob": True,
+                "logprob_start_len": 0,
+                "sampling_params": GREEDY,
+            },
+            "output tokens only",
+        ),
+        (
+            {"text": ["a", "b"], "return_logprob": [True], "sampling_params": GREEDY},
+            "one per prompt",
+        ),
         ([1, 2], "JSON object"),
     ],
 )
@@ -62,3 +85,35 @@ def test_response_carries_sglang_meta_info() -> None:
     }
     plain = render_generation(Generation([255]), 3, "r2", 0.1, speculative=False)
     assert plain["text"] == "\ufffd" and "spec_verify_ct" not in plain["meta_info"]
+
+
+def test_logprob_flags_become_per_request_top_counts() -> None:
+    body = {"text": ["a", "b"], "sampling_params": GREEDY, "return_logprob": True}
+    assert parse_generate(body).requests() == [Request([97], 8, 0), Request([98], 8, 0)]
+    body |= {"return_logprob": [True, False], "top_logprobs_num": 5, "logprob_start_len": -1}
+    assert parse_generate(body).requests() == [Request([97], 8, 5), Request([98], 8, None)]
+    plain = parse_generate({"text": "a", "sampling_params": GREEDY, "top_logprobs_num": 3})
+    assert plain.requests() == [Request([97], 8, None)]  # top_logprobs_num alone: no logprobs
+
+
+def test_logprobs_render_in_sglang_meta_info_shape() -> None:
+    generation = Generation(
+        [104, 105],
+        output_logprobs=(-0.5, -1.25),
+        output_top_logprobs=(((-0.5, 104), (-2.0, 97)), ((-1.25, 105), (-1.5, 32))),
+    )
+    meta = render_generation(generation, 1, "r", 0.1, speculative=False, top_logprobs_num=2)[
+        "meta_info"
+    ]
+    assert meta["input_token_logprobs"] == [] and meta["input_top_logprobs"] == []
+    assert meta["output_token_logprobs"] == [[-0.5, 104, None], [-1.25, 105, None]]
+    assert meta["output_top_logprobs"] == [
+        [[-0.5, 104, None], [-2.0, 97, None]],
+        [[-1.25, 105, None], [-1.5, 32, None]],
+    ]
+    only_tokens = render_generation(generation, 1, "r", 0.1, False, top_logprobs_num=0)
+    assert "output_top_logprobs" not in only_tokens["meta_info"]
+    assert (
+        "output_token_logprobs"
+        not in render_generation(generation, 1, "r", 0.1, False)["meta_info"]
+    )

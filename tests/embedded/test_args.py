@@ -9,7 +9,7 @@ import sys
 import pytest
 
 from perfgate.engines.embedded.args import build_parser, check_args, parse_args
-from perfgate.engines.embedded.worker import SpecParams
+from perfgate.engines.embedded.params import CHAIN_ADJUSTED, SpecParams, resolve_spec_params
 from perfgate.errors import ConfigError, ExitCode
 
 from .common import DRAFT, SERVER_MODULE, TARGET, server_env
@@ -52,8 +52,10 @@ def test_unknown_flags_exit_64_naming_them(capsys: pytest.CaptureFixture[str]) -
     [
         (["--tp-size", "2"], "--tp-size: 2"),
         (["--speculative-algorithm", "EAGLE3"], "--speculative-draft-model-path"),
-        ([*SPEC, "--speculative-eagle-topk", "4", "--speculative-num-steps", "3"], "tree"),
+        ([*SPEC, "--speculative-eagle-topk", "4", "--speculative-num-steps", "3"], "required"),
         (["--debug-verify-delay-ms", "-1"], "--debug-verify-delay-ms"),
+        ([*SPEC, "--debug-simulate-accept-rate", "1.5"], "not a probability"),
+        (["--max-running-requests", "0"], "--max-running-requests"),
     ],
 )
 def test_bad_combinations_are_refused(flags: list[str], words: str) -> None:
@@ -61,8 +63,59 @@ def test_bad_combinations_are_refused(flags: list[str], words: str) -> None:
         check_args(_args(*flags))
 
 
-def test_help_documents_the_debug_flag() -> None:
-    assert "--debug-verify-delay-ms" in build_parser().format_help()
+def test_help_documents_the_debug_flags() -> None:
+    help_text = build_parser().format_help()
+    for flag in (
+        "--debug-verify-delay-ms",
+        "--debug-simulate-accept-rate",
+        "--debug-eagle3-feature-layers",
+        "--disable-cuda-graph",
+    ):
+        assert flag in help_text
+
+
+def test_spec_params_follow_sglang_rules(caplog: pytest.LogCaptureFixture) -> None:
+    assert resolve_spec_params(None, None, None) == SpecParams(5, 4, 8)  # SGLang's Llama choice
+    assert resolve_spec_params(2, None, None) == SpecParams(2, 1, 3)
+    assert resolve_spec_params(5, 1, 6) == SpecParams(5, 1, 6)
+    assert resolve_spec_params(3, 4, 16) == SpecParams(3, 4, 16)
+    assert resolve_spec_params(3, 4, 37) == SpecParams(3, 4, 37)  # the whole tree
+    assert not caplog.records
+    # topk 1 verifies a chain: SGLang adjusts num_draft_tokens, with its warning.
+    assert resolve_spec_params(3, 1, 8) == SpecParams(3, 1, 4)
+    assert [r.getMessage() for r in caplog.records] == [CHAIN_ADJUSTED]
+
+
+@pytest.mark.parametrize(
+    ("flags", "words"),
+    [
+        ((3, 4, 38), ["--speculative-num-draft-tokens: 38", "at most 37"]),
+        ((3, 4, None), ["--speculative-num-draft-tokens", "required"]),
+        ((0, 1, 1), ["--speculative-num-steps", "at least 1"]),
+        ((3, 0, 4), ["--speculative-eagle-topk", "at least 1"]),
+        ((3, 2, 0), ["--speculative-num-draft-tokens", "at least 1"]),
+        ((None, 1, 4), ["--speculative-num-steps", "set all three"]),
+    ],
+)
+def test_bad_spec_params_are_refused_with_the_flags_to_fix(
+    flags: tuple[int | None, int | None, int | None], words: list[str]
+) -> None:
+    with pytest.raises(ConfigError) as caught:
+        resolve_spec_params(*flags)
+    for word in words:
+        assert word in str(caught.value)
+
+
+def test_feature_layer_override_parses_three_layers(capsys: pytest.CaptureFixture[str]) -> None:
+    assert _args(*SPEC, "--debug-eagle3-feature-layers", "4,2,1").debug_eagle3_feature_layers == (
+        4,
+        2,
+        1,
+    )
+    with pytest.raises(SystemExit) as caught:
+        _args(*SPEC, "--debug-eagle3-feature-layers", "4,2")
+    assert caught.value.code == ExitCode.BAD_INPUT
+    assert "reads 3 hidden states" in capsys.readouterr().err
 
 
 def test_bad_combination_exits_64_with_one_line() -> None:
@@ -72,4 +125,23 @@ def test_bad_combination_exits_64_with_one_line() -> None:
     assert done.stderr.strip().splitlines() == [
         "error: --tp-size: 2: the embedded engine runs on one device; use --tp-size 1 "
         "(tensor parallelism needs SGLang)"
+    ]
+
+
+def test_a_tree_too_large_exits_64_at_launch() -> None:
+    command = [
+        sys.executable,
+        "-m",
+        SERVER_MODULE,
+        *("--model-path", TARGET, *SPEC),
+        *("--speculative-num-steps", "2", "--speculative-eagle-topk", "2"),
+        *("--speculative-num-draft-tokens", "9"),
+    ]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=60, env=server_env())
+    assert done.returncode == ExitCode.BAD_INPUT
+    assert done.stderr.strip().splitlines() == [
+        "error: --speculative-num-draft-tokens: 9 with --speculative-num-steps 2 and "
+        "--speculative-eagle-topk 2: a draft tree holds topk + (num_steps - 1)·topk² = 6 "
+        "candidates, so at most 7 tokens (the root included) to verify; use at most 7, or more "
+        "steps or a larger topk"
     ]

@@ -25,13 +25,22 @@ from .common import CPU, DRAFT, TARGET
 
 
 def _copy(name: str, into: Path) -> Path:
+    """Copy a shipped model's config, not its weights, into a new directory."""
     directory = into / name.split("/")[1]
-    shutil.copytree(MODELS_DIR / directory.name, directory)
+    directory.mkdir()
+    shutil.copyfile(MODELS_DIR / directory.name / "config.json", directory / "config.json")
     return directory
 
 
 def test_shipped_models_resolve_by_name_and_by_path() -> None:
-    assert shipped_models() == [DRAFT, TARGET]
+    assert shipped_models() == [
+        "perfgate/eagle3-llama-large",
+        DRAFT,
+        "perfgate/llama-large",
+        TARGET,
+    ]
+    assert resolve_model(TARGET).weights is not None  # trained, see training.json
+    assert resolve_model("perfgate/llama-large").weights is None  # seeded where it runs
     by_name, by_path = resolve_model(TARGET), resolve_model(str(MODELS_DIR / "llama-tiny"))
     assert by_name.path == by_path.path and by_name.architecture == "llama"
     assert by_name.label == TARGET
@@ -42,9 +51,9 @@ def test_shipped_models_resolve_by_name_and_by_path() -> None:
 def test_identity_follows_content(tmp_path: Path, target: Transformer) -> None:
     directory = _copy(TARGET, tmp_path)
     seeded = model_identity(str(directory))
-    assert seeded.split("@")[1] == model_identity(TARGET).split("@")[1]  # same config
     save_weights(target, directory)
     assert model_identity(str(directory)) != seeded
+    assert model_identity(str(directory)).split("@")[1] == model_identity(TARGET).split("@")[1]
 
 
 def test_weights_beside_the_config_are_loaded(tmp_path: Path, target: Transformer) -> None:

@@ -1,43 +1,82 @@
-"""The models: a KV cache that attends by position, EAGLE-3 features, shared modules."""
+"""The models: a KV cache written by slot and read through a mask, EAGLE-3 features."""
 
 from __future__ import annotations
+
+from pathlib import Path
 
 import pytest
 import torch
 
-from perfgate.engines.embedded.loading import load_target
-from perfgate.engines.embedded.model import Eagle3Draft, Transformer
+from perfgate.engines.embedded.loading import MODELS_DIR, load_target
+from perfgate.engines.embedded.model import (
+    AttentionView,
+    Eagle3Draft,
+    Transformer,
+    causal_view,
+    kv_bucket,
+)
 
 from .common import CPU, TARGET
 
 TOKENS = torch.tensor([list(b"speculative decoding, cached")])
+KV_LEN = 128
 
 
 def _at(start: int, count: int) -> torch.Tensor:
-    return torch.arange(start, start + count)
+    return torch.arange(start, start + count).unsqueeze(0)
+
+
+def _forward(model: Transformer, tokens: torch.Tensor, start: int) -> torch.Tensor:
+    positions = _at(start, tokens.shape[1])
+    return model(tokens, positions, causal_view(positions, KV_LEN))[0]
 
 
 @torch.inference_mode()
 def test_incremental_decoding_matches_one_full_forward(target: Transformer) -> None:
-    full, _ = target(TOKENS, _at(0, TOKENS.shape[1]))
-    target(TOKENS[:, :8], _at(0, 8))
-    steps = [target(TOKENS[:, i : i + 1], _at(i, 1))[0] for i in range(8, TOKENS.shape[1])]
+    full = _forward(target, TOKENS, 0)
+    _forward(target, TOKENS[:, :8], 0)
+    steps = [_forward(target, TOKENS[:, i : i + 1], i) for i in range(8, TOKENS.shape[1])]
     torch.testing.assert_close(torch.cat(steps, dim=1), full[:, 8:], rtol=1e-4, atol=1e-4)
+
+
+@torch.inference_mode()
+def test_cached_forward_matches_training_forward(target: Transformer) -> None:
+    uncached, _ = target(TOKENS, _at(0, TOKENS.shape[1]))  # no view: causal within the input
+    for attention in (m for m in target.modules() if hasattr(m, "kv_cache")):
+        assert attention.kv_cache is not None
+    torch.testing.assert_close(_forward(target, TOKENS, 0), uncached, rtol=1e-4, atol=1e-4)
 
 
 @torch.inference_mode()
 def test_stale_cache_entries_are_overwritten_before_they_are_seen(target: Transformer) -> None:
     prefix, suffix = TOKENS[:, :10], TOKENS[:, 10:14]
-    expected, _ = target(torch.cat([prefix, suffix], dim=1), _at(0, 14))
-    target(prefix, _at(0, 10))
-    target(torch.tensor([[255, 254, 253, 252, 251, 250]]), _at(10, 6))  # a rejected draft
-    logits, _ = target(suffix, _at(10, 4))  # rolled back to length 10
+    expected = _forward(target, torch.cat([prefix, suffix], dim=1), 0)
+    _forward(target, prefix, 0)
+    _forward(target, torch.tensor([[255, 254, 253, 252, 251, 250]]), 10)  # a rejected draft
+    logits = _forward(target, suffix, 10)  # rolled back to length 10
     torch.testing.assert_close(logits, expected[:, 10:], rtol=1e-4, atol=1e-4)
 
 
 @torch.inference_mode()
+def test_entries_moved_between_slots_read_as_written_in_place(target: Transformer) -> None:
+    """What KV compaction relies on: entries written at scratch slots, then moved home."""
+    prefix, suffix = TOKENS[:, :10], TOKENS[:, 10:13]
+    expected = _forward(target, TOKENS[:, :14], 0)
+    _forward(target, prefix, 0)
+    # Write the 3 suffix tokens at slots 20..22 with positions 10..12, seeing the prefix.
+    slots, positions = _at(20, 3), _at(10, 3)
+    keys = torch.arange(KV_LEN)
+    mask = (keys < 10) | ((keys >= 20) & (keys <= slots.view(-1, 1)))
+    target(suffix, positions, AttentionView(slots, mask.view(1, 1, 3, KV_LEN)))
+    target.copy_slots(_at(20, 3), _at(10, 3))
+    logits = _forward(target, TOKENS[:, 13:14], 13)
+    torch.testing.assert_close(logits, expected[:, 13:], rtol=1e-4, atol=1e-4)
+
+
+@torch.inference_mode()
 def test_forward_returns_the_hidden_states_asked_for(target: Transformer) -> None:
-    logits, hidden = target(TOKENS, _at(0, TOKENS.shape[1]), capture=(0, 2, 4))
+    positions = _at(0, TOKENS.shape[1])
+    logits, hidden = target(TOKENS, positions, causal_view(positions, KV_LEN), capture=(0, 2, 4))
     assert logits.shape == (1, TOKENS.shape[1], 256)
     assert [h.shape for h in hidden] == [(1, TOKENS.shape[1], 128)] * 3
     torch.testing.assert_close(hidden[0], target.tok_embeddings(TOKENS))
@@ -55,13 +94,28 @@ def test_eagle3_head_fuses_three_features_and_shares_the_targets_modules(
     own = dict(eagle_head.named_parameters())
     assert not any(name.startswith("shared") for name in own)
     features = torch.randn(1, 5, 3 * 128)
-    logits, hidden = eagle_head(TOKENS[:, :5], eagle_head.fuse(features), _at(0, 5))
+    positions = _at(0, 5)
+    view = causal_view(positions, KV_LEN)
+    logits, hidden = eagle_head(TOKENS[:, :5], eagle_head.fuse(features), positions, view)
     assert logits.shape == (1, 5, 256) and hidden.shape == (1, 5, 128)
 
 
-def test_seeded_initialisation_is_deterministic(target: Transformer) -> None:
-    again = load_target(TARGET, CPU, torch.float32)
-    for (name, a), (_, b) in zip(target.named_parameters(), again.named_parameters(), strict=True):
+def test_caches_grow_on_demand_and_say_so(target: Transformer) -> None:
+    model = load_target(TARGET, CPU, torch.float32)
+    assert model.cache_shape() == (1, 2048)
+    assert not model.ensure_cache(1, 256)
+    assert model.ensure_cache(3, 256) and model.cache_shape() == (3, 2048)
+    assert (
+        kv_bucket(1, 2048) == 128 and kv_bucket(129, 2048) == 256 and kv_bucket(4000, 2048) == 2048
+    )
+
+
+def test_seeded_initialisation_is_deterministic(tmp_path: Path) -> None:
+    (tmp_path / "config.json").write_bytes((MODELS_DIR / "llama-tiny" / "config.json").read_bytes())
+    again = [load_target(str(tmp_path), CPU, torch.float32) for _ in range(2)]
+    for (name, a), (_, b) in zip(
+        again[0].named_parameters(), again[1].named_parameters(), strict=True
+    ):
         assert torch.equal(a, b), name
 
 
@@ -69,5 +123,6 @@ def test_seeded_initialisation_is_deterministic(target: Transformer) -> None:
 @torch.inference_mode()
 def test_half_precision_runs_on_cpu(dtype: torch.dtype) -> None:
     model = load_target(TARGET, CPU, dtype)
-    logits, _ = model(TOKENS, _at(0, TOKENS.shape[1]))
+    positions = _at(0, TOKENS.shape[1])
+    logits, _ = model(TOKENS, positions, causal_view(positions, KV_LEN))
     assert logits.dtype == dtype and torch.isfinite(logits).all()

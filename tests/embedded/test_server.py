@@ -13,6 +13,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from perfgate.engines.embedded.batch import Request
 from perfgate.engines.embedded.server import READY_LINE
 from perfgate.engines.embedded.worker import PlainWorker
 
@@ -42,15 +43,30 @@ def _wait_healthy(client: httpx.Client, process: subprocess.Popen[bytes], log: P
     pytest.fail(f"server not healthy after {START_TIMEOUT_S} s:\n{log.read_text()}")
 
 
+CHAIN = ("--speculative-eagle-topk", "1", "--speculative-num-draft-tokens", str(STEPS + 1))
+TREE = ("--speculative-eagle-topk", "4", "--speculative-num-draft-tokens", "8")
+
+
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[httpx.Client, Path]]:
+    yield from _serve(tmp_path_factory, CHAIN)
+
+
+@pytest.fixture(scope="module")
+def tree_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[httpx.Client, Path]]:
+    yield from _serve(tmp_path_factory, (*TREE, "--max-running-requests", "2"))
+
+
+def _serve(
+    tmp_path_factory: pytest.TempPathFactory, extra: tuple[str, ...]
+) -> Iterator[tuple[httpx.Client, Path]]:
     port = _free_port()
     log = tmp_path_factory.mktemp("server") / "stderr.log"
     flags = [
         *("--model-path", TARGET, "--port", str(port), "--num-threads", "1"),
         *("--speculative-algorithm", "EAGLE3"),
         *("--speculative-draft-model-path", DRAFT, "--speculative-num-steps", str(STEPS)),
-        *("--speculative-eagle-topk", "1", "--speculative-num-draft-tokens", str(STEPS + 1)),
+        *extra,
     ]
     with log.open("wb") as stderr:
         process = subprocess.Popen(
@@ -78,7 +94,7 @@ def test_generate_matches_plain_greedy_and_reports_spec_meta_info(
     response = client.post("/generate", json={"text": "Hello", "sampling_params": GREEDY})
     assert response.status_code == 200
     body = response.json()
-    assert body["output_ids"] == plain.generate(list(b"Hello"), 9).output_ids
+    assert body["output_ids"] == plain.generate([Request(list(b"Hello"), 9)])[0].output_ids
     meta = body["meta_info"]
     assert (meta["prompt_tokens"], meta["completion_tokens"], meta["cached_tokens"]) == (5, 9, 0)
     assert meta["finish_reason"] == {"type": "length", "length": 9}
@@ -95,6 +111,40 @@ def test_batches_answer_with_lists(server: tuple[httpx.Client, Path]) -> None:
     assert [r["output_ids"] for r in texts.json()] == [r["output_ids"] for r in ids.json()]
     assert [r["meta_info"]["prompt_tokens"] for r in ids.json()] == [1, 2]
     assert single.json()["output_ids"] == ids.json()[0]["output_ids"]
+
+
+TEXTS = ["Return the number of items in the", "Raise ValueError if", "x"]
+
+
+def test_a_tree_server_batches_and_returns_logprobs(
+    tree_server: tuple[httpx.Client, Path], plain: PlainWorker
+) -> None:
+    client, _log = tree_server
+    body = {
+        "text": TEXTS,
+        "sampling_params": {"temperature": 0, "max_new_tokens": 20},
+        "return_logprob": True,
+        "top_logprobs_num": 2,
+    }
+    results = client.post("/generate", json=body).json()
+    expected = plain.generate([Request(list(t.encode()), 20, 2) for t in TEXTS])
+    assert [r["output_ids"] for r in results] == [g.output_ids for g in expected]
+    for result, generation in zip(results, expected, strict=True):
+        meta = result["meta_info"]
+        assert [t for _, t, _ in meta["output_token_logprobs"]] == generation.output_ids
+        assert [lp for lp, _, _ in meta["output_token_logprobs"]] == pytest.approx(
+            generation.output_logprobs, abs=1e-4
+        )
+        assert [[t for _, t, _ in top] for top in meta["output_top_logprobs"]] == [
+            [t for _, t in top] for top in generation.output_top_logprobs or ()
+        ]
+        assert meta["spec_verify_ct"] <= 19
+    info = client.get("/server_info").json()
+    assert (info["speculative_eagle_topk"], info["max_running_requests"]) == (4, 2)
+    total_verify = sum(r["meta_info"]["spec_verify_ct"] for r in results)
+    # As SGLang counts it: (correct drafts + bonus) per request and verify pass.
+    assert info["internal_states"][0]["avg_spec_accept_length"] >= 1.0
+    assert total_verify > 0
 
 
 def test_bad_requests_get_400_with_a_message(server: tuple[httpx.Client, Path]) -> None:

@@ -10,58 +10,78 @@ from typing import Any
 import pytest
 import torch
 
-from perfgate.engines.embedded.worker import (
-    EagleWorker,
-    Generation,
-    PlainWorker,
-    RequestError,
-    SeqState,
-    SpecParams,
-    resolve_spec_params,
-)
-from perfgate.errors import ConfigError
+from perfgate.engines.embedded.batch import Batch, Generation, Request, RequestError
+from perfgate.engines.embedded.tree import chain_tree
+from perfgate.engines.embedded.worker import EagleWorker, PlainWorker
 from perfgate.probe.targets import EMBEDDED_TARGETS
 
-from .common import DRAFT_KINDS, PROMPTS, SpecWorkerFactory
+from .common import DRAFT_KINDS, PROMPTS, SpecWorkerFactory, requests
 
 MAX_NEW_TOKENS = 40
 
 
 @pytest.fixture(scope="module")
 def plain_outputs(plain: PlainWorker) -> list[Generation]:
-    return [plain.generate(prompt, MAX_NEW_TOKENS) for prompt in PROMPTS]
+    return plain.generate(requests(PROMPTS, MAX_NEW_TOKENS))
 
 
 @pytest.mark.parametrize("num_steps", [1, 2, 3, 5])
 @pytest.mark.parametrize("kind", DRAFT_KINDS)
-def test_spec_output_equals_plain_greedy(
+def test_chain_output_equals_plain_greedy(
     spec_worker: SpecWorkerFactory, plain_outputs: list[Generation], kind: str, num_steps: int
 ) -> None:
-    worker = spec_worker(kind, num_steps)
-    for prompt, expected in zip(PROMPTS, plain_outputs, strict=True):
-        generation = worker.generate(prompt, MAX_NEW_TOKENS)
+    generations = spec_worker(kind, num_steps).generate(requests(PROMPTS, MAX_NEW_TOKENS))
+    for generation, expected in zip(generations, plain_outputs, strict=True):
         assert generation.output_ids == expected.output_ids
         assert generation.spec_verify_ct == len(generation.correct_drafts) > 0
+
+
+@pytest.mark.parametrize(
+    ("num_steps", "topk", "num_draft_tokens"), [(2, 2, 4), (3, 4, 8), (4, 3, 12), (1, 4, 3)]
+)
+@pytest.mark.parametrize("kind", DRAFT_KINDS)
+def test_tree_output_equals_plain_greedy(
+    spec_worker: SpecWorkerFactory,
+    plain_outputs: list[Generation],
+    kind: str,
+    num_steps: int,
+    topk: int,
+    num_draft_tokens: int,
+) -> None:
+    worker = spec_worker(kind, num_steps, topk, num_draft_tokens)
+    generations = worker.generate(requests(PROMPTS, MAX_NEW_TOKENS))
+    for generation, expected in zip(generations, plain_outputs, strict=True):
+        assert generation.output_ids == expected.output_ids
+        assert max(generation.correct_drafts) <= num_steps
+
+
+def test_a_tree_accepts_more_than_its_chain(spec_worker: SpecWorkerFactory) -> None:
+    """Side branches catch what the draft's first choice misses: more tokens per verify."""
+    chain = spec_worker("perturbed", 3).generate(requests(PROMPTS, MAX_NEW_TOKENS))
+    tree = spec_worker("perturbed", 3, 4, 16).generate(requests(PROMPTS, MAX_NEW_TOKENS))
+    assert sum(g.accept_tokens for g in tree) / sum(g.spec_verify_ct for g in tree) > sum(
+        g.accept_tokens for g in chain
+    ) / sum(g.spec_verify_ct for g in chain)
 
 
 @pytest.mark.parametrize("num_steps", [1, 3, 4])
 def test_target_as_its_own_draft_accepts_every_draft(
     spec_worker: SpecWorkerFactory, num_steps: int
 ) -> None:
-    generation = spec_worker("self", num_steps).generate(PROMPTS[1], MAX_NEW_TOKENS)
-    # Accept length steps + 1 every cycle; the first token comes from prefill.
-    assert generation.correct_drafts == (num_steps,) * generation.spec_verify_ct
-    assert generation.spec_verify_ct == math.ceil((MAX_NEW_TOKENS - 1) / (num_steps + 1))
+    generations = spec_worker("self", num_steps).generate(requests(PROMPTS, MAX_NEW_TOKENS))
+    for generation in generations:
+        # Accept length steps + 1 every cycle; the first token comes from prefill.
+        assert generation.correct_drafts == (num_steps,) * generation.spec_verify_ct
+        assert generation.spec_verify_ct == math.ceil((MAX_NEW_TOKENS - 1) / (num_steps + 1))
 
 
 def test_rejection_mid_chain_rolls_back_and_stays_exact(
     spec_worker: SpecWorkerFactory, plain_outputs: list[Generation]
 ) -> None:
     num_steps = 4
-    worker = spec_worker("perturbed", num_steps)
+    generations = spec_worker("perturbed", num_steps).generate(requests(PROMPTS, MAX_NEW_TOKENS))
     counts: list[int] = []
-    for prompt, expected in zip(PROMPTS, plain_outputs, strict=True):
-        generation = worker.generate(prompt, MAX_NEW_TOKENS)
+    for generation, expected in zip(generations, plain_outputs, strict=True):
         assert generation.output_ids == expected.output_ids
         counts.extend(generation.correct_drafts)
     # Cycles that stopped mid-chain, after a full chain and after a miss at the first draft.
@@ -70,17 +90,86 @@ def test_rejection_mid_chain_rolls_back_and_stays_exact(
     assert 0 in counts
 
 
+def test_batch_outputs_equal_single_outputs(
+    spec_worker: SpecWorkerFactory, plain: PlainWorker, plain_outputs: list[Generation]
+) -> None:
+    worker = spec_worker("perturbed", 3)
+    for prompt, expected in zip(PROMPTS, plain_outputs, strict=True):
+        assert plain.generate(requests([prompt], MAX_NEW_TOKENS))[0] == expected
+        alone = worker.generate(requests([prompt], MAX_NEW_TOKENS))[0]
+        assert alone.output_ids == expected.output_ids
+
+
+def test_each_sequence_of_a_batch_keeps_its_own_counts(spec_worker: SpecWorkerFactory) -> None:
+    worker = spec_worker("perturbed", 3)
+    budgets = [MAX_NEW_TOKENS, 5, 0]
+    batch = [Request(prompt, budget) for prompt, budget in zip(PROMPTS, budgets, strict=True)]
+    generations = worker.generate(batch)
+    assert [g.completion_tokens for g in generations] == budgets
+    for generation, prompt, budget in zip(generations, PROMPTS, budgets, strict=True):
+        alone = worker.generate([Request(prompt, budget)])[0]
+        # The same tokens, the same verify passes: a sequence's counts ignore its neighbours.
+        assert generation == alone
+    assert generations[2].spec_verify_ct == 0
+
+
 @pytest.mark.parametrize("kind", ["self", "perturbed"])
 def test_max_new_tokens_is_honoured_exactly(
     spec_worker: SpecWorkerFactory, plain: PlainWorker, kind: str
 ) -> None:
     worker = spec_worker(kind, 3)
-    expected = plain.generate(PROMPTS[0], 10).output_ids
+    expected = plain.generate(requests(PROMPTS[:1], 10))[0].output_ids
     for max_new_tokens in range(11):  # every cut of the last cycle
-        generation = worker.generate(PROMPTS[0], max_new_tokens)
+        generation = worker.generate(requests(PROMPTS[:1], max_new_tokens))[0]
         assert generation.output_ids == expected[:max_new_tokens]
         assert generation.completion_tokens == max_new_tokens
-        assert len(plain.generate(PROMPTS[0], max_new_tokens).output_ids) == max_new_tokens
+        plain_cut = plain.generate(requests(PROMPTS[:1], max_new_tokens))[0]
+        assert plain_cut.output_ids == expected[:max_new_tokens]
+
+
+@pytest.mark.parametrize(("topk", "num_draft_tokens"), [(1, 4), (2, 6)])
+def test_emulated_cuda_graphs_give_the_same_outputs(
+    spec_worker: SpecWorkerFactory,
+    plain_outputs: list[Generation],
+    topk: int,
+    num_draft_tokens: int,
+) -> None:
+    """Every phase on fixed buffers, outputs overwritten call after call, as on CUDA."""
+    worker = spec_worker("perturbed", 3, topk, num_draft_tokens, graphs="emulate")
+    generations = worker.generate(requests(PROMPTS, MAX_NEW_TOKENS))
+    assert [g.output_ids for g in generations] == [g.output_ids for g in plain_outputs]
+    assert worker.graphs.captures >= 4  # draft, verify, accept, extend
+    plain = PlainWorker(worker.target, worker.graphs)
+    assert plain.generate(requests(PROMPTS, MAX_NEW_TOKENS)) == plain_outputs
+
+
+def test_logprobs_are_the_targets_for_spec_and_plain(
+    spec_worker: SpecWorkerFactory, plain: PlainWorker
+) -> None:
+    batch = [Request(prompt, 12, top) for prompt, top in zip(PROMPTS, (3, 0, None), strict=True)]
+    expected = plain.generate(batch)
+    generations = spec_worker("perturbed", 3).generate(batch)
+    for generation, reference in zip(generations, expected, strict=True):
+        assert generation.output_ids == reference.output_ids
+        if reference.output_logprobs is None:
+            assert generation.output_logprobs is None
+            continue
+        assert generation.output_logprobs == pytest.approx(reference.output_logprobs, abs=1e-4)
+        assert reference.output_top_logprobs is not None
+        assert generation.output_top_logprobs is not None
+        for top, top_reference in zip(
+            generation.output_top_logprobs, reference.output_top_logprobs, strict=True
+        ):
+            assert [t for _, t in top] == [t for _, t in top_reference]
+    first = expected[0]
+    assert first.output_top_logprobs is not None and first.output_logprobs is not None
+    # Greedy: each output token is its position's most likely one.
+    assert all(
+        top[0][1] == token
+        for top, token in zip(first.output_top_logprobs, first.output_ids, strict=True)
+    )
+    assert all(len(top) == 3 for top in first.output_top_logprobs)
+    assert all(len(top) == 0 for top in expected[1].output_top_logprobs or ())
 
 
 def test_cycle_runs_the_phases_in_order(spec_worker: SpecWorkerFactory) -> None:
@@ -89,7 +178,7 @@ def test_cycle_runs_the_phases_in_order(spec_worker: SpecWorkerFactory) -> None:
     for phase in ("draft", "verify", "accept", "draft_extend"):
         method = getattr(worker, phase)
         setattr(worker, phase, _recording(method, phase, calls))
-    generation = worker.generate(PROMPTS[0], 12)
+    generation = worker.generate(requests(PROMPTS[:1], 12))[0]
     cycles = [calls[i : i + 4] for i in range(0, len(calls), 4)]
     assert len(cycles) == generation.spec_verify_ct
     assert all(c == ["draft", "verify", "accept", "draft_extend"] for c in cycles[:-1])
@@ -114,51 +203,31 @@ def test_verify_delay_slows_verify_only(spec_worker: SpecWorkerFactory) -> None:
     worker = spec_worker("self", 2)
     delayed = EagleWorker(worker.target, worker.drafter, worker.params, verify_delay_ms=30.0)
     with torch.inference_mode():
-        first = delayed.prefill(torch.tensor([PROMPTS[0]]))
-        drafts = torch.tensor([1, 2])
-        seq = SeqState(first, len(PROMPTS[0]), remaining=5)
+        batch = Batch(requests(PROMPTS[:1], 5), worker.device, worker.target.max_seq_len)
+        tree = chain_tree(torch.tensor([1]), torch.tensor([[2, 3]]))
         start = time.perf_counter()
-        delayed.verify(seq, drafts)
+        delayed.verify(batch, tree)
         assert time.perf_counter() - start >= 0.030
 
 
-def test_chain_params_follow_sglang_rules() -> None:
-    assert resolve_spec_params(None, None, None) == SpecParams(3, 1, 4)
-    assert resolve_spec_params(2, None, None) == SpecParams(2, 1, 3)
-    assert resolve_spec_params(5, 1, 6) == SpecParams(5, 1, 6)
-
-
-@pytest.mark.parametrize(
-    ("flags", "words"),
-    [
-        ((3, 4, 8), ["--speculative-eagle-topk", "tree drafting", "not supported yet"]),
-        (
-            (3, 1, 8),
-            [
-                "--speculative-num-draft-tokens: 8",
-                "--speculative-num-steps 3",
-                "pass --speculative-num-draft-tokens 4",
-            ],
-        ),
-        ((0, 1, 1), ["--speculative-num-steps", "at least 1"]),
-        ((None, 1, 4), ["--speculative-num-steps", "set all three"]),
-    ],
-)
-def test_bad_chain_params_are_refused_with_the_flags_to_fix(
-    flags: tuple[int | None, int | None, int | None], words: list[str]
-) -> None:
-    with pytest.raises(ConfigError) as caught:
-        resolve_spec_params(*flags)
-    for word in words:
-        assert word in str(caught.value)
+def test_simulated_acceptance_sets_the_accept_length(spec_worker: SpecWorkerFactory) -> None:
+    worker = spec_worker("eagle3", 3)
+    simulated = EagleWorker(worker.target, worker.drafter, worker.params, simulate_accept_rate=1.0)
+    generations = simulated.generate(requests(PROMPTS, MAX_NEW_TOKENS))
+    assert all(g.correct_drafts == (3,) * g.spec_verify_ct for g in generations)
+    never = EagleWorker(worker.target, worker.drafter, worker.params, simulate_accept_rate=0.0)
+    assert all(set(g.correct_drafts) == {0} for g in never.generate(requests(PROMPTS, 8)))
 
 
 def test_requests_that_do_not_fit_are_refused(spec_worker: SpecWorkerFactory) -> None:
     worker = spec_worker("eagle3", 3)
+    lookahead = worker.params.lookahead
     with pytest.raises(RequestError, match="context of 2048"):
-        worker.check([1] * 2000, 45)
-    worker.check([1] * 2000, 44)
+        worker.check(Request([1] * 2000, 49 - lookahead))
+    worker.check(Request([1] * 2000, 48 - lookahead))
     with pytest.raises(RequestError, match="empty"):
-        worker.check([], 4)
+        worker.check(Request([], 4))
     with pytest.raises(RequestError, match=r"0\.\.255"):
-        worker.check([256], 4)
+        worker.check(Request([256], 4))
+    with pytest.raises(RequestError, match="top_logprobs_num"):
+        worker.check(Request([1], 4, 300))

@@ -10,12 +10,13 @@ import uuid
 from dataclasses import dataclass
 from typing import Any
 
-from perfgate.engines.embedded.worker import Generation, RequestError
+from perfgate.engines.embedded.batch import Generation, Request, RequestError
 
 DEFAULT_MAX_NEW_TOKENS = 128  # SGLang's default
 DEFAULT_TEMPERATURE = 1.0  # SGLang's default: a request that omits it asks for sampling
 GREEDY_BELOW = 1e-6  # SGLang decodes greedily below this temperature
-UNSUPPORTED_FLAGS = ("stream", "return_logprob", "return_hidden_states")
+UNSUPPORTED_FLAGS = ("stream", "return_hidden_states", "token_ids_logprob")
+OUTPUT_ONLY = -1  # SGLang's default logprob_start_len: logprobs of output tokens only
 
 
 @dataclass(frozen=True)
@@ -24,6 +25,17 @@ class GenerateRequest:
     max_new_tokens: list[int]
     rids: list[str]
     is_batch: bool  # answer with a list, as SGLang does for list inputs
+    top_logprobs: list[int | None] | None = None  # per prompt: None without return_logprob
+
+    def requests(self) -> list[Request]:
+        """Return one engine request per prompt."""
+        top = self.top_logprobs or [None] * len(self.prompts)
+        return [
+            Request(prompt, max_new_tokens, top_n)
+            for prompt, max_new_tokens, top_n in zip(
+                self.prompts, self.max_new_tokens, top, strict=True
+            )
+        ]
 
 
 def encode_text(text: str) -> list[int]:
@@ -54,7 +66,39 @@ def parse_generate(body: Any) -> GenerateRequest:
     if not isinstance(rids, list) or len(rids) != len(prompts):
         raise RequestError("rid must be a string, or a list of one per prompt")
     max_new_tokens = [_parse_sampling(p) for p in params]
-    return GenerateRequest(prompts, max_new_tokens, [str(r) for r in rids], is_batch)
+    top_logprobs = _parse_logprobs(body, len(prompts))
+    return GenerateRequest(prompts, max_new_tokens, [str(r) for r in rids], is_batch, top_logprobs)
+
+
+def _per_prompt(body: dict[str, Any], key: str, count: int, default: Any) -> list[Any]:
+    value = body.get(key)
+    if value is None:
+        return [default] * count
+    if isinstance(value, list):
+        if len(value) != count:
+            raise RequestError(f"{key} must be a value, or a list of one per prompt")
+        return value
+    return [value] * count
+
+
+def _parse_logprobs(body: dict[str, Any], count: int) -> list[int | None]:
+    """Return per prompt: None without return_logprob, else its top_logprobs_num."""
+    wants = _per_prompt(body, "return_logprob", count, False)
+    tops = _per_prompt(body, "top_logprobs_num", count, 0)
+    starts = _per_prompt(body, "logprob_start_len", count, OUTPUT_ONLY)
+    result: list[int | None] = []
+    for want, top, start in zip(wants, tops, starts, strict=True):
+        if not isinstance(want, bool):
+            raise RequestError(f"return_logprob must be a bool, got {want!r}")
+        if not isinstance(top, int) or isinstance(top, bool) or top < 0:
+            raise RequestError(f"top_logprobs_num must be an int >= 0, got {top!r}")
+        if want and start != OUTPUT_ONLY:
+            raise RequestError(
+                f"logprob_start_len {start!r}: the embedded engine returns the logprobs of "
+                f"output tokens only; omit it or pass {OUTPUT_ONLY}"
+            )
+        result.append(top if want else None)
+    return result
 
 
 def _parse_prompts(body: dict[str, Any]) -> tuple[list[list[int]], bool]:
@@ -107,8 +151,12 @@ def render_generation(
     rid: str,
     e2e_latency_s: float,
     speculative: bool,
+    top_logprobs_num: int | None = None,
 ) -> dict[str, Any]:
-    """Return SGLang's response object for one finished sequence."""
+    """Return SGLang's response object for one finished sequence.
+
+    top_logprobs_num: None unless the request asked for logprobs (``return_logprob``).
+    """
     meta_info: dict[str, Any] = {
         "id": rid,
         "prompt_tokens": prompt_tokens,
@@ -123,8 +171,33 @@ def render_generation(
             meta_info["spec_accept_length"] = (
                 generation.completion_tokens / generation.spec_verify_ct
             )
+    if top_logprobs_num is not None:
+        meta_info.update(render_logprobs(generation, top_logprobs_num))
     return {
         "text": decode_text(generation.output_ids),
         "output_ids": generation.output_ids,
         "meta_info": meta_info,
     }
+
+
+def render_logprobs(generation: Generation, top_logprobs_num: int) -> dict[str, Any]:
+    """Return SGLang's logprob fields: [logprob, token_id, text] entries, text null.
+
+    ``output_top_logprobs`` comes with ``top_logprobs_num`` > 0 only, as in SGLang; the input
+    fields are empty, since only output tokens' logprobs are returned.
+    """
+    logprobs = generation.output_logprobs or ()
+    fields: dict[str, Any] = {
+        "input_token_logprobs": [],
+        "output_token_logprobs": [
+            [logprob, token, None]
+            for logprob, token in zip(logprobs, generation.output_ids, strict=True)
+        ],
+    }
+    if top_logprobs_num > 0:
+        fields["input_top_logprobs"] = []
+        fields["output_top_logprobs"] = [
+            [[logprob, token, None] for logprob, token in top]
+            for top in generation.output_top_logprobs or ()
+        ]
+    return fields

@@ -15,7 +15,13 @@ from typing import NoReturn
 
 import torch
 
-from perfgate.engines.embedded.worker import AUTO_NUM_STEPS, SpecParams, resolve_spec_params
+from perfgate.engines.embedded.params import (
+    AUTO_NUM_DRAFT_TOKENS,
+    AUTO_NUM_STEPS,
+    AUTO_TOPK,
+    SpecParams,
+    resolve_spec_params,
+)
 from perfgate.errors import ConfigError, ExitCode
 
 PROG = "python -m perfgate.engines.embedded.server"
@@ -74,8 +80,14 @@ def build_parser() -> argparse.ArgumentParser:
         "--max-running-requests",
         type=int,
         default=None,
-        help="accepted for parity with SGLang; requests run one at a time "
-        f"(speculative servers report {SPEC_MAX_RUNNING_REQUESTS} when unset, as SGLang does)",
+        help="the most sequences decoding together: a /generate with more prompts runs them in "
+        "batches of this size (default: all at once; "
+        f"{SPEC_MAX_RUNNING_REQUESTS} for speculative servers, as in SGLang)",
+    )
+    add(
+        "--disable-cuda-graph",
+        action="store_true",
+        help="run every forward eagerly on CUDA instead of replaying captured CUDA graphs",
     )
     add("--random-seed", type=int, default=None, help="torch seed (default 0)")
     add(
@@ -107,23 +119,26 @@ def _add_speculative(parser: argparse.ArgumentParser) -> None:
         help="draft model: perfgate/eagle3-llama-tiny, a target model for STANDALONE, or a "
         "directory",
     )
+    auto = f"{AUTO_NUM_STEPS}, {AUTO_TOPK}, {AUTO_NUM_DRAFT_TOKENS}"
     add(
         "--speculative-num-steps",
         type=int,
         default=None,
-        help=f"draft tokens per cycle (default {AUTO_NUM_STEPS}, with topk 1)",
+        help=f"draft levels per cycle (all three unset: ({auto}), SGLang's choice for Llama)",
     )
     add(
         "--speculative-eagle-topk",
         type=int,
         default=None,
-        help="branching per draft step; only 1 (chain drafting) is supported",
+        help="branches per draft level: 1 drafts a chain, more draft a tree (default 1 when "
+        "--speculative-num-steps is set)",
     )
     add(
         "--speculative-num-draft-tokens",
         type=int,
         default=None,
-        help="tokens per verify pass; with topk 1 it must be num_steps + 1",
+        help="tokens per verify pass, the root included: with topk 1 it is num_steps + 1 "
+        "(SGLang adjusts it), with a tree the best num_draft_tokens - 1 candidates",
     )
     add(
         "--debug-verify-delay-ms",
@@ -134,6 +149,36 @@ def _add_speculative(parser: argparse.ArgumentParser) -> None:
         f"${DELAY_VARIABLE} or 0. The variable reaches a server launched by perfgate unchanged, "
         "so a test can slow verify down without changing the scenario",
     )
+    add(
+        "--debug-simulate-accept-rate",
+        type=float,
+        default=None,
+        metavar="RATE",
+        help="benchmarking: accept each draft token with this probability (0..1) instead of "
+        "checking it against the target, SGLang's SGLANG_SIMULATE_ACC_LEN idea per position "
+        "(a chain of S drafts then accepts 1 + RATE + ... + RATE^S tokens per cycle); outputs "
+        "are no longer the target's greedy ones",
+    )
+    add(
+        "--debug-eagle3-feature-layers",
+        type=_layers,
+        default=None,
+        metavar="I,J,K",
+        help="debugging: feed the EAGLE-3 head these target hidden states instead of those it "
+        "was trained on (e.g. 4,2,1 for its own reversed), to inject a wiring bug",
+    )
+
+
+def _layers(text: str) -> tuple[int, ...]:
+    try:
+        layers = tuple(int(part) for part in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a comma-separated list of ints"
+        ) from None
+    if len(layers) != 3:
+        raise argparse.ArgumentTypeError(f"{text!r}: an EAGLE-3 head reads 3 hidden states")
+    return layers
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
@@ -158,6 +203,11 @@ def check_args(args: argparse.Namespace) -> SpecParams | None:
         raise ConfigError("must be >= 0", field="--debug-verify-delay-ms")
     if args.num_threads is not None and args.num_threads < 1:
         raise ConfigError("must be >= 1", field="--num-threads")
+    if args.max_running_requests is not None and args.max_running_requests < 1:
+        raise ConfigError("must be >= 1", field="--max-running-requests")
+    rate = args.debug_simulate_accept_rate
+    if rate is not None and not 0.0 <= rate <= 1.0:
+        raise ConfigError(f"{rate} is not a probability", field="--debug-simulate-accept-rate")
     args.random_seed = 0 if args.random_seed is None else args.random_seed
     if args.speculative_algorithm is None:
         _warn_ignored_spec_flags(args, from_env)
@@ -199,6 +249,8 @@ def _warn_ignored_spec_flags(args: argparse.Namespace, from_env: bool) -> None:
         "--speculative-num-steps": args.speculative_num_steps,
         "--speculative-eagle-topk": args.speculative_eagle_topk,
         "--speculative-num-draft-tokens": args.speculative_num_draft_tokens,
+        "--debug-simulate-accept-rate": args.debug_simulate_accept_rate,
+        "--debug-eagle3-feature-layers": args.debug_eagle3_feature_layers,
     }
     given = [flag for flag, value in spec_flags.items() if value is not None]
     if given or (args.debug_verify_delay_ms and not from_env):

@@ -13,7 +13,9 @@ import torch
 
 from perfgate.engines.embedded.api import GenerateRequest, render_generation
 from perfgate.engines.embedded.args import resolve_device, resolve_dtype
+from perfgate.engines.embedded.batch import Generation, Request
 from perfgate.engines.embedded.drafters import Drafter, Eagle3Drafter, StandaloneDrafter
+from perfgate.engines.embedded.graphs import GraphRunner
 from perfgate.engines.embedded.loading import (
     DRAFT_ARCHITECTURE,
     load_draft,
@@ -22,7 +24,8 @@ from perfgate.engines.embedded.loading import (
     resolve_model,
 )
 from perfgate.engines.embedded.model import BYTE_VOCAB, Transformer
-from perfgate.engines.embedded.worker import EagleWorker, PlainWorker, SpecParams
+from perfgate.engines.embedded.params import SpecParams
+from perfgate.engines.embedded.worker import EagleWorker, PlainWorker
 from perfgate.errors import ConfigError
 
 ENGINE_NAME = "embedded"
@@ -31,29 +34,49 @@ ENGINE_NAME = "embedded"
 class Engine:
     """The worker behind a lock, and the speculative totals that /server_info reports."""
 
-    def __init__(self, worker: PlainWorker | EagleWorker) -> None:
+    def __init__(
+        self, worker: PlainWorker | EagleWorker, max_running_requests: int | None = None
+    ) -> None:
         self.worker = worker
         self.speculative = isinstance(worker, EagleWorker)
+        self.max_running_requests = max_running_requests
         self.lock = threading.Lock()
         self._verify_ct = 0
         self._accept_tokens = 0
 
     def generate(self, request: GenerateRequest, received: float) -> list[dict[str, Any]]:
-        """Check every prompt, then decode them one by one; return SGLang's response objects."""
-        jobs = list(zip(request.prompts, request.max_new_tokens, request.rids, strict=True))
-        for prompt, max_new_tokens, _ in jobs:
-            self.worker.check(prompt, max_new_tokens)
+        """Check every prompt, then decode them in batches of at most max_running_requests.
+
+        Returns SGLang's response objects, in the order of the prompts.
+        """
+        requests = request.requests()
+        for one in requests:
+            self.worker.check(one)
+        size = self.max_running_requests or len(requests)
         responses = []
         with self.lock:
-            for prompt, max_new_tokens, rid in jobs:
-                generation = self.worker.generate(prompt, max_new_tokens)
-                self._verify_ct += generation.spec_verify_ct
-                self._accept_tokens += generation.accept_tokens
+            for first in range(0, len(requests), size):
+                chunk = requests[first : first + size]
+                generations = self.worker.generate(chunk)
                 latency_s = time.perf_counter() - received
-                responses.append(
-                    render_generation(generation, len(prompt), rid, latency_s, self.speculative)
-                )
+                for offset, (one, generation) in enumerate(zip(chunk, generations, strict=True)):
+                    self._verify_ct += generation.spec_verify_ct
+                    self._accept_tokens += generation.accept_tokens
+                    rid = request.rids[first + offset]
+                    responses.append(self._render(one, generation, rid, latency_s))
         return responses
+
+    def _render(
+        self, request: Request, generation: Generation, rid: str, latency_s: float
+    ) -> dict[str, Any]:
+        return render_generation(
+            generation,
+            len(request.prompt_ids),
+            rid,
+            latency_s,
+            self.speculative,
+            request.top_logprobs_num,
+        )
 
     def flush(self) -> None:
         """Reset the speculative totals, as SGLang's /flush_cache does."""
@@ -61,7 +84,11 @@ class Engine:
             self._verify_ct = self._accept_tokens = 0
 
     def internal_states(self) -> list[dict[str, Any]]:
-        """Return SGLang's internal_states: one entry, with the average accept length if spec."""
+        """Return SGLang's internal_states: one entry, with the average accept length if spec.
+
+        As SGLang's scheduler counts it: per request and verify pass, the accepted drafts plus
+        the bonus token, averaged since the start or the last /flush_cache.
+        """
         if not self.speculative:
             return [{}]
         average = self._accept_tokens / self._verify_ct if self._verify_ct else 0.0
@@ -89,11 +116,20 @@ def build_app(args: argparse.Namespace, spec: SpecParams | None) -> App:
         torch.set_num_threads(args.num_threads)
     target = load_target(args.model_path, device, dtype)
     _check_vocab(target, "--model-path")
-    worker: PlainWorker | EagleWorker = PlainWorker(target)
+    graphs = GraphRunner("cuda" if device.type == "cuda" and not args.disable_cuda_graph else "off")
+    worker: PlainWorker | EagleWorker = PlainWorker(target, graphs)
     if spec is not None:
-        drafter = load_drafter(args, target, device, dtype)
-        worker = EagleWorker(target, drafter, spec, args.debug_verify_delay_ms)
-    engine = Engine(worker)
+        drafter = load_drafter(args, target, device, dtype, spec.topk, graphs)
+        worker = EagleWorker(
+            target,
+            drafter,
+            spec,
+            verify_delay_ms=args.debug_verify_delay_ms,
+            simulate_accept_rate=args.debug_simulate_accept_rate,
+            seed=args.random_seed,
+            graphs=graphs,
+        )
+    engine = Engine(worker, args.max_running_requests)
     warm_up(engine, spec)
     args.device, args.dtype = device.type, str(dtype).removeprefix("torch.")
     draft_path = args.speculative_draft_model_path if spec is not None else None
@@ -110,7 +146,12 @@ def build_app(args: argparse.Namespace, spec: SpecParams | None) -> App:
 
 
 def load_drafter(
-    args: argparse.Namespace, target: Transformer, device: torch.device, dtype: torch.dtype
+    args: argparse.Namespace,
+    target: Transformer,
+    device: torch.device,
+    dtype: torch.dtype,
+    topk: int,
+    graphs: GraphRunner,
 ) -> Drafter:
     """Load the draft model that --speculative-algorithm asks for."""
     path = args.speculative_draft_model_path
@@ -125,7 +166,7 @@ def load_drafter(
             )
         model = load_target(path, device, dtype)
         _check_vocab(model, "--speculative-draft-model-path")
-        return StandaloneDrafter(model)
+        return StandaloneDrafter(model, topk, graphs)
     if not is_head:
         raise ConfigError(
             f"{path} is a full model, not an EAGLE-3 head",
@@ -133,7 +174,20 @@ def load_drafter(
             fix="use --speculative-algorithm STANDALONE to draft with it, or an EAGLE-3 head "
             "such as perfgate/eagle3-llama-tiny",
         )
-    return Eagle3Drafter(load_draft(path, target, device, dtype))
+    head = load_draft(path, target, device, dtype)
+    layers = args.debug_eagle3_feature_layers
+    if layers is not None:
+        _check_layers(layers, target)
+    return Eagle3Drafter(head, topk, graphs, layers)
+
+
+def _check_layers(layers: tuple[int, ...], target: Transformer) -> None:
+    bad = [i for i in layers if not 0 <= i <= target.config.n_layer]
+    if bad:
+        raise ConfigError(
+            f"{bad} are outside the target's hidden states 0..{target.config.n_layer}",
+            field="--debug-eagle3-feature-layers",
+        )
 
 
 def _check_vocab(model: Transformer, flag: str) -> None:

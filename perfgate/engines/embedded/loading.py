@@ -103,7 +103,8 @@ def draft_config(model: ModelDir) -> DraftConfig:
 def load_target(path_or_name: str, device: torch.device, dtype: torch.dtype) -> Transformer:
     """Build the target, load or seed its weights, and allocate its caches on device."""
     model = resolve_model(path_or_name)
-    transformer = Transformer(target_config(model))
+    with _building_on(model, device):
+        transformer = Transformer(target_config(model))
     return _finish(transformer, model, device, dtype)
 
 
@@ -129,7 +130,9 @@ def load_draft(
         )
     # The head caches one entry per target position, so it spans the target's context.
     config = dataclasses.replace(config, max_seq_len=target.config.max_seq_len)
-    return _finish(Eagle3Draft(config, target), model, device, dtype)
+    with _building_on(model, device):
+        head = Eagle3Draft(config, target)
+    return _finish(head, model, device, dtype)
 
 
 def model_identity(path_or_name: str) -> str:
@@ -147,6 +150,16 @@ def save_weights(model: nn.Module, directory: Path) -> Path:
     path = directory / WEIGHTS_FILE
     save_model(model, str(path))
     return path
+
+
+def _building_on(model: ModelDir, device: torch.device) -> torch.device:
+    """Where to build a model: weights load on CPU; a seeded model is built where it runs.
+
+    A seeded model's values therefore depend on its device's generator: the same on every CPU,
+    not the same on CPU and CUDA. Building a large seeded model on the GPU takes a moment
+    where building it on the CPU first would take minutes.
+    """
+    return torch.device("cpu") if model.weights is not None else device
 
 
 def _finish(module: _M, model: ModelDir, device: torch.device, dtype: torch.dtype) -> _M:

@@ -1,15 +1,19 @@
 """The embedded engine's models: a small Llama-style target and an EAGLE-3 draft head.
 
-Config dataclasses and ``nn.Module``s only; the decoding loop lives in ``worker.py``.
+Config dataclasses and ``nn.Module``s only; the decoding loops live in ``worker.py`` and
+``drafters.py``, the training recipe in ``train.py``.
 
 Hidden-state indices, used to pick EAGLE-3 features: hidden state ``i`` is the residual stream
 after ``i`` decoder layers, so ``0`` is the token embeddings and ``n_layer`` is the last layer's
 output (before the final norm).
 
-Attention is causal *by position*: a query at position ``p`` sees the cached keys at positions
-``<= p``, whatever the cache held beyond. Rolling a cache back is therefore resetting a length
-in the caller: a stale entry beyond it is overwritten by the next forward at that position
-before any query at or after that position runs.
+Attention with a KV cache takes an ``AttentionView``: the cache *slots* the new keys and values
+are written to, and a boolean mask of the slots each query sees. A sequence decoded token by
+token uses its positions as slots and sees every slot up to its own position
+(``causal_view``), so rolling a cache back is resetting a length in the caller: a stale entry
+beyond it is overwritten by the next forward at that position before any query at or after that
+position runs. A draft tree writes its nodes to scratch slots past the sequence and sees its
+ancestors only (``tree.py``). Without a view (training) attention is causal within the input.
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 BYTE_VOCAB = 256
+KV_BUCKET = 128  # attention reads the cache in multiples of this many slots
 
 
 @dataclass(frozen=True)
@@ -88,11 +93,31 @@ class Rope(NamedTuple):
     sin: Tensor
 
 
-def rope_table(head_dim: int, max_seq_len: int, base: float, device: torch.device) -> Tensor:
-    """Return the rotary angles, float32 [max_seq_len, head_dim]."""
+class AttentionView(NamedTuple):
+    """Where a forward writes its keys and values, and which cache slots each query sees."""
+
+    slots: Tensor  # [B, T] long: cache slot of each input token
+    mask: Tensor  # [B, 1, T, kv_len] bool; kv_len slots of the cache are read
+
+
+def kv_bucket(length: int, max_seq_len: int) -> int:
+    """Return the cache slots to read for queries up to slot length - 1, rounded up."""
+    return min(max_seq_len, -(-length // KV_BUCKET) * KV_BUCKET)
+
+
+def causal_view(positions: Tensor, kv_len: int) -> AttentionView:
+    """Write at the positions [B, T]; let each query see every slot up to its own position."""
+    keys = torch.arange(kv_len, device=positions.device)
+    mask = keys.view(1, 1, 1, -1) <= positions.unsqueeze(1).unsqueeze(-1)
+    return AttentionView(positions, mask)
+
+
+def rope_tables(head_dim: int, max_seq_len: int, base: float, device: torch.device) -> Rope:
+    """Return the rotary cos and sin tables, float32 [max_seq_len, head_dim]."""
     inv_freq = base ** -(torch.arange(0, head_dim, 2, device=device).float() / head_dim)
     angles = torch.outer(torch.arange(max_seq_len, device=device).float(), inv_freq)
-    return torch.cat([angles, angles], dim=-1)
+    angles = torch.cat([angles, angles], dim=-1)
+    return Rope(angles.cos(), angles.sin())
 
 
 def apply_rope(x: Tensor, rope: Rope) -> Tensor:
@@ -102,12 +127,6 @@ def apply_rope(x: Tensor, rope: Rope) -> Tensor:
     rotated = torch.cat([-xf[..., half:], xf[..., :half]], dim=-1)
     cos, sin = rope.cos.unsqueeze(1), rope.sin.unsqueeze(1)
     return (xf * cos + rotated * sin).type_as(x)
-
-
-def causal_mask(positions: Tensor, max_seq_len: int) -> Tensor:
-    """Return the by-position causal mask [B, 1, T, max_seq_len] for positions [B, T]."""
-    keys = torch.arange(max_seq_len, device=positions.device)
-    return keys.view(1, 1, 1, -1) <= positions.unsqueeze(1).unsqueeze(-1)
 
 
 class RMSNorm(nn.Module):
@@ -122,8 +141,16 @@ class RMSNorm(nn.Module):
         return normed.type_as(x) * self.weight
 
 
-class KVCache(nn.Module):
-    k: Tensor  # [batch, heads, max_seq, head_dim]
+class KVStore(nn.Module):
+    """Where an attention layer keeps its keys and values between forwards."""
+
+    def update(self, slots: Tensor, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
+        """Store k, v [B, H, T, D] at slots [B, T]; return all keys and values to attend to."""
+        raise NotImplementedError
+
+
+class KVCache(KVStore):
+    k: Tensor  # [batch, heads, slots, head_dim]
     v: Tensor
 
     def __init__(self, shape: tuple[int, int, int, int], dtype: torch.dtype, device: torch.device):
@@ -131,12 +158,20 @@ class KVCache(nn.Module):
         self.register_buffer("k", torch.zeros(shape, dtype=dtype, device=device), persistent=False)
         self.register_buffer("v", torch.zeros(shape, dtype=dtype, device=device), persistent=False)
 
-    def update(self, positions: Tensor, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
-        """Write k, v [B, H, T, D] at positions [B, T]; return the whole cache."""
-        index = positions[:, None, :, None].expand_as(k)
+    def update(self, slots: Tensor, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
+        """Write k, v [B, H, T, D] at slots [B, T]; return the cache of those B rows."""
+        index = slots[:, None, :, None].expand_as(k)
         self.k[: k.shape[0]].scatter_(2, index, k)
         self.v[: v.shape[0]].scatter_(2, index, v)
         return self.k[: k.shape[0]], self.v[: v.shape[0]]
+
+    def copy_slots(self, source: Tensor, dest: Tensor) -> None:
+        """Copy the entries at slots source [B, N] to slots dest [B, N], gathering first."""
+        for cache in (self.k, self.v):
+            rows = cache[: source.shape[0]]
+            shape = (-1, rows.shape[1], -1, rows.shape[3])
+            moved = rows.gather(2, source[:, None, :, None].expand(shape))
+            rows.scatter_(2, dest[:, None, :, None].expand(shape), moved)
 
 
 class Attention(nn.Module):
@@ -148,18 +183,25 @@ class Attention(nn.Module):
         self.wk = nn.Linear(in_dim, dim, bias=False)
         self.wv = nn.Linear(in_dim, dim, bias=False)
         self.wo = nn.Linear(dim, dim, bias=False)
-        self.kv_cache: KVCache | None = None
+        self.kv_cache: KVStore | None = None  # a KVCache, or the trainer's unrolled keys
 
-    def forward(self, x: Tensor, positions: Tensor, rope: Rope, mask: Tensor) -> Tensor:
-        assert self.kv_cache is not None, "call setup_cache() before forward()"
+    def forward(self, x: Tensor, rope: Rope, view: AttentionView | None) -> Tensor:
         bsz, seqlen, _ = x.shape
         q, k, v = (
             w(x).view(bsz, seqlen, self.n_head, self.head_dim).transpose(1, 2)
             for w in (self.wq, self.wk, self.wv)
         )
         q, k = apply_rope(q, rope), apply_rope(k, rope)
-        k_all, v_all = self.kv_cache.update(positions, k, v)
-        out = F.scaled_dot_product_attention(q, k_all, v_all, attn_mask=mask)
+        if view is None:  # training: causal within the input; the cache is not touched
+            out = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        elif self.kv_cache is None:
+            out = F.scaled_dot_product_attention(q, k, v, attn_mask=view.mask)
+        else:
+            k_all, v_all = self.kv_cache.update(view.slots, k, v)
+            kv_len = view.mask.shape[-1]
+            out = F.scaled_dot_product_attention(
+                q, k_all[:, :, :kv_len], v_all[:, :, :kv_len], attn_mask=view.mask
+            )
         return self.wo(out.transpose(1, 2).reshape(bsz, seqlen, -1))
 
 
@@ -182,34 +224,56 @@ class TransformerBlock(nn.Module):
         self.ffn_norm = RMSNorm(config.dim, config.norm_eps)
         self.feed_forward = FeedForward(config.dim, config.ffn_dim)
 
-    def forward(self, x: Tensor, positions: Tensor, rope: Rope, mask: Tensor) -> Tensor:
-        h = x + self.attention(self.attention_norm(x), positions, rope, mask)
+    def forward(self, x: Tensor, rope: Rope, view: AttentionView | None) -> Tensor:
+        h = x + self.attention(self.attention_norm(x), rope, view)
         return h + self.feed_forward(self.ffn_norm(h))
 
 
 class CachedModel(nn.Module):
-    """Shared plumbing: a KV cache per attention and a rotary table, sized by max_seq_len."""
+    """Shared plumbing: rotary tables, and a KV cache per attention once set up."""
 
     max_seq_len: int
     rope_base: float
-    rope_angles: Tensor | None = None
+    head_dim: int
+    _rope: Rope | None = None
 
-    def setup_cache(self, batch_size: int = 1) -> None:
-        """Allocate the KV caches and rotary table on the module's device and dtype."""
+    def setup_cache(self, batch_size: int = 1, slots: int | None = None) -> None:
+        """Allocate KV caches of batch_size rows and slots entries (default: the context)."""
         weight = next(self.parameters())
         for module in self.modules():
             if isinstance(module, Attention):
-                shape = (batch_size, module.n_head, self.max_seq_len, module.head_dim)
+                shape = (batch_size, module.n_head, slots or self.max_seq_len, module.head_dim)
                 module.kv_cache = KVCache(shape, weight.dtype, weight.device)
-        head_dim = next(m for m in self.modules() if isinstance(m, Attention)).head_dim
-        self.rope_angles = rope_table(head_dim, self.max_seq_len, self.rope_base, weight.device)
 
-    def _inputs(self, tokens: Tensor, positions: Tensor) -> tuple[Tensor, Rope, Tensor]:
-        """Broadcast positions to [B, T]; return them with the rotary angles and the mask."""
-        assert self.rope_angles is not None, "call setup_cache() before forward()"
-        positions = positions.expand(tokens.shape[0], -1) if positions.dim() == 1 else positions
-        angles = self.rope_angles[positions]
-        return positions, Rope(angles.cos(), angles.sin()), causal_mask(positions, self.max_seq_len)
+    def cache_shape(self) -> tuple[int, int]:
+        """Return the (rows, slots) the KV caches hold; (0, 0) without caches."""
+        cache = next(m.kv_cache for m in self.modules() if isinstance(m, Attention))
+        return (cache.k.shape[0], cache.k.shape[2]) if isinstance(cache, KVCache) else (0, 0)
+
+    def ensure_cache(self, rows: int, slots: int) -> bool:
+        """Grow the KV caches to hold rows x slots at least; return whether they were replaced.
+
+        Replacing drops their content, so call it before a batch's prefill only.
+        """
+        have_rows, have_slots = self.cache_shape()
+        if have_rows >= rows and have_slots >= slots:
+            return False
+        self.setup_cache(max(rows, have_rows), min(self.max_seq_len, max(slots, have_slots)))
+        return True
+
+    def copy_slots(self, source: Tensor, dest: Tensor) -> None:
+        """Move cache entries from slots source [B, N] to dest [B, N] in every layer."""
+        for module in self.modules():
+            if isinstance(module, KVCache):
+                module.copy_slots(source, dest)
+
+    def rope(self, positions: Tensor) -> Rope:
+        """Return the rotary tables at positions [B, T], built once per device."""
+        if self._rope is None or self._rope.cos.device != positions.device:
+            self._rope = rope_tables(
+                self.head_dim, self.max_seq_len, self.rope_base, positions.device
+            )
+        return Rope(self._rope.cos[positions], self._rope.sin[positions])
 
 
 class Transformer(CachedModel):
@@ -218,6 +282,7 @@ class Transformer(CachedModel):
         self.config = config
         self.max_seq_len = config.max_seq_len
         self.rope_base = config.rope_base
+        self.head_dim = config.head_dim
         self.tok_embeddings = nn.Embedding(config.vocab_size, config.dim)
         self.layers = nn.ModuleList(TransformerBlock(config) for _ in range(config.n_layer))
         self.norm = RMSNorm(config.dim, config.norm_eps)
@@ -226,14 +291,22 @@ class Transformer(CachedModel):
             self.output.weight = self.tok_embeddings.weight
 
     def forward(
-        self, tokens: Tensor, positions: Tensor, capture: Sequence[int] = ()
+        self,
+        tokens: Tensor,
+        positions: Tensor,
+        view: AttentionView | None = None,
+        capture: Sequence[int] = (),
     ) -> tuple[Tensor, list[Tensor]]:
-        """Return logits [B, T, vocab] and the hidden states [B, T, dim] listed in capture."""
-        positions, rope, mask = self._inputs(tokens, positions)
+        """Return logits [B, T, vocab] and the hidden states [B, T, dim] listed in capture.
+
+        tokens and positions are [B, T]; view says where the cache is written and read (None
+        without caches: causal within the input).
+        """
+        rope = self.rope(positions)
         x = self.tok_embeddings(tokens)
         hidden = {0: x} if 0 in capture else {}
         for i, layer in enumerate(self.layers, start=1):
-            x = layer(x, positions, rope, mask)
+            x = layer(x, rope, view)
             if i in capture:
                 hidden[i] = x
         return self.output(self.norm(x)), [hidden[i] for i in capture]
@@ -251,11 +324,11 @@ class Eagle3Layer(nn.Module):
         self.feed_forward = FeedForward(config.dim, config.ffn_dim)
 
     def forward(
-        self, embeds: Tensor, hidden: Tensor, positions: Tensor, rope: Rope, mask: Tensor
+        self, embeds: Tensor, hidden: Tensor, rope: Rope, view: AttentionView | None
     ) -> Tensor:
         x = torch.cat([self.embed_norm(embeds), self.hidden_norm(hidden)], dim=-1)
         # The residual stream carries the feature, as in EAGLE-3's reference layer.
-        h = hidden + self.attention(x, positions, rope, mask)
+        h = hidden + self.attention(x, rope, view)
         return h + self.feed_forward(self.ffn_norm(h))
 
 
@@ -276,6 +349,7 @@ class Eagle3Draft(CachedModel):
         self.config = config
         self.max_seq_len = config.max_seq_len
         self.rope_base = config.rope_base
+        self.head_dim = config.head_dim
         self.fc = nn.Linear(3 * config.dim, config.dim, bias=False)
         self.layer = Eagle3Layer(config)
         self.norm = RMSNorm(config.dim, config.norm_eps)
@@ -285,16 +359,19 @@ class Eagle3Draft(CachedModel):
         """Reduce the concatenated low/mid/high features [B, T, 3·dim] to [B, T, dim]."""
         return self.fc(features)
 
-    def forward(self, tokens: Tensor, hidden: Tensor, positions: Tensor) -> tuple[Tensor, Tensor]:
+    def forward(
+        self, tokens: Tensor, hidden: Tensor, positions: Tensor, view: AttentionView | None = None
+    ) -> tuple[Tensor, Tensor]:
         """Return logits [B, T, vocab] and the output hidden [B, T, dim] for (token, hidden)."""
-        positions, rope, mask = self._inputs(tokens, positions)
-        out = self.layer(self.shared.tok_embeddings(tokens), hidden, positions, rope, mask)
+        rope = self.rope(positions)
+        out = self.layer(self.shared.tok_embeddings(tokens), hidden, rope, view)
         return self.shared.output(self.norm(out)), out
 
 
 def init_weights(model: nn.Module, seed: int) -> None:
-    """Initialise every parameter deterministically from seed, on a CPU generator."""
-    generator = torch.Generator().manual_seed(seed)
+    """Initialise every parameter deterministically from seed, on a generator of its device."""
+    device = next(model.parameters()).device
+    generator = torch.Generator(device=device).manual_seed(seed)
     with torch.no_grad():
         for name, param in model.named_parameters():
             if name.endswith("norm.weight"):

@@ -31,8 +31,8 @@ from urllib.parse import urlsplit
 
 from perfgate.engines.embedded.api import GenerateRequest, parse_generate
 from perfgate.engines.embedded.args import check_args, parse_args
+from perfgate.engines.embedded.batch import RequestError
 from perfgate.engines.embedded.engine import App, build_app
-from perfgate.engines.embedded.worker import RequestError
 from perfgate.errors import ExitCode, InfrastructureError, PerfgateError
 
 READY_LINE = "The server is fired up and ready to roll!"  # SGLang's words; launchers wait on it

@@ -1,7 +1,14 @@
-"""The decoding loops: plain greedy decoding and EAGLE-style chain speculation.
+"""The decoding loops: plain greedy decoding and EAGLE-style speculation, over a batch.
 
-Plain functions and classes that take the models. One sequence at a time, greedy only; the
-byte vocabulary has no EOS, so generation runs to ``max_new_tokens`` exactly.
+Plain functions and classes that take the models. Greedy only; the byte vocabulary has no EOS,
+so every sequence runs to its ``max_new_tokens`` exactly. The sequences of a batch decode
+together, one forward per step, each at its own positions; each accepts its own number of draft
+tokens per cycle. A finished sequence stays in the batch until all are done, frozen: it stops
+advancing, and what the forwards compute for it is dropped.
+
+Each phase's device work is one function of tensors, without a host sync, so that on CUDA it
+replays as one graph (``graphs.py``); the host sees the results once per step, in
+``Batch.commit``.
 
 The probe times these methods by name (``perfgate/probe/targets.py``): keep every bit of a
 phase's work inside its method, and ``EagleWorker.cycle`` around exactly one cycle.
@@ -11,148 +18,100 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 from typing import NamedTuple
 
 import torch
 from torch import Tensor
 
-from perfgate.engines.embedded.drafters import Drafter, greedy, positions
-from perfgate.engines.embedded.model import Transformer
-from perfgate.errors import ConfigError
-
-# SGLang's automatic choice for most model families; its Llama choice (5, 4, 8) drafts a tree.
-AUTO_NUM_STEPS, AUTO_TOPK, AUTO_NUM_DRAFT_TOKENS = 3, 1, 4
-
-
-class RequestError(ValueError):
-    """A request this engine cannot serve; the server answers it with HTTP 400."""
-
-
-@dataclass(frozen=True)
-class SpecParams:
-    num_steps: int  # draft tokens per cycle
-    topk: int
-    num_draft_tokens: int  # tokens per verify pass: num_steps + 1 for a chain
+from perfgate.engines.embedded.batch import Batch, Generation, Request, check_request
+from perfgate.engines.embedded.drafters import Drafter, greedy, take_columns
+from perfgate.engines.embedded.graphs import GraphRunner
+from perfgate.engines.embedded.model import AttentionView, Transformer, causal_view
+from perfgate.engines.embedded.params import SpecParams
+from perfgate.engines.embedded.tree import (
+    DraftTree,
+    TreeAcceptance,
+    accept_path,
+    first_child_path,
+    tree_attention,
+    verify_greedy,
+)
 
 
-@dataclass(frozen=True)
-class Generation:
-    output_ids: list[int]
-    spec_verify_ct: int = 0  # verify passes; 0 for plain decoding
-    correct_drafts: tuple[int, ...] = ()  # per verify pass: draft tokens accepted, bonus excluded
-
-    @property
-    def completion_tokens(self) -> int:
-        return len(self.output_ids)
-
-    @property
-    def accept_tokens(self) -> int:
-        """Tokens the verify passes produced: correct drafts plus one bonus token each."""
-        return sum(self.correct_drafts) + len(self.correct_drafts)
+class Prompts(NamedTuple):
+    ids: Tensor  # [B, P]: right-padded with zeros
+    lengths: Tensor  # [B]
+    positions: Tensor  # [B, P]
 
 
-def resolve_spec_params(
-    num_steps: int | None, topk: int | None, num_draft_tokens: int | None
-) -> SpecParams:
-    """Apply SGLang's rules for chain drafting; raise ConfigError naming the flags to fix."""
-    if num_steps is None:
-        if topk is not None or num_draft_tokens is not None:
-            raise ConfigError(
-                "--speculative-eagle-topk and --speculative-num-draft-tokens need "
-                "--speculative-num-steps too",
-                fix="set all three, e.g. --speculative-num-steps 3 --speculative-eagle-topk 1 "
-                "--speculative-num-draft-tokens 4",
-            )
-        return SpecParams(AUTO_NUM_STEPS, AUTO_TOPK, AUTO_NUM_DRAFT_TOKENS)
-    topk = 1 if topk is None else topk
-    num_draft_tokens = num_steps + 1 if num_draft_tokens is None else num_draft_tokens
-    if num_steps < 1:
-        raise ConfigError(f"must be at least 1, got {num_steps}", field="--speculative-num-steps")
-    if topk != 1:
-        raise ConfigError(
-            f"{topk}: tree drafting (topk > 1) is not supported yet by the embedded engine",
-            field="--speculative-eagle-topk",
-            fix="use --speculative-eagle-topk 1",
-        )
-    if num_draft_tokens != num_steps + 1:
-        raise ConfigError(
-            f"{num_draft_tokens} with --speculative-num-steps {num_steps}: with "
-            "--speculative-eagle-topk 1 a chain verifies num_steps + 1 tokens (SGLang warns and "
-            f"resets it to {num_steps + 1})",
-            field="--speculative-num-draft-tokens",
-            fix=f"pass --speculative-num-draft-tokens {num_steps + 1}",
-        )
-    return SpecParams(num_steps, topk, num_draft_tokens)
+def pad_prompts(requests: Sequence[Request], device: torch.device) -> Prompts:
+    """Right-pad the prompts of a batch; pad tokens sit past each prompt, where nothing reads."""
+    width = max(len(r.prompt_ids) for r in requests)
+    rows = [list(r.prompt_ids) + [0] * (width - len(r.prompt_ids)) for r in requests]
+    ids = torch.tensor(rows, device=device)
+    lengths = torch.tensor([len(r.prompt_ids) for r in requests], device=device)
+    positions = torch.arange(width, device=device).expand(len(requests), -1)
+    return Prompts(ids, lengths, positions)
 
 
-def check_request(
-    prompt_ids: Sequence[int], max_new_tokens: int, max_seq_len: int, lookahead: int
-) -> None:
-    """Raise RequestError unless the prompt and its generation fit the model."""
-    if not prompt_ids:
-        raise RequestError("the prompt is empty; send at least one token")
-    if any(not 0 <= t < 256 for t in prompt_ids):
-        raise RequestError("input_ids must be byte values in 0..255 (byte-level vocabulary)")
-    if max_new_tokens < 0:
-        raise RequestError(f"max_new_tokens must be >= 0, got {max_new_tokens}")
-    if len(prompt_ids) + max_new_tokens + lookahead > max_seq_len:
-        raise RequestError(
-            f"prompt ({len(prompt_ids)} tokens) + max_new_tokens ({max_new_tokens}) + draft "
-            f"lookahead ({lookahead}) exceed the model's context of {max_seq_len} tokens"
-        )
+def features_of(hidden: Sequence[Tensor]) -> Tensor | None:
+    """Concatenate captured hidden states into EAGLE-3 features [B, T, 3·dim]; None if none."""
+    return torch.cat(list(hidden), dim=-1) if hidden else None
 
 
 class PlainWorker:
-    """Greedy decoding, one target forward per token."""
+    """Greedy decoding, one target forward per token for the whole batch."""
 
-    def __init__(self, target: Transformer) -> None:
+    def __init__(self, target: Transformer, graphs: GraphRunner | None = None) -> None:
         self.target = target
+        self.graphs = graphs or GraphRunner()
         self.device = target.output.weight.device
+        self.lookahead = 1
 
-    def prefill(self, prompt: Tensor) -> Tensor:
-        """Run the target over the prompt [1, n]; return the first token [1]."""
-        logits, _ = self.target(prompt, positions(0, prompt.shape[1], self.device))
-        return greedy(logits[0, -1:])
+    def prefill(self, batch: Batch, prompts: Prompts) -> None:
+        """Run the target over the prompts; commit each sequence's first token."""
+        view = causal_view(prompts.positions, batch.kv_len(self.lookahead))
+        logits, _ = self.target(prompts.ids, prompts.positions, view)
+        last = take_columns(logits, prompts.lengths - 1)  # [B, 1, vocab]
+        batch.commit(greedy(last), torch.ones_like(prompts.lengths), last)
 
-    def decode_step(self, token: Tensor, position: int) -> Tensor:
-        """Feed token [1] at position; return the next token [1]."""
-        logits, _ = self.target(token.view(1, 1), positions(position, 1, self.device))
-        return greedy(logits[0, -1:])
+    def decode_step(self, batch: Batch) -> None:
+        """Feed each sequence's last token at its position; commit the next token."""
+        kv_len = batch.kv_len(self.lookahead)
 
-    def check(self, prompt_ids: Sequence[int], max_new_tokens: int) -> None:
+        def step(tokens: Tensor, lengths: Tensor) -> tuple[Tensor, Tensor]:
+            positions = lengths.unsqueeze(1)
+            logits, _ = self.target(tokens.unsqueeze(1), positions, causal_view(positions, kv_len))
+            return greedy(logits), logits
+
+        tokens, logits = self.graphs.run(("decode", kv_len), step, batch.tokens, batch.lengths)
+        batch.commit(tokens, torch.ones_like(batch.lengths), logits)
+
+    def check(self, request: Request) -> None:
         """Raise RequestError unless this request fits the model."""
-        check_request(prompt_ids, max_new_tokens, self.target.max_seq_len, lookahead=0)
+        check_request(request, self.target.max_seq_len, self.lookahead)
 
     @torch.inference_mode()
-    def generate(self, prompt_ids: Sequence[int], max_new_tokens: int) -> Generation:
-        """Decode max_new_tokens tokens after prompt_ids."""
-        self.check(prompt_ids, max_new_tokens)
-        if max_new_tokens == 0:
-            return Generation([])
-        prompt = torch.tensor([list(prompt_ids)], device=self.device)
-        tokens = [self.prefill(prompt)]
-        for position in range(len(prompt_ids), len(prompt_ids) + max_new_tokens - 1):
-            tokens.append(self.decode_step(tokens[-1], position))
-        return Generation(torch.cat(tokens).tolist())
+    def generate(self, requests: Sequence[Request]) -> list[Generation]:
+        """Decode a batch of requests together."""
+        for request in requests:
+            self.check(request)
+        batch = Batch(requests, self.device, self.target.max_seq_len)
+        if self.target.ensure_cache(len(requests), batch.kv_len(self.lookahead, final=True)):
+            self.graphs.reset()
+        if not batch.done:
+            self.prefill(batch, pad_prompts(requests, self.device))
+        while not batch.done:
+            self.decode_step(batch)
+        return batch.generations()
 
 
-@dataclass
-class SeqState:
-    """One sequence being decoded speculatively."""
+class Accepted(NamedTuple):
+    """What one verify pass accepted, batch-wide."""
 
-    last_token: Tensor  # [1]: committed, at position `length`, not yet in the target's cache
-    length: int  # the target's KV cache is valid for positions 0..length-1
-    remaining: int  # tokens still to commit
-    output: list[Tensor] = field(default_factory=list)
-    correct_drafts: list[int] = field(default_factory=list)
-
-
-class Acceptance(NamedTuple):
-    tokens: Tensor  # [num_correct + 1]: the accepted drafts, then the bonus token
-    num_correct: int
-    start: int  # position of the cycle's first verified token (the last committed one)
-    committed: int  # tokens added to the output: num_correct + 1, or fewer in the last cycle
+    tree: TreeAcceptance
+    starts: Tensor  # [B]: each sequence's length before the cycle (its root's position)
+    committed: int  # tokens added to the outputs, all sequences together
 
 
 class VerifyDelay:
@@ -183,8 +142,35 @@ def cuda_sleep_cycles_per_ms(device: torch.device, cycles: int = 10_000_000) -> 
         return cycles / start.elapsed_time(end)
 
 
+class SimulatedAcceptance:
+    """Accepts each draft with a fixed probability instead of asking the target.
+
+    SGLang's SGLANG_SIMULATE_ACC_LEN idea, per position: along the first-child path of the
+    tree, each draft is accepted with probability `rate` while all before it were, so a chain
+    of S drafts has an expected accept length of 1 + rate + ... + rate^S. It separates the
+    engine's speed from the draft's quality; the outputs are then not the target's greedy ones.
+    """
+
+    def __init__(self, rate: float, seed: int) -> None:
+        self.rate = rate
+        self.generator = torch.Generator().manual_seed(seed)
+
+    def draw(self, batch: int, path_len: int, device: torch.device) -> Tensor:
+        """Return how many drafts each sequence accepts this cycle, [B] on device."""
+        draws = torch.rand(batch, path_len - 1, generator=self.generator) < self.rate
+        return draws.int().cumprod(dim=1).sum(dim=1).to(device)
+
+
+def simulate_path(
+    tree: DraftTree, target_next: Tensor, counts: Tensor, path_len: int
+) -> TreeAcceptance:
+    """Accept counts [B] drafts along each tree's first-child path, then the bonus token."""
+    accepted = first_child_path(tree, path_len) & (tree.depths <= counts.unsqueeze(1))
+    return accept_path(tree, accepted, target_next, path_len)
+
+
 class EagleWorker:
-    """Chain speculation: draft num_steps tokens, verify them in one target forward, accept."""
+    """Speculation: draft a chain or tree, verify it in ONE target forward, accept, extend."""
 
     def __init__(
         self,
@@ -192,95 +178,146 @@ class EagleWorker:
         drafter: Drafter,
         params: SpecParams,
         verify_delay_ms: float = 0.0,
+        simulate_accept_rate: float | None = None,
+        seed: int = 0,
+        graphs: GraphRunner | None = None,
     ) -> None:
         self.target = target
         self.drafter = drafter
         self.params = params
+        self.graphs = graphs or GraphRunner()
         self.device = target.output.weight.device
         self.verify_delay = VerifyDelay(verify_delay_ms, self.device)
+        self.simulate = (
+            None
+            if simulate_accept_rate is None
+            else SimulatedAcceptance(simulate_accept_rate, seed)
+        )
+        self.lookahead = params.lookahead
+        self.path_len = params.num_steps + 1  # the root and one node per level, at most
 
-    def prefill(self, prompt: Tensor) -> Tensor:
-        """Run the target over the prompt [1, n], then the drafter; return the first token [1]."""
-        count = prompt.shape[1]
+    def prefill(self, batch: Batch, prompts: Prompts) -> None:
+        """Run the target over the prompts, then the drafter; commit the first tokens."""
+        kv_len = batch.kv_len(self.lookahead)
+        view = causal_view(prompts.positions, kv_len)
         capture = self.drafter.feature_layers
-        logits, hidden = self.target(prompt, positions(0, count, self.device), capture)
-        first = greedy(logits[0, -1:])
-        self.drafter.prefill(prompt, first, _features(hidden))
-        return first
+        logits, hidden = self.target(prompts.ids, prompts.positions, view, capture)
+        last = take_columns(logits, prompts.lengths - 1)  # [B, 1, vocab]
+        first = greedy(last[:, 0])
+        self.drafter.prefill(prompts.ids, prompts.lengths, first, features_of(hidden), kv_len)
+        batch.commit(first.unsqueeze(1), torch.ones_like(prompts.lengths), last)
 
-    def cycle(self, seq: SeqState) -> int:
+    def cycle(self, batch: Batch) -> int:
         """Run one decode cycle; return the number of tokens committed."""
-        drafts = self.draft(seq)
-        targets, features = self.verify(seq, drafts)
-        accepted = self.accept(seq, drafts, targets)
-        if seq.remaining > 0:  # like SGLang, no draft extend for a finished request
-            self.draft_extend(accepted, features)
+        tree = self.draft(batch)
+        logits, features = self.verify(batch, tree)
+        accepted = self.accept(batch, tree, logits)
+        if not batch.done:  # like SGLang, no draft extend once every request is finished
+            self.draft_extend(batch, accepted, features)
         return accepted.committed
 
-    def draft(self, seq: SeqState) -> Tensor:
-        """Propose num_steps draft tokens [num_steps] after the last committed token."""
-        return self.drafter.propose(seq.length, self.params.num_steps)
+    def draft(self, batch: Batch) -> DraftTree:
+        """Propose a draft tree (a chain for topk 1) under each sequence's last token."""
+        kv_len = batch.kv_len(self.lookahead)
+        return self.drafter.propose(batch.tokens, batch.lengths, self.params, kv_len)
 
-    def verify(self, seq: SeqState, drafts: Tensor) -> tuple[Tensor, Tensor | None]:
-        """Run ONE target forward over [last token, d1..dS]; return its greedy tokens [S + 1].
+    def verify(self, batch: Batch, tree: DraftTree) -> tuple[Tensor, Tensor | None]:
+        """Run ONE target forward over every tree node, with the tree attention mask.
 
-        targets[k] is the target's token after d_k (after the last token for k = 0); the
-        features [1, S + 1, 3·dim] are returned for the drafter's extend.
+        Returns the logits [B, N, vocab] (row i: the target's distribution after node i) and
+        the features [B, N, 3·dim] for the drafter's extend.
         """
-        tokens = torch.cat([seq.last_token, drafts]).view(1, -1)
-        where = positions(seq.length, tokens.shape[1], self.device)
-        # logits: [1, num_steps + 1, vocab]
-        logits, hidden = self.target(tokens, where, self.drafter.feature_layers)
+        kv_len = batch.kv_len(self.lookahead)
+        capture = self.drafter.feature_layers
+
+        def forward(lengths: Tensor, *tree_tensors: Tensor) -> tuple[Tensor, ...]:
+            nodes = DraftTree(*tree_tensors)
+            slots, positions, mask = tree_attention(nodes, lengths, kv_len)
+            logits, hidden = self.target(
+                nodes.tokens, positions, AttentionView(slots, mask), capture
+            )
+            return (logits, *hidden)
+
+        logits, *hidden = self.graphs.run(("verify", kv_len), forward, batch.lengths, *tree)
         self.verify_delay()
-        return greedy(logits[0]), _features(hidden)
+        return logits, features_of(hidden)
 
-    def accept(self, seq: SeqState, drafts: Tensor, targets: Tensor) -> Acceptance:
-        """Keep the longest prefix of drafts the target agrees with, plus its bonus token."""
-        # d_k is correct when it equals the target's choice after d_(k-1); the first miss ends
-        # acceptance, since every later draft was conditioned on a wrong token.
-        matches = (drafts == targets[:-1]).int()
-        num_correct = int(matches.cumprod(dim=0).sum().item())  # host sync: positions need it
-        # targets[:num_correct] equal the accepted drafts, and targets[num_correct] is the bonus:
-        # the target's own next token, so every verify pass yields at least one token.
-        tokens = targets[: num_correct + 1]
-        start = seq.length
-        # Roll back: the target's cache is valid through the last token and the correct drafts;
-        # the entries after them are stale and get overwritten before any query can see them.
-        seq.length = start + num_correct + 1
-        seq.last_token = tokens[-1:]
-        committed = min(num_correct + 1, seq.remaining)  # the last cycle may stop short
-        seq.output.append(tokens[:committed])
-        seq.remaining -= committed
-        seq.correct_drafts.append(num_correct)
-        return Acceptance(tokens, num_correct, start, committed)
+    def accept(self, batch: Batch, tree: DraftTree, logits: Tensor) -> Accepted:
+        """Keep the longest path of drafts the target agrees with, plus its bonus token."""
+        counts = None
+        if self.simulate is not None:
+            counts = self.simulate.draw(tree.tokens.shape[0], self.path_len, self.device)
 
-    def draft_extend(self, accepted: Acceptance, features: Tensor | None) -> None:
+        def decide(logits: Tensor, *inputs: Tensor) -> tuple[Tensor, ...]:
+            # The target's own choice after each node: a draft is right when it is that choice
+            # after its parent, and the first wrong draft ends its path, since every later draft
+            # was conditioned on a wrong token. The bonus is the target's token after the last
+            # accepted node, so every verify pass yields at least one token.
+            nodes = DraftTree(*inputs[:4])
+            target_next = greedy(logits)  # [B, N]
+            if len(inputs) > 4:
+                acceptance = simulate_path(nodes, target_next, inputs[4], self.path_len)
+            else:
+                acceptance = verify_greedy(nodes, target_next, self.path_len)
+            vocab = logits.shape[-1]
+            path_logits = logits.gather(1, acceptance.path.unsqueeze(-1).expand(-1, -1, vocab))
+            return (*acceptance, path_logits)
+
+        extra = () if counts is None else (counts,)
+        *decided, path_logits = self.graphs.run("accept", decide, logits, *tree, *extra)
+        acceptance = TreeAcceptance(*decided)
+        starts = batch.lengths
+        if self.params.topk > 1:
+            self.compact_cache(starts, acceptance.path)
+        committed = batch.commit(
+            acceptance.committed, acceptance.num_correct + 1, path_logits, acceptance.num_correct
+        )
+        return Accepted(acceptance, starts, committed)
+
+    def compact_cache(self, starts: Tensor, path: Tensor) -> None:
+        """Move each accepted tree node's KV entries to the position it was accepted at.
+
+        Node path[k] was written to slot start + path[k]; the next forward expects the k-th
+        accepted token at position start + k. A chain's nodes are in place already. Later
+        slots hold stale entries, overwritten before any query sees them. Run eagerly: a
+        graph's warm-up would move the entries twice.
+        """
+        steps = torch.arange(path.shape[1], device=path.device)
+        self.target.copy_slots(starts.unsqueeze(1) + path, starts.unsqueeze(1) + steps)
+
+    def draft_extend(self, batch: Batch, accepted: Accepted, features: Tensor | None) -> None:
         """Run the drafter over the accepted tokens with the target's true features."""
-        count = accepted.num_correct + 1
-        true_features = None if features is None else features[:, :count]
-        self.drafter.extend(accepted.tokens, true_features, accepted.start)
+        path = accepted.tree.path
+        path_features = None
+        if features is not None:
+            path_features = features.gather(
+                1, path.unsqueeze(-1).expand(-1, -1, features.shape[-1])
+            )
+        self.drafter.extend(
+            accepted.tree.committed,
+            path_features,
+            accepted.starts,
+            accepted.tree.num_correct,
+            batch.kv_len(self.lookahead),
+        )
 
-    def check(self, prompt_ids: Sequence[int], max_new_tokens: int) -> None:
+    def check(self, request: Request) -> None:
         """Raise RequestError unless this request, drafts included, fits the models."""
-        lookahead = self.params.num_steps + 1
-        max_seq_len = min(self.target.max_seq_len, self.drafter.max_seq_len)
-        check_request(prompt_ids, max_new_tokens, max_seq_len, lookahead)
+        max_seq_len = min(self.target.max_seq_len, self.drafter.model.max_seq_len)
+        check_request(request, max_seq_len, self.lookahead)
 
     @torch.inference_mode()
-    def generate(self, prompt_ids: Sequence[int], max_new_tokens: int) -> Generation:
-        """Decode max_new_tokens tokens after prompt_ids, num_steps + 1 at most per cycle."""
-        self.check(prompt_ids, max_new_tokens)
-        if max_new_tokens == 0:
-            return Generation([])
-        prompt = torch.tensor([list(prompt_ids)], device=self.device)
-        first = self.prefill(prompt)
-        seq = SeqState(first, len(prompt_ids), max_new_tokens - 1, output=[first])
-        while seq.remaining > 0:
-            self.cycle(seq)
-        output_ids = torch.cat(seq.output).tolist()
-        return Generation(output_ids, len(seq.correct_drafts), tuple(seq.correct_drafts))
-
-
-def _features(hidden: list[Tensor]) -> Tensor | None:
-    """Concatenate captured hidden states into EAGLE-3 features [B, T, 3·dim]; None if none."""
-    return torch.cat(hidden, dim=-1) if hidden else None
+    def generate(self, requests: Sequence[Request]) -> list[Generation]:
+        """Decode a batch of requests together, up to num_steps + 1 tokens each per cycle."""
+        for request in requests:
+            self.check(request)
+        batch = Batch(requests, self.device, self.target.max_seq_len)
+        slots = batch.kv_len(self.lookahead, final=True)
+        replaced = self.target.ensure_cache(len(requests), slots)
+        if self.drafter.model.ensure_cache(len(requests), slots) or replaced:
+            self.graphs.reset()
+        if not batch.done:
+            self.prefill(batch, pad_prompts(requests, self.device))
+        while not batch.done:
+            self.cycle(batch)
+        return batch.generations()

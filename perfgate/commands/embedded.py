@@ -1,0 +1,54 @@
+"""`perfgate embedded`: the embedded engine's own tools; `train` rebuilds its shipped models."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+
+def register(commands: Any) -> None:
+    parser = commands.add_parser("embedded", help="the embedded engine's tools (train)")
+    actions = parser.add_subparsers(dest="action", metavar="ACTION", required=True)
+    train = actions.add_parser(
+        "train",
+        help="train the shipped tiny target and its EAGLE-3 head from the stdlib docstrings",
+        description="Train perfgate/llama-tiny and perfgate/eagle3-llama-tiny from this "
+        "interpreter's standard-library docstrings, on the CPU (about an hour on 2 cores), and "
+        "write them with a training.json recording the corpus, the recipe and the losses. The "
+        "same as `python -m perfgate.engines.embedded.train`.",
+    )
+    add_train_arguments(train)
+    train.set_defaults(handler=handle_train)
+
+
+def add_train_arguments(parser: argparse.ArgumentParser) -> None:
+    """Add the training command's flags to parser (without importing torch)."""
+    parser.add_argument(
+        "--out",
+        type=Path,
+        required=True,
+        help="directory to write llama-tiny/ and eagle3-llama-tiny/ into; pass "
+        "perfgate/engines/embedded/models to replace the shipped weights",
+    )
+    parser.add_argument(
+        "--scale",
+        type=float,
+        default=1.0,
+        help="multiply every phase's steps by this (e.g. 0.01 for a smoke run); default 1",
+    )
+    parser.add_argument(
+        "--threads", type=int, default=None, help="torch CPU threads (default: torch's choice)"
+    )
+    parser.add_argument(
+        "--skip-quality",
+        action="store_true",
+        help="do not measure the trained models on the default prompts (distinct n-grams, "
+        "accept lengths) for training.json",
+    )
+
+
+def handle_train(args: argparse.Namespace, _rest: list[str]) -> int:
+    from perfgate.engines.embedded.train import run  # torch loads for this command only
+
+    return run(args)

@@ -1,0 +1,173 @@
+"""Requests, their results, and the state of a batch of sequences decoding together.
+
+The device holds what the forwards read (each sequence's last token and length); the host
+holds what the loop decides with (lengths, remaining tokens, outputs). They meet once per step:
+``Batch.commit`` copies the step's tokens to the host in one transfer.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from perfgate.engines.embedded.model import BYTE_VOCAB, kv_bucket
+
+TopLogprobs = tuple[tuple[float, int], ...]  # (logprob, token id), most likely first
+
+
+class RequestError(ValueError):
+    """A request this engine cannot serve; the server answers it with HTTP 400."""
+
+
+@dataclass(frozen=True)
+class Request:
+    prompt_ids: Sequence[int]
+    max_new_tokens: int
+    top_logprobs_num: int | None = None  # None: no logprobs; 0: each output token's only
+
+
+@dataclass(frozen=True)
+class Generation:
+    output_ids: list[int]
+    spec_verify_ct: int = 0  # verify passes while the sequence was decoding; 0 when plain
+    correct_drafts: tuple[int, ...] = ()  # per verify pass: draft tokens accepted, bonus excluded
+    output_logprobs: tuple[float, ...] | None = None  # per output token, under the target
+    output_top_logprobs: tuple[TopLogprobs, ...] | None = None  # per output position
+
+    @property
+    def completion_tokens(self) -> int:
+        return len(self.output_ids)
+
+    @property
+    def accept_tokens(self) -> int:
+        """Tokens the verify passes produced: correct drafts plus one bonus token each."""
+        return sum(self.correct_drafts) + len(self.correct_drafts)
+
+
+def check_request(request: Request, max_seq_len: int, lookahead: int) -> None:
+    """Raise RequestError unless the prompt and its generation fit the model."""
+    prompt, max_new_tokens = request.prompt_ids, request.max_new_tokens
+    if not prompt:
+        raise RequestError("the prompt is empty; send at least one token")
+    if any(not 0 <= t < BYTE_VOCAB for t in prompt):
+        raise RequestError("input_ids must be byte values in 0..255 (byte-level vocabulary)")
+    if max_new_tokens < 0:
+        raise RequestError(f"max_new_tokens must be >= 0, got {max_new_tokens}")
+    top = request.top_logprobs_num
+    if top is not None and not 0 <= top <= BYTE_VOCAB:
+        raise RequestError(f"top_logprobs_num must be in 0..{BYTE_VOCAB}, got {top}")
+    if len(prompt) + max_new_tokens + lookahead > max_seq_len:
+        raise RequestError(
+            f"prompt ({len(prompt)} tokens) + max_new_tokens ({max_new_tokens}) + draft "
+            f"lookahead ({lookahead}) exceed the model's context of {max_seq_len} tokens"
+        )
+
+
+class Batch:
+    """Sequences decoding together, each at its own length, each with its own budget."""
+
+    def __init__(self, requests: Sequence[Request], device: torch.device, max_seq_len: int):
+        self.requests = list(requests)
+        self.device = device
+        self.max_seq_len = max_seq_len
+        prompt_lengths = [len(r.prompt_ids) for r in requests]
+        # The last token of each sequence sits at position `length`, not yet in the target's
+        # cache, which holds positions 0..length-1. Before prefill, that is the prompt's last
+        # token; the prefill takes in the whole prompt and commits the first output token.
+        self.tokens = torch.zeros(len(requests), dtype=torch.long, device=device)
+        self.host_lengths = [n - 1 for n in prompt_lengths]
+        self.lengths = torch.tensor(self.host_lengths, device=device)
+        self.remaining = [r.max_new_tokens for r in requests]
+        self.active = torch.tensor([n > 0 for n in self.remaining], device=device)
+        self.outputs: list[list[int]] = [[] for _ in requests]
+        self.verify_ct = [0] * len(requests)
+        self.correct: list[list[int]] = [[] for _ in requests]
+        self.logprobs: list[list[float]] = [[] for _ in requests]
+        self.top_logprobs: list[list[TopLogprobs]] = [[] for _ in requests]
+        self.top_n = max((r.top_logprobs_num or 0) for r in requests)
+        self.wants_logprobs = any(r.top_logprobs_num is not None for r in requests)
+        self.final_slots = max(
+            p + r.max_new_tokens for p, r in zip(prompt_lengths, requests, strict=True)
+        )
+
+    @property
+    def done(self) -> bool:
+        return not any(self.remaining)
+
+    def kv_len(self, lookahead: int, final: bool = False) -> int:
+        """Return the cache slots a step reads: past every slot it may write, bucketed.
+
+        final: the most any step of this batch reads, to size the caches once.
+        """
+        most = kv_bucket(self.final_slots + lookahead, self.max_seq_len)
+        if final:
+            return most
+        return min(most, kv_bucket(max(self.host_lengths) + lookahead, self.max_seq_len))
+
+    def commit(
+        self,
+        tokens: Tensor,
+        counts: Tensor,
+        logits: Tensor,
+        num_correct: Tensor | None = None,
+    ) -> int:
+        """Commit counts [B] of tokens [B, K] per sequence; return how many reached outputs.
+
+        logits [B, K, vocab] are the target's distributions of those tokens (for logprobs);
+        num_correct [B] marks a verify pass: each decoding sequence counts one.
+        """
+        last = tokens.gather(1, (counts - 1).unsqueeze(1)).squeeze(1)
+        self.tokens = torch.where(self.active, last, self.tokens)
+        self.lengths = self.lengths + counts * self.active  # a new tensor: callers keep the old
+        host = torch.cat([counts.unsqueeze(1), tokens], dim=1).tolist()  # the one sync
+        logprobs = self._logprobs(tokens, logits) if self.wants_logprobs else None
+        committed = 0
+        for row, (count, *row_tokens) in enumerate(host):
+            if not self.remaining[row]:
+                continue  # finished earlier: frozen
+            take = min(count, self.remaining[row])
+            self.outputs[row].extend(row_tokens[:take])
+            self.remaining[row] -= take
+            self.host_lengths[row] += count
+            committed += take
+            if num_correct is not None:
+                self.verify_ct[row] += 1
+                self.correct[row].append(count - 1)
+            if logprobs is not None:
+                self._keep_logprobs(row, take, logprobs)
+        if not all(self.remaining):
+            self.active = torch.tensor([n > 0 for n in self.remaining], device=self.device)
+        return committed
+
+    def _logprobs(self, tokens: Tensor, logits: Tensor) -> tuple[list, list, list]:
+        logp = F.log_softmax(logits.float(), dim=-1)  # [B, K, vocab]
+        chosen = logp.gather(2, tokens.unsqueeze(-1)).squeeze(-1)
+        top_values, top_ids = logp.topk(self.top_n, dim=-1)
+        return chosen.tolist(), top_values.tolist(), top_ids.tolist()
+
+    def _keep_logprobs(self, row: int, take: int, logprobs: tuple[list, list, list]) -> None:
+        chosen, top_values, top_ids = logprobs
+        self.logprobs[row].extend(chosen[row][:take])
+        top = self.requests[row].top_logprobs_num or 0
+        for values, ids in zip(top_values[row][:take], top_ids[row][:take], strict=True):
+            self.top_logprobs[row].append(tuple(zip(values[:top], ids[:top], strict=True)))
+
+    def generations(self) -> list[Generation]:
+        """Return each sequence's result."""
+        results = []
+        for row, request in enumerate(self.requests):
+            wants = request.top_logprobs_num is not None
+            results.append(
+                Generation(
+                    self.outputs[row],
+                    self.verify_ct[row],
+                    tuple(self.correct[row]),
+                    tuple(self.logprobs[row]) if wants else None,
+                    tuple(self.top_logprobs[row]) if wants else None,
+                )
+            )
+        return results

@@ -1,0 +1,88 @@
+"""CUDA graphs for the forwards that repeat with the same shapes: decode, draft, verify, extend.
+
+A decode step of a small batch launches a few hundred small kernels; launched one by one from
+Python they take longer than the GPU needs to read the weights. Captured once per input shape
+and replayed, they cost one launch, and the step becomes what it is on a real deployment:
+bound by memory bandwidth. SGLang does the same (``--disable-cuda-graph`` turns it off).
+
+A graph replays on fixed buffers: each call copies its inputs into the buffers it was captured
+with, replays, and returns the graph's output buffers, which the next replay of the same shape
+overwrites (the caller uses them before that). The KV caches are read and written in place, so
+graphs are dropped when the caches are replaced. Prefills, of varying lengths, run eagerly.
+
+Modes: ``cuda`` captures and replays; ``off`` runs eagerly; ``emulate`` runs eagerly on the same
+fixed buffers a graph would use, outputs overwritten call after call, so that the buffer
+handling of the ``cuda`` mode is tested on a machine without a GPU.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Hashable
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import Tensor
+
+WARMUP_RUNS = 2  # eager runs on a side stream before capture, as torch's docs advise
+
+Outputs = tuple[Tensor, ...]
+
+
+@dataclass
+class _Graph:
+    graph: Any  # torch.cuda.CUDAGraph
+    inputs: tuple[Tensor, ...]
+    outputs: Outputs
+
+
+MODES = ("off", "cuda", "emulate")
+
+
+class GraphRunner:
+    """Runs functions of tensors through CUDA graphs, one per call site and input shapes."""
+
+    def __init__(self, mode: str = "off") -> None:
+        if mode not in MODES:
+            raise ValueError(f"graph mode {mode!r} is not one of {MODES}")
+        self.mode = mode
+        self.graphs: dict[Hashable, _Graph] = {}
+        self.pool: Any = torch.cuda.graph_pool_handle() if mode == "cuda" else None
+        self.captures = 0  # graphs captured (or emulated) so far, for logs and tests
+
+    def run(self, site: Hashable, fn: Callable[..., Outputs], *inputs: Tensor) -> Outputs:
+        """Return fn(*inputs), replayed from a graph when the inputs allow it."""
+        if self.mode == "off":
+            return tuple(fn(*inputs))
+        key = (site, *((t.shape, t.dtype) for t in inputs))
+        entry = self.graphs.get(key)
+        if entry is None:
+            entry = self.graphs[key] = self._new_graph(fn, inputs)
+        for buffer, value in zip(entry.inputs, inputs, strict=True):
+            buffer.copy_(value)
+        if entry.graph is not None:
+            entry.graph.replay()
+        else:  # emulate: the same buffers, outputs overwritten in place
+            for buffer, value in zip(entry.outputs, fn(*entry.inputs), strict=True):
+                buffer.copy_(value)
+        return entry.outputs
+
+    def reset(self) -> None:
+        """Drop every graph: the buffers they read (the KV caches) were replaced."""
+        self.graphs.clear()
+
+    def _new_graph(self, fn: Callable[..., Outputs], inputs: tuple[Tensor, ...]) -> _Graph:
+        buffers = tuple(t.clone() for t in inputs)
+        self.captures += 1
+        if self.mode == "emulate":
+            return _Graph(None, buffers, tuple(t.clone() for t in fn(*buffers)))
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            for _ in range(WARMUP_RUNS):
+                fn(*buffers)
+        torch.cuda.current_stream().wait_stream(side)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph, pool=self.pool):
+            outputs = tuple(fn(*buffers))
+        return _Graph(graph, buffers, outputs)

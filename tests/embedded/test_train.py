@@ -1,0 +1,111 @@
+"""The training recipe reproduces the shipped models: the same losses, within stated bounds.
+
+The full training takes about an hour on two cores; these tests rerun its first steps and
+evaluate the shipped weights, in well under a minute. The corpus is this interpreter's stdlib
+docstrings: on the Python version the weights were trained on (recorded in training.json) the
+losses agree closely; on another version the docstrings differ a little, and so may the losses.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+from perfgate.cli import main as cli_main
+from perfgate.engines.embedded import train
+from perfgate.engines.embedded.corpus import EVAL_BUCKET, load_corpus
+from perfgate.engines.embedded.loading import MODELS_DIR, load_draft, load_target
+from perfgate.engines.embedded.model import Eagle3Draft, Transformer
+
+from .common import CPU
+
+CHECK_STEPS = 10
+# Relative bounds on the losses: the same corpus differs by floating-point reduction order
+# only (threads, CPU); another corpus by a few docstrings.
+SAME_CORPUS_BOUND = 0.02
+OTHER_CORPUS_BOUND = 0.10
+
+
+@pytest.fixture(scope="module")
+def record() -> dict[str, Any]:
+    return json.loads((MODELS_DIR / train.TARGET_NAME / train.RECORD_FILE).read_text())
+
+
+@pytest.fixture(scope="module")
+def bound(record: dict[str, Any]) -> float:
+    return (
+        SAME_CORPUS_BOUND if load_corpus().digest == record["corpus_sha256"] else OTHER_CORPUS_BOUND
+    )
+
+
+def test_the_record_pins_what_the_weights_were_trained_on(record: dict[str, Any]) -> None:
+    draft_record = json.loads((MODELS_DIR / train.DRAFT_NAME / train.RECORD_FILE).read_text())
+    assert draft_record == record
+    assert {"python_version", "corpus_sha256", "corpus_bytes", "torch_version"} <= record.keys()
+    assert [spec["name"] for spec in record["recipe"]] == [p.name for p in train.RECIPE]
+    assert record["recipe"] == [asdict(p) for p in train.RECIPE]
+
+
+def test_the_corpus_is_built_deterministically(record: dict[str, Any]) -> None:
+    corpus = load_corpus()
+    load_corpus.cache_clear()
+    try:
+        assert load_corpus().digest == corpus.digest
+    finally:
+        load_corpus.cache_clear()
+    if corpus.python_version == record["python_version"]:
+        assert corpus.digest == record["corpus_sha256"]
+    assert len(corpus.text) > 500_000 and len(corpus.split(EVAL_BUCKET)) > 10_000
+
+
+def test_pretraining_reproduces_its_first_losses(record: dict[str, Any], bound: float) -> None:
+    model = train.build_target()
+    spec = train.phase("pretrain")
+    losses = train.run_target_phase(model, spec, train.sources_of(load_corpus(), spec), CHECK_STEPS)
+    expected = record["losses"]["pretrain"][str(CHECK_STEPS)]
+    assert train.checkpoints(losses)[str(CHECK_STEPS)] == pytest.approx(expected, rel=bound)
+
+
+def test_draft_distillation_reproduces_its_first_losses(
+    record: dict[str, Any], bound: float
+) -> None:
+    frozen = load_target(train.NAME_PREFIX + train.TARGET_NAME, CPU, torch.float32)
+    head = train.build_draft(frozen)
+    spec = train.phase("draft")
+    sources = train.sources_of(load_corpus(), spec)
+    losses = train.run_draft_phase(head, frozen, spec, sources, CHECK_STEPS)
+    expected = record["losses"]["draft"][str(CHECK_STEPS)]
+    assert train.checkpoints(losses)[str(CHECK_STEPS)] == pytest.approx(expected, rel=bound)
+
+
+def test_the_shipped_weights_score_what_training_recorded(
+    record: dict[str, Any], bound: float, target: Transformer, eagle_head: Eagle3Draft
+) -> None:
+    data = train.as_tokens(load_corpus().split(EVAL_BUCKET))
+    scores = train.evaluate(target, eagle_head, data, train.phase("draft").unroll)
+    assert scores["target_loss"] == pytest.approx(record["eval"]["target_loss"], rel=bound)
+    assert scores["draft_agreement"] == pytest.approx(record["eval"]["draft_agreement"], rel=bound)
+
+
+def test_unrolled_steps_see_the_prefix_and_their_own_drafts() -> None:
+    mask = train.unroll_mask(anchors=3, step=2, device=CPU)[0, 0].int().tolist()
+    # Columns: step-0 entries of anchors 0..2, then step 1's, then step 2's.
+    assert mask == [
+        [1, 0, 0, 1, 0, 0, 1, 0, 0],
+        [1, 1, 0, 0, 1, 0, 0, 1, 0],
+        [1, 1, 1, 0, 0, 1, 0, 0, 1],
+    ]
+
+
+def test_the_command_trains_and_writes_loadable_models(tmp_path: Path) -> None:
+    flags = ["--out", str(tmp_path), "--scale", "0.001", "--skip-quality"]
+    assert cli_main(["embedded", "train", *flags]) == 0
+    target = load_target(str(tmp_path / train.TARGET_NAME), CPU, torch.float32)
+    load_draft(str(tmp_path / train.DRAFT_NAME), target, CPU, torch.float32)
+    written = json.loads((tmp_path / train.TARGET_NAME / train.RECORD_FILE).read_text())
+    assert written["recipe"][0]["steps"] == 1 and written["quality"] is None
