@@ -18,16 +18,23 @@ import torch
 
 from perfgate.cli import main as cli_main
 from perfgate.engines.embedded import train
-from perfgate.engines.embedded.corpus import EVAL_BUCKET, load_corpus
+from perfgate.engines.embedded.corpus import (
+    EVAL_BUCKET,
+    Corpus,
+    iter_docstrings,
+    load_corpus,
+    stdlib_root,
+)
 from perfgate.engines.embedded.loading import MODELS_DIR, load_draft, load_target
 from perfgate.engines.embedded.model import Eagle3Draft, Transformer
 
 from .common import CPU
 
-CHECK_STEPS = 10
-# Relative bounds on the losses: the same corpus differs by floating-point reduction order
-# only (threads, CPU); another corpus by a few docstrings.
-SAME_CORPUS_BOUND = 0.02
+CHECK_STEPS = 20
+# Relative bounds on the losses. On the same corpus a rerun differs by floating-point reduction
+# order only (threads, CPU): 1 or 2 threads here agree to 5 decimals. Another Python's corpus
+# differs by a few docstrings, which moves every sampled window: a few percent.
+SAME_CORPUS_BOUND = 0.01
 OTHER_CORPUS_BOUND = 0.10
 
 
@@ -53,11 +60,8 @@ def test_the_record_pins_what_the_weights_were_trained_on(record: dict[str, Any]
 
 def test_the_corpus_is_built_deterministically(record: dict[str, Any]) -> None:
     corpus = load_corpus()
-    load_corpus.cache_clear()
-    try:
-        assert load_corpus().digest == corpus.digest
-    finally:
-        load_corpus.cache_clear()
+    again = Corpus(corpus.python_version, tuple(d.encode() for d in iter_docstrings(stdlib_root())))
+    assert again.digest == corpus.digest
     if corpus.python_version == record["python_version"]:
         assert corpus.digest == record["corpus_sha256"]
     assert len(corpus.text) > 500_000 and len(corpus.split(EVAL_BUCKET)) > 10_000

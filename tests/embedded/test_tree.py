@@ -54,10 +54,10 @@ def test_a_chain_is_a_tree_of_one_branch() -> None:
 
 def test_tree_nodes_see_the_prefix_and_their_ancestors() -> None:
     tree = build_tree(ROOT, CANDIDATES, num_draft_tokens=5, levels=3)
-    slots, positions, mask = tree_attention(tree, torch.tensor([5]), kv_len=16)
-    assert slots.tolist() == [[5, 6, 7, 8, 9]]
+    positions, view = tree_attention(tree, torch.tensor([5]), kv_len=16)
+    assert view.slots.tolist() == [[5, 6, 7, 8, 9]]
     assert positions.tolist() == [[5, 6, 6, 7, 7]]
-    seen = [torch.nonzero(row).flatten().tolist() for row in mask[0, 0]]
+    seen = [torch.nonzero(row).flatten().tolist() for row in view.mask[0, 0]]
     prefix = [0, 1, 2, 3, 4]
     assert seen == [
         [*prefix, 5],
@@ -97,3 +97,12 @@ def test_chains_accept_their_longest_correct_prefix() -> None:
 def test_the_first_child_path_takes_the_drafts_first_choices() -> None:
     tree = build_tree(ROOT, CANDIDATES, num_draft_tokens=5, levels=3)
     assert first_child_path(tree, 3).tolist() == [[True, True, False, True, False]]
+
+
+def test_a_chain_verifies_with_plain_causal_attention() -> None:
+    tree = chain_tree(torch.tensor([7, 7]), torch.tensor([[1, 2], [3, 4]]))
+    lengths = torch.tensor([5, 9])
+    positions, causal = tree_attention(tree, lengths, kv_len=16, chain=True)
+    _, general = tree_attention(tree, lengths, kv_len=16)
+    assert torch.equal(causal.slots, general.slots) and torch.equal(positions, causal.slots)
+    assert torch.equal(causal.mask, general.mask)

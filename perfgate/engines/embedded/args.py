@@ -98,6 +98,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     add("--log-level", type=str.lower, choices=LOG_LEVELS, default="info")
     _add_speculative(parser)
+    _add_debugging(parser)
     return parser
 
 
@@ -140,6 +141,10 @@ def _add_speculative(parser: argparse.ArgumentParser) -> None:
         help="tokens per verify pass, the root included: with topk 1 it is num_steps + 1 "
         "(SGLang adjusts it), with a tree the best num_draft_tokens - 1 candidates",
     )
+
+
+def _add_debugging(parser: argparse.ArgumentParser) -> None:
+    add = parser.add_argument
     add(
         "--debug-verify-delay-ms",
         type=float,
@@ -188,26 +193,12 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
 
 def check_args(args: argparse.Namespace) -> SpecParams | None:
     """Check flag combinations and fill in resolved values; return the spec params, if any."""
-    if args.tp_size != 1:
-        raise ConfigError(
-            f"{args.tp_size}: the embedded engine runs on one device",
-            field="--tp-size",
-            fix="use --tp-size 1 (tensor parallelism needs SGLang)",
-        )
-    if not 0 < args.port < 65536:
-        raise ConfigError(f"{args.port} is not a TCP port", field="--port", fix="use 1..65535")
+    _check_values(args)
     from_env = args.debug_verify_delay_ms is None
     if from_env:
         args.debug_verify_delay_ms = _delay_from_env()
     if args.debug_verify_delay_ms < 0:
         raise ConfigError("must be >= 0", field="--debug-verify-delay-ms")
-    if args.num_threads is not None and args.num_threads < 1:
-        raise ConfigError("must be >= 1", field="--num-threads")
-    if args.max_running_requests is not None and args.max_running_requests < 1:
-        raise ConfigError("must be >= 1", field="--max-running-requests")
-    rate = args.debug_simulate_accept_rate
-    if rate is not None and not 0.0 <= rate <= 1.0:
-        raise ConfigError(f"{rate} is not a probability", field="--debug-simulate-accept-rate")
     args.random_seed = 0 if args.random_seed is None else args.random_seed
     if args.speculative_algorithm is None:
         _warn_ignored_spec_flags(args, from_env)
@@ -231,6 +222,24 @@ def check_args(args: argparse.Namespace) -> SpecParams | None:
         )
         args.max_running_requests = SPEC_MAX_RUNNING_REQUESTS
     return params
+
+
+def _check_values(args: argparse.Namespace) -> None:
+    if args.tp_size != 1:
+        raise ConfigError(
+            f"{args.tp_size}: the embedded engine runs on one device",
+            field="--tp-size",
+            fix="use --tp-size 1 (tensor parallelism needs SGLang)",
+        )
+    if not 0 < args.port < 65536:
+        raise ConfigError(f"{args.port} is not a TCP port", field="--port", fix="use 1..65535")
+    for flag in ("num_threads", "max_running_requests"):
+        value = getattr(args, flag)
+        if value is not None and value < 1:
+            raise ConfigError("must be >= 1", field="--" + flag.replace("_", "-"))
+    rate = args.debug_simulate_accept_rate
+    if rate is not None and not 0.0 <= rate <= 1.0:
+        raise ConfigError(f"{rate} is not a probability", field="--debug-simulate-accept-rate")
 
 
 def _delay_from_env() -> float:

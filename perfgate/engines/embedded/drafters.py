@@ -34,6 +34,7 @@ from perfgate.engines.embedded.tree import (
     Candidates,
     DraftTree,
     build_tree,
+    chain_tree,
     prefix_and_nodes_mask,
 )
 
@@ -117,6 +118,8 @@ def draft_tree(
         if level < params.num_steps - 1:
             beams = best_paths(children, logits_hidden, seen, level, topk)
     candidates = Candidates(*(torch.cat(parts, dim=1) for parts in zip(*levels, strict=True)))
+    if topk == 1:  # one candidate per level: every one is kept, in a chain
+        return chain_tree(root, candidates.tokens)
     return build_tree(root, candidates, params.num_draft_tokens, params.num_steps + 1)
 
 
@@ -132,7 +135,10 @@ def grow(
     own = (level - 1) * topk + torch.arange(topk, device=device)  # each beam's scratch slot
     seen = beams.seen | (own.unsqueeze(1) == torch.arange(scratch, device=device)).unsqueeze(0)
     positions = (base + level - 1).unsqueeze(1).expand(-1, topk)
-    view = AttentionView(base.unsqueeze(1) + own, prefix_and_nodes_mask(base, seen, kv_len))
+    if topk == 1:  # a chain's scratch slots are its positions: plainly causal
+        view = causal_view(positions, kv_len)
+    else:
+        view = AttentionView(base.unsqueeze(1) + own, prefix_and_nodes_mask(base, seen, kv_len))
     logits, hidden = step(beams.tokens, beams.hidden, positions, view)
     child_scores, child_tokens = F.softmax(logits.float(), dim=-1).topk(topk, dim=-1)
     scores = beams.scores.unsqueeze(2) * child_scores  # [B, topk, topk]

@@ -47,7 +47,6 @@ class GraphRunner:
             raise ValueError(f"graph mode {mode!r} is not one of {MODES}")
         self.mode = mode
         self.graphs: dict[Hashable, _Graph] = {}
-        self.pool: Any = torch.cuda.graph_pool_handle() if mode == "cuda" else None
         self.captures = 0  # graphs captured (or emulated) so far, for logs and tests
 
     def run(self, site: Hashable, fn: Callable[..., Outputs], *inputs: Tensor) -> Outputs:
@@ -82,7 +81,9 @@ class GraphRunner:
             for _ in range(WARMUP_RUNS):
                 fn(*buffers)
         torch.cuda.current_stream().wait_stream(side)
+        # Each graph keeps its own memory pool: graphs here replay in varying orders, so one
+        # graph's temporaries must never share memory with another's outputs.
         graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph, pool=self.pool):
+        with torch.cuda.graph(graph):
             outputs = tuple(fn(*buffers))
         return _Graph(graph, buffers, outputs)

@@ -4,8 +4,10 @@
         --speculative-algorithm EAGLE3 --speculative-draft-model-path perfgate/eagle3-llama-tiny \\
         --speculative-num-steps 3 --speculative-eagle-topk 1 --speculative-num-draft-tokens 4
 
-Endpoints, as in SGLang: ``POST /generate`` (``text`` or ``input_ids``, single or batch; greedy
-only), ``GET /health``, ``GET /health_generate`` (after a one-token generation),
+Endpoints, as in SGLang: ``POST /generate`` (``text`` or ``input_ids``, single or a list that
+decodes as one batch of up to ``--max-running-requests``; greedy only; ``return_logprob`` and
+``top_logprobs_num`` for output tokens), ``GET /health``, ``GET /health_generate`` (after a
+one-token generation),
 ``GET /server_info`` (alias ``/get_server_info``: the args, the engine, the model identities and
 ``internal_states[0].avg_spec_accept_length``) and ``POST /flush_cache`` (resets that average).
 

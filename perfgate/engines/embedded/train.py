@@ -59,7 +59,7 @@ from perfgate.errors import ConfigError
 TARGET_NAME = "llama-tiny"
 DRAFT_NAME = "eagle3-llama-tiny"
 RECORD_FILE = "training.json"
-CHECKPOINT_STEPS = (10, 30, 100)  # mean loss of the 10 steps up to each is recorded
+CHECKPOINT_STEPS = (10, 20, 30, 100)  # mean loss of the 10 steps up to each is recorded
 EVAL_WINDOWS = 64
 
 

@@ -19,6 +19,8 @@ from typing import NamedTuple
 import torch
 from torch import Tensor
 
+from perfgate.engines.embedded.model import AttentionView, causal_view
+
 
 class DraftTree(NamedTuple):
     tokens: Tensor  # [B, N]: node 0 is the root, the last committed token
@@ -69,9 +71,11 @@ def build_tree(
 def chain_tree(root: Tensor, drafts: Tensor) -> DraftTree:
     """Return the chain of root [B] and drafts [B, S] as a tree."""
     tokens = torch.cat([root.unsqueeze(1), drafts], dim=1)
-    count = tokens.shape[1]
-    parents = (torch.arange(count, device=root.device) - 1).clamp(min=0).expand_as(tokens)
-    return tree_from_parents(tokens, parents, count)
+    batch, count = tokens.shape
+    steps = torch.arange(count, device=root.device)
+    parents = (steps - 1).clamp(min=0).expand(batch, -1)
+    ancestors = torch.ones(count, count, dtype=torch.bool, device=root.device).tril()
+    return DraftTree(tokens, parents, ancestors.expand(batch, -1, -1), steps.expand(batch, -1))
 
 
 def tree_from_parents(tokens: Tensor, parents: Tensor, levels: int) -> DraftTree:
@@ -86,15 +90,20 @@ def tree_from_parents(tokens: Tensor, parents: Tensor, levels: int) -> DraftTree
     return DraftTree(tokens, parents, ancestors, depths)
 
 
-def tree_attention(tree: DraftTree, lengths: Tensor, kv_len: int) -> tuple[Tensor, Tensor, Tensor]:
-    """Return the slots [B, N], positions [B, N] and mask [B, 1, N, kv_len] of a tree verify.
+def tree_attention(
+    tree: DraftTree, lengths: Tensor, kv_len: int, chain: bool = False
+) -> tuple[Tensor, AttentionView]:
+    """Return the positions [B, N] and the attention view of a verify over tree.
 
     Node i of a sequence whose cache holds `length` tokens is written to slot length + i and
-    sits at position length + depth(i); it sees the whole prefix and its own ancestors.
+    sits at position length + depth(i); it sees the whole prefix and its own ancestors. A
+    chain's node i sits at position length + i, its slot: plain causal attention.
     """
-    slots = lengths.unsqueeze(1) + torch.arange(tree.size, device=lengths.device)
     positions = lengths.unsqueeze(1) + tree.depths
-    return slots, positions, prefix_and_nodes_mask(lengths, tree.ancestors, kv_len)
+    if chain:
+        return positions, causal_view(positions, kv_len)
+    slots = lengths.unsqueeze(1) + torch.arange(tree.size, device=lengths.device)
+    return positions, AttentionView(slots, prefix_and_nodes_mask(lengths, tree.ancestors, kv_len))
 
 
 def prefix_and_nodes_mask(base: Tensor, sees: Tensor, kv_len: int) -> Tensor:

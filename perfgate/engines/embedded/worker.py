@@ -26,7 +26,7 @@ from torch import Tensor
 from perfgate.engines.embedded.batch import Batch, Generation, Request, check_request
 from perfgate.engines.embedded.drafters import Drafter, greedy, take_columns
 from perfgate.engines.embedded.graphs import GraphRunner
-from perfgate.engines.embedded.model import AttentionView, Transformer, causal_view
+from perfgate.engines.embedded.model import Transformer, causal_view
 from perfgate.engines.embedded.params import SpecParams
 from perfgate.engines.embedded.tree import (
     DraftTree,
@@ -232,10 +232,8 @@ class EagleWorker:
 
         def forward(lengths: Tensor, *tree_tensors: Tensor) -> tuple[Tensor, ...]:
             nodes = DraftTree(*tree_tensors)
-            slots, positions, mask = tree_attention(nodes, lengths, kv_len)
-            logits, hidden = self.target(
-                nodes.tokens, positions, AttentionView(slots, mask), capture
-            )
+            positions, view = tree_attention(nodes, lengths, kv_len, self.params.topk == 1)
+            logits, hidden = self.target(nodes.tokens, positions, view, capture)
             return (logits, *hidden)
 
         logits, *hidden = self.graphs.run(("verify", kv_len), forward, batch.lengths, *tree)
