@@ -210,12 +210,29 @@ def summarize(result: ModeResult) -> dict[str, Any]:
     }
 
 
+def weight_bytes(model: str, dtype: str) -> int:
+    """Return the bytes of the target's weights: what one decode step reads at least."""
+    import torch
+
+    from perfgate.engines.embedded.loading import resolve_model, target_config
+    from perfgate.engines.embedded.model import Transformer
+
+    with torch.device("meta"):
+        transformer = Transformer(target_config(resolve_model(model)))
+    itemsize = 2 if dtype in ("bfloat16", "float16") else 4
+    return sum(p.numel() for p in transformer.parameters()) * itemsize
+
+
 def run_plan(plan: Plan, out: Path) -> dict[str, Any]:
     """Measure plain, then speculative at MAIN_STEPS, then the rest of the sweep."""
     started = time.monotonic()
     results: dict[str, Any] = {"plan": {k: v for k, v in vars(plan).items()}, "sweep": {}}
     workdir = out / "work"
     results["plain"] = summarize(measure(plan, MAIN_STEPS, "plain", workdir))
+    results["target_weight_bytes"] = weight_bytes(plan.model, plan.dtype)
+    step_ms = results["plain"]["samples"].get("cycle_ms")
+    if step_ms:  # weights read per decode step over its time: near the memory's peak if bound
+        results["plain_weight_read_gb_s"] = results["target_weight_bytes"] / step_ms / 1e6
     order = sorted(plan.steps, key=lambda s: (s != MAIN_STEPS, s))
     for steps in order:
         if time.monotonic() - started > plan.budget_s:
@@ -242,7 +259,9 @@ def render_markdown(results: dict[str, Any]) -> str:
         + f"; torch {plain['torch_version']}; {results['elapsed_s']} s in all.",
         "",
         f"Plain: {plain_tok_s:.1f} tok/s, decode step "
-        f"{plain['samples'].get('cycle_ms', float('nan')):.3f} ms (median).",
+        f"{plain['samples'].get('cycle_ms', float('nan')):.3f} ms (median); the target's "
+        f"{results['target_weight_bytes'] / 1e9:.2f} GB of weights read per step make "
+        f"{results.get('plain_weight_read_gb_s', float('nan')):.0f} GB/s.",
         "",
         "| steps | tok/s | speedup | accept length | verify ms | draft ms | draft_extend ms "
         "| cycle ms | verify share | draft share |",

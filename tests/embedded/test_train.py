@@ -64,7 +64,7 @@ def test_the_corpus_is_built_deterministically(record: dict[str, Any]) -> None:
     assert again.digest == corpus.digest
     if corpus.python_version == record["python_version"]:
         assert corpus.digest == record["corpus_sha256"]
-    assert len(corpus.text) > 500_000 and len(corpus.split(EVAL_BUCKET)) > 10_000
+    assert len(corpus.text) > train.MIN_CORPUS_BYTES and len(corpus.split(EVAL_BUCKET)) > 10_000
 
 
 def test_pretraining_reproduces_its_first_losses(record: dict[str, Any], bound: float) -> None:

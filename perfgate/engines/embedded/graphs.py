@@ -82,8 +82,9 @@ class GraphRunner:
                 fn(*buffers)
         torch.cuda.current_stream().wait_stream(side)
         # Each graph keeps its own memory pool: graphs here replay in varying orders, so one
-        # graph's temporaries must never share memory with another's outputs.
+        # graph's temporaries must never share memory with another's outputs. Thread-local
+        # capture: the probe's writer thread may query its CUDA events meanwhile.
         graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
+        with torch.cuda.graph(graph, capture_error_mode="thread_local"):
             outputs = tuple(fn(*buffers))
         return _Graph(graph, buffers, outputs)

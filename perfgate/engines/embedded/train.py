@@ -35,7 +35,13 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from perfgate.commands.embedded import add_train_arguments
-from perfgate.engines.embedded.corpus import EVAL_BUCKET, FINETUNE_BUCKET, Corpus, load_corpus
+from perfgate.engines.embedded.corpus import (
+    EVAL_BUCKET,
+    FINETUNE_BUCKET,
+    Corpus,
+    load_corpus,
+    stdlib_root,
+)
 from perfgate.engines.embedded.evaluate import measure_quality
 from perfgate.engines.embedded.loading import (
     CONFIG_FILE,
@@ -61,6 +67,7 @@ DRAFT_NAME = "eagle3-llama-tiny"
 RECORD_FILE = "training.json"
 CHECKPOINT_STEPS = (10, 20, 30, 100)  # mean loss of the 10 steps up to each is recorded
 EVAL_WINDOWS = 64
+MIN_CORPUS_BYTES = 500_000  # the stdlib's docstrings are about 1.6 MB
 
 
 @dataclass(frozen=True)
@@ -400,6 +407,13 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError(f"must be > 0, got {args.scale}", field="--scale")
     torch.manual_seed(0)
     corpus = load_corpus()
+    if len(corpus.text) < MIN_CORPUS_BYTES:
+        raise ConfigError(
+            f"{len(corpus.text)} bytes of docstrings: this Python's standard library has no "
+            "sources (only compiled files?)",
+            file=stdlib_root(),
+            fix="train with a Python whose standard library ships its .py files",
+        )
     print(
         f"corpus: Python {corpus.python_version} stdlib docstrings, {len(corpus.text)} bytes, "
         f"sha256 {corpus.digest[:16]}",
