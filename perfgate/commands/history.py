@@ -111,7 +111,7 @@ def handle_export(args: argparse.Namespace, _rest: list[str]) -> int:
     finally:
         close_history(sessions)
     if args.out:
-        print(f"wrote {args.out}: {count} run(s)", file=sys.stderr)
+        print(f"wrote {args.out}: {count} run(s)")
     return 0
 
 

@@ -99,11 +99,14 @@ def upgrade_history(url: str) -> SchemaState:
 
 
 def inspect_history(url: str) -> SchemaState:
-    """The history's schema state, read without writing anything (nor creating a file)."""
+    """The history's schema state, read without writing anything (nor creating a file).
+
+    Unlike opening, this does not refuse a newer or foreign database: it reports what it found.
+    """
     path = sqlite_path(parse_history_url(url))
     if path is not None and not path.exists():
         return SchemaState(None, head_revision(), frozenset())
-    engine, state = _connect(url)
+    engine, state = _connect(url, check=False)
     engine.dispose()
     return state
 
@@ -115,7 +118,7 @@ def close_history(sessions: sessionmaker[Session]) -> None:
         bind.dispose()
 
 
-def _connect(url: str) -> tuple[Engine, SchemaState]:
+def _connect(url: str, check: bool = True) -> tuple[Engine, SchemaState]:
     """An engine, and the schema state it found; refuses a history it must not touch."""
     engine = create_history_engine(parse_history_url(url))
     with_deferred_begin = engine.execution_options(sqlite_begin="DEFERRED")
@@ -125,6 +128,8 @@ def _connect(url: str) -> tuple[Engine, SchemaState]:
             return read_schema_state(connection)
 
     state = _guarded(engine, read)
+    if not check:
+        return engine, state
     try:
         check_schema(state, _where(engine))
     except PerfgateError:

@@ -114,7 +114,7 @@ def open_error(url: URL, error: Exception) -> PerfgateError:
     if path is not None:
         return _sqlite_error(path, error, reason)
     sqlstate = getattr(getattr(error, "orig", None), "sqlstate", None) or ""
-    if sqlstate.startswith("28") or sqlstate == "3D000":
+    if sqlstate.startswith("28") or sqlstate == "3D000" or _refused_at_login(reason):
         # Refused credentials, or no such database: the URL is wrong, not the server.
         return ConfigError(
             f"{describe(url)} refused the connection: {reason}",
@@ -127,6 +127,12 @@ def open_error(url: URL, error: Exception) -> PerfgateError:
             "start the server or fix the host and port in the URL"
         )
     return InfrastructureError(f"the history database {describe(url)} failed: {reason}")
+
+
+def _refused_at_login(reason: str) -> bool:
+    # libpq reports a refused login without a SQLSTATE; the server's words are stable.
+    refusals = ("does not exist", "authentication failed", "no pg_hba.conf entry")
+    return "FATAL" in reason and any(words in reason for words in refusals)
 
 
 def _sqlite_error(path: Path, error: Exception, reason: str) -> PerfgateError:

@@ -158,14 +158,14 @@ def metric_history(
         .where(SampleRow.metric == metric, SampleRow.mode == mode)
         .order_by(SampleRow.run_id, SampleRow.repeat)
     )
-    for run_id, value in connection.execute(samples).tuples():
+    for run_id, value in connection.execute(samples):
         values.setdefault(run_id, []).append(value)
     columns = (RunRow.id, RunRow.started_at, RunRow.commit, RunRow.branch, RunRow.status)
     rows = connection.execute(
         select(*columns)
         .where(RunRow.id.in_(runs.scalar_subquery()))
         .order_by(RunRow.started_at, RunRow.id)
-    ).tuples()
+    )
     return [
         MetricPoint(run_id, as_utc(started_at), commit, branch, status, tuple(values[run_id]))
         for run_id, started_at, commit, branch, status in rows

@@ -59,7 +59,8 @@ class SchemaState:
         return self.current == self.head
 
 
-def _alembic_config(connection: Connection | None = None) -> Config:
+def alembic_config(connection: Connection | None = None) -> Config:
+    """Alembic's configuration for perfgate's migrations, on `connection` when given."""
     config = Config()
     config.set_main_option("script_location", str(MIGRATIONS))
     config.set_main_option("path_separator", "os")
@@ -70,7 +71,7 @@ def _alembic_config(connection: Connection | None = None) -> Config:
 
 @functools.cache
 def _scripts() -> ScriptDirectory:
-    return ScriptDirectory.from_config(_alembic_config())
+    return ScriptDirectory.from_config(alembic_config())
 
 
 def head_revision() -> str:
@@ -121,7 +122,7 @@ def upgrade_schema(engine: Engine, where: str) -> SchemaState:
         check_schema(state, where)
         if state.is_current:
             return state
-        config = _alembic_config(connection)
+        config = alembic_config(connection)
         if state.current is None and state.tables:  # created before migrations existed
             command.stamp(config, FIRST_REVISION)
         command.upgrade(config, "head")

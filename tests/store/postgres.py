@@ -20,6 +20,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+import sqlalchemy
+
 REQUIRE_ENV = "PERFGATE_REQUIRE_POSTGRES"
 SUPERUSER = "perfgate"
 
@@ -113,15 +115,19 @@ def running_postgres() -> Iterator[PostgresServer]:
 @contextmanager
 def fresh_database(server: PostgresServer) -> Iterator[str]:
     """A new, empty database on `server` for the block; its URL."""
-    import sqlalchemy
-
     name = f"t_{uuid.uuid4().hex[:12]}"
-    admin = sqlalchemy.create_engine(server.url(), isolation_level="AUTOCOMMIT")
+    _admin(server, f'CREATE DATABASE "{name}"')
     try:
-        with admin.connect() as connection:
-            connection.exec_driver_sql(f'CREATE DATABASE "{name}"')
         yield server.url(name)
-        with admin.connect() as connection:
-            connection.exec_driver_sql(f'DROP DATABASE "{name}" WITH (FORCE)')
     finally:
-        admin.dispose()
+        _admin(server, f'DROP DATABASE "{name}" WITH (FORCE)')
+
+
+def _admin(server: PostgresServer, statement: str) -> None:
+    # A connection of its own, closed at once: no pool outlives the statement (tests fork).
+    engine = sqlalchemy.create_engine(server.url(), isolation_level="AUTOCOMMIT")
+    try:
+        with engine.connect() as connection:
+            connection.exec_driver_sql(statement)
+    finally:
+        engine.dispose()
