@@ -8,11 +8,12 @@ WAL lets readers outside perfgate go on meanwhile. PostgreSQL: psycopg 3, whatev
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 from typing import Any
 
 from sqlalchemy import URL, Connection, Engine, create_engine, event, make_url
-from sqlalchemy.exc import ArgumentError, NoSuchModuleError
+from sqlalchemy.exc import ArgumentError, NoSuchModuleError, OperationalError
 
 from perfgate.errors import ConfigError, InfrastructureError, PerfgateError
 
@@ -92,19 +93,37 @@ def _sqlite_on_connect(dbapi_connection: Any, _record: object) -> None:
 
 def _sqlite_begin(connection: Connection) -> None:
     mode = connection.get_execution_options().get("sqlite_begin", "IMMEDIATE")
-    connection.exec_driver_sql(f"BEGIN {mode}")
+    if mode is not None:  # None: no transaction at all (autocommit), for PRAGMAs that need it
+        connection.exec_driver_sql(f"BEGIN {mode}")
 
 
 def enable_wal(engine: Engine) -> None:
-    """Put a SQLite history in WAL mode (persistent in the file; a no-op once done)."""
-    if engine.dialect.name != "sqlite":
-        return
-    raw = engine.raw_connection()
-    try:
-        # Outside any transaction: journal_mode cannot change inside one.
-        raw.driver_connection.execute("PRAGMA journal_mode=WAL")  # type: ignore[union-attr]
-    finally:
-        raw.close()
+    """Put a SQLite history in WAL mode (persistent in the file; a no-op once done).
+
+    The switch needs the database to itself, and SQLite answers "locked" at once rather than
+    waiting when other connections are reading (as concurrent openers of a new history are):
+    retry until the busy timeout.
+    """
+    if sqlite_path(engine.url) is None:
+        return  # PostgreSQL, or an in-memory database
+    deadline = time.monotonic() + BUSY_TIMEOUT_S
+    with engine.connect().execution_options(sqlite_begin=None) as connection:
+        while True:
+            try:
+                mode = connection.exec_driver_sql("PRAGMA journal_mode=WAL").scalar()
+            except OperationalError as error:
+                if "locked" not in str(error):
+                    raise
+                mode = None
+            if mode == "wal":
+                return
+            if time.monotonic() > deadline:
+                raise InfrastructureError(
+                    f"{sqlite_path(engine.url)}: cannot switch the history to WAL mode for "
+                    f"{BUSY_TIMEOUT_S} s (journal mode {mode or 'locked'}); is it on a network "
+                    "file system, or held open by another program?"
+                )
+            time.sleep(0.02)
 
 
 def open_error(url: URL, error: Exception) -> PerfgateError:
