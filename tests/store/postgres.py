@@ -23,6 +23,7 @@ from pathlib import Path
 import sqlalchemy
 
 REQUIRE_ENV = "PERFGATE_REQUIRE_POSTGRES"
+BINDIR_ENV = "PERFGATE_POSTGRES_BINDIR"
 SUPERUSER = "perfgate"
 
 
@@ -40,7 +41,12 @@ class PostgresServer:
 
 
 def find_bindir() -> Path:
-    """The newest installed PostgreSQL's bin folder (Debian layout)."""
+    """$PERFGATE_POSTGRES_BINDIR, else the newest installed PostgreSQL's (Debian layout)."""
+    if os.environ.get(BINDIR_ENV):
+        bindir = Path(os.environ[BINDIR_ENV])
+        if not (bindir / "pg_ctl").exists():
+            raise PostgresUnavailable(f"{BINDIR_ENV}={bindir} holds no pg_ctl")
+        return bindir
     found = sorted(
         glob.glob("/usr/lib/postgresql/*/bin/pg_ctl"),
         key=lambda path: int(Path(path).parent.parent.name),
@@ -83,6 +89,7 @@ def running_postgres() -> Iterator[PostgresServer]:
         result = subprocess.run(
             [str(bindir / args[0]), *args[1:]],
             user=user,
+            cwd=root,  # a folder the server's user can enter (the checkout may not be)
             capture_output=True,
             text=True,
             timeout=120,
@@ -105,6 +112,7 @@ def running_postgres() -> Iterator[PostgresServer]:
         subprocess.run(
             [str(bindir / "pg_ctl"), "stop", "-D", str(data), "-m", "immediate"],
             user=user,
+            cwd=root,
             capture_output=True,
             timeout=60,
             check=False,

@@ -94,3 +94,23 @@ def test_an_unknown_run_names_the_flag(sessions: sessionmaker[Session]) -> None:
 
 def test_the_models_declare_every_table() -> None:
     assert {table.__tablename__ for table in TABLES} == set(Base.metadata.tables)
+
+
+POSTGRES_CASE = """
+from tests.store.conftest import postgres_server
+
+def test_needs_postgres(postgres_server):
+    pass
+"""
+
+
+@pytest.mark.parametrize(("required", "outcome"), [("", "skipped"), ("1", "errors")])
+def test_a_missing_postgres_skips_unless_required(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, required: str, outcome: str
+) -> None:
+    monkeypatch.setenv("PERFGATE_POSTGRES_BINDIR", str(pytester.path / "no-postgres"))
+    monkeypatch.setenv("PERFGATE_REQUIRE_POSTGRES", required)
+    pytester.makepyfile(test_inner=POSTGRES_CASE)
+    result = pytester.runpytest_inprocess("-rs")
+    result.assert_outcomes(**{outcome: 1})
+    result.stdout.fnmatch_lines(["*PERFGATE_POSTGRES_BINDIR=*no-postgres holds no pg_ctl*"])
