@@ -20,7 +20,7 @@ import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-from sqlalchemy import func, insert, select
+from sqlalchemy import func, insert, select, text
 
 from perfgate.store import close_history, metric_history, open_history
 from perfgate.store.models import PhaseRow, RunRow, SampleRow
@@ -64,6 +64,9 @@ def fill(url: str, runs: int, metrics: int, repeats: int, batch: int = 500) -> N
             ])  # fmt: skip
         print(f"  filled {min(runs, first + batch)}/{runs} runs", file=sys.stderr, end="\r")
     print(file=sys.stderr)
+    if sessions.kw["bind"].dialect.name == "postgresql":
+        with sessions.begin() as session:
+            session.execute(text("ANALYZE"))  # as autovacuum would after a bulk load
     close_history(sessions)
 
 

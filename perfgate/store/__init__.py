@@ -121,10 +121,9 @@ def close_history(sessions: sessionmaker[Session]) -> None:
 def _connect(url: str, check: bool = True) -> tuple[Engine, SchemaState]:
     """An engine, and the schema state it found; refuses a history it must not touch."""
     engine = create_history_engine(parse_history_url(url))
-    with_deferred_begin = engine.execution_options(sqlite_begin="DEFERRED")
 
     def read() -> SchemaState:
-        with with_deferred_begin.connect() as connection:
+        with engine.connect() as connection:
             return read_schema_state(connection)
 
     state = _guarded(engine, read)

@@ -1,9 +1,13 @@
 """From a SQLAlchemy URL to an engine, and from a driver's failure to an error a user can act on.
 
-SQLite: every transaction begins with ``BEGIN IMMEDIATE``, so it takes the write lock up front
-and waits for it (busy timeout) instead of failing half-way when another writer committed first;
-WAL lets readers outside perfgate go on meanwhile. PostgreSQL: psycopg 3, whatever the URL says
-(``postgresql://`` means psycopg2 to SQLAlchemy, which perfgate does not ship).
+SQLite, in WAL mode: readers never block the writer nor wait for it. perfgate emits BEGIN
+itself (sqlite3's own handling begins late and never for DDL): a plain BEGIN for reads, and
+``BEGIN IMMEDIATE`` for writes (migrations, recording a run; execution option
+``sqlite_begin="IMMEDIATE"``), so a writer takes the write lock up front and waits for it (busy
+timeout) instead of failing half-way when another writer committed first.
+
+PostgreSQL: psycopg 3, whatever the URL says (``postgresql://`` alone means psycopg2 to
+SQLAlchemy, which perfgate does not ship).
 """
 
 from __future__ import annotations
@@ -18,6 +22,8 @@ from sqlalchemy.exc import ArgumentError, NoSuchModuleError, OperationalError
 from perfgate.errors import ConfigError, InfrastructureError, PerfgateError
 
 BUSY_TIMEOUT_S = 30
+# Execution options for a SQLite transaction that will write: it takes the write lock at BEGIN.
+WRITE_LOCK = {"sqlite_begin": "IMMEDIATE"}
 CONNECT_TIMEOUT_S = 10
 URL_FIELD = "history URL (--db, --perfgate-db, PERFGATE_DB_URL or [perfgate] history)"
 URL_EXAMPLE = "sqlite:///.perfgate/history.db or postgresql://USER@HOST/DB"
@@ -92,7 +98,7 @@ def _sqlite_on_connect(dbapi_connection: Any, _record: object) -> None:
 
 
 def _sqlite_begin(connection: Connection) -> None:
-    mode = connection.get_execution_options().get("sqlite_begin", "IMMEDIATE")
+    mode = connection.get_execution_options().get("sqlite_begin", "DEFERRED")
     if mode is not None:  # None: no transaction at all (autocommit), for PRAGMAs that need it
         connection.exec_driver_sql(f"BEGIN {mode}")
 

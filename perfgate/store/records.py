@@ -10,11 +10,17 @@ from sqlalchemy.orm import Session
 from perfgate.equivalence import EquivalenceReport, PromptComparison
 from perfgate.gate.verdict import Status, Verdict
 from perfgate.results import Measurement, ModeResult, PhaseSummary, RunContext, RunRecord
+from perfgate.store.database import WRITE_LOCK
 from perfgate.store.models import OutputRow, PhaseRow, RunRow, SampleRow, VerdictRow
 
 
 def record_run(session: Session, record: RunRecord) -> int:
-    """Add a run with its samples, phases, outputs and verdicts; return its id."""
+    """Add a run with its samples, phases, outputs and verdicts; return its id.
+
+    Commit the session's transaction to keep it; everything goes in or nothing does. On SQLite,
+    record first in a transaction: that is what takes the write lock at its start.
+    """
+    _take_write_lock(session)
     m = record.measurement
     row = RunRow(
         scenario=m.scenario,
@@ -51,6 +57,22 @@ def record_run(session: Session, record: RunRecord) -> int:
     session.add(row)
     session.flush()
     return row.id
+
+
+def _take_write_lock(session: Session) -> None:
+    """On SQLite, begin this session's transaction IMMEDIATE (once per transaction)."""
+    if session.get_bind().dialect.name != "sqlite":
+        return
+    transaction = session.get_transaction()
+    if transaction is not None and session.info.get(_WRITE_LOCKED) is transaction:
+        return
+    # Takes effect only if the transaction has not touched the database yet; else SQLAlchemy
+    # warns: a read came first, so the lock comes late and a racing writer may win.
+    session.connection(execution_options=WRITE_LOCK)
+    session.info[_WRITE_LOCKED] = session.get_transaction()
+
+
+_WRITE_LOCKED = "perfgate.write_locked_transaction"
 
 
 def _server_dict(result: ModeResult) -> dict[str, object]:

@@ -23,6 +23,7 @@ from alembic.script import ScriptDirectory
 from sqlalchemy import Connection, Engine, inspect, text
 
 from perfgate.errors import ConfigError
+from perfgate.store.database import WRITE_LOCK
 
 MIGRATIONS = Path(__file__).resolve().parent / "migrations"
 FIRST_REVISION = "0001"
@@ -116,7 +117,7 @@ def check_schema(state: SchemaState, where: str) -> None:
 
 def upgrade_schema(engine: Engine, where: str) -> SchemaState:
     """Bring the history to head under the migration lock; return the state it was found in."""
-    with engine.begin() as connection:
+    with engine.execution_options(**WRITE_LOCK).begin() as connection:
         _take_migration_lock(connection)
         state = read_schema_state(connection)  # again: another opener may have migrated
         check_schema(state, where)

@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import time
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 
 import pytest
 from sqlalchemy import event, func, select
 from sqlalchemy.orm import Session, sessionmaker
 
 from perfgate.errors import ConfigError
-from perfgate.store import list_runs, load_run, record_run
+from perfgate.store import close_history, list_runs, load_run, open_history, record_run
+from perfgate.store.database import BUSY_TIMEOUT_S
 from perfgate.store.models import Base, OutputRow, PhaseRow, RunRow, SampleRow, VerdictRow
 
 from ..factories import measurement, record
@@ -114,3 +117,38 @@ def test_a_missing_postgres_skips_unless_required(
     result = pytester.runpytest_inprocess("-rs")
     result.assert_outcomes(**{outcome: 1})
     result.stdout.fnmatch_lines(["*PERFGATE_POSTGRES_BINDIR=*no-postgres holds no pg_ctl*"])
+
+
+def test_a_long_reader_does_not_hold_up_a_recorder(sessions: sessionmaker[Session]) -> None:
+    with sessions.begin() as session:
+        record_run(session, record(measurement()))
+    with sessions() as reader:
+        assert len(list_runs(reader)) == 1  # a read transaction stays open meanwhile
+        began = time.monotonic()
+        with sessions.begin() as writer:
+            record_run(writer, record(measurement()))
+        assert time.monotonic() - began < BUSY_TIMEOUT_S / 2
+        assert len(list_runs(reader)) in (1, 2)  # its snapshot (SQLite) or the latest (PG)
+    with sessions() as session:
+        assert len(list_runs(session)) == 2
+
+
+def test_on_sqlite_recording_takes_the_write_lock_at_begin_and_reading_does_not(
+    tmp_path: Path,
+) -> None:
+    sessions = open_history(f"sqlite:///{tmp_path / 'history.db'}")
+    begins: list[str] = []
+    engine = sessions.kw["bind"]
+
+    def log(_conn: object, _cursor: object, statement: str, *_args: object) -> None:
+        if statement.startswith("BEGIN"):
+            begins.append(statement)
+
+    event.listen(engine, "before_cursor_execute", log)
+    with sessions.begin() as session:
+        record_run(session, record(measurement()))
+        record_run(session, record(measurement()))  # the same transaction: one BEGIN
+    with sessions() as session:
+        list_runs(session)
+    close_history(sessions)
+    assert begins == ["BEGIN IMMEDIATE", "BEGIN DEFERRED"]
