@@ -14,7 +14,15 @@ from typing import IO, Any
 from perfgate.commands.common import history_url
 from perfgate.gate.verdict import Status
 from perfgate.results import RunRecord
-from perfgate.store import RunFilter, close_history, iter_runs, list_runs, load_run, open_history
+from perfgate.store import (
+    RunFilter,
+    close_history,
+    database_errors,
+    iter_runs,
+    list_runs,
+    load_run,
+    open_history,
+)
 from perfgate.store.export import run_to_dict
 
 STATUSES = [status.value for status in Status]
@@ -68,7 +76,7 @@ def _filter(args: argparse.Namespace) -> RunFilter:
 def handle_list(args: argparse.Namespace, _rest: list[str]) -> int:
     sessions = open_history(history_url(args))
     try:
-        with sessions() as session:
+        with database_errors(sessions), sessions() as session:
             runs = list_runs(session, limit=args.limit or None, where=_filter(args))
     finally:
         close_history(sessions)
@@ -88,7 +96,7 @@ def handle_list(args: argparse.Namespace, _rest: list[str]) -> int:
 def handle_show(args: argparse.Namespace, _rest: list[str]) -> int:
     sessions = open_history(history_url(args))
     try:
-        with sessions() as session:
+        with database_errors(sessions), sessions() as session:
             run = load_run(session, args.run)
     finally:
         close_history(sessions)
@@ -103,7 +111,7 @@ def handle_export(args: argparse.Namespace, _rest: list[str]) -> int:
     sessions = open_history(history_url(args))
     count = 0
     try:
-        with sessions() as session, _output(args.out) as out:
+        with database_errors(sessions), sessions() as session, _output(args.out) as out:
             for count, run in enumerate(iter_runs(session, _filter(args)), start=1):
                 _write_run(out, run_to_dict(run), count == 1, args.json)
             if args.json:

@@ -9,14 +9,15 @@ perfgate's, from a newer perfgate), 69 for a server that cannot be reached.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import TypeVar
 
 from sqlalchemy import Engine
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
 
-from perfgate.errors import ConfigError, PerfgateError
+from perfgate.errors import PerfgateError
 from perfgate.store.database import (
     create_history_engine,
     describe,
@@ -50,6 +51,7 @@ __all__ = [
     "RunFilter",
     "SchemaState",
     "close_history",
+    "database_errors",
     "inspect_history",
     "iter_runs",
     "last_runs",
@@ -66,20 +68,13 @@ __all__ = [
 T = TypeVar("T")
 
 
-def open_history(url: str, *, upgrade: bool = True) -> sessionmaker[Session]:
+def open_history(url: str) -> sessionmaker[Session]:
     """Open (creating if needed) the history at a SQLAlchemy URL; return a session factory.
 
-    The schema is brought to this perfgate's revision unless `upgrade` is False, when an older
-    schema is refused instead. Raises ConfigError (64) or InfrastructureError (69).
+    The schema is brought to this perfgate's revision first. Raises ConfigError (exit 64) for a
+    wrong URL, file or database, InfrastructureError (exit 69) for an unreachable server.
     """
     engine, state = _connect(url)
-    if not state.is_current and not upgrade:
-        engine.dispose()
-        raise ConfigError(
-            f"the history is at schema revision {state.current!r}, older than {state.head!r}",
-            file=_where(engine),
-            fix="run `perfgate db upgrade`",
-        )
     if not state.is_current:
         _guarded(engine, lambda: upgrade_schema(engine, _where(engine)))
     _guarded(engine, lambda: enable_wal(engine))
@@ -109,6 +104,18 @@ def inspect_history(url: str) -> SchemaState:
     engine, state = _connect(url, check=False)
     engine.dispose()
     return state
+
+
+@contextmanager
+def database_errors(sessions: sessionmaker[Session]) -> Iterator[None]:
+    """Word a database failure inside the block (a lost server, say) as a perfgate error."""
+    try:
+        yield
+    except SQLAlchemyError as error:
+        bind = sessions.kw.get("bind")
+        if not isinstance(bind, Engine):
+            raise
+        raise open_error(bind.url, error) from None
 
 
 def close_history(sessions: sessionmaker[Session]) -> None:

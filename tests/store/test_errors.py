@@ -7,9 +7,16 @@ from pathlib import Path
 
 import pytest
 from sqlalchemy import create_engine, func, select, text
+from sqlalchemy.orm import Session, sessionmaker
 
 from perfgate.errors import ConfigError, ExitCode, InfrastructureError
-from perfgate.store import close_history, inspect_history, open_history, record_run
+from perfgate.store import (
+    close_history,
+    database_errors,
+    inspect_history,
+    open_history,
+    record_run,
+)
 from perfgate.store.database import parse_history_url
 from perfgate.store.models import RunRow
 
@@ -112,3 +119,13 @@ def test_the_cli_says_one_line_and_exits_with_the_documented_code(tmp_path: Path
         assert result.returncode == code, result.stderr
         assert result.stderr.count("\n") == 1 and message in result.stderr
         assert result.stderr.startswith("perfgate: error: ") and result.stdout == ""
+
+
+def test_a_failure_after_opening_is_worded_too(sessions: sessionmaker[Session]) -> None:
+    with (
+        pytest.raises(InfrastructureError, match="no_such_table") as caught,
+        database_errors(sessions),
+        sessions() as session,
+    ):
+        session.execute(text("SELECT * FROM no_such_table"))
+    assert "\n" not in str(caught.value)
