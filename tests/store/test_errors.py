@@ -9,6 +9,7 @@ import pytest
 from sqlalchemy import create_engine, func, select, text
 from sqlalchemy.orm import Session, sessionmaker
 
+from perfgate.cli import main
 from perfgate.errors import ConfigError, ExitCode, InfrastructureError
 from perfgate.store import (
     close_history,
@@ -129,3 +130,20 @@ def test_a_failure_after_opening_is_worded_too(sessions: sessionmaker[Session]) 
     ):
         session.execute(text("SELECT * FROM no_such_table"))
     assert "\n" not in str(caught.value)
+
+
+def test_a_damaged_history_is_bad_input_when_read(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    url = f"sqlite:///{tmp_path / 'history.db'}"
+    sessions = open_history(url)
+    with sessions.begin() as session:
+        for _ in range(30):
+            record_run(session, record(measurement()))
+    close_history(sessions)
+    with (tmp_path / "history.db").open("r+b") as damaged:
+        damaged.seek(3 * 4096)  # past the schema's first pages: the rows' pages
+        damaged.write(b"\xff" * 40_000)
+    assert main(["history", "list", "--db", url]) == ExitCode.BAD_INPUT
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "database disk image is malformed" in err
