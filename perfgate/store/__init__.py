@@ -18,6 +18,7 @@ from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
 
 from perfgate.errors import PerfgateError
+from perfgate.store.columns import HistoryColumns, history_columns
 from perfgate.store.database import (
     create_history_engine,
     describe,
@@ -47,12 +48,14 @@ from perfgate.store.schema import (
 )
 
 __all__ = [
+    "HistoryColumns",
     "MetricPoint",
     "RunFilter",
     "SchemaState",
     "check_history",
     "close_history",
     "database_errors",
+    "history_columns",
     "inspect_history",
     "iter_runs",
     "last_runs",
