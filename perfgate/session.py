@@ -19,13 +19,12 @@ from perfgate.errors import ExitCode, PerfgateError
 from perfgate.fingerprint import default_profile, detect_gpus, diff_fingerprints
 from perfgate.gate.verdict import Verdict, exit_code, overall_status
 from perfgate.measure import TimedLoop, assemble_measurement, measure_mode, plain_loop
-from perfgate.report import write_report
+from perfgate.report import write_history_report
 from perfgate.results import Measurement, ModeResult, RunRecord
 from perfgate.store import (
     check_history,
     close_history,
     database_errors,
-    list_runs,
     open_history,
     record_run,
 )
@@ -147,7 +146,7 @@ class GateSession:
                 self.records = [replace(r, id=record_run(session, r)) for r in self.records]
             if self.report_path is not None:
                 with database_errors(sessions), sessions() as session:
-                    write_report(self.report_path, list_runs(session))
+                    write_history_report(self.report_path, session)
         finally:
             close_history(sessions)
 
