@@ -13,9 +13,10 @@ segments on either side decides whether the split is real. Two passes:
 
 Differences from Otava, on purpose: each window proposes one split (Otava recurses inside a
 window; with windows overlapping by half, a second shift in the same window is the best split
-of the next one), segments are at least ``min_size`` points (a single odd run is not a level
-shift; Otava PR #150 added the same guard), and the windows are scored all at once with numpy.
-Defaults are Otava's: window 50, p < 0.001.
+of the next one); segments are at least ``min_size`` points and a split counts only when the
+segments' medians move with their means (a single odd run is not a level shift; Otava PR
+#150 added a minimum segment length for the same reason); the windows are scored all at once
+with numpy. Defaults are Otava's: window 50, p < 0.001.
 
 Like every retrospective detector, a shift at the end of the history is reported once
 ``min_size`` runs after it have been recorded.
@@ -33,7 +34,7 @@ from numpy.typing import NDArray
 
 WINDOW = 50
 MAX_P = 0.001
-MIN_SIZE = 2
+MIN_SIZE = 3
 
 
 @dataclass(frozen=True)
@@ -180,6 +181,7 @@ class _Segments:
 
     def __init__(self, series: NDArray[np.float64]) -> None:
         # Centred first: prefix sums of squares of large values lose the variance otherwise.
+        self.series = series
         self.offset = float(np.mean(series))
         centred = series - self.offset
         self.sums = np.concatenate(([0.0], np.cumsum(centred)))
@@ -225,14 +227,19 @@ class _Segments:
         return student_t_two_sided(gap / scale, df)
 
     def change_point(self, start: int, split: int, stop: int) -> ChangePoint:
+        """The split tested against its segments; p = 1 when their medians disagree.
+
+        A t-test compares means, and a single wild run drags a short segment's mean: the
+        medians must move the same way by at least half as much, or the split is no shift.
+        """
         _, mean_l, _ = self.stats(start, split)
         _, mean_r, _ = self.stats(split, stop)
-        return ChangePoint(
-            split,
-            mean_l + self.offset,
-            mean_r + self.offset,
-            self.p_value(start, split, stop),
-        )
+        p_value = self.p_value(start, split, stop)
+        gap = mean_r - mean_l
+        median_gap = float(np.median(self.series[split:stop]) - np.median(self.series[start:split]))
+        if gap and (gap * median_gap <= 0 or abs(median_gap) < abs(gap) / 2):
+            p_value = 1.0
+        return ChangePoint(split, mean_l + self.offset, mean_r + self.offset, p_value)
 
 
 def student_t_two_sided(t: float, df: float) -> float:
