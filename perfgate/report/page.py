@@ -16,7 +16,7 @@ from markupsafe import Markup
 
 from perfgate import metrics
 from perfgate.report.links import commit_url, pull_url, safe_url
-from perfgate.report.model import Group, describe_fingerprint_change
+from perfgate.report.model import Group
 from perfgate.report.sweeps import Sweep
 from perfgate.results import RunRecord
 from perfgate.store.columns import RunFacts
@@ -51,11 +51,19 @@ def script_json(value: Any) -> Markup:
 
 @cache
 def static_text(name: str) -> Markup:
-    """A vendored or own asset, to inline; refused if it could end its own element."""
+    """A vendored or own asset from perfgate/report/static/, to inline in the page."""
     text = resources.files("perfgate.report").joinpath("static", name).read_text("utf-8")
+    return inlinable(name, text)
+
+
+def inlinable(name: str, text: str) -> Markup:
+    """The text of a script or stylesheet, checked safe to place inside its element.
+
+    Raises ValueError when it holds what would end the element early or open a comment.
+    """
     lowered = text.lower()
     if "</script" in lowered or "</style" in lowered or "<!--" in lowered:
-        raise ValueError(f"perfgate/report/static/{name} cannot be inlined: it holds a closing tag")
+        raise ValueError(f"{name} cannot be inlined: it holds </script, </style or <!--")
     return Markup(text)
 
 
@@ -174,6 +182,3 @@ def _change_point_rows(group: Group, payload: Mapping[str, Any]) -> list[dict[st
                 }
             )
     return sorted(rows, key=lambda r: (-r["run"].started_at.timestamp(), r["series"]))
-
-
-__all__ = ["Page", "describe_fingerprint_change", "render_page", "script_json"]
