@@ -26,6 +26,7 @@ from .test_page import hostile_history
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 RUNS = 40
+TINY = 'section[data-scenario="tiny"]'  # the stepped history's scenario
 
 
 @pytest.fixture(scope="module")
@@ -83,6 +84,11 @@ def test_it_opens_offline_with_no_error_and_runs_no_injected_script(report: Repo
     assert report.requests and all(url.startswith("file://") for url in report.requests)
     assert report.page.evaluate("window.__pwned") is None
     assert report.page.evaluate("window.perfgateReport.ready") is True
+    # The newest run reused its plain twin's figures: the page says from which run.
+    detail = report.page.locator(f"{TINY} .run-detail").inner_text()
+    assert f"run #{RUNS}" in detail and f"plain figures reused from run #{RUNS - 1}" in detail
+    summary = report.page.locator(f"{TINY} p", has_text="Latest run").inner_text()
+    assert f"plain figures reused from run #{RUNS - 1}" in summary
 
 
 def test_every_chart_is_drawn_and_the_page_is_kept_as_a_screenshot(report: ReportPage) -> None:
@@ -101,9 +107,6 @@ def test_every_chart_is_drawn_and_the_page_is_kept_as_a_screenshot(report: Repor
     report.page.evaluate("window.scrollTo(0, 0)")
     report.page.screenshot(path=str(shot), full_page=True)
     assert shot.stat().st_size > 10_000
-
-
-TINY = 'section[data-scenario="tiny"]'  # the stepped history's scenario
 
 
 def over(report: ReportPage, chart: str, fraction: float = 0.5) -> dict[str, float]:

@@ -6,9 +6,11 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
 
 import pytest
 
@@ -127,3 +129,41 @@ def test_an_empty_history_renders() -> None:
     html = render_report([])
     assert "The history holds no run yet." in html
     assert embedded_json(html)["groups"] == []
+
+
+@dataclass(frozen=True)
+class Shift:
+    """Shaped like the gate's per-phase shift (perfgate.gate.attribution.PhaseShift)."""
+
+    phase: str
+    baseline_ms: float
+    current_ms: float
+    share: float | None
+
+
+@dataclass(frozen=True)
+class AttributedVerdict(Verdict):
+    """A verdict with an attribution, as the gate gives one for throughput metrics."""
+
+    attribution: Any = None
+
+
+def test_a_verdicts_attribution_and_interval_are_shown_when_the_gate_gives_them() -> None:
+    attribution = SimpleNamespace(
+        summary="output_tok_s -7.1%: cycle +2.4 ms/cycle (+10%); verify +2.1 ms/cycle explains 88%",
+        cycle=Shift("cycle", 24.0, 26.4, None),
+        phases=(Shift("verify", 20.0, 22.1, 0.875), Shift("other", 1.0, 1.3, 0.125)),
+    )
+    verdict = AttributedVerdict(
+        "output_tok_s", Status.REGRESSION, f"slower {HOSTILE}", 100.0, 92.9, -0.071,
+        ci_low=-0.09, ci_high=-0.05, tolerance=0.03, attribution=attribution,
+    )  # fmt: skip
+    record = replace(run(0), id=1, verdicts=(verdict,), status=Status.REGRESSION)
+    html = render_report([record])
+    assert "verify +2.1 ms/cycle explains 88%" in html
+    assert re.search(
+        r"<td>verify</td><td class=\"num\">20.000</td><td class=\"num\">22.100</td>", html
+    )
+    assert "88%" in html and "-9.0% … -5.0%" in html
+    plain = render_report([replace(record, verdicts=(Verdict("output_tok_s", Status.PASS, "ok"),))])
+    assert "why:" not in plain
