@@ -17,6 +17,7 @@ Not a test: figures depend on the machine. Goals: render <= 2 s, file <= 3 MB, l
 from __future__ import annotations
 
 import argparse
+import os
 import random
 import statistics
 import sys
@@ -158,19 +159,21 @@ def _verdicts(noisy: dict[str, float], base: dict[str, float]) -> dict[str, str]
     return result
 
 
-def time_render(url: str, out: Path, times: int) -> list[float]:
-    """Seconds per `perfgate report` (open, read, build, render, write), in this process."""
+def time_render(url: str, out: Path, times: int) -> tuple[list[float], list[float]]:
+    """Wall and CPU seconds per `perfgate report` (open, read, build, render, write), in this
+    process (imports done). CPU time says what it costs where other work shares the cores."""
     from perfgate.report import write_history_report
 
-    seconds = []
+    wall, cpu = [], []
     for _ in range(times):
-        began = time.perf_counter()
+        began, began_cpu = time.perf_counter(), time.process_time()
         sessions = open_history(url)
         with sessions() as session:
             write_history_report(out, session)
         close_history(sessions)
-        seconds.append(time.perf_counter() - began)
-    return seconds
+        wall.append(time.perf_counter() - began)
+        cpu.append(time.process_time() - began_cpu)
+    return wall, cpu
 
 
 def time_load(path: Path, times: int) -> tuple[list[float], list[float]] | None:
@@ -212,8 +215,12 @@ def main() -> int:
     print(f"history ready in {time.perf_counter() - began:.1f} s: {args.runs} runs x "
           f"{args.metrics} metrics x {args.repeats} repeats at {args.db}")  # fmt: skip
     out = Path(args.out)
-    render = time_render(args.db, out, args.times)
-    _print("render (open, read, build, write)", render)
+    wall, cpu = time_render(args.db, out, args.times)
+    _print("render (open, read, build, write), wall", wall)
+    _print("render, CPU time of this process", cpu)
+    print(
+        f"  load average: {' '.join(f'{x:.1f}' for x in os.getloadavg())} on {os.cpu_count()} cores"
+    )
     print(f"  file {out}: {out.stat().st_size / 1e6:.2f} MB")
     load = None if args.no_browser else time_load(out, args.times)
     if load is not None:

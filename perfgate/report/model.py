@@ -93,11 +93,13 @@ def _run_columns(
 
 
 def _short_ci(url: str | None, prefix: str | None) -> str | None:
-    """A safe CI URL, without the repository's run prefix when it has it (a few MB saved)."""
-    url = safe_url(url)
-    if url is None or prefix is None or not url.startswith(prefix):
-        return url
-    return "~" + url[len(prefix) :]
+    """A safe CI URL, without the repository's run prefix when it has it (a few MB saved).
+
+    The prefix is the checked repository URL's, so a URL that starts with it is safe too.
+    """
+    if url and prefix and url.startswith(prefix):
+        return "~" + url[len(prefix) :]
+    return safe_url(url)
 
 
 def _group_payload(

@@ -8,12 +8,13 @@ run id: plain values, no row object.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import ScalarSelect, Select, case, func, select
+from sqlalchemy import ScalarSelect, Select, Text, case, cast, func, select
 from sqlalchemy.orm import Session
 
 from perfgate.results import RunRecord
@@ -47,8 +48,8 @@ class RunFacts:
     ci_url: str | None
     dirty: bool
     equivalent: bool
-    fingerprint: dict[str, Any]
-    config: dict[str, Any]
+    fingerprint: dict[str, Any]  # shared between runs with the same one: do not change it
+    config: dict[str, Any]  # likewise
     plain_reused_from: int | None  # the run whose plain figures this run reused, if any
 
 
@@ -90,9 +91,9 @@ def history_columns(session: Session, where: RunFilter | None = None) -> History
     selected = (where or RunFilter()).apply(select(RunRow.id))
     chosen = selected.scalar_subquery()
     connection = session.connection()
-    columns = HistoryColumns(
-        [_facts(row) for row in connection.execute(_run_columns(chosen)).all()]
-    )
+    parsed: dict[str, dict[str, Any]] = {}
+    rows = connection.execute(_run_columns(chosen)).all()
+    columns = HistoryColumns([_facts(row, parsed) for row in rows])
     _group(columns.values, connection.execute(_central_values(chosen)).all())
     phases = select(PhaseRow.run_id, PhaseRow.mode, PhaseRow.phase, func.avg(PhaseRow.mean_ms))
     phases = phases.where(PhaseRow.run_id.in_(chosen))
@@ -144,8 +145,10 @@ def _run_columns(chosen: ScalarSelect[Any]) -> Select:
             RunRow.ci_url,
             RunRow.dirty,
             RunRow.equivalent,
-            RunRow.fingerprint,
-            RunRow.config,
+            # As text: runs of a scenario mostly share one fingerprint and one config, so each
+            # distinct text is parsed once (see _facts), not once per run.
+            cast(RunRow.fingerprint, Text),
+            cast(RunRow.config, Text),
             reused,
         )
         .where(RunRow.id.in_(chosen))
@@ -154,12 +157,17 @@ def _run_columns(chosen: ScalarSelect[Any]) -> Select:
     return query
 
 
-def _facts(row: Any) -> RunFacts:
+def _facts(row: Any, parsed: dict[str, dict[str, Any]]) -> RunFacts:
+    """A run's facts from its row; `parsed` remembers the JSON texts already parsed."""
     (run_id, scenario, profile, engine, status, started_at, commit, branch, pr, ci_url) = row[:10]
     dirty, equivalent, fingerprint, config, reused = row[10:]
+    for text in (fingerprint, config):
+        if text not in parsed:
+            parsed[text] = json.loads(text) if text else {}
     return RunFacts(
         run_id, scenario, profile, engine, status, as_utc(started_at), commit, branch, pr,
-        ci_url, dirty, equivalent, fingerprint, config, _as_int(reused),
+        ci_url, bool(dirty), bool(equivalent), parsed[fingerprint], parsed[config],
+        _as_int(reused),
     )  # fmt: skip
 
 
