@@ -39,8 +39,7 @@ def chromium_path() -> str | None:
     for candidate in ([configured] if configured else []) + list(CANDIDATES):
         if candidate and Path(candidate).is_file() and os.access(candidate, os.X_OK):
             return candidate
-    found = shutil.which("chromium")
-    return found
+    return shutil.which("chromium")
 
 
 def why_unavailable() -> str | None:
