@@ -121,9 +121,11 @@ def test_too_noisy_for_the_tolerance_stays_inconclusive() -> None:
 def test_one_run_each_side_uses_the_repeats_and_says_so() -> None:
     verdict = judge_metric("output_tok_s", BASE[:1], runs(13, 1, level=80.0), 0.03)
     assert verdict.status is Status.REGRESSION
-    assert "approve more runs" in verdict.message
+    assert "approve more baseline runs" in verdict.message
     single = judge_metric("output_tok_s", [[100.0]], [[80.0]], 0.03, final=True)
     assert single.status is Status.INCONCLUSIVE  # nothing tells how noisy one value is
+    exact = judge_metric("accept_length", [[2.6] * 5], [[2.6] * 5], 0.03, final=False)
+    assert exact.status is Status.PASS  # a deterministic metric that did not move
 
 
 def test_missing_samples_are_errors_not_passes() -> None:

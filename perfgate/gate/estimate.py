@@ -98,7 +98,10 @@ def estimate_change(
     floor = _median_floor(base, cur)
     if between_df >= 1:
         variance, df = max(squares / between_df, floor), float(between_df)
-    elif within and within[0] > 0:
+    elif within is not None:
+        # One run each side: the repeats are all there is. A spread of 0 (a metric that is
+        # the same in every repeat, like the accept length of a deterministic engine) gives
+        # an exact estimate.
         variance, df = floor, float(sum(len(r) - 1 for r in (*base, *cur)))
     else:
         variance, df = math.inf, 1.0

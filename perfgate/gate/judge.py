@@ -12,21 +12,27 @@ The interval's upper end is a one-sided bound at level ``alpha`` (after Holm's c
 over the scenario's gated metrics), so a regression is claimed only when the data are
 confident the change is *beyond* the tolerance; its lower end is a one-sided bound at level
 ``beta``, so a pass is claimed only when the data are confident the change is *within* it.
-What the levels mean, exactly:
+What the levels mean, exactly (under the model of perfgate.gate.estimate: normal noise on
+the log scale, run shifts and repeat noise independent):
 
-* ``alpha`` bounds the chance that the gate flags any gated metric of a scenario as a
-  regression while every metric's true change is within its tolerance (the family-wise
-  false-alarm rate, Holm 1979, valid whatever the correlation between the metrics). At no
-  change the chance is far smaller: the benchmark ``benchmarks/gate_quality.py`` measures it.
+* ``alpha`` bounds the chance, at each look at the data, that the gate flags any gated
+  metric of a scenario as a regression while every metric's true change is within its
+  tolerance: the family-wise false-alarm rate, by Holm's step-down procedure (Holm 1979),
+  valid whatever the correlation between the metrics. The bound is for the worst case, a
+  change sitting exactly at the tolerance; at no change the chance is far smaller.
+  The default 0.2 tests the strongest of four metrics at 0.05.
 * ``beta`` bounds the chance that a metric whose true change sits exactly at the tolerance
-  is passed.
+  is passed (0.2 by default); at twice the tolerance a pass is rare.
 
 When the interval crosses the tolerance the verdict is ``inconclusive`` and the runner
 measures another run (a fresh server launch), up to a budget. On the last run
-(``final=True``) an undecided metric is decided on its estimate when its interval is no
-wider than the tolerance (the change is then known to sit close to the tolerance, where
-either verdict is fair; the message says the verdict was decided this way); a wider interval
-stays ``inconclusive``, the honest answer when the runner is too noisy for the tolerance.
+(``final=True``) an undecided metric is decided on its estimate when the estimate's standard
+error is at most a third of the tolerance (the change then sits close to the tolerance,
+where either verdict is fair; the message says the verdict was decided this way); a noisier
+estimate stays ``inconclusive``, the honest answer when the runner is too noisy for the
+tolerance. Looks and decisions on the estimate are outside the ``alpha`` bound; what they
+cost, and the rates at no change, half and twice the tolerance, over noise shapes from
+quiet to heavy-tailed and bimodal, are measured by ``benchmarks/gate_quality.py``.
 """
 
 from __future__ import annotations
@@ -47,6 +53,8 @@ DEFAULT_BETA = 0.2  # the chance of passing a change that sits exactly at the to
 # standard error is at most this share of the tolerance: close enough to the truth that the
 # estimate's side of the tolerance is the side the truth is on, or nearly so.
 SETTLED_SE = 1.0 / 3.0
+# With fewer approved runs than this the spread between launches is barely known.
+FEW_BASELINE_RUNS = 3
 
 
 @dataclass(frozen=True)
@@ -279,7 +287,9 @@ def describe(judgement: Judgement, tolerance: float) -> str:
     if e.between_run_sd is not None and e.within_run_sd is not None:
         text += f"; spread between runs {e.between_run_sd:.1%}, within {e.within_run_sd:.1%}"
     elif e.within_run_sd is not None:
-        text += "; spread between runs unknown (one run each side): approve more runs"
+        text += "; spread between runs unknown (one run each side)"
+    if e.baseline_runs < FEW_BASELINE_RUNS:
+        text += "; approve more baseline runs for sharper verdicts"
     if judgement.decided_on_estimate:
         text += "; decided on the estimate: the run budget is spent"
     elif judgement.status is Status.INCONCLUSIVE:
