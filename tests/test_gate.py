@@ -184,3 +184,14 @@ def test_overall_status_and_exit_codes() -> None:
     assert exit_code(Status.PASS) is ExitCode.PASS
     assert exit_code(Status.REGRESSION) is ExitCode.REGRESSION
     assert exit_code(Status.INCONCLUSIVE) is ExitCode.INCONCLUSIVE
+
+
+@pytest.mark.parametrize(
+    "module", ["perfgate.gate.judge", "perfgate.equivalence"], ids=lambda name: name
+)
+def test_the_documented_examples_hold(module: str) -> None:
+    import doctest
+    import importlib
+
+    result = doctest.testmod(importlib.import_module(module))
+    assert result.attempted > 0 and result.failed == 0

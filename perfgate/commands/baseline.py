@@ -9,6 +9,8 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from sqlalchemy.orm import Session
+
 from perfgate import metrics
 from perfgate.baselines import (
     SCHEMA_VERSION,
@@ -231,19 +233,25 @@ def handle_migrate(args: argparse.Namespace, _rest: list[str]) -> int:
     sessions = open_history(history_url(args))
     with sessions() as session:
         for baseline in old:
-            runs, found = [], 0
-            for run in baseline.runs:
-                try:
-                    record = load_run(session, run.run_id) if run.run_id is not None else None
-                except ConfigError:
-                    record = None
-                if record is not None:
-                    run, found = replace(run, phase_ms=record.measurement.phase_ms()), found + 1
-                runs.append(run)
-            assert baseline.path is not None
-            write_baseline(replace(baseline, runs=tuple(runs)), baseline.path)
+            migrated, found = _with_history_phases(session, baseline)
+            assert baseline.path is not None  # loaded from a file
+            write_baseline(migrated, baseline.path)
             print(
                 f"{baseline.path}: schema {baseline.schema_version} -> {SCHEMA_VERSION}, phase "
-                f"means for {found} of {len(runs)} run(s) from the history"
+                f"means for {found} of {len(migrated.runs)} run(s) from the history"
             )
     return 0
+
+
+def _with_history_phases(session: Session, baseline: Baseline) -> tuple[Baseline, int]:
+    """The baseline with each run's phase means from the history, and how many were found."""
+    runs, found = [], 0
+    for run in baseline.runs:
+        try:
+            record = load_run(session, run.run_id) if run.run_id is not None else None
+        except ConfigError:  # the history no longer holds that run
+            record = None
+        if record is not None:
+            run, found = replace(run, phase_ms=record.measurement.phase_ms()), found + 1
+        runs.append(run)
+    return replace(baseline, runs=tuple(runs)), found

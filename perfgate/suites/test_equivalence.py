@@ -1,4 +1,4 @@
-"""Speculative outputs must be the plain outputs, token for token."""
+"""Speculative outputs must be the plain outputs, token for token (near ties aside)."""
 
 from __future__ import annotations
 
