@@ -122,6 +122,11 @@ def test_one_run_each_side_uses_the_repeats_and_says_so() -> None:
     verdict = judge_metric("output_tok_s", BASE[:1], runs(13, 1, level=80.0), 0.03)
     assert verdict.status is Status.REGRESSION
     assert "approve more baseline runs" in verdict.message
+    # Before the budget is spent, such a regression is confirmed by another run first.
+    early = judge_metric("output_tok_s", BASE[:1], runs(13, 1, level=80.0), 0.03, final=False)
+    assert early.status is Status.INCONCLUSIVE and "confirmed by another run" in early.message
+    confirmed = judge_metric("output_tok_s", BASE[:1], runs(13, 2, level=80.0), 0.03, final=False)
+    assert confirmed.status is Status.REGRESSION
     single = judge_metric("output_tok_s", [[100.0]], [[80.0]], 0.03, final=True)
     assert single.status is Status.INCONCLUSIVE  # nothing tells how noisy one value is
     exact = judge_metric("accept_length", [[2.6] * 5], [[2.6] * 5], 0.03, final=False)

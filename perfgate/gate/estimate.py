@@ -23,6 +23,11 @@ from dataclasses import dataclass
 from perfgate.gate.stats import median, median_variance_factor, pooled_pairwise_sd
 
 
+# The current runs' own repeat spread needs this many within-run pairs to be trusted apart
+# from the pooled spread (one run of five repeats gives ten).
+MIN_OWN_PAIRS = 10
+
+
 @dataclass(frozen=True)
 class ChangeEstimate:
     """What the runs say about a metric's relative change, before any decision.
@@ -121,12 +126,17 @@ def estimate_change(
 def _median_floor(base: list[list[float]], cur: list[list[float]]) -> float:
     """The least variance a run's median can have, given the spread of the repeats.
 
-    The larger of the baseline's and the current runs' within-run spreads is used, so a
-    current run whose repeats scatter far more than usual (three slow repeats of five, say)
-    widens the interval and asks for another run instead of being trusted alone.
+    The spread is pooled over every run. The current runs' own spread counts too when it
+    rests on enough pairs (two runs of three repeats do not): a current run whose repeats
+    scatter far more than usual (three slow repeats of five, say) then widens the interval
+    and asks for another run instead of being trusted alone.
     """
-    spreads = [s[0] for s in (pooled_pairwise_sd(base), pooled_pairwise_sd(cur)) if s]
-    if not spreads:
+    pooled = pooled_pairwise_sd([*base, *cur])
+    if pooled is None:
         return 0.0
+    spread = pooled[0]
+    own = pooled_pairwise_sd(cur)
+    if own is not None and own[1] >= MIN_OWN_PAIRS:
+        spread = max(spread, own[0])
     repeats = int(median([len(r) for r in (*base, *cur)]))
-    return max(spreads) ** 2 * median_variance_factor(repeats)
+    return spread**2 * median_variance_factor(repeats)

@@ -25,7 +25,9 @@ the log scale, run shifts and repeat noise independent):
   is passed (0.2 by default); at twice the tolerance a pass is rare.
 
 When the interval crosses the tolerance the verdict is ``inconclusive`` and the runner
-measures another run (a fresh server launch), up to a budget. On the last run
+measures another run (a fresh server launch), up to a budget. So is a regression seen with
+one run on each side before the budget is spent: the repeats alone cannot tell a slower
+change from a slower launch, so another run confirms it first. On the last run
 (``final=True``) an undecided metric is decided on its estimate when the estimate's standard
 error is at most a third of the tolerance (the change then sits close to the tolerance,
 where either verdict is fair; the message says the verdict was decided this way); a noisier
@@ -127,12 +129,16 @@ def decide(
     low = g - t_ppf(1.0 - beta, estimate.df) * spread
     high = g + t_ppf(1.0 - alpha, estimate.df) * spread
     on_estimate = False
-    if high < worst:
+    if high < worst and (final or estimate.between_run_sd is not None):
         status = Status.REGRESSION
     elif low > best:
         status = Status.IMPROVEMENT
     elif low >= worst:
         status = Status.PASS
+    elif high < worst:
+        # One run each side: how far launches scatter is unknown, so a regression seen in
+        # the repeats alone is confirmed by another run before it fails the build.
+        status = Status.INCONCLUSIVE
     elif final and estimate.se <= -worst * SETTLED_SE:
         status, on_estimate = (Status.REGRESSION if g < worst else Status.PASS), True
     else:
@@ -292,6 +298,8 @@ def describe(judgement: Judgement, tolerance: float) -> str:
         text += "; approve more baseline runs for sharper verdicts"
     if judgement.decided_on_estimate:
         text += "; decided on the estimate: the run budget is spent"
+    elif judgement.status is Status.INCONCLUSIVE and e.between_run_sd is None:
+        text += "; to be confirmed by another run"
     elif judgement.status is Status.INCONCLUSIVE:
         text += "; the interval crosses the tolerance"
     return text
