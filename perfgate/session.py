@@ -29,7 +29,14 @@ from perfgate.measure import (
 )
 from perfgate.report import write_report
 from perfgate.results import Measurement, ModeResult, RunContext, RunRecord
-from perfgate.store import list_runs, open_history, record_run
+from perfgate.store import (
+    check_history,
+    close_history,
+    database_errors,
+    list_runs,
+    open_history,
+    record_run,
+)
 
 
 @dataclass(frozen=True)
@@ -142,6 +149,10 @@ class GateSession:
         self.baselines_dir = (
             Path(options.baselines).resolve() if options.baselines else self.config.baselines_dir
         )
+        self.history_url = (
+            resolve_sqlite_url(options.db, self.cwd) if options.db else self.config.history_url
+        )
+        check_history(self.history_url)  # a wrong or unreachable history fails before measuring
         self.baselines: dict[str, Baseline] = {}
         if options.gate:
             for name in self.scenarios:
@@ -149,9 +160,6 @@ class GateSession:
         # The session's false-alarm level, split evenly among the gated scenarios (Bonferroni);
         # inside a scenario, Holm's procedure splits it among the gated metrics.
         self.alpha = self.config.alpha / max(len(self.baselines), 1)
-        self.history_url = (
-            resolve_sqlite_url(options.db, self.cwd) if options.db else self.config.history_url
-        )
         self.report_path = _report_path(options.report, self.config.path.parent)
         stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S")
         self.workdir = self.config.path.parent / ".perfgate" / "runs" / stamp
@@ -206,11 +214,14 @@ class GateSession:
 
     def _record_and_report(self) -> None:
         sessions = open_history(self.history_url)
-        with sessions.begin() as session:
-            self.records = record_linked(session, self.records)
-        if self.report_path is not None:
-            with sessions() as session:
-                write_report(self.report_path, list_runs(session))
+        try:
+            with database_errors(sessions), sessions.begin() as session:
+                self.records = record_linked(session, self.records)
+            if self.report_path is not None:
+                with database_errors(sessions), sessions() as session:
+                    write_report(self.report_path, list_runs(session))
+        finally:
+            close_history(sessions)
 
 
 def _report_path(option: str | None, root: Path) -> Path | None:

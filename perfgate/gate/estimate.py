@@ -22,7 +22,6 @@ from dataclasses import dataclass
 
 from perfgate.gate.stats import median, median_variance_factor, pooled_pairwise_sd
 
-
 # The current runs' own repeat spread needs this many within-run pairs to be trusted apart
 # from the pooled spread (one run of five repeats gives ten).
 MIN_OWN_PAIRS = 10
