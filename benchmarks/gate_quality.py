@@ -12,7 +12,7 @@ tolerances (the other three metrics do not change). Every value is::
 
 with the noise shapes of ``SHAPES``. perfgate's gate judges the four metrics as one family
 and measures another run while any is inconclusive, up to ``--max-runs``; the other rules
-see the first current run only, as they would in CI:
+judge the same approved runs and the same first current run, as they would in CI:
 
 * pytest-benchmark ``--benchmark-compare-fail=mean:5%``: the mean time of a repeat
   (1 / tok/s) against the latest saved run's, failing above +5%.
@@ -131,16 +131,22 @@ class Settings:
     beta: float
 
 
+Runs = dict[str, list[list[float]]]  # metric -> runs -> repeats
+
+
 def gate_trial(
-    draw: Callable[[str, float], list[float]], settings: Settings, factor: float
+    baseline: Runs,
+    first: dict[str, list[float]],
+    again: Callable[[], dict[str, list[float]]],
+    settings: Settings,
 ) -> tuple[Status, bool, int]:
-    """perfgate: judge the family, measuring again while anything is inconclusive."""
-    baseline = {m: [draw(m, 1.0) for _ in range(settings.baseline_runs)] for m in GATED}
-    current: dict[str, list[list[float]]] = {m: [] for m in GATED}
+    """perfgate: judge the family, measuring again (``again()``) while anything is inconclusive."""
+    current: Runs = {m: [first[m]] for m in GATED}
     tolerances = dict.fromkeys(GATED, settings.tolerance)
     for run in range(1, settings.max_runs + 1):
-        for m in GATED:
-            current[m].append(draw(m, factor if m == CHANGED else 1.0))
+        if run > 1:
+            for m, values in again().items():
+                current[m].append(values)
         verdicts = judge_runs(
             baseline,
             current,
@@ -183,18 +189,14 @@ def bencher_alarm(metric: str, baseline: Sequence[list[float]], run: list[float]
     return value > centre + margin
 
 
-def other_rules(
-    draw: Callable[[str, float], list[float]], settings: Settings, factor: float
-) -> dict[str, tuple[bool, bool]]:
-    """Each peer rule's (changed metric flagged, any of the 4 flagged) on one current run."""
-    baseline = {m: [draw(m, 1.0) for _ in range(settings.baseline_runs)] for m in GATED}
-    run = {m: draw(m, factor if m == CHANGED else 1.0) for m in GATED}
+def other_rules(baseline: Runs, first: dict[str, list[float]]) -> dict[str, tuple[bool, bool]]:
+    """Each peer rule's (changed metric flagged, any of the 4 flagged) on the first run."""
     result = {}
     for name, rule in (
         ("pytest-benchmark mean:5%", pytest_benchmark_alarm),
         ("Bencher t-test 0.99", bencher_alarm),
     ):
-        flags = {m: rule(m, baseline[m], run[m]) for m in GATED}
+        flags = {m: rule(m, baseline[m], first[m]) for m in GATED}
         result[name] = (flags[CHANGED], any(flags.values()))
     return result
 
@@ -215,14 +217,21 @@ def run_cell(args: tuple[Shape, float, Settings, int, int]) -> tuple[str, float,
     def draw(metric: str, f: float) -> list[float]:
         return draw_run(scaled, rng, settings.repeats, _worse(metric, f))
 
+    def current_run() -> dict[str, list[float]]:
+        return {m: draw(m, factor if m == CHANGED else 1.0) for m in GATED}
+
     tally = Tally()
     for _ in range(trials):
-        status, alarm, runs = gate_trial(draw, settings, factor)
+        # Every rule judges the same approved runs and the same first current run; only
+        # perfgate asks for more runs.
+        baseline = {m: [draw(m, 1.0) for _ in range(settings.baseline_runs)] for m in GATED}
+        first = current_run()
+        status, alarm, runs = gate_trial(baseline, first, current_run, settings)
         tally.trials += 1
         tally.add("perfgate", status is Status.REGRESSION, alarm)
         tally.inconclusive += status is Status.INCONCLUSIVE
         tally.runs += runs
-        for name, (flagged, any_alarm) in other_rules(draw, settings, factor).items():
+        for name, (flagged, any_alarm) in other_rules(baseline, first).items():
             tally.add(name, flagged, any_alarm)
     return shape.name, change, tally
 

@@ -125,9 +125,8 @@ def decide(
     """
     worst, best = tolerance_bounds(direction, tolerance)
     g = _goodness(estimate, direction)
-    spread = estimate.se if math.isfinite(estimate.se) else math.inf
-    low = g - t_ppf(1.0 - beta, estimate.df) * spread
-    high = g + t_ppf(1.0 - alpha, estimate.df) * spread
+    low = g - t_ppf(1.0 - beta, estimate.df) * estimate.se  # -inf when se is inf
+    high = g + t_ppf(1.0 - alpha, estimate.df) * estimate.se
     on_estimate = False
     if high < worst and (final or estimate.between_run_sd is not None):
         status = Status.REGRESSION
