@@ -11,7 +11,7 @@ from pathlib import Path
 
 from perfgate import metrics
 from perfgate.config import Scenario
-from perfgate.engines.client import Completion, EngineClient
+from perfgate.engines.client import Completion, EngineClient, RequestRefused, TopLogprobs
 from perfgate.engines.commands import Mode, server_command
 from perfgate.engines.launch import free_port, running_server
 from perfgate.equivalence import compare_outputs
@@ -19,6 +19,9 @@ from perfgate.fingerprint import collect_fingerprint, detect_gpus
 from perfgate.probe import probe_env
 from perfgate.probe.reader import CycleRecord, read_records, wait_until_complete
 from perfgate.results import Measurement, ModeResult, PhaseSummary
+
+# The plain twin's top tokens asked for at every output position, for the equivalence rule.
+TOP_LOGPROBS = 5
 
 # Runs `one_repeat` `rounds` times; the suites pass pytest-benchmark's pedantic mode here.
 TimedLoop = Callable[[Callable[[], None], int], None]
@@ -58,6 +61,8 @@ def measure_mode(
         repeats: list[Repeat] = []
         timed_loop(lambda: repeats.append(_timed_repeat(client, scenario)), scenario.repeats)
         ttft_ms = [_ttft_ms(client, scenario.prompts) for _ in repeats]
+        outputs = tuple(c.output_ids for c in repeats[0].completions)
+        top = reference_logprobs(client, scenario, outputs) if mode == "plain" else ()
         wait_until_complete(probe_dir, repeats[-1].finished_at)
     phases = summarize_phases(mode, read_records(probe_dir), repeats)
     samples = {**_repeat_samples(repeats, mode), "ttft_ms": tuple(ttft_ms), **phase_samples(phases)}
@@ -66,10 +71,38 @@ def measure_mode(
         command=command.shell(),
         samples=samples,
         phases=phases,
-        outputs=tuple(c.output_ids for c in repeats[0].completions),
+        outputs=outputs,
         server_info=info,
         log_path=str(log_path),
+        top_logprobs=top,
     )
+
+
+def reference_logprobs(
+    client: EngineClient, scenario: Scenario, outputs: Sequence[Sequence[int]]
+) -> tuple[TopLogprobs, ...]:
+    """The plain server's top tokens at each output position, outside the timed repeats.
+
+    Positions are kept only as far as this pass generated the timed outputs' tokens (plus
+    the first position where it did not: its context is still the same), so each list
+    belongs to the context the equivalence rule compares. An engine that refuses logprobs
+    gives none: a divergence then fails, its margin unknown.
+    """
+    try:
+        completions = client.generate(
+            scenario.prompts, scenario.max_new_tokens, top_logprobs=TOP_LOGPROBS
+        )
+    except RequestRefused:
+        return ()
+    aligned = []
+    for completion, expected in zip(completions, outputs, strict=True):
+        agree = 0
+        for got, want in zip(completion.output_ids, expected, strict=False):
+            if got != want:
+                break
+            agree += 1
+        aligned.append(completion.top_logprobs[: agree + 1])
+    return tuple(aligned)
 
 
 def _timed_repeat(client: EngineClient, scenario: Scenario) -> Repeat:
@@ -169,7 +202,13 @@ def assemble_measurement(
         fingerprint=collect_fingerprint(scenario, spec.server_info, detect_gpus()),
         plain=plain,
         spec=spec,
-        equivalence=compare_outputs(spec.outputs, plain.outputs),
+        equivalence=compare_outputs(
+            spec.outputs,
+            plain.outputs,
+            plain.top_logprobs,
+            near_tie_margin=scenario.near_tie_margin,
+            max_near_tie_share=scenario.max_near_tie_share,
+        ),
         started_at=started,
         finished_at=datetime.now(UTC),
         config={k: v for k, v in asdict(scenario).items() if k != "name"},

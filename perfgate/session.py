@@ -10,17 +10,25 @@ from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
 
-from perfgate import gate
+from sqlalchemy.orm import Session
+
 from perfgate.baselines import Baseline, baseline_path, load_baseline
 from perfgate.config import Config, Scenario, load_config, resolve_sqlite_url
 from perfgate.context import detect_context
 from perfgate.engines.commands import Mode
 from perfgate.errors import ExitCode, PerfgateError
-from perfgate.fingerprint import default_profile, detect_gpus, diff_fingerprints
-from perfgate.gate.verdict import Verdict, exit_code, overall_status
-from perfgate.measure import TimedLoop, assemble_measurement, measure_mode, plain_loop
+from perfgate.fingerprint import default_profile, detect_gpus
+from perfgate.gate.verdict import Status, Verdict, exit_code, overall_status
+from perfgate.judging import judge_measurements
+from perfgate.measure import (
+    TimedLoop,
+    assemble_measurement,
+    measure_mode,
+    measure_scenario,
+    plain_loop,
+)
 from perfgate.report import write_history_report
-from perfgate.results import Measurement, ModeResult, RunRecord
+from perfgate.results import Measurement, ModeResult, RunContext, RunRecord
 from perfgate.store import (
     check_history,
     close_history,
@@ -46,7 +54,13 @@ class GateOptions:
 
 @dataclass
 class ScenarioRun:
-    """One scenario in one session, measured one server at a time, each server once."""
+    """One scenario in one session, measured one server at a time, each server once.
+
+    While the gate finds a verdict inconclusive the scenario is measured again (a fresh
+    launch of both servers), up to the scenario's ``max_runs``: ``reruns`` holds those runs
+    and ``looks`` the verdicts after each run, so every run is recorded with the verdicts it
+    led to.
+    """
 
     scenario: Scenario
     profile: str
@@ -55,6 +69,8 @@ class ScenarioRun:
     results: dict[str, ModeResult] = field(default_factory=dict)
     error: PerfgateError | None = None
     verdicts: list[Verdict] | None = None
+    reruns: list[Measurement] = field(default_factory=list)
+    looks: list[list[Verdict]] = field(default_factory=list)
     _measurement: Measurement | None = None
 
     def mode_result(self, mode: Mode, timed_loop: TimedLoop = plain_loop) -> ModeResult:
@@ -76,6 +92,45 @@ class ScenarioRun:
                 self.scenario, self.profile, plain, spec, self.started_at
             )
         return self._measurement
+
+    def measurements(self) -> list[Measurement]:
+        """Every run of this scenario so far: the first, then those measured again."""
+        return [self.measurement(), *self.reruns]
+
+    def measure_again(self) -> Measurement:
+        """Launch both servers afresh and measure once more (untimed by pytest-benchmark)."""
+        folder = self.workdir / f"run-{len(self.reruns) + 2}"
+        measurement = measure_scenario(self.scenario, self.profile, folder)
+        self.reruns.append(measurement)
+        return measurement
+
+    def judge(self, baseline: Baseline, alpha: float) -> list[Verdict]:
+        """Judge against ``baseline``, measuring again while inconclusive, up to the budget.
+
+        A run that fails while measuring again ends the loop: the verdicts so far stand
+        (inconclusive) and the failure is kept in ``error``.
+        """
+        while True:
+            measured = self.measurements()
+            final = len(measured) >= self.scenario.max_runs
+            verdicts = judge_measurements(measured, baseline, alpha=alpha, final=final)
+            self.looks.append(verdicts)
+            if final or all(v.status is not Status.INCONCLUSIVE for v in verdicts):
+                return verdicts
+            try:
+                self.measure_again()
+            except PerfgateError as error:
+                self.error = error
+                return verdicts
+
+    def records(self, context: RunContext) -> list[RunRecord]:
+        """One record per measured run, each with the verdicts judged after it."""
+        records = []
+        for index, measurement in enumerate(self.measurements()):
+            verdicts = tuple(self.looks[index]) if index < len(self.looks) else ()
+            status = overall_status(verdicts, measurement.equivalence.ok)
+            records.append(RunRecord(measurement, context, verdicts, status))
+        return records
 
 
 class GateSession:
@@ -101,6 +156,9 @@ class GateSession:
         if options.gate:
             for name in self.scenarios:
                 self.baselines[name] = load_baseline(self.baseline_file(name))
+        # The session's false-alarm level, split evenly among the gated scenarios (Bonferroni);
+        # inside a scenario, Holm's procedure splits it among the gated metrics.
+        self.alpha = self.config.alpha / max(len(self.baselines), 1)
         self.report_path = _report_path(options.report, self.config.path.parent)
         stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S")
         self.workdir = self.config.path.parent / ".perfgate" / "runs" / stamp
@@ -117,33 +175,47 @@ class GateSession:
         return self.runs[name]
 
     def verdicts(self, name: str) -> list[Verdict]:
-        """Judge the scenario's measurement against its baseline (once; later calls reuse it)."""
+        """Judge the scenario against its baseline (once; later calls reuse the verdicts).
+
+        Inconclusive verdicts make the scenario measure again, up to its ``max_runs``.
+        """
         run = self.run_for(name)
         if run.verdicts is None:
             baseline = self.baselines.get(name)
-            run.verdicts = judge_measurement(run.measurement(), baseline) if baseline else []
+            run.verdicts = run.judge(baseline, self.alpha) if baseline else []
         return run.verdicts
 
     def finish(self) -> ExitCode:
-        """Record every measured scenario in one transaction, write the report, return the code."""
+        """Record every measured run in one transaction, write the report, return the code.
+
+        The code follows each scenario's last run (its verdicts are the final ones) and any
+        run whose outputs were not equivalent.
+        """
         context = detect_context(self.config.path.parent)
         for name, run in self.runs.items():
-            if run.error is None and len(run.results) == 2:
-                verdicts = self.verdicts(name)
-                status = overall_status(verdicts, run.measurement().equivalence.ok)
-                self.records.append(RunRecord(run.measurement(), context, tuple(verdicts), status))
+            if len(run.results) == 2:
+                if run.error is None:
+                    self.verdicts(name)
+                self.records += run.records(context)
         if self.records:
             self._record_and_report()
         errors = [run.error for run in self.runs.values() if run.error is not None]
-        codes = [e.exit_code for e in errors] + [exit_code(r.status) for r in self.records]
+        codes = [e.exit_code for e in errors] + [exit_code(r.status) for r in self.final_records()]
+        if any(not r.measurement.equivalence.ok for r in self.records):
+            codes.append(ExitCode.REGRESSION)
         self.exit_code = max(codes, key=_severity, default=ExitCode.PASS)
         return self.exit_code
+
+    def final_records(self) -> list[RunRecord]:
+        """Each scenario's last recorded run: the one whose verdicts are final."""
+        last = {r.measurement.scenario: r for r in self.records}
+        return list(last.values())
 
     def _record_and_report(self) -> None:
         sessions = open_history(self.history_url)
         try:
             with database_errors(sessions), sessions.begin() as session:
-                self.records = [replace(r, id=record_run(session, r)) for r in self.records]
+                self.records = record_linked(session, self.records)
             if self.report_path is not None:
                 with database_errors(sessions), sessions() as session:
                     write_history_report(self.report_path, session)
@@ -168,11 +240,15 @@ def _severity(code: ExitCode) -> int:
     return order.index(code)
 
 
-def judge_measurement(measurement: Measurement, baseline: Baseline) -> list[Verdict]:
-    """The gate's verdicts for a measurement against a baseline (pure)."""
-    differences = diff_fingerprints(baseline.fingerprint, measurement.fingerprint)
-    if differences:
-        return gate.incomparable(baseline.gated, differences)
-    return gate.judge_samples(
-        measurement.samples(), baseline.metric_runs(), baseline.tolerances, baseline.gated
-    )
+def record_linked(session: Session, records: list[RunRecord]) -> list[RunRecord]:
+    """Record runs in order; each run's verdicts name the earlier runs judged with it."""
+    recorded: list[RunRecord] = []
+    earlier: dict[str, list[int]] = {}
+    for record in records:
+        ids = earlier.setdefault(record.measurement.scenario, [])
+        verdicts = tuple(replace(v, with_runs=tuple(ids)) for v in record.verdicts)
+        linked = replace(record, verdicts=verdicts)
+        run_id = record_run(session, linked)
+        ids.append(run_id)
+        recorded.append(replace(linked, id=run_id))
+    return recorded

@@ -10,6 +10,13 @@ import httpx
 
 from perfgate.errors import InfrastructureError
 
+# Per output position: the top tokens as (logprob, token id), best first.
+TopLogprobs = tuple[tuple[tuple[float, int], ...], ...]
+
+
+class RequestRefused(InfrastructureError):
+    """The server answered a request with HTTP 4xx: it does not support what was asked."""
+
 
 @dataclass(frozen=True)
 class Completion:
@@ -22,6 +29,7 @@ class Completion:
     spec_verify_ct: int | None  # None on a plain server
     e2e_latency_s: float
     meta_info: Mapping[str, Any] = field(default_factory=dict)
+    top_logprobs: TopLogprobs = ()  # only when asked for (`generate(..., top_logprobs=N)`)
 
 
 class EngineClient:
@@ -40,9 +48,15 @@ class EngineClient:
     def __exit__(self, *exc_info: object) -> None:
         self.close()
 
-    def generate(self, prompts: Sequence[str], max_new_tokens: int) -> list[Completion]:
-        """Generate greedily for a batch of prompts, ignoring EOS so every length is fixed."""
-        body = {
+    def generate(
+        self, prompts: Sequence[str], max_new_tokens: int, *, top_logprobs: int = 0
+    ) -> list[Completion]:
+        """Generate greedily for a batch of prompts, ignoring EOS so every length is fixed.
+
+        With ``top_logprobs=N`` the server also returns, per output position, its N most
+        likely tokens with their logprobs (SGLang's ``return_logprob``/``top_logprobs_num``).
+        """
+        body: dict[str, Any] = {
             "text": list(prompts),
             "sampling_params": {
                 "temperature": 0.0,
@@ -50,6 +64,9 @@ class EngineClient:
                 "ignore_eos": True,
             },
         }
+        if top_logprobs > 0:
+            body["return_logprob"] = True
+            body["top_logprobs_num"] = top_logprobs
         payload = self._request("POST", "/generate", json=body)
         if not isinstance(payload, list) or len(payload) != len(prompts):
             raise InfrastructureError(
@@ -74,6 +91,11 @@ class EngineClient:
             response = self._http.request(method, path, **kwargs)
         except httpx.HTTPError as error:
             raise InfrastructureError(f"{method} {self.base_url}{path} failed: {error}") from None
+        if 400 <= response.status_code < 500:
+            raise RequestRefused(
+                f"{method} {self.base_url}{path} answered HTTP {response.status_code}: "
+                f"{response.text[:300]}"
+            )
         if response.status_code != 200:
             raise InfrastructureError(
                 f"{method} {self.base_url}{path} answered HTTP {response.status_code}: "
@@ -99,4 +121,23 @@ def parse_completion(item: Mapping[str, Any]) -> Completion:
         spec_verify_ct=int(verify_ct) if verify_ct is not None else None,
         e2e_latency_s=float(meta.get("e2e_latency", 0.0)),
         meta_info=meta,
+        top_logprobs=parse_top_logprobs(meta.get("output_top_logprobs")),
     )
+
+
+def parse_top_logprobs(raw: Any) -> TopLogprobs:
+    """Read SGLang's ``output_top_logprobs``: per position, ``[logprob, token_id, text]``s.
+
+    A position the server left empty (or malformed) becomes an empty tuple, so positions
+    stay aligned with the output tokens.
+    """
+    if not isinstance(raw, list):
+        return ()
+    positions = []
+    for entries in raw:
+        tops: list[tuple[float, int]] = []
+        for entry in entries if isinstance(entries, list) else ():
+            if isinstance(entry, list | tuple) and len(entry) >= 2 and entry[0] is not None:
+                tops.append((float(entry[0]), int(entry[1])))
+        positions.append(tuple(sorted(tops, key=lambda t: -t[0])))
+    return tuple(positions)

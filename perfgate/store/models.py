@@ -89,6 +89,11 @@ class OutputRow(Base):
     plain_ids: Mapped[list[int]] = mapped_column(JSON)
     matched: Mapped[bool]
     prefix_len: Mapped[int]
+    # What the first divergence means (perfgate.equivalence.Outcome) and the plain run's
+    # logprob gap there, in nats (a lower bound when margin_is_bound).
+    outcome: Mapped[str | None] = mapped_column(String(10))
+    margin: Mapped[float | None] = mapped_column(Float)
+    margin_is_bound: Mapped[bool | None]
 
 
 class VerdictRow(Base):
@@ -105,3 +110,5 @@ class VerdictRow(Base):
     ci_low: Mapped[float | None] = mapped_column(Float)
     ci_high: Mapped[float | None] = mapped_column(Float)
     tolerance: Mapped[float | None] = mapped_column(Float)
+    # runs, baseline_runs, p_value, alpha, with_runs and the attribution, as JSON
+    detail: Mapped[dict[str, Any] | None] = mapped_column(JSON)

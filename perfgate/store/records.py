@@ -4,10 +4,18 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
+from typing import Any
 
 from sqlalchemy.orm import Session
 
-from perfgate.equivalence import EquivalenceReport, PromptComparison
+from perfgate.equivalence import (
+    DEFAULT_MAX_NEAR_TIE_SHARE,
+    DEFAULT_NEAR_TIE_MARGIN,
+    EquivalenceReport,
+    Outcome,
+    PromptComparison,
+)
+from perfgate.gate.attribution import Attribution, PhaseShift
 from perfgate.gate.verdict import Status, Verdict
 from perfgate.results import Measurement, ModeResult, PhaseSummary, RunContext, RunRecord
 from perfgate.store.database import WRITE_LOCK
@@ -50,10 +58,13 @@ def record_run(session: Session, record: RunRecord) -> int:
             plain_ids=list(m.plain.outputs[c.index]),
             matched=c.matched,
             prefix_len=c.prefix_len,
+            outcome=c.outcome.value,
+            margin=c.margin,
+            margin_is_bound=c.margin_is_bound,
         )
         for c in m.equivalence.prompts
     ]
-    row.verdicts = [VerdictRow(**{**vars(v), "status": v.status.value}) for v in record.verdicts]
+    row.verdicts = [_verdict_row(v) for v in record.verdicts]
     session.add(row)
     session.flush()
     return row.id
@@ -73,6 +84,28 @@ def _take_write_lock(session: Session) -> None:
 
 
 _WRITE_LOCKED = "perfgate.write_locked_transaction"
+
+
+# Verdict fields kept in VerdictRow.detail rather than in columns of their own.
+_DETAIL_FIELDS = ("runs", "baseline_runs", "p_value", "alpha")
+
+
+def _verdict_row(verdict: Verdict) -> VerdictRow:
+    detail: dict[str, Any] = {name: getattr(verdict, name) for name in _DETAIL_FIELDS}
+    detail["with_runs"] = list(verdict.with_runs)
+    detail["attribution"] = verdict.attribution.to_dict() if verdict.attribution else None
+    return VerdictRow(
+        metric=verdict.metric,
+        status=verdict.status.value,
+        message=verdict.message,
+        baseline=verdict.baseline,
+        current=verdict.current,
+        change=verdict.change,
+        ci_low=verdict.ci_low,
+        ci_high=verdict.ci_high,
+        tolerance=verdict.tolerance,
+        detail=detail,
+    )
 
 
 def _server_dict(result: ModeResult) -> dict[str, object]:
@@ -97,7 +130,9 @@ def to_record(row: RunRow) -> RunRecord:
         plain=_mode_result(row, "plain", servers.get("plain", {})),
         spec=_mode_result(row, "spec", servers.get("spec", {})),
         equivalence=EquivalenceReport(
-            tuple(_comparison(o) for o in sorted(row.outputs, key=lambda o: o.prompt_index))
+            tuple(_comparison(o) for o in sorted(row.outputs, key=lambda o: o.prompt_index)),
+            float(row.config.get("near_tie_margin", DEFAULT_NEAR_TIE_MARGIN)),
+            float(row.config.get("max_near_tie_share", DEFAULT_MAX_NEAR_TIE_SHARE)),
         ),
         started_at=as_utc(row.started_at),
         finished_at=as_utc(row.finished_at),
@@ -142,18 +177,23 @@ def _mode_result(row: RunRow, mode: str, server: dict[str, object]) -> ModeResul
 
 def _comparison(row: OutputRow) -> PromptComparison:
     spec, plain, k = row.spec_ids, row.plain_ids, row.prefix_len
+    # Rows recorded before outcomes were kept: a mismatch was a failure then.
+    fallback = Outcome.MATCH if row.matched else Outcome.DIVERGED
     return PromptComparison(
         index=row.prompt_index,
-        matched=row.matched,
+        outcome=Outcome(row.outcome) if row.outcome else fallback,
         prefix_len=k,
         spec_len=len(spec),
         plain_len=len(plain),
         spec_token=None if row.matched or k >= len(spec) else spec[k],
         plain_token=None if row.matched or k >= len(plain) else plain[k],
+        margin=row.margin,
+        margin_is_bound=bool(row.margin_is_bound),
     )
 
 
 def _verdict(row: VerdictRow) -> Verdict:
+    detail = row.detail or {}
     return Verdict(
         metric=row.metric,
         status=Status(row.status),
@@ -164,4 +204,29 @@ def _verdict(row: VerdictRow) -> Verdict:
         ci_low=row.ci_low,
         ci_high=row.ci_high,
         tolerance=row.tolerance,
+        runs=detail.get("runs"),
+        baseline_runs=detail.get("baseline_runs"),
+        p_value=detail.get("p_value"),
+        alpha=detail.get("alpha"),
+        attribution=_attribution(detail.get("attribution")),
+        with_runs=tuple(detail.get("with_runs") or ()),
+    )
+
+
+def _attribution(raw: dict[str, Any] | None) -> Attribution | None:
+    if not raw:
+        return None
+
+    def shift(item: dict[str, Any]) -> PhaseShift:
+        return PhaseShift(item["phase"], item["baseline_ms"], item["current_ms"], item["share"])
+
+    accept, tok_s = raw.get("accept_length"), raw.get("tok_s_change")
+    return Attribution(
+        metric=raw["metric"],
+        change=raw["change"],
+        cycle=shift(raw["cycle"]),
+        phases=tuple(shift(p) for p in raw["phases"]),
+        accept_length=(accept[0], accept[1]) if accept else None,
+        tok_s_change=(tok_s[0], tok_s[1]) if tok_s else None,
+        summary=raw["summary"],
     )
