@@ -1,5 +1,0 @@
-import sys
-
-from perfgate.cli import main
-
-sys.exit(main())
