@@ -48,6 +48,13 @@ class Scenario:
     python: str | None = None
     startup_timeout_s: float = 120.0
     request_timeout_s: float = 600.0
+    # SGLang only: --enable-metrics (and its GPU timer per forward category) on both servers.
+    engine_metrics: bool = False
+    # Reuse the plain twin's figures from the history when a run with the same plain
+    # fingerprint is younger than this; unset: always measure the twin.
+    plain_max_age_h: float | None = None
+    # How long to wait for a stopped server's GPU memory to be released before the next launch.
+    gpu_release_timeout_s: float = 300.0
 
     def with_engine(self, engine: str) -> Scenario:
         """Return this scenario run on another engine (the `--engine` override)."""
@@ -188,12 +195,19 @@ _SCENARIO_INTS = (
 )
 _SCENARIO_STRS = ("engine", "model", "draft", "algorithm", "dtype", "device", "python")
 _SCENARIO_LISTS = ("extra_args", "spec_extra_args", "plain_extra_args")
-_SCENARIO_FLOATS = ("startup_timeout_s", "request_timeout_s")
+_SCENARIO_FLOATS = (
+    "startup_timeout_s",
+    "request_timeout_s",
+    "plain_max_age_h",
+    "gpu_release_timeout_s",
+)
+_SCENARIO_BOOLS = ("engine_metrics",)
 _SCENARIO_KEYS = {
     *_SCENARIO_INTS,
     *_SCENARIO_STRS,
     *_SCENARIO_LISTS,
     *_SCENARIO_FLOATS,
+    *_SCENARIO_BOOLS,
     "prompts",
     "prompts_file",
     "env",
@@ -224,6 +238,9 @@ def parse_scenario(path: Path, name: str, raw: Mapping[str, Any], base: Path) ->
     for key in _SCENARIO_FLOATS:
         if key in raw:
             values[key] = _positive_float(path, f"{where}.{key}", raw[key])
+    for key in _SCENARIO_BOOLS:
+        if key in raw:
+            values[key] = _bool(path, f"{where}.{key}", raw[key])
     if values["engine"] not in ENGINES:
         raise ConfigError(
             f"unknown engine {values['engine']!r}",
@@ -344,6 +361,14 @@ def _positive_int(path: Path, where: str, value: Any, *, allow_zero: bool = Fals
     if isinstance(value, bool) or not isinstance(value, int) or value < low:
         raise ConfigError(
             f"must be an integer >= {low}, not {value!r}", file=path, field=where, fix="fix it"
+        )
+    return value
+
+
+def _bool(path: Path, where: str, value: Any) -> bool:
+    if not isinstance(value, bool):
+        raise ConfigError(
+            f"must be true or false, not {value!r}", file=path, field=where, fix="write true"
         )
     return value
 
