@@ -6,6 +6,7 @@ code by running the suites.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
@@ -15,10 +16,12 @@ from perfgate.baselines import Baseline, baseline_path, load_baseline
 from perfgate.config import Config, Scenario, load_config, resolve_sqlite_url
 from perfgate.context import detect_context
 from perfgate.engines.commands import Mode
+from perfgate.engines.validate import Preflight, check_scenario, preflight
 from perfgate.errors import ExitCode, PerfgateError
-from perfgate.fingerprint import default_profile, detect_gpus, diff_fingerprints
+from perfgate.fingerprint import default_profile, detect_gpus, diff_fingerprints, perfgate_version
 from perfgate.gate.verdict import Verdict, exit_code, overall_status
 from perfgate.measure import TimedLoop, assemble_measurement, measure_mode, plain_loop
+from perfgate.plain_reuse import find_reusable_plain, plain_reuse_key, refresh_reason
 from perfgate.report import write_report
 from perfgate.results import Measurement, ModeResult, RunRecord
 from perfgate.store import list_runs, open_history, record_run
@@ -36,6 +39,7 @@ class GateOptions:
     profile: str | None = None
     report: str | None = None  # "" writes no report
     gate: bool = True  # False: measure and record, judge nothing (to make a first baseline)
+    refresh_plain: bool = False  # measure the plain twin even where the history has one
 
 
 @dataclass
@@ -49,6 +53,10 @@ class ScenarioRun:
     results: dict[str, ModeResult] = field(default_factory=dict)
     error: PerfgateError | None = None
     verdicts: list[Verdict] | None = None
+    # Where reused plain figures come from (None: always measure), and why not, if not.
+    plain_source: Callable[[Scenario, Preflight], ModeResult | None] | None = None
+    config_file: Path | None = None
+    _checked: Preflight | None = None
     _measurement: Measurement | None = None
 
     def mode_result(self, mode: Mode, timed_loop: TimedLoop = plain_loop) -> ModeResult:
@@ -57,11 +65,29 @@ class ScenarioRun:
             raise self.error
         if mode not in self.results:
             try:
-                self.results[mode] = measure_mode(self.scenario, mode, self.workdir, timed_loop)
+                self.results[mode] = self._reused(mode) or self._measure(mode, timed_loop)
             except PerfgateError as error:
                 self.error = error
                 raise
         return self.results[mode]
+
+    def checked(self) -> Preflight:
+        """The machine checks, run once before the first server starts."""
+        if self._checked is None:
+            self._checked = preflight(self.scenario, self.config_file)
+        return self._checked
+
+    def _reused(self, mode: Mode) -> ModeResult | None:
+        if mode != "plain" or self.plain_source is None:
+            return None
+        return self.plain_source(self.scenario, self.checked())
+
+    def _measure(self, mode: Mode, timed_loop: TimedLoop) -> ModeResult:
+        checked = self.checked()
+        result = measure_mode(self.scenario, mode, self.workdir, timed_loop, checked)
+        if mode == "plain":
+            result = replace(result, reuse_key=reuse_key_for(self.scenario, checked))
+        return result
 
     def measurement(self) -> Measurement:
         if self._measurement is None:
@@ -83,6 +109,9 @@ class GateSession:
         if options.engine:
             selected = [s.with_engine(options.engine) for s in selected]
         self.scenarios = {s.name: s for s in selected}
+        for scenario in selected:  # refuse what SGLang would refuse, before anything starts
+            check_scenario(scenario, self.config.path)
+        self.plain_refresh: dict[str, str | None] = {}  # scenario -> why the twin is measured
         self.profile = options.profile or default_profile(detect_gpus())
         self.baselines_dir = (
             Path(options.baselines).resolve() if options.baselines else self.config.baselines_dir
@@ -106,8 +135,29 @@ class GateSession:
 
     def run_for(self, name: str) -> ScenarioRun:
         if name not in self.runs:
-            self.runs[name] = ScenarioRun(self.scenarios[name], self.profile, self.workdir / name)
+            scenario = self.scenarios[name]
+            self.runs[name] = ScenarioRun(
+                scenario,
+                self.profile,
+                self.workdir / name,
+                plain_source=self._plain_source(scenario),
+                config_file=self.config.path,
+            )
         return self.runs[name]
+
+    def _plain_source(self, scenario: Scenario) -> Callable[..., ModeResult | None] | None:
+        branch = detect_context(self.config.path.parent).branch
+        self.plain_refresh[scenario.name] = refresh_reason(
+            scenario, self.options.refresh_plain, branch
+        )
+        if self.plain_refresh[scenario.name] is not None:
+            return None
+
+        def reusable(scenario: Scenario, checked: Preflight) -> ModeResult | None:
+            key = reuse_key_for(scenario, checked)
+            return find_reusable_plain(open_history(self.history_url), scenario, key)
+
+        return reusable
 
     def verdicts(self, name: str) -> list[Verdict]:
         """Judge the scenario's measurement against its baseline (once; later calls reuse it)."""
@@ -139,6 +189,13 @@ class GateSession:
         if self.report_path is not None:
             with sessions() as session:
                 write_report(self.report_path, list_runs(session))
+
+
+def reuse_key_for(scenario: Scenario, checked: Preflight) -> str:
+    """The plain twin's reuse key, from what the preflight found installed."""
+    engine_version = checked.engine_version or perfgate_version()  # embedded: perfgate's own
+    torch_version = checked.installed.torch if checked.installed else None
+    return plain_reuse_key(scenario, engine_version, torch_version, detect_gpus())
 
 
 def _report_path(option: str | None, root: Path) -> Path | None:

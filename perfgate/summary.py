@@ -34,6 +34,11 @@ def render_record(record: RunRecord) -> list[str]:
     lines = [f"{m.scenario} on {m.profile}: run #{record.id} {record.status.value.upper()}"]
     lines += render_verdicts(record.verdicts) if record.verdicts else ["  no verdicts (not gated)"]
     lines.append(f"  equivalence: {m.equivalence.summary()}")
+    if m.plain.reused_from is not None:
+        lines.append(
+            f"  plain twin: figures reused from run #{m.plain.reused_from} (same plain "
+            "fingerprint, within plain_max_age_h); --refresh-plain measures it again"
+        )
     return lines
 
 
