@@ -175,15 +175,46 @@ def _fstring_template(node: ast.JoinedStr) -> str:
     return "".join(v.value if isinstance(v, ast.Constant) else "{}" for v in node.values)
 
 
-def string_tuples(root: Path, relative: str) -> set[tuple[str, ...]]:
-    """Every list or tuple of only string constants in one file of `srt/` (e.g. backend lists)."""
-    path = root / SRT / relative
-    if not path.is_file():
-        return set()
-    found = set()
-    for node in ast.walk(_parse(path)):
-        if isinstance(node, ast.List | ast.Tuple) and node.elts:
-            values = [e.value for e in node.elts if isinstance(e, ast.Constant)]
-            if len(values) == len(node.elts) and all(isinstance(v, str) for v in values):
-                found.add(tuple(values))
+def rule_literals(root: Path, wording: str) -> set[tuple[str, ...]]:
+    """The string lists or tuples a rule tests against: in the condition of the `if` that
+    raises with `wording`, or assigned (in the same function) to a name that condition reads.
+    """
+    found: set[tuple[str, ...]] = set()
+    for path in sorted((root / SRT).rglob("*.py")):
+        if wording[:40] not in path.read_text("utf-8", errors="replace"):
+            continue
+        for function in ast.walk(_parse(path)):
+            if isinstance(function, ast.FunctionDef | ast.Module):
+                found |= _literals_of_rule(function, wording)
     return found
+
+
+def _literals_of_rule(scope: ast.FunctionDef | ast.Module, wording: str) -> set[tuple[str, ...]]:
+    found: set[tuple[str, ...]] = set()
+    for node in ast.walk(scope):
+        if isinstance(node, ast.If) and any(_mentions(n, wording) for n in node.body):
+            found |= {_strings(n) for n in ast.walk(node.test) if _strings(n)}
+            names = {n.id for n in ast.walk(node.test) if isinstance(n, ast.Name)}
+            for assign in ast.walk(scope):
+                if isinstance(assign, ast.Assign) and _strings(assign.value):
+                    if any(getattr(t, "id", None) in names for t in assign.targets):
+                        found.add(_strings(assign.value))
+    return found
+
+
+def _mentions(node: ast.AST, wording: str) -> bool:
+    for item in ast.walk(node):
+        if isinstance(item, ast.Constant) and isinstance(item.value, str) and wording in item.value:
+            return True
+        if isinstance(item, ast.JoinedStr) and wording in _fstring_template(item):
+            return True
+    return False
+
+
+def _strings(node: ast.AST) -> tuple[str, ...]:
+    if not isinstance(node, ast.List | ast.Tuple) or not node.elts:
+        return ()
+    values = [e.value for e in node.elts if isinstance(e, ast.Constant)]
+    if len(values) == len(node.elts) and all(isinstance(v, str) for v in values):
+        return tuple(values)
+    return ()
