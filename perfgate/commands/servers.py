@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
 from pathlib import Path
@@ -63,7 +64,7 @@ def _installed_or_pinned(scenario: Scenario) -> sglang_facts.SglangRelease:
     # A dry run also serves on a laptop without SGLang: say which release the flags are for.
     python = scenario.python or sys.executable
     try:
-        installed = sglang_facts.installed_versions(python)
+        installed = sglang_facts.installed_versions(python, {**os.environ, **scenario.env})
         return sglang_facts.require_sglang(installed, f"scenarios.{scenario.name}.python")
     except ConfigError as error:
         print(

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import json
 import subprocess
-from collections.abc import Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Literal
 
@@ -76,6 +76,7 @@ RULE_PAGE_TREE = "speculative_eagle_topk > 1 with page_size > 1 is only supporte
 FACTS: tuple[Fact, ...] = (
     # The flags perfgate emits, and the ones its checks read from pass-through arguments.
     Fact("flag", "model", "--model-path"),
+    Fact("flag", "model", "--model"),
     Fact("flag", "tp", "--tp-size"),
     Fact("flag", "tp", "--tensor-parallel-size"),
     Fact("flag", "dtype", "--dtype"),
@@ -210,15 +211,19 @@ class InstalledVersions:
     torch: str | None
 
 
-def installed_versions(python: str, timeout_s: float = 60.0) -> InstalledVersions:
-    """Ask `python` which sglang and torch it has (package metadata only: nothing imported)."""
+def installed_versions(
+    python: str, env: Mapping[str, str] | None = None, timeout_s: float = 60.0
+) -> InstalledVersions:
+    """Ask `python`, in the server's environment `env`, which sglang and torch it has
+    (package metadata only: nothing is imported)."""
     try:
         done = subprocess.run(
-            [python, "-I", "-c", _PROBE_SCRIPT],
+            [python, "-c", _PROBE_SCRIPT],
             capture_output=True,
             text=True,
             timeout=timeout_s,
             check=False,
+            env=None if env is None else dict(env),
         )
     except (OSError, subprocess.SubprocessError) as error:
         raise ConfigError(
@@ -241,7 +246,3 @@ def require_sglang(versions: InstalledVersions, where: str) -> SglangRelease:
         )
     return release(versions.sglang, field=where)
 
-
-def describe_roles(release_: SglangRelease, roles: Sequence[str]) -> str:
-    """`role=name` pairs, for messages."""
-    return ", ".join(f"{role}={release_.name(role)}" for role in roles if release_.has(role))

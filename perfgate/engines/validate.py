@@ -143,7 +143,7 @@ def preflight(
     env = {**(os.environ if environ is None else environ), **scenario.env}
     python = scenario.python or sys.executable
     _check_python(scenario, file, python)
-    installed = sglang_facts.installed_versions(python)
+    installed = sglang_facts.installed_versions(python, env)
     if scenario.engine != "sglang":
         notes = check_scenario(scenario, file)
         return Preflight(None, installed, notes=tuple(notes))

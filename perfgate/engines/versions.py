@@ -10,7 +10,7 @@ SGLang's own environment.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 # PEP 440 in the parts releases use: 0.5.6, 0.5.6.post2, 0.5.10rc1, 0.5.4.dev12+gabc.
 _VERSION = re.compile(
@@ -30,7 +30,7 @@ class Version:
     """A release number that compares the way PEP 440 orders releases."""
 
     key: tuple[tuple[int, ...], int, int, int, int]
-    text: str
+    text: str = field(compare=False)
 
     def __str__(self) -> str:
         return self.text
@@ -45,7 +45,9 @@ def parse_version(text: str) -> Version:
     release += (0,) * (4 - len(release))  # 0.5 == 0.5.0
     pre = (_PRE_ORDER[match["pre"].lower()], int(match["pre_n"])) if match["pre"] else (_FINAL, 0)
     post = int(match["post"]) if match["post"] else -1
-    dev = int(match["dev"]) if match["dev"] else 1 << 30  # a dev build comes before its release
+    dev = int(match["dev"]) if match["dev"] else 1 << 30
+    if match["dev"] and not match["pre"] and not match["post"]:
+        pre = (-1, 0)  # X.devN comes before X's pre-releases
     return Version((release, pre[0], pre[1], post, dev), text.strip())
 
 
@@ -73,8 +75,19 @@ class VersionRange:
     def contains(self, version: str | Version) -> bool:
         """True when `version` satisfies every bound."""
         v = parse_version(version) if isinstance(version, str) else version
-        checks = {">=": lambda b: v >= b, "<": lambda b: v < b, "==": lambda b: v.key == b.key}
+        checks = {
+            ">=": lambda b: v >= b,
+            "<": lambda b: _below(v, b),
+            "==": lambda b: v.key == b.key,
+        }
         return all(checks[op](bound) for op, bound in self.bounds())
 
     def __str__(self) -> str:
         return self.spec
+
+
+def _below(version: Version, bound: Version) -> bool:
+    # PEP 440: `<V` excludes V's own pre-releases (0.5.13rc0 belongs with 0.5.13).
+    if version.key[0] == bound.key[0] and bound.key[1] == _FINAL and version.key[1] < _FINAL:
+        return False
+    return version < bound
