@@ -223,7 +223,19 @@ def dump_baseline(baseline: Baseline) -> str:
             for run in baseline.runs
         ],
     }
-    return json.dumps(document, indent=2, sort_keys=True) + "\n"
+    return _dumps(document) + "\n"
+
+
+def _dumps(value: Any, depth: int = 0) -> str:
+    """JSON with sorted keys, objects indented, and lists of numbers kept on one line."""
+    pad = "  " * (depth + 1)
+    if isinstance(value, dict) and value:
+        items = [f"{pad}{json.dumps(k)}: {_dumps(value[k], depth + 1)}" for k in sorted(value)]
+        return "{\n" + ",\n".join(items) + "\n" + "  " * depth + "}"
+    if isinstance(value, list) and any(isinstance(v, dict | list) for v in value):
+        items = [pad + _dumps(v, depth + 1) for v in value]
+        return "[\n" + ",\n".join(items) + "\n" + "  " * depth + "]"
+    return json.dumps(value)
 
 
 def write_baseline(baseline: Baseline, path: Path) -> None:

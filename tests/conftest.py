@@ -32,6 +32,7 @@ max_new_tokens = 24
 repeats = 3
 warmup = 1
 startup_timeout_s = 60
+extra_args = ["--num-threads", "1"]
 
 [scenarios.tiny.tolerances]
 output_tok_s = 0.6

@@ -16,18 +16,38 @@ from perfgate.store import open_history, record_run
 from .factories import measurement, record
 
 SCENARIO = Scenario(
-    name="tp8", engine="sglang", model="org/target", draft="org/draft", tp=8, env={"NCCL_PROTO": "LL"}, plain_max_age_h=24.0
+    name="tp8",
+    engine="sglang",
+    model="org/target",
+    draft="org/draft",
+    tp=8,
+    env={"NCCL_PROTO": "LL"},
+    plain_max_age_h=24.0,
 )
 H200 = GpuInfo("NVIDIA H200", "570.1", "12.8", 8)
 
 
-def _key(scenario: Scenario = SCENARIO, version: str = "0.5.23", gpus: GpuInfo | None = H200, **env: str) -> str:
+def _key(
+    scenario: Scenario = SCENARIO, version: str = "0.5.23", gpus: GpuInfo | None = H200, **env: str
+) -> str:
     return plain_reuse_key(scenario, version, "2.14.1", gpus, environ=env)
 
 
 def test_the_key_follows_the_plain_side_only() -> None:
     key = _key()
-    assert _key(replace(SCENARIO, draft="org/other", steps=5, topk=2, draft_tokens=8, spec_extra_args=("--x",))) == key
+    assert (
+        _key(
+            replace(
+                SCENARIO,
+                draft="org/other",
+                steps=5,
+                topk=2,
+                draft_tokens=8,
+                spec_extra_args=("--x",),
+            )
+        )
+        == key
+    )
     assert _key(replace(SCENARIO, name="renamed")) == key
     for changed in (
         replace(SCENARIO, model="org/bigger"),
@@ -73,5 +93,7 @@ def test_the_newest_young_enough_original_is_reused(tmp_path: Path) -> None:
     assert found is not None and found.reused_from == 2 and found.reuse_key == "k"
     assert found.samples["output_tok_s"][0] == pytest.approx(107.0)
     assert found.outputs == ((1, 2, 3), (4, 5, 6))  # the twin's outputs, for the equivalence check
-    assert find_reusable_plain(sessions, replace(SCENARIO, plain_max_age_h=4.0), "k", now=now) is None
+    assert (
+        find_reusable_plain(sessions, replace(SCENARIO, plain_max_age_h=4.0), "k", now=now) is None
+    )
     assert find_reusable_plain(sessions, SCENARIO, "unknown", now=now) is None

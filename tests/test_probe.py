@@ -130,7 +130,9 @@ class SpecWorker:
 
 
 SPEC_TARGETS = [
-    ProbeTarget(__name__, "SpecWorker", "forward_batch_generation", metrics.CYCLE, "forward_mode.is_decode"),
+    ProbeTarget(
+        __name__, "SpecWorker", "forward_batch_generation", metrics.CYCLE, "forward_mode.is_decode"
+    ),
     ProbeTarget(__name__, "SpecWorker", "draft", metrics.DRAFT),
     ProbeTarget(__name__, "SpecWorker", "verify", metrics.ACCEPT),
     ProbeTarget(__name__, "SpecWorker", "target_forward", metrics.VERIFY),
@@ -164,7 +166,10 @@ def test_a_nested_phase_is_not_counted_twice(spec_probe: Path) -> None:
 
 
 def test_phases_of_each_thread_stay_in_its_cycles(spec_probe: Path) -> None:
-    workers = [threading.Thread(target=SpecWorker().forward_batch_generation, args=(Batch(True),)) for _ in range(3)]
+    workers = [
+        threading.Thread(target=SpecWorker().forward_batch_generation, args=(Batch(True),))
+        for _ in range(3)
+    ]
     for worker in workers:
         worker.start()
     for worker in workers:
@@ -179,7 +184,9 @@ def test_targets_are_chosen_by_release_and_mode() -> None:
     from perfgate.probe.targets import select_targets
 
     def names(version: str, mode: str) -> set[str]:
-        return {f"{t.qualname}.{t.method}:{t.phase}" for t in select_targets("sglang", version, mode)}
+        return {
+            f"{t.qualname}.{t.method}:{t.phase}" for t in select_targets("sglang", version, mode)
+        }
 
     old, new = names("0.5.12.post1", "spec"), names("0.5.13", "spec")
     assert "EAGLEWorker.forward_draft_extend_after_decode:draft_extend" in old
@@ -191,15 +198,22 @@ def test_targets_are_chosen_by_release_and_mode() -> None:
         select_targets("sglang", None, "spec")
     with pytest.raises(LookupError, match="needs the server's mode"):
         select_targets("sglang", "0.5.23", None)
-    with pytest.raises(LookupError, match="no probe targets in 'sglang' for release 0.4.6"):
+    with pytest.raises(LookupError, match=r"no probe targets in 'sglang' for release 0\.4\.6"):
         select_targets("sglang", "0.4.6", "spec")
 
 
 def test_the_file_of_an_ended_process_is_complete(tmp_path: Path) -> None:
     import subprocess
 
-    done = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True, check=True)
-    (tmp_path / f"probe-{done.stdout.strip()}.jsonl").write_text('{"kind": "flushed", "t": 1.0, "pending": 3}\n')
+    done = subprocess.run(
+        [sys.executable, "-c", "import os; print(os.getpid())"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    (tmp_path / f"probe-{done.stdout.strip()}.jsonl").write_text(
+        '{"kind": "flushed", "t": 1.0, "pending": 3}\n'
+    )
     reader.wait_until_complete(tmp_path, time.time(), timeout_s=1)
 
 

@@ -1,5 +1,5 @@
 """The CLI's commands: each module has `register(subparsers)` and a handler."""
 
-from perfgate.commands import baseline, history, report, run, servers
+from perfgate.commands import baseline, db, history, report, run, servers
 
-COMMANDS = (run, servers, baseline, report, history)
+COMMANDS = (run, servers, baseline, report, history, db)

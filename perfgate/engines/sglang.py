@@ -245,4 +245,3 @@ def require_sglang(versions: InstalledVersions, where: str) -> SglangRelease:
             fix=f"pip install sglang=={PINNED} there, or set {where} to SGLang's interpreter",
         )
     return release(versions.sglang, field=where)
-

@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import datetime
 
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from perfgate.results import ModeResult
-from perfgate.store import load_run
 from perfgate.store.models import RunRow
+from perfgate.store.queries import load_run
+from perfgate.store.records import as_utc
 
 SCAN_LIMIT = 500  # runs looked at, newest first; older ones are past any sensible age anyway
 
@@ -22,14 +23,9 @@ def latest_plain_result(
     its original's."""
     query = select(RunRow.id, RunRow.servers, RunRow.started_at).order_by(RunRow.id.desc())
     for run_id, servers, started_at in session.execute(query.limit(SCAN_LIMIT)):
-        if _as_utc(started_at) < _as_utc(measured_after):
+        if as_utc(started_at) < as_utc(measured_after):
             continue
         plain = (servers or {}).get("plain") or {}
         if plain.get("reuse_key") == reuse_key and plain.get("reused_from") is None:
             return run_id, load_run(session, run_id).measurement.plain
     return None
-
-
-def _as_utc(moment: datetime) -> datetime:
-    # SQLite gives back naive datetimes; perfgate writes UTC.
-    return moment.replace(tzinfo=UTC) if moment.tzinfo is None else moment.astimezone(UTC)

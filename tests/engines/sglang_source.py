@@ -196,9 +196,12 @@ def _literals_of_rule(scope: ast.FunctionDef | ast.Module, wording: str) -> set[
             found |= {_strings(n) for n in ast.walk(node.test) if _strings(n)}
             names = {n.id for n in ast.walk(node.test) if isinstance(n, ast.Name)}
             for assign in ast.walk(scope):
-                if isinstance(assign, ast.Assign) and _strings(assign.value):
-                    if any(getattr(t, "id", None) in names for t in assign.targets):
-                        found.add(_strings(assign.value))
+                if (
+                    isinstance(assign, ast.Assign)
+                    and _strings(assign.value)
+                    and any(getattr(t, "id", None) in names for t in assign.targets)
+                ):
+                    found.add(_strings(assign.value))
     return found
 
 

@@ -17,13 +17,25 @@ from perfgate.engines.client import EngineClient, parse_completion
 from perfgate.errors import InfrastructureError
 
 META_0_5_6 = {  # spec_accept_token_num / spec_draft_token_num, no histogram
-    "prompt_tokens": 7, "completion_tokens": 12, "e2e_latency": 0.25, "spec_verify_ct": 4,
-    "spec_accept_length": 3.0, "spec_accept_rate": 0.5, "spec_accept_token_num": 8, "spec_draft_token_num": 16,
+    "prompt_tokens": 7,
+    "completion_tokens": 12,
+    "e2e_latency": 0.25,
+    "spec_verify_ct": 4,
+    "spec_accept_length": 3.0,
+    "spec_accept_rate": 0.5,
+    "spec_accept_token_num": 8,
+    "spec_draft_token_num": 16,
 }
 META_0_5_23 = {  # renamed counters, the histogram
-    "prompt_tokens": 7, "completion_tokens": 12, "e2e_latency": 0.25, "spec_verify_ct": 4,
-    "spec_accept_length": 3.0, "spec_accept_rate": 0.5, "spec_num_correct_drafts": 8,
-    "spec_num_proposed_drafts": 16, "spec_correct_drafts_histogram": [0, 1, 2, 1],
+    "prompt_tokens": 7,
+    "completion_tokens": 12,
+    "e2e_latency": 0.25,
+    "spec_verify_ct": 4,
+    "spec_accept_length": 3.0,
+    "spec_accept_rate": 0.5,
+    "spec_num_correct_drafts": 8,
+    "spec_num_proposed_drafts": 16,
+    "spec_correct_drafts_histogram": [0, 1, 2, 1],
 }
 
 
@@ -71,7 +83,7 @@ class FakeSGLang:
                 for t in body["text"]
             ]
             return httpx.Response(200, json=results)
-        if path == "/server_info" and self.has_server_info or path == "/get_server_info":
+        if (path == "/server_info" and self.has_server_info) or path == "/get_server_info":
             return httpx.Response(200, json={"version": "0.5.23", "path": path})
         if path == "/metrics" and self.metrics is not None:
             return httpx.Response(200, text=self.metrics)
@@ -85,10 +97,16 @@ def _client(server: FakeSGLang) -> EngineClient:
 def test_batches_and_logprob_requests() -> None:
     server = FakeSGLang()
     with _client(server) as client:
-        completions = client.generate(["a", "bb", "ccc"], 8, return_logprob=True, top_logprobs_num=3, batch_size=2)
+        completions = client.generate(
+            ["a", "bb", "ccc"], 8, return_logprob=True, top_logprobs_num=3, batch_size=2
+        )
     assert [c.output_ids for c in completions] == [(1,), (2,), (3,)]
     assert [b["text"] for b in server.bodies] == [["a", "bb"], ["ccc"]]
-    assert server.bodies[0]["sampling_params"] == {"temperature": 0.0, "max_new_tokens": 8, "ignore_eos": True}
+    assert server.bodies[0]["sampling_params"] == {
+        "temperature": 0.0,
+        "max_new_tokens": 8,
+        "ignore_eos": True,
+    }
     assert (server.bodies[0]["return_logprob"], server.bodies[0]["top_logprobs_num"]) == (True, 3)
     with _client(server) as client:
         client.generate(["a"], 8)
@@ -113,5 +131,8 @@ def test_a_wrong_answer_is_an_infrastructure_error() -> None:
     def broken(request: httpx.Request) -> httpx.Response:
         return httpx.Response(500, text="CUDA out of memory")
 
-    with EngineClient("http://x", transport=httpx.MockTransport(broken)) as client, pytest.raises(InfrastructureError, match="answered HTTP 500: CUDA out of memory"):
+    with (
+        EngineClient("http://x", transport=httpx.MockTransport(broken)) as client,
+        pytest.raises(InfrastructureError, match="answered HTTP 500: CUDA out of memory"),
+    ):
         client.generate(["a"], 1)

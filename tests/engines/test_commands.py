@@ -39,11 +39,26 @@ def test_the_twin_has_the_same_knobs_and_no_speculative_flag() -> None:
     spec = server_command(SCENARIO, "spec", port=1, sglang=known)
     plain = server_command(SCENARIO, "plain", port=2, sglang=known)
     assert spec.argv[:3] == ("/opt/sglang/bin/python", "-m", "sglang.launch_server")
-    for flag, value in [("--tp-size", "8"), ("--dtype", "bfloat16"), ("--max-running-requests", "48"), ("--mem-fraction-static", "0.85")]:
+    for flag, value in [
+        ("--tp-size", "8"),
+        ("--dtype", "bfloat16"),
+        ("--max-running-requests", "48"),
+        ("--mem-fraction-static", "0.85"),
+    ]:
         assert _value(spec.argv, flag) == _value(plain.argv, flag) == value
     assert spec.env == plain.env == SCENARIO.env
-    assert [_value(spec.argv, f) for f in ("--speculative-num-steps", "--speculative-eagle-topk", "--speculative-num-draft-tokens")] == ["2", "1", "3"]
-    assert "--speculative-attention-mode" in spec.argv and "--speculative-attention-mode" not in plain.argv
+    assert [
+        _value(spec.argv, f)
+        for f in (
+            "--speculative-num-steps",
+            "--speculative-eagle-topk",
+            "--speculative-num-draft-tokens",
+        )
+    ] == ["2", "1", "3"]
+    assert (
+        "--speculative-attention-mode" in spec.argv
+        and "--speculative-attention-mode" not in plain.argv
+    )
     assert "--cuda-graph-max-bs" in plain.argv and "--cuda-graph-max-bs" not in spec.argv
     assert not any(a.startswith("--speculative") for a in plain.argv)
     assert spec.engine_version == "0.5.23"
@@ -75,8 +90,12 @@ def test_unsupported_releases_are_refused(version: str) -> None:
 
 
 def test_require_sglang_says_how_to_install_it() -> None:
-    with pytest.raises(ConfigError, match="SGLang is not installed in /x/python; pip install sglang==0.5.23"):
-        facts.require_sglang(facts.InstalledVersions("/x/python", None, "2.13.0"), "scenarios.tp8.python")
+    with pytest.raises(
+        ConfigError, match=r"SGLang is not installed in /x/python; pip install sglang==0\.5\.23"
+    ):
+        facts.require_sglang(
+            facts.InstalledVersions("/x/python", None, "2.13.0"), "scenarios.tp8.python"
+        )
 
 
 def test_installed_versions_reads_metadata_without_importing(tmp_path) -> None:  # type: ignore[no-untyped-def]
@@ -89,7 +108,14 @@ def test_installed_versions_reads_metadata_without_importing(tmp_path) -> None: 
 
 
 def test_meta_info_names_newest_first() -> None:
-    assert facts.all_names("correct_drafts") == ("spec_num_correct_drafts", "spec_accepted_drafts", "spec_accept_token_num")
+    assert facts.all_names("correct_drafts") == (
+        "spec_num_correct_drafts",
+        "spec_accepted_drafts",
+        "spec_accept_token_num",
+    )
     assert facts.release("0.5.6").names("correct_drafts") == ("spec_accept_token_num",)
-    assert facts.release("0.5.12").names("correct_drafts") == ("spec_num_correct_drafts", "spec_accepted_drafts")
+    assert facts.release("0.5.12").names("correct_drafts") == (
+        "spec_num_correct_drafts",
+        "spec_accepted_drafts",
+    )
     assert facts.release("0.5.23").names("server_info") == ("/server_info", "/get_server_info")

@@ -28,7 +28,9 @@ def test_cuda_visible_devices_by_index_or_uuid_prefix(fake_gpus: SetGpus) -> Non
 def test_tp_needs_as_many_gpus(fake_gpus: SetGpus) -> None:
     gpus = query_gpus()
     assert len(check_gpus_for(8, {}, WHERE, gpus)) == 8
-    with pytest.raises(ConfigError, match=r"CUDA_VISIBLE_DEVICES: lists 4 GPU\(s\) \(0,1,2,3\), but tp = 8"):
+    with pytest.raises(
+        ConfigError, match=r"CUDA_VISIBLE_DEVICES: lists 4 GPU\(s\) \(0,1,2,3\), but tp = 8"
+    ):
         check_gpus_for(8, {"CUDA_VISIBLE_DEVICES": "0,1,2,3"}, WHERE, gpus)
     fake_gpus(2)
     with pytest.raises(InfrastructureError, match="shows 2 GPU"):
@@ -39,14 +41,18 @@ def test_tp_needs_as_many_gpus(fake_gpus: SetGpus) -> None:
 
 def test_a_busy_gpu_is_refused(fake_gpus: SetGpus) -> None:
     fake_gpus(8, used_mib=[500.0] * 7 + [90000.0])
-    with pytest.raises(InfrastructureError, match=r"GPU 7 \(NVIDIA H200\) already has 87.9 of 140.4 GiB in use"):
+    with pytest.raises(
+        InfrastructureError, match=r"GPU 7 \(NVIDIA H200\) already has 87.9 of 140.4 GiB in use"
+    ):
         check_gpus_for(8, {}, WHERE, query_gpus())
     assert len(check_gpus_for(4, {"CUDA_VISIBLE_DEVICES": "0,1,2,3"}, WHERE, query_gpus())) == 4
 
 
 def test_a_broken_driver_is_an_infrastructure_error(fake_gpus: SetGpus) -> None:
     fake_gpus("broken")
-    with pytest.raises(InfrastructureError, match="nvidia-smi failed \\(code 9\\): NVIDIA-SMI has failed"):
+    with pytest.raises(
+        InfrastructureError, match="nvidia-smi failed \\(code 9\\): NVIDIA-SMI has failed"
+    ):
         query_gpus()
 
 
@@ -64,7 +70,10 @@ def test_waits_until_memory_is_back(fake_gpus: SetGpus) -> None:
 def test_memory_never_released_is_a_clear_error(fake_gpus: SetGpus) -> None:
     watch = GpuWatch.snapshot((query_gpus() or [])[:1])
     fake_gpus(8, used_mib=120000.0)
-    with pytest.raises(InfrastructureError, match=r"of the spec server was not released within 0 s: GPU 0 still uses 117.2 GiB \(0.5 GiB before it started\)"):
+    with pytest.raises(
+        InfrastructureError,
+        match=r"of the spec server was not released within 0 s: GPU 0 still uses 117.2 GiB \(0.5 GiB before it started\)",
+    ):
         watch.wait_released("the spec server", timeout_s=0.2, poll_s=0.05)
 
 

@@ -23,7 +23,10 @@ sglang:gen_throughput{model_name="m"} 95.0
 
 def test_parse_sorts_labels_and_skips_comments() -> None:
     samples = parse_metrics(AFTER)
-    assert samples['sglang:forward_execution_seconds_total{category="target_verify",model_name="m"}'] == 12.5
+    assert (
+        samples['sglang:forward_execution_seconds_total{category="target_verify",model_name="m"}']
+        == 12.5
+    )
     assert parse_metrics("# only comments\n\n") == {}
 
 
@@ -31,7 +34,11 @@ def test_deltas_of_the_counters_perfgate_keeps() -> None:
     deltas = counter_deltas(parse_metrics(BEFORE), parse_metrics(AFTER))
     assert deltas['sglang:spec_verify_calls_total{model_name="m"}'] == 80.0
     assert not any("gen_throughput" in key for key in deltas)  # a gauge, not kept
-    assert device_seconds_by_category(deltas) == {"target_verify": 2.5, "eagle_draft": 0.25, "eagle_draft_extend": 0.5}
+    assert device_seconds_by_category(deltas) == {
+        "target_verify": 2.5,
+        "eagle_draft": 0.25,
+        "eagle_draft_extend": 0.5,
+    }
 
 
 def test_the_older_counter_name_is_read_too() -> None:

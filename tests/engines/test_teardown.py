@@ -1,9 +1,12 @@
 """However the process that launched a server ends, no process of the server is left behind.
 
-Twenty abrupt endings, four of each kind: SIGINT, SIGTERM and SIGKILL of a pytest process
-that holds a running server; the server crashing while its launcher lives on; a startup
-timeout. The server forks a child in its process group and a grandchild that leaves the group
-(as a daemonising helper would): all three must be gone afterwards.
+Twenty abrupt endings of the embedded server, four of each kind: SIGINT, SIGTERM and SIGKILL
+of the pytest process that holds it running; the server crashing while its launcher lives on;
+a startup timeout. Then the same five endings with a stand-in server that, as SGLang does,
+spawns processes of its own: one in its process group, one that leaves it.
+
+Every process of a server carries a marker in its environment (the launcher puts it there and
+children inherit it); afterwards no process on the machine may carry it.
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ import subprocess
 import sys
 import textwrap
 import time
+import uuid
 from pathlib import Path
 
 import pytest
@@ -21,18 +25,16 @@ import pytest
 REPO = Path(__file__).resolve().parents[2]
 ROUNDS = 4
 KINDS = ("sigint", "sigterm", "sigkill", "crash", "startup-timeout")
+MARK = "PERFGATE_TEARDOWN_MARK"
 
 # A stand-in server: a child in its group, a grandchild in a session of its own.
-SERVER = textwrap.dedent(
+STAND_IN = textwrap.dedent(
     """
-    import http.server, os, subprocess, sys, time
+    import http.server, subprocess, sys, time
     sleeper = [sys.executable, "-c", "import time; time.sleep(600)"]
-    child = subprocess.Popen(sleeper)
-    escaped = subprocess.Popen(sleeper, start_new_session=True)
-    with open(sys.argv[2] + ".tmp", "w") as out:
-        out.write(f"{os.getpid()} {child.pid} {escaped.pid}")
-    os.replace(sys.argv[2] + ".tmp", sys.argv[2])
-    if sys.argv[3] == "hang":
+    subprocess.Popen(sleeper)
+    subprocess.Popen(sleeper, start_new_session=True)
+    if sys.argv[2] == "hang":
         time.sleep(600)
     class Ok(http.server.BaseHTTPRequestHandler):
         def do_GET(self):
@@ -52,48 +54,55 @@ LAUNCHER_TEST = textwrap.dedent(
 
     def test_hold_a_server():
         port = free_port()
-        argv = (sys.executable, os.environ["STAND_IN"], str(port), os.environ["PIDS"],
-                os.environ["SERVER_MODE"])
-        command = ServerCommand("tiny", "embedded", "spec", argv, {}, "127.0.0.1", port)
+        if os.environ["SERVER"] == "embedded":
+            argv = (sys.executable, "-m", "perfgate.engines.embedded.server", "--model-path",
+                    "perfgate/llama-tiny", "--device", "cpu", "--port", str(port))
+        else:
+            argv = (sys.executable, os.environ["SERVER"], str(port), os.environ["SERVER_MODE"])
+        env = {os.environ["MARK_NAME"]: os.environ["MARK_VALUE"]}
+        command = ServerCommand("tiny", "embedded", "spec", argv, env, "127.0.0.1", port)
         timeout = float(os.environ["STARTUP_TIMEOUT_S"])
-        with running_server(command, Path(os.environ["LOG"]), timeout):
-            Path(os.environ["READY"]).write_text("up")
+        with running_server(command, Path(os.environ["LOG"]), timeout) as server:
+            Path(os.environ["READY"]).write_text(str(server.process.pid))
             time.sleep(600)
     """
 )
 
 
-def _alive(pid: int) -> bool:
+def marked_processes(mark: str) -> list[int]:
+    """Living processes whose environment carries `MARK=mark`."""
+    needle = f"{MARK}={mark}".encode()
+    found = []
+    for environ in Path("/proc").glob("[0-9]*/environ"):
+        try:
+            if needle in environ.read_bytes().split(b"\0") and not _zombie(environ.parent):
+                found.append(int(environ.parent.name))
+        except OSError:
+            continue
+    return found
+
+
+def _zombie(proc: Path) -> bool:
     try:
-        with open(f"/proc/{pid}/stat") as handle:
-            return handle.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except (FileNotFoundError, ProcessLookupError):
-        return False
+        return (proc / "stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
+    except (OSError, IndexError):
+        return True
 
 
-def _wait_for(path: Path, launcher: subprocess.Popen[bytes], timeout_s: float = 60) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not path.exists():
-        if launcher.poll() is not None:
-            raise AssertionError(f"the launcher ended early ({launcher.returncode})")
-        assert time.monotonic() < deadline, f"{path.name} did not appear"
-        time.sleep(0.05)
-
-
-def _start_launcher(tmp_path: Path, server_mode: str, timeout_s: float) -> subprocess.Popen[bytes]:
-    (tmp_path / "stand_in.py").write_text(SERVER)
+def _launch(tmp_path: Path, server: str, mark: str, hang: bool) -> subprocess.Popen[bytes]:
     (tmp_path / "test_launcher.py").write_text(LAUNCHER_TEST)
     env = {
         **os.environ,
         "PYTHONPATH": str(REPO),
-        "STAND_IN": str(tmp_path / "stand_in.py"),
-        "PIDS": str(tmp_path / "pids"),
+        "SERVER": server,
+        "SERVER_MODE": "hang" if hang else "ok",
+        "MARK_NAME": MARK,
+        "MARK_VALUE": mark,
         "READY": str(tmp_path / "ready"),
         "LOG": str(tmp_path / "server.log"),
-        "SERVER_MODE": server_mode,
-        "STARTUP_TIMEOUT_S": str(timeout_s),
+        "STARTUP_TIMEOUT_S": "0.5" if hang else "60",
     }
-    command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:randomly"]
+    command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider"]
     return subprocess.Popen(
         [*command, str(tmp_path / "test_launcher.py")],
         cwd=tmp_path,
@@ -103,37 +112,59 @@ def _start_launcher(tmp_path: Path, server_mode: str, timeout_s: float) -> subpr
     )
 
 
-def _end_abruptly(kind: str, tmp_path: Path) -> tuple[list[int], subprocess.Popen[bytes]]:
-    """End the launcher (or the server) the way `kind` says; return the server's pids."""
+def _wait(
+    condition: object, launcher: subprocess.Popen[bytes], what: str, timeout_s: float = 60
+) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():  # type: ignore[operator]
+        if launcher.poll() is not None:
+            raise AssertionError(f"the launcher ended ({launcher.returncode}) before {what}")
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.02)
+
+
+def end_abruptly(kind: str, tmp_path: Path, server: str) -> None:
+    """Start a server through a pytest launcher, end it the way `kind` says, and check that
+    none of the server's processes outlives the ending."""
+    mark = uuid.uuid4().hex
     hang = kind == "startup-timeout"
-    launcher = _start_launcher(tmp_path, "hang" if hang else "ok", timeout_s=2 if hang else 60)
-    _wait_for(tmp_path / "pids", launcher)
-    pids = [int(p) for p in (tmp_path / "pids").read_text().split()]
-    if not hang:
-        _wait_for(tmp_path / "ready", launcher)
-    if kind in ("sigint", "sigterm", "sigkill"):
-        launcher.send_signal(getattr(signal, kind.upper()))
-    elif kind == "crash":
-        os.kill(pids[0], signal.SIGKILL)  # the server dies; its launcher lives on
-    return pids, launcher
+    launcher = _launch(tmp_path, server, mark, hang)
+    try:
+        _wait(lambda: marked_processes(mark), launcher, "the server started")
+        if not hang:
+            _wait((tmp_path / "ready").exists, launcher, "the server was healthy")
+        if kind in ("sigint", "sigterm", "sigkill"):
+            launcher.send_signal(getattr(signal, kind.upper()))
+        elif kind == "crash":
+            supervisor = int((tmp_path / "ready").read_text())
+            (server_pid,) = [p for p in marked_processes(mark) if _parent(p) == supervisor]
+            os.kill(server_pid, signal.SIGKILL)  # the server dies; its launcher lives on
+        deadline = time.monotonic() + 30
+        while marked_processes(mark) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not marked_processes(mark), f"{kind}: server processes left behind"
+    finally:
+        launcher.kill()
+        launcher.wait()
+        for pid in marked_processes(mark):  # never leave them to the next test
+            os.kill(pid, signal.SIGKILL)
+
+
+def _parent(pid: int) -> int:
+    return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("round_", range(ROUNDS))
 @pytest.mark.parametrize("kind", KINDS)
-def test_no_server_process_outlives_an_abrupt_ending(
+def test_no_embedded_server_outlives_an_abrupt_ending(
     kind: str, round_: int, tmp_path: Path
 ) -> None:
-    pids, launcher = _end_abruptly(kind, tmp_path)
-    try:
-        deadline = time.monotonic() + 20
-        while any(_alive(p) for p in pids) and time.monotonic() < deadline:
-            time.sleep(0.05)
-        left = [p for p in pids if _alive(p)]
-        assert not left, f"{kind}: left behind {left} of server, child, escaped grandchild {pids}"
-    finally:
-        launcher.kill()
-        launcher.wait()
-        for pid in pids:  # never leave them to the next test, even when this one failed
-            if _alive(pid):
-                os.kill(pid, signal.SIGKILL)
+    end_abruptly(kind, tmp_path, "embedded")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("kind", KINDS)
+def test_processes_a_server_spawns_are_ended_too(kind: str, tmp_path: Path) -> None:
+    (tmp_path / "stand_in.py").write_text(STAND_IN)
+    end_abruptly(kind, tmp_path, str(tmp_path / "stand_in.py"))

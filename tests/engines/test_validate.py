@@ -16,7 +16,16 @@ from perfgate.errors import ConfigError, InfrastructureError
 from .conftest import SetGpus
 
 FILE = Path("perfgate.toml")
-SCENARIO = Scenario(name="s", engine="sglang", model="org/target", draft="org/draft", steps=3, topk=1, draft_tokens=4, tp=2)
+SCENARIO = Scenario(
+    name="s",
+    engine="sglang",
+    model="org/target",
+    draft="org/draft",
+    steps=3,
+    topk=1,
+    draft_tokens=4,
+    tp=2,
+)
 
 
 def _refusal(scenario: Scenario, release: str = "0.5.23") -> str:
@@ -42,7 +51,12 @@ def test_trtllm_mha_needs_topk_1() -> None:
 
 
 def test_paged_trees_need_one_of_the_releases_backends() -> None:
-    paged = replace(SCENARIO, topk=4, draft_tokens=8, spec_extra_args=("--page-size", "64", "--attention-backend", "triton"))
+    paged = replace(
+        SCENARIO,
+        topk=4,
+        draft_tokens=8,
+        spec_extra_args=("--page-size", "64", "--attention-backend", "triton"),
+    )
     assert check_scenario(paged, FILE, facts.release("0.5.23")) == []  # triton joined in 0.5.13
     assert "only supported for the 'flashinfer' backend" in _refusal(paged, "0.5.12")
     unknown = replace(paged, spec_extra_args=("--page-size", "64"))
@@ -61,7 +75,9 @@ def test_paged_trees_need_one_of_the_releases_backends() -> None:
         ("extra_args", ("--model", "x"), "set scenarios.s.model instead"),
     ],
 )
-def test_flags_perfgate_owns_are_refused_in_pass_through(key: str, args: tuple[str, ...], fix: str | None) -> None:
+def test_flags_perfgate_owns_are_refused_in_pass_through(
+    key: str, args: tuple[str, ...], fix: str | None
+) -> None:
     scenario = replace(SCENARIO, **{key: args})  # type: ignore[arg-type]
     if fix is None:
         assert check_scenario(scenario, FILE, facts.release("0.5.23")) == []
@@ -72,7 +88,9 @@ def test_flags_perfgate_owns_are_refused_in_pass_through(key: str, args: tuple[s
 def _fake_sglang(tmp_path: Path, version: str) -> dict[str, str]:
     site = tmp_path / "site"
     (site / f"sglang-{version}.dist-info").mkdir(parents=True, exist_ok=True)
-    (site / f"sglang-{version}.dist-info" / "METADATA").write_text(f"Name: sglang\nVersion: {version}\n")
+    (site / f"sglang-{version}.dist-info" / "METADATA").write_text(
+        f"Name: sglang\nVersion: {version}\n"
+    )
     return {"PYTHONPATH": str(site)}
 
 
@@ -81,28 +99,39 @@ def test_preflight_finds_the_release_and_the_gpus(tmp_path: Path, fake_gpus: Set
     checked = preflight(scenario, FILE, environ={})
     assert checked.engine_version == "0.5.22"
     assert [g.index for g in checked.gpus] == [0, 1]
-    assert any("'org/target' is not a local folder" in note and "offline" in note for note in checked.notes)
+    assert any(
+        "'org/target' is not a local folder" in note and "offline" in note for note in checked.notes
+    )
 
 
 def test_preflight_refuses_an_unsupported_release(tmp_path: Path, fake_gpus: SetGpus) -> None:
     scenario = replace(SCENARIO, env=_fake_sglang(tmp_path, "0.4.6"))
-    with pytest.raises(ConfigError, match=r"scenarios.s.python: SGLang 0.4.6 is outside the releases perfgate supports \(>=0.5.6,<0.5.24\)"):
+    with pytest.raises(
+        ConfigError,
+        match=r"scenarios.s.python: SGLang 0.4.6 is outside the releases perfgate supports \(>=0.5.6,<0.5.24\)",
+    ):
         preflight(scenario, FILE, environ={})
 
 
-def test_preflight_refuses_missing_sglang_paths_and_interpreters(tmp_path: Path, fake_gpus: SetGpus) -> None:
+def test_preflight_refuses_missing_sglang_paths_and_interpreters(
+    tmp_path: Path, fake_gpus: SetGpus
+) -> None:
     with pytest.raises(ConfigError, match="SGLang is not installed in"):
         preflight(SCENARIO, FILE, environ={})
     with pytest.raises(ConfigError, match=r"scenarios.s.python: .*/nope is not an executable file"):
         preflight(replace(SCENARIO, python=str(tmp_path / "nope")), FILE)
     env = _fake_sglang(tmp_path, "0.5.23")
     (tmp_path / "weights").mkdir()
-    with pytest.raises(ConfigError, match=r"scenarios.s.model: .*/weights is a local path without a config.json"):
+    with pytest.raises(
+        ConfigError, match=r"scenarios.s.model: .*/weights is a local path without a config.json"
+    ):
         preflight(replace(SCENARIO, env=env, model=str(tmp_path / "weights")), FILE, environ={})
     with pytest.raises(ConfigError, match=r"scenarios.s.draft: /no/such/draft does not exist"):
         preflight(replace(SCENARIO, env=env, draft="/no/such/draft"), FILE, environ={})
     (tmp_path / "weights" / "config.json").write_text("{}")
-    checked = preflight(replace(SCENARIO, env=env, model=str(tmp_path / "weights")), FILE, environ={})
+    checked = preflight(
+        replace(SCENARIO, env=env, model=str(tmp_path / "weights")), FILE, environ={}
+    )
     assert not any("target" in n for n in checked.notes)
 
 

@@ -1,0 +1,84 @@
+"""perfgate: a CI performance gate for speculative decoding.
+
+Users import from here; the modules behind these names may move. Imports are lazy, so that
+`import perfgate` stays cheap (it runs inside every probed server process too).
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from perfgate.baselines import Baseline, BaselineRun, load_baseline
+    from perfgate.config import Config, Scenario, load_config
+    from perfgate.equivalence import EquivalenceReport, compare_outputs
+    from perfgate.errors import ConfigError, ExitCode, InfrastructureError, PerfgateError
+    from perfgate.gate import Status, Verdict, judge_metric, judge_samples
+    from perfgate.measure import measure_scenario
+    from perfgate.report import render_report
+    from perfgate.results import Measurement, ModeResult, PhaseSummary, RunContext, RunRecord
+
+_EXPORTS = {
+    "Baseline": "perfgate.baselines",
+    "BaselineRun": "perfgate.baselines",
+    "Config": "perfgate.config",
+    "ConfigError": "perfgate.errors",
+    "EquivalenceReport": "perfgate.equivalence",
+    "ExitCode": "perfgate.errors",
+    "InfrastructureError": "perfgate.errors",
+    "Measurement": "perfgate.results",
+    "ModeResult": "perfgate.results",
+    "PerfgateError": "perfgate.errors",
+    "PhaseSummary": "perfgate.results",
+    "RunContext": "perfgate.results",
+    "RunRecord": "perfgate.results",
+    "Scenario": "perfgate.config",
+    "Status": "perfgate.gate",
+    "Verdict": "perfgate.gate",
+    "compare_outputs": "perfgate.equivalence",
+    "judge_metric": "perfgate.gate",
+    "judge_samples": "perfgate.gate",
+    "load_baseline": "perfgate.baselines",
+    "load_config": "perfgate.config",
+    "measure_scenario": "perfgate.measure",
+    "render_report": "perfgate.report",
+}
+
+__all__ = [
+    "Baseline",
+    "BaselineRun",
+    "Config",
+    "ConfigError",
+    "EquivalenceReport",
+    "ExitCode",
+    "InfrastructureError",
+    "Measurement",
+    "ModeResult",
+    "PerfgateError",
+    "PhaseSummary",
+    "RunContext",
+    "RunRecord",
+    "Scenario",
+    "Status",
+    "Verdict",
+    "compare_outputs",
+    "judge_metric",
+    "judge_samples",
+    "load_baseline",
+    "load_config",
+    "measure_scenario",
+    "render_report",
+]
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _EXPORTS:
+        raise AttributeError(f"module 'perfgate' has no attribute {name!r}")
+    value = getattr(importlib.import_module(_EXPORTS[name]), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return __all__

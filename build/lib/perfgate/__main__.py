@@ -1,0 +1,5 @@
+import sys
+
+from perfgate.cli import main
+
+sys.exit(main())

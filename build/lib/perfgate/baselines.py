@@ -1,0 +1,281 @@
+"""Approved baselines: one reviewed JSON file per (runner profile, scenario) under `baselines/`.
+
+Only `perfgate baseline update` writes them; a pull-request job only reads them.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from perfgate import metrics
+from perfgate.errors import ConfigError
+
+SCHEMA_VERSION = 1
+DEFAULT_KEEP = 5
+
+
+@dataclass(frozen=True)
+class BaselineRun:
+    """One approved run: its samples and who approved it, when and why."""
+
+    run_id: int | None
+    approved_by: str
+    approved_at: str  # ISO 8601, UTC
+    reason: str
+    commit: str | None
+    samples: Mapping[str, tuple[float, ...]]
+
+
+@dataclass(frozen=True)
+class Baseline:
+    """The approved history of one scenario on one runner profile."""
+
+    profile: str
+    scenario: str
+    fingerprint: Mapping[str, str]
+    tolerances: Mapping[str, float]
+    gated: tuple[str, ...]
+    runs: tuple[BaselineRun, ...] = ()  # oldest first, at most `keep`
+    keep: int = DEFAULT_KEEP
+    path: Path | None = field(default=None, compare=False)
+
+    def metric_runs(self) -> dict[str, list[tuple[float, ...]]]:
+        """Per metric, the samples of each approved run."""
+        result: dict[str, list[tuple[float, ...]]] = {}
+        for run in self.runs:
+            for metric, values in run.samples.items():
+                result.setdefault(metric, []).append(values)
+        return result
+
+
+def baseline_path(baselines_dir: Path, profile: str, scenario: str) -> Path:
+    return baselines_dir / profile / f"{scenario}.json"
+
+
+def load_baseline(path: Path) -> Baseline:
+    """Read and validate a baseline file; every problem names the file and the field."""
+    try:
+        document = json.loads(path.read_text("utf-8"))
+    except FileNotFoundError:
+        raise ConfigError(
+            "no such baseline",
+            file=path,
+            fix="record a run with `perfgate run --no-gate`, then approve it with "
+            "`perfgate baseline update --run ID --approved-by NAME --reason TEXT`",
+        ) from None
+    except (OSError, UnicodeDecodeError) as error:
+        raise ConfigError(
+            f"cannot be read ({error})", file=path, fix="restore it from git"
+        ) from None
+    except json.JSONDecodeError as error:
+        raise ConfigError(
+            f"is not valid JSON ({error.msg} at line {error.lineno})",
+            file=path,
+            fix="restore it from git or fix the syntax",
+        ) from None
+    return _parse(path, document)
+
+
+def _parse(path: Path, doc: Any) -> Baseline:
+    check = _Checker(path)
+    check.that(isinstance(doc, dict), "", "must be a JSON object")
+    version = doc.get("schema_version")
+    check.that(
+        version == SCHEMA_VERSION,
+        "schema_version",
+        f"is {version!r}, this perfgate reads {SCHEMA_VERSION}",
+        "upgrade perfgate, or rewrite the file with `perfgate baseline update`",
+    )
+    gated = tuple(check.str_list(doc, "gated"))
+    for metric in gated:
+        check.that(metric in metrics.METRICS, "gated", f"names unknown metric {metric!r}")
+    tolerances = check.mapping(doc, "tolerances")
+    for metric, value in tolerances.items():
+        check.that(metric in metrics.METRICS, f"tolerances.{metric}", "is not a metric")
+        check.that(
+            _number(value) and 0 < value < 1,
+            f"tolerances.{metric}",
+            f"is {value!r}",
+            "write a fraction between 0 and 1 (0.03 means 3%)",
+        )
+    fingerprint = check.mapping(doc, "fingerprint")
+    for key, value in fingerprint.items():
+        check.that(isinstance(value, str), f"fingerprint.{key}", "must be a string")
+    raw_runs = doc.get("runs")
+    check.that(isinstance(raw_runs, list), "runs", "must be a list of approved runs")
+    runs = tuple(_parse_run(check, i, raw) for i, raw in enumerate(raw_runs))
+    for metric in gated:
+        check.that(
+            any(run.samples.get(metric) for run in runs),
+            f"runs[*].samples.{metric}",
+            f"metric {metric!r} has no samples",
+            "run `perfgate baseline update --run ID ...` with a run that measured it",
+        )
+    keep = doc.get("keep", DEFAULT_KEEP)
+    check.that(isinstance(keep, int) and keep >= 1, "keep", f"is {keep!r}", "write an integer >= 1")
+    return Baseline(
+        profile=check.text(doc, "profile"),
+        scenario=check.text(doc, "scenario"),
+        fingerprint=fingerprint,
+        tolerances={k: float(v) for k, v in tolerances.items()},
+        gated=gated,
+        runs=runs,
+        keep=keep,
+        path=path,
+    )
+
+
+def _parse_run(check: _Checker, index: int, raw: Any) -> BaselineRun:
+    where = f"runs[{index}]"
+    check.that(isinstance(raw, dict), where, "must be an object")
+    samples = check.mapping(raw, "samples", where)
+    parsed: dict[str, tuple[float, ...]] = {}
+    for metric, values in samples.items():
+        field_name = f"{where}.samples.{metric}"
+        check.that(metric in metrics.METRICS, field_name, "is not a metric")
+        check.that(
+            isinstance(values, list) and all(_number(v) for v in values),
+            field_name,
+            "must be a list of numbers",
+        )
+        parsed[metric] = tuple(float(v) for v in values)
+    run_id = raw.get("run_id")
+    check.that(run_id is None or isinstance(run_id, int), f"{where}.run_id", "must be an integer")
+    commit = raw.get("commit")
+    check.that(commit is None or isinstance(commit, str), f"{where}.commit", "must be a string")
+    return BaselineRun(
+        run_id=run_id,
+        approved_by=check.text(raw, "approved_by", where),
+        approved_at=check.text(raw, "approved_at", where),
+        reason=check.text(raw, "reason", where),
+        commit=commit,
+        samples=parsed,
+    )
+
+
+def _number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+class _Checker:
+    """Raises a ConfigError naming the file and field when a condition fails."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    def that(self, ok: bool, where: str, problem: str, fix: str | None = None) -> None:
+        if not ok:
+            raise ConfigError(
+                problem,
+                file=self.path,
+                field=where or None,
+                fix=fix or "fix the field, or restore the file from git",
+            )
+
+    def text(self, doc: Mapping[str, Any], key: str, where: str = "") -> str:
+        value = doc.get(key)
+        name = f"{where}.{key}" if where else key
+        self.that(isinstance(value, str) and bool(value), name, "must be a non-empty string")
+        return str(value)
+
+    def str_list(self, doc: Mapping[str, Any], key: str) -> list[str]:
+        value = doc.get(key)
+        self.that(
+            isinstance(value, list) and all(isinstance(v, str) for v in value),
+            key,
+            "must be a list of metric names",
+        )
+        return list(value or ())
+
+    def mapping(self, doc: Mapping[str, Any], key: str, where: str = "") -> dict[str, Any]:
+        value = doc.get(key)
+        name = f"{where}.{key}" if where else key
+        self.that(isinstance(value, dict), name, "must be a JSON object")
+        return dict(value or {})
+
+
+def dump_baseline(baseline: Baseline) -> str:
+    """The file's text: sorted keys and one sample list per line, so diffs stay readable."""
+    document = {
+        "schema_version": SCHEMA_VERSION,
+        "profile": baseline.profile,
+        "scenario": baseline.scenario,
+        "keep": baseline.keep,
+        "gated": list(baseline.gated),
+        "tolerances": dict(baseline.tolerances),
+        "fingerprint": dict(baseline.fingerprint),
+        "runs": [
+            {
+                "run_id": run.run_id,
+                "approved_by": run.approved_by,
+                "approved_at": run.approved_at,
+                "reason": run.reason,
+                "commit": run.commit,
+                "samples": {k: [round(v, 6) for v in vs] for k, vs in run.samples.items()},
+            }
+            for run in baseline.runs
+        ],
+    }
+    return json.dumps(document, indent=2, sort_keys=True) + "\n"
+
+
+def write_baseline(baseline: Baseline, path: Path) -> None:
+    """Write atomically: a reader sees the old file or the new one, never half of one."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as out:
+            out.write(dump_baseline(baseline))
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def approve_run(
+    baseline: Baseline | None,
+    *,
+    profile: str,
+    scenario: str,
+    fingerprint: Mapping[str, str],
+    samples: Mapping[str, Sequence[float]],
+    tolerances: Mapping[str, float],
+    gated: Sequence[str],
+    run_id: int | None,
+    commit: str | None,
+    approved_by: str,
+    reason: str,
+    now: datetime | None = None,
+) -> Baseline:
+    """Return the baseline with the run appended (keeping the last `keep`).
+
+    A run whose fingerprint differs from the baseline's starts a new history: the older runs
+    were measured in another environment and cannot be compared with it.
+    """
+    stamp = (now or datetime.now(UTC)).isoformat(timespec="seconds")
+    run = BaselineRun(
+        run_id=run_id,
+        approved_by=approved_by,
+        approved_at=stamp,
+        reason=reason,
+        commit=commit,
+        samples={k: tuple(v) for k, v in samples.items() if k in metrics.METRICS},
+    )
+    previous = baseline.runs if baseline and baseline.fingerprint == fingerprint else ()
+    keep = baseline.keep if baseline else DEFAULT_KEEP
+    fresh = Baseline(
+        profile=profile,
+        scenario=scenario,
+        fingerprint=dict(fingerprint),
+        tolerances=dict(tolerances),
+        gated=tuple(gated),
+        keep=keep,
+    )
+    return replace(fresh, runs=(*previous, run)[-keep:])

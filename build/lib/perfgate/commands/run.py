@@ -1,0 +1,35 @@
+"""`perfgate run`: the gate suites, as `pytest perfgate/suites` runs them."""
+
+from __future__ import annotations
+
+import argparse
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+from perfgate.options import add_options, gate_options, option_flags
+from perfgate.session import GateSession
+
+SUITES = Path(__file__).resolve().parent.parent / "suites"
+
+
+def register(commands: Any) -> None:
+    parser = commands.add_parser(
+        "run",
+        help="measure, judge, record and report the scenarios (runs the gate suites)",
+        description="Run the gate suites (perfgate/suites) under pytest. Arguments after `--` "
+        "go to pytest, e.g. `perfgate run -- --benchmark-json out.json`.",
+    )
+    add_options(parser.add_argument, flag_prefix="--", dest_prefix="")
+    parser.set_defaults(handler=handle, accepts_extra=True)
+
+
+def handle(args: argparse.Namespace, pytest_args: list[str]) -> int:
+    options = gate_options(lambda name: getattr(args, name))
+    GateSession(options)  # refuse bad config or baselines before pytest starts anything
+    extra = pytest_args[1:] if pytest_args[:1] == ["--"] else pytest_args
+    # A fresh interpreter, as `pytest perfgate/suites` would be: pytest must import (and
+    # assertion-rewrite) the suites itself. Its exit code is the gate's.
+    command = [sys.executable, "-m", "pytest", str(SUITES), *option_flags(options), *extra]
+    return subprocess.run(command, check=False).returncode

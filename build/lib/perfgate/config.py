@@ -1,0 +1,356 @@
+"""Load and validate perfgate's configuration: `perfgate.toml` or `[tool.perfgate]`.
+
+Every mistake is reported as a ConfigError naming the file and the field, with a fix.
+"""
+
+from __future__ import annotations
+
+import tomllib
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from perfgate import metrics
+from perfgate.errors import ConfigError
+
+ENGINES = ("embedded", "sglang")
+CONFIG_FILE = "perfgate.toml"
+DEFAULT_HISTORY = "sqlite:///.perfgate/history.db"
+
+
+@dataclass(frozen=True)
+class Scenario:
+    """One configuration to measure: a speculative server and its plain twin."""
+
+    name: str
+    engine: str
+    model: str
+    draft: str
+    algorithm: str = "EAGLE3"
+    steps: int = 3
+    topk: int = 1
+    draft_tokens: int = 4
+    tp: int = 1
+    dtype: str | None = None
+    device: str | None = None
+    max_running_requests: int | None = None
+    prompts: tuple[str, ...] = ()
+    max_new_tokens: int = 64
+    repeats: int = 5
+    warmup: int = 1
+    env: Mapping[str, str] = field(default_factory=dict)
+    extra_args: tuple[str, ...] = ()
+    spec_extra_args: tuple[str, ...] = ()
+    plain_extra_args: tuple[str, ...] = ()
+    tolerances: Mapping[str, float] = field(default_factory=dict)
+    gated: tuple[str, ...] = metrics.DEFAULT_GATED
+    python: str | None = None
+    startup_timeout_s: float = 120.0
+    request_timeout_s: float = 600.0
+
+    def with_engine(self, engine: str) -> Scenario:
+        """Return this scenario run on another engine (the `--engine` override)."""
+        if engine not in ENGINES:
+            raise ConfigError(
+                f"unknown engine {engine!r}",
+                field="--engine",
+                fix=f"use one of {', '.join(ENGINES)}",
+            )
+        return replace(self, engine=engine)
+
+
+@dataclass(frozen=True)
+class Config:
+    """The whole configuration file, with paths resolved against its folder."""
+
+    path: Path
+    scenarios: Mapping[str, Scenario]
+    default_scenarios: tuple[str, ...]
+    baselines_dir: Path
+    history_url: str
+
+    def select(self, names: tuple[str, ...] | list[str] = ()) -> list[Scenario]:
+        """Return the named scenarios (or the defaults), refusing unknown names."""
+        chosen = list(names) or list(self.default_scenarios)
+        unknown = [n for n in chosen if n not in self.scenarios]
+        if unknown:
+            raise ConfigError(
+                f"unknown scenario {unknown[0]!r}",
+                file=self.path,
+                fix=f"choose one of: {', '.join(sorted(self.scenarios))}",
+            )
+        return [self.scenarios[n] for n in chosen]
+
+
+def find_config(start: Path | None = None) -> Path:
+    """Find `perfgate.toml` (or a pyproject.toml with [tool.perfgate]) here or above."""
+    here = (start or Path.cwd()).resolve()
+    for folder in (here, *here.parents):
+        candidate = folder / CONFIG_FILE
+        if candidate.is_file():
+            return candidate
+        pyproject = folder / "pyproject.toml"
+        if pyproject.is_file() and "perfgate" in _read_toml(pyproject).get("tool", {}):
+            return pyproject
+    raise ConfigError(
+        f"no {CONFIG_FILE} found in {here} or above",
+        fix=f"create {CONFIG_FILE} or pass --config PATH",
+    )
+
+
+def load_config(path: str | Path | None = None) -> Config:
+    """Load, validate and resolve a configuration file."""
+    config_path = Path(path) if path is not None else find_config()
+    if not config_path.is_file():
+        raise ConfigError("file not found", file=config_path, fix="pass an existing --config PATH")
+    document = _read_toml(config_path)
+    if config_path.name == "pyproject.toml":
+        table = document.get("tool", {}).get("perfgate")
+        if not isinstance(table, dict):
+            raise ConfigError(
+                "has no [tool.perfgate] table", file=config_path, fix="add one or use perfgate.toml"
+            )
+        # [tool.perfgate] holds the settings itself, beside [tool.perfgate.scenarios.NAME].
+        settings = {k: v for k, v in table.items() if k != "scenarios"}
+        document = {"perfgate": settings, "scenarios": table.get("scenarios", {})}
+    return _parse_config(config_path, document)
+
+
+def _read_toml(path: Path) -> dict[str, Any]:
+    try:
+        with path.open("rb") as handle:
+            return tomllib.load(handle)
+    except tomllib.TOMLDecodeError as error:
+        raise ConfigError(f"is not valid TOML ({error})", file=path, fix="fix the syntax") from None
+    except OSError as error:
+        raise ConfigError(f"cannot be read ({error.strerror})", file=path) from None
+
+
+_TOP_KEYS = {"perfgate", "scenarios"}
+_SETTINGS_KEYS = {"default_scenarios", "baselines", "history"}
+
+
+def _parse_config(path: Path, document: Mapping[str, Any]) -> Config:
+    _refuse_unknown(path, "", document, _TOP_KEYS)
+    settings = _table(path, "perfgate", document.get("perfgate", {}))
+    _refuse_unknown(path, "perfgate", settings, _SETTINGS_KEYS)
+    raw_scenarios = _table(path, "scenarios", document.get("scenarios", {}))
+    if not raw_scenarios:
+        raise ConfigError(
+            "defines no scenario", file=path, field="scenarios", fix="add a [scenarios.NAME] table"
+        )
+    prompts_dir = path.parent
+    scenarios = {
+        name: parse_scenario(path, name, _table(path, f"scenarios.{name}", raw), prompts_dir)
+        for name, raw in raw_scenarios.items()
+    }
+    defaults = tuple(
+        _str_list(path, "perfgate.default_scenarios", settings.get("default_scenarios"))
+        or [next(iter(scenarios))]
+    )
+    for name in defaults:
+        if name not in scenarios:
+            raise ConfigError(
+                f"names unknown scenario {name!r}",
+                file=path,
+                field="perfgate.default_scenarios",
+                fix=f"choose from {', '.join(sorted(scenarios))}",
+            )
+    baselines = _str(path, "perfgate.baselines", settings.get("baselines", "baselines"))
+    history = _str(path, "perfgate.history", settings.get("history", DEFAULT_HISTORY))
+    return Config(
+        path=path,
+        scenarios=scenarios,
+        default_scenarios=defaults,
+        baselines_dir=(path.parent / baselines).resolve(),
+        history_url=resolve_sqlite_url(history, path.parent),
+    )
+
+
+def resolve_sqlite_url(url: str, base: Path) -> str:
+    """Make a relative `sqlite:///path` URL absolute against `base`; other URLs pass through."""
+    prefix = "sqlite:///"
+    if url.startswith(prefix) and not url.startswith(prefix + "/") and url != prefix + ":memory:":
+        return prefix + str((base / url[len(prefix) :]).resolve())
+    return url
+
+
+_SCENARIO_INTS = (
+    "steps",
+    "topk",
+    "draft_tokens",
+    "tp",
+    "max_running_requests",
+    "max_new_tokens",
+    "repeats",
+    "warmup",
+)
+_SCENARIO_STRS = ("engine", "model", "draft", "algorithm", "dtype", "device", "python")
+_SCENARIO_LISTS = ("extra_args", "spec_extra_args", "plain_extra_args")
+_SCENARIO_FLOATS = ("startup_timeout_s", "request_timeout_s")
+_SCENARIO_KEYS = {
+    *_SCENARIO_INTS,
+    *_SCENARIO_STRS,
+    *_SCENARIO_LISTS,
+    *_SCENARIO_FLOATS,
+    "prompts",
+    "prompts_file",
+    "env",
+    "tolerances",
+    "gated",
+}
+
+
+def parse_scenario(path: Path, name: str, raw: Mapping[str, Any], base: Path) -> Scenario:
+    """Validate one `[scenarios.NAME]` table into a Scenario."""
+    where = f"scenarios.{name}"
+    _refuse_unknown(path, where, raw, _SCENARIO_KEYS)
+    for key in ("engine", "model", "draft"):
+        if key not in raw:
+            raise ConfigError("is required", file=path, field=f"{where}.{key}", fix="set it")
+    values: dict[str, Any] = {"name": name}
+    for key in _SCENARIO_INTS:
+        if key in raw:
+            values[key] = _positive_int(
+                path, f"{where}.{key}", raw[key], allow_zero=key == "warmup"
+            )
+    for key in _SCENARIO_STRS:
+        if key in raw:
+            values[key] = _str(path, f"{where}.{key}", raw[key])
+    for key in _SCENARIO_LISTS:
+        if key in raw:
+            values[key] = tuple(_str_list(path, f"{where}.{key}", raw[key]))
+    for key in _SCENARIO_FLOATS:
+        if key in raw:
+            values[key] = _positive_float(path, f"{where}.{key}", raw[key])
+    if values["engine"] not in ENGINES:
+        raise ConfigError(
+            f"unknown engine {values['engine']!r}",
+            file=path,
+            field=f"{where}.engine",
+            fix=f"use one of {', '.join(ENGINES)}",
+        )
+    values["env"] = _str_table(path, f"{where}.env", raw.get("env", {}))
+    values["tolerances"] = _tolerances(path, f"{where}.tolerances", raw.get("tolerances", {}))
+    values["prompts"] = _prompts(path, where, raw, base)
+    if "gated" in raw:
+        values["gated"] = _metric_list(path, f"{where}.gated", raw["gated"])
+    return Scenario(**values)
+
+
+def _prompts(path: Path, where: str, raw: Mapping[str, Any], base: Path) -> tuple[str, ...]:
+    from perfgate.prompts import load_prompt_file, load_prompt_set
+
+    if "prompts" in raw and "prompts_file" in raw:
+        raise ConfigError(
+            "sets both prompts and prompts_file", file=path, field=where, fix="keep one of them"
+        )
+    if "prompts_file" in raw:
+        file = base / _str(path, f"{where}.prompts_file", raw["prompts_file"])
+        return load_prompt_file(file)
+    value = raw.get("prompts", "default")
+    if isinstance(value, str):
+        return load_prompt_set(value, file=path, field=f"{where}.prompts")
+    prompts = _str_list(path, f"{where}.prompts", value)
+    if not prompts:
+        raise ConfigError("is empty", file=path, field=f"{where}.prompts", fix="list some prompts")
+    return tuple(prompts)
+
+
+def _tolerances(path: Path, where: str, raw: Any) -> dict[str, float]:
+    table = _table(path, where, raw)
+    result: dict[str, float] = {}
+    for metric, value in table.items():
+        if metric not in metrics.METRICS:
+            raise ConfigError(
+                f"unknown metric {metric!r}",
+                file=path,
+                field=where,
+                fix=f"use one of {', '.join(metrics.METRICS)}",
+            )
+        tolerance = _positive_float(path, f"{where}.{metric}", value)
+        if tolerance >= 1.0:
+            raise ConfigError(
+                f"is {tolerance}, a fraction of 1 or more",
+                file=path,
+                field=f"{where}.{metric}",
+                fix="write a fraction: 0.03 means 3%",
+            )
+        result[metric] = tolerance
+    return result
+
+
+def _metric_list(path: Path, where: str, raw: Any) -> tuple[str, ...]:
+    names = _str_list(path, where, raw)
+    for name in names:
+        if name not in metrics.METRICS:
+            raise ConfigError(
+                f"unknown metric {name!r}",
+                file=path,
+                field=where,
+                fix=f"use metrics from: {', '.join(metrics.METRICS)}",
+            )
+    return tuple(names)
+
+
+def _refuse_unknown(path: Path, where: str, raw: Mapping[str, Any], known: set[str]) -> None:
+    for key in raw:
+        if key not in known:
+            raise ConfigError(
+                f"unknown key {key!r}",
+                file=path,
+                field=where or None,
+                fix=f"use one of {', '.join(sorted(known))}",
+            )
+
+
+def _table(path: Path, where: str, value: Any) -> dict[str, Any]:
+    if not isinstance(value, dict):
+        raise ConfigError("must be a table", file=path, field=where, fix=f"write [{where}]")
+    return value
+
+
+def _str(path: Path, where: str, value: Any) -> str:
+    if not isinstance(value, str) or not value:
+        raise ConfigError(
+            f"must be a non-empty string, not {value!r}", file=path, field=where, fix="quote it"
+        )
+    return value
+
+
+def _str_list(path: Path, where: str, value: Any) -> list[str]:
+    if value is None:
+        return []
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise ConfigError(
+            "must be a list of strings", file=path, field=where, fix='write ["a", "b"]'
+        )
+    return value
+
+
+def _str_table(path: Path, where: str, value: Any) -> dict[str, str]:
+    table = _table(path, where, value)
+    for key, item in table.items():
+        if not isinstance(item, str):
+            raise ConfigError(
+                f"must be a string, not {item!r}", file=path, field=f"{where}.{key}", fix="quote it"
+            )
+    return dict(table)
+
+
+def _positive_int(path: Path, where: str, value: Any, *, allow_zero: bool = False) -> int:
+    low = 0 if allow_zero else 1
+    if isinstance(value, bool) or not isinstance(value, int) or value < low:
+        raise ConfigError(
+            f"must be an integer >= {low}, not {value!r}", file=path, field=where, fix="fix it"
+        )
+    return value
+
+
+def _positive_float(path: Path, where: str, value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
+        raise ConfigError(
+            f"must be a number > 0, not {value!r}", file=path, field=where, fix="fix it"
+        )
+    return float(value)

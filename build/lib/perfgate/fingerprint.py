@@ -1,0 +1,154 @@
+"""The environment fingerprint: what must match for two runs' timings to be comparable."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import platform
+import re
+import shutil
+import subprocess
+from collections.abc import Mapping
+from dataclasses import dataclass
+from importlib import metadata
+from typing import Any
+
+from perfgate.config import Scenario
+
+# Variables that change performance; their values join the fingerprint as `env.NAME`.
+PERF_ENV_PREFIXES = ("NCCL_", "SGLANG_", "PYTORCH_", "TORCH_", "CUDA_", "OMP_", "MKL_")
+PERF_ENV_IGNORED = {"PERFGATE_PROBE_DIR", "TORCH_HOME"}
+
+
+@dataclass(frozen=True)
+class GpuInfo:
+    name: str
+    driver: str
+    cuda: str
+    count: int
+
+
+def perfgate_version() -> str:
+    try:
+        return metadata.version("perfgate")
+    except metadata.PackageNotFoundError:
+        return "0+unknown"
+
+
+def detect_gpus() -> GpuInfo | None:
+    """Read the GPUs through `nvidia-smi`; None where there is none."""
+    if shutil.which("nvidia-smi") is None:
+        return None
+    try:
+        query = subprocess.run(
+            ["nvidia-smi", "--query-gpu=name,driver_version", "--format=csv,noheader"],
+            capture_output=True,
+            text=True,
+            timeout=30,
+            check=True,
+        )
+        header = subprocess.run(
+            ["nvidia-smi"], capture_output=True, text=True, timeout=30, check=False
+        ).stdout
+    except (OSError, subprocess.SubprocessError):
+        return None
+    rows = [line.split(",") for line in query.stdout.strip().splitlines() if line.strip()]
+    if not rows:
+        return None
+    cuda = re.search(r"CUDA Version:\s*([\d.]+)", header)
+    return GpuInfo(
+        name=rows[0][0].strip(),
+        driver=rows[0][1].strip(),
+        cuda=cuda.group(1) if cuda else "unknown",
+        count=len(rows),
+    )
+
+
+def default_profile(gpus: GpuInfo | None) -> str:
+    """Name the runner profile from the hardware: `cpu`, or e.g. `h200x8`."""
+    if gpus is None:
+        return "cpu"
+    model = gpus.name.split()[-1].lower()
+    return f"{re.sub(r'[^a-z0-9]+', '-', model)}x{gpus.count}"
+
+
+def cpu_model() -> str:
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as handle:
+            for line in handle:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def scenario_digest(scenario: Scenario) -> str:
+    """A short hash of everything in a scenario that shapes its numbers."""
+    shaping = {
+        "engine": scenario.engine,
+        "model": scenario.model,
+        "draft": scenario.draft,
+        "algorithm": scenario.algorithm,
+        "steps": scenario.steps,
+        "topk": scenario.topk,
+        "draft_tokens": scenario.draft_tokens,
+        "tp": scenario.tp,
+        "dtype": scenario.dtype,
+        "device": scenario.device,
+        "max_running_requests": scenario.max_running_requests,
+        "prompts": scenario.prompts,
+        "max_new_tokens": scenario.max_new_tokens,
+        "extra_args": scenario.extra_args,
+        "spec_extra_args": scenario.spec_extra_args,
+        "plain_extra_args": scenario.plain_extra_args,
+    }
+    blob = json.dumps(shaping, sort_keys=True, default=list).encode()
+    return hashlib.sha256(blob).hexdigest()[:16]
+
+
+def collect_fingerprint(
+    scenario: Scenario,
+    server_info: Mapping[str, Any],
+    gpus: GpuInfo | None,
+    environ: Mapping[str, str] | None = None,
+) -> dict[str, str]:
+    """Build the fingerprint of a run from the scenario, the server and the machine."""
+    env = {**(os.environ if environ is None else environ), **scenario.env}
+    print_ = {
+        "engine": scenario.engine,
+        "engine_version": str(server_info.get("version", "unknown")),
+        "model": str(server_info.get("model_identity", scenario.model)),
+        "draft": str(server_info.get("draft_model_identity", scenario.draft)),
+        "torch": str(server_info.get("torch_version") or _installed("torch")),
+        "perfgate": perfgate_version(),
+        "scenario": scenario_digest(scenario),
+        "gpu": gpus.name if gpus else "none",
+        "gpu_count": str(gpus.count if gpus else 0),
+    }
+    if gpus:
+        print_ |= {"driver": gpus.driver, "cuda": gpus.cuda}
+    else:
+        print_ |= {"cpu": cpu_model(), "cpu_count": str(os.cpu_count() or 0)}
+    for name, value in env.items():
+        if name.startswith(PERF_ENV_PREFIXES) and name not in PERF_ENV_IGNORED:
+            print_[f"env.{name}"] = value
+    return dict(sorted(print_.items()))
+
+
+def diff_fingerprints(
+    baseline: Mapping[str, str], current: Mapping[str, str]
+) -> list[tuple[str, str | None, str | None]]:
+    """Return (field, baseline value, current value) for every field that differs."""
+    fields = sorted(set(baseline) | set(current))
+    return [
+        (f, baseline.get(f), current.get(f)) for f in fields if baseline.get(f) != current.get(f)
+    ]
+
+
+def _installed(package: str) -> str:
+    try:
+        return metadata.version(package)
+    except metadata.PackageNotFoundError:
+        return "none"

@@ -1,0 +1,68 @@
+"""Verdicts: what the gate says about one metric, and about a whole run."""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from perfgate.errors import ExitCode
+
+
+class Status(enum.StrEnum):
+    PASS = "pass"
+    REGRESSION = "regression"
+    IMPROVEMENT = "improvement"
+    INCONCLUSIVE = "inconclusive"  # noise too high to decide; another run may
+    INCOMPARABLE = "incomparable"  # the environment differs from the baseline's
+    ERROR = "error"  # nothing to judge against, or the measurement failed
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """The gate's word on one metric of one scenario."""
+
+    metric: str
+    status: Status
+    message: str
+    baseline: float | None = None  # the baseline's central value
+    current: float | None = None  # this run's central value
+    change: float | None = None  # current / baseline - 1
+    ci_low: float | None = None  # confidence interval of `change`
+    ci_high: float | None = None
+    tolerance: float | None = None
+
+
+# How bad each status is for the build, worst first.
+_SEVERITY = (
+    Status.ERROR,
+    Status.REGRESSION,
+    Status.INCOMPARABLE,
+    Status.INCONCLUSIVE,
+    Status.IMPROVEMENT,
+    Status.PASS,
+)
+
+
+def overall_status(verdicts: Iterable[Verdict], equivalent: bool = True) -> Status:
+    """Combine metric verdicts (and the equivalence result) into the run's status."""
+    statuses = {v.status for v in verdicts}
+    if not equivalent:
+        statuses.add(Status.REGRESSION)
+    for status in _SEVERITY:
+        if status in statuses:
+            return status
+    return Status.PASS
+
+
+def exit_code(status: Status) -> ExitCode:
+    """The process exit code for a run's overall status (see perfgate.errors)."""
+    return {
+        Status.PASS: ExitCode.PASS,
+        Status.IMPROVEMENT: ExitCode.PASS,
+        Status.REGRESSION: ExitCode.REGRESSION,
+        Status.INCONCLUSIVE: ExitCode.INCONCLUSIVE,
+        # Judging against a baseline of another environment, or none, is a setup mistake.
+        Status.INCOMPARABLE: ExitCode.BAD_INPUT,
+        Status.ERROR: ExitCode.BAD_INPUT,
+    }[status]

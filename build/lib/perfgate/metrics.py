@@ -1,0 +1,67 @@
+"""The names every part of perfgate uses for phases and metrics (DB, baselines, report)."""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+
+# Phases of one decode cycle; `cycle` is the whole cycle, `prefill` stands apart.
+DRAFT = "draft"
+VERIFY = "verify"
+DRAFT_EXTEND = "draft_extend"
+ACCEPT = "accept"
+CYCLE = "cycle"
+PREFILL = "prefill"
+OTHER = "other"  # cycle minus the named phases; derived, never probed
+
+NAMED_PHASES: tuple[str, ...] = (DRAFT, VERIFY, DRAFT_EXTEND, ACCEPT)
+PROBED_PHASES: tuple[str, ...] = (*NAMED_PHASES, CYCLE, PREFILL)
+
+
+class Direction(enum.Enum):
+    HIGHER_IS_BETTER = "higher"
+    LOWER_IS_BETTER = "lower"
+
+
+@dataclass(frozen=True)
+class Metric:
+    name: str
+    direction: Direction
+    unit: str
+    description: str
+
+
+METRICS: dict[str, Metric] = {
+    m.name: m
+    for m in (
+        Metric("output_tok_s", Direction.HIGHER_IS_BETTER, "tok/s", "generated tokens per second"),
+        Metric(
+            "accept_length",
+            Direction.HIGHER_IS_BETTER,
+            "tok/cycle",
+            "completion tokens per verify pass, bonus token included",
+        ),
+        Metric("speedup", Direction.HIGHER_IS_BETTER, "x", "speculative over plain tok/s"),
+        Metric("verify_ms", Direction.LOWER_IS_BETTER, "ms", "verify phase per cycle (median)"),
+        Metric("draft_ms", Direction.LOWER_IS_BETTER, "ms", "draft phase per cycle (median)"),
+        Metric(
+            "draft_extend_ms",
+            Direction.LOWER_IS_BETTER,
+            "ms",
+            "draft-extend phase per cycle (median)",
+        ),
+        Metric("cycle_ms", Direction.LOWER_IS_BETTER, "ms", "whole decode cycle (median)"),
+        Metric("ttft_ms", Direction.LOWER_IS_BETTER, "ms", "time to first token"),
+    )
+}
+
+# Metrics gated unless a scenario says otherwise.
+DEFAULT_GATED: tuple[str, ...] = ("output_tok_s", "verify_ms", "accept_length", "speedup")
+
+# The per-cycle metric each phase feeds.
+PHASE_METRIC: dict[str, str] = {
+    DRAFT: "draft_ms",
+    VERIFY: "verify_ms",
+    DRAFT_EXTEND: "draft_extend_ms",
+    CYCLE: "cycle_ms",
+}

@@ -1,0 +1,104 @@
+"""The pytest plugin: options, fixtures, and the session's verdict at the end. Thin on purpose.
+
+Inert until a test asks for a perfgate fixture: installing perfgate changes nothing in other
+test suites. The session's state lives in `config.stash[GATE_SESSION]`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Generator
+from typing import Any
+
+import pytest
+
+from perfgate.errors import ExitCode, PerfgateError
+from perfgate.options import add_options, gate_options
+from perfgate.session import GateSession, ScenarioRun
+from perfgate.summary import render_terminal_summary
+
+GATE_SESSION = pytest.StashKey[GateSession | PerfgateError]()
+FINISH_ERROR = pytest.StashKey[PerfgateError]()
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("perfgate", "perfgate: performance gate for speculative decoding")
+    add_options(group.addoption, flag_prefix="--perfgate-", dest_prefix="perfgate_")
+
+
+def gate_session(config: pytest.Config) -> GateSession:
+    """The session's GateSession, created on first use; raises the config's error if any."""
+    value = config.stash.get(GATE_SESSION, None)
+    if value is None:
+        try:
+            value = GateSession(gate_options(lambda name: config.getoption(f"perfgate_{name}")))
+        except PerfgateError as error:
+            value = error
+        config.stash[GATE_SESSION] = value
+    if isinstance(value, PerfgateError):
+        raise value
+    return value
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    if "perfgate_scenario" not in metafunc.fixturenames:
+        return
+    try:
+        names = list(gate_session(metafunc.config).scenarios)
+    except PerfgateError:
+        names = ["invalid-config"]  # the perfgate_session fixture reports the error
+    metafunc.parametrize("perfgate_scenario", names, scope="session")
+
+
+@pytest.fixture(scope="session")
+def perfgate_session(request: pytest.FixtureRequest) -> GateSession:
+    """The gate session: selected scenarios, baselines, history."""
+    try:
+        return gate_session(request.config)
+    except PerfgateError as error:
+        pytest.fail(f"perfgate: {error}", pytrace=False)
+
+
+@pytest.fixture(scope="session")
+def scenario_run(perfgate_session: GateSession, perfgate_scenario: str) -> ScenarioRun:
+    """One scenario of the session; its servers start when a test first needs them."""
+    return perfgate_session.run_for(perfgate_scenario)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item: pytest.Item) -> Generator[None, Any, Any]:
+    # A perfgate error is a message for the user, not a traceback.
+    try:
+        return (yield)
+    except PerfgateError as error:
+        detail = f"\n{error.detail}" if error.detail else ""
+        pytest.fail(f"perfgate: {error}{detail}", pytrace=False)
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    value = session.config.stash.get(GATE_SESSION, None)
+    if value is None:
+        return
+    if isinstance(value, PerfgateError):
+        code = value.exit_code
+    else:
+        try:
+            code = value.finish()
+        except PerfgateError as error:
+            session.config.stash[FINISH_ERROR] = error
+            code = error.exit_code
+    # perfgate's code says more than pytest's "some test failed"; pytest's own problems
+    # (interrupted, usage, internal error) keep theirs.
+    if code != ExitCode.PASS and exitstatus in (pytest.ExitCode.OK, pytest.ExitCode.TESTS_FAILED):
+        session.exitstatus = int(code)
+
+
+def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
+    value = config.stash.get(GATE_SESSION, None)
+    if value is None:
+        return
+    terminalreporter.section("perfgate")
+    if isinstance(value, PerfgateError):
+        terminalreporter.write_line(f"perfgate: error: {value}")
+        return
+    for line in render_terminal_summary(value, config.stash.get(FINISH_ERROR, None)):
+        terminalreporter.write_line(line)

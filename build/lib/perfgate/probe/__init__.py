@@ -1,0 +1,32 @@
+"""Per-phase timing inside the server process: the environment that turns it on, and reading it.
+
+`runtime` runs inside the server; `reader` on the client side. This module stays light: it is
+imported by the launcher, not by servers.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from pathlib import Path
+
+import perfgate
+
+BOOT_DIR = Path(__file__).resolve().parent / "boot"
+PERFGATE_HOME = Path(perfgate.__file__).resolve().parent.parent
+
+
+def probe_env(
+    out_dir: Path, table: str, inherited: Mapping[str, str] | None = None
+) -> dict[str, str]:
+    """Return the variables that activate the probe, with `table`'s targets, in a server."""
+    env = os.environ if inherited is None else inherited
+    pythonpath = [str(BOOT_DIR)]
+    if env.get("PYTHONPATH"):
+        pythonpath.append(env["PYTHONPATH"])
+    return {
+        "PERFGATE_PROBE_DIR": str(out_dir),
+        "PERFGATE_PROBE_TABLE": table,
+        "PERFGATE_PROBE_HOME": str(PERFGATE_HOME),
+        "PYTHONPATH": os.pathsep.join(pythonpath),
+    }

@@ -1,0 +1,73 @@
+"""Read the probe's files on the client side, once they are complete up to a moment."""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from perfgate.errors import InfrastructureError
+
+
+@dataclass(frozen=True)
+class CycleRecord:
+    """One decode cycle (or one prefill) as timed inside the server."""
+
+    kind: str  # "cycle" or "prefill"
+    pid: int
+    seq: int
+    started_at: float  # wall clock, seconds since the epoch
+    ms: dict[str, float]  # phase -> milliseconds spent in it during this cycle
+
+
+def _probe_files(out_dir: Path) -> list[Path]:
+    return sorted(out_dir.glob("probe-*.jsonl"))
+
+
+def _complete_after(path: Path, moment: float) -> bool:
+    """True when `path` ends with a heartbeat taken after `moment` with nothing pending."""
+    with path.open("rb") as handle:
+        handle.seek(0, 2)
+        handle.seek(max(0, handle.tell() - 4096))
+        tail = handle.read().decode("utf-8", errors="replace").splitlines()
+    for line in reversed(tail):
+        try:
+            item = json.loads(line)
+        except json.JSONDecodeError:
+            continue  # a line still being written
+        if item.get("kind") == "flushed":
+            return bool(item["t"] >= moment and item["pending"] == 0)
+    return False
+
+
+def wait_until_complete(out_dir: Path, moment: float, timeout_s: float = 30.0) -> None:
+    """Wait until every probe file holds all cycles that started before `moment`."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        files = _probe_files(out_dir)
+        if files and all(_complete_after(p, moment) for p in files):
+            return
+        if time.monotonic() > deadline:
+            raise InfrastructureError(
+                f"the probe's files in {out_dir} did not catch up within {timeout_s:.0f} s "
+                f"({len(files)} file(s)); is the server still alive and the probe active? "
+                "A line 'perfgate probe: not active' in the server log says why not"
+            )
+        time.sleep(0.02)
+
+
+def read_records(out_dir: Path) -> list[CycleRecord]:
+    """Return every cycle and prefill record of every process, in start order."""
+    records = []
+    for path in _probe_files(out_dir):
+        for line in path.read_text("utf-8").splitlines():
+            try:
+                item = json.loads(line)
+            except json.JSONDecodeError:
+                continue
+            if item.get("kind") in ("cycle", "prefill"):
+                records.append(
+                    CycleRecord(item["kind"], item["pid"], item["seq"], item["t"], item["ms"])
+                )
+    return sorted(records, key=lambda r: (r.started_at, r.pid, r.seq))

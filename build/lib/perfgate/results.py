@@ -1,0 +1,86 @@
+"""What a run produces, as frozen dataclasses: these travel between measure, store, gate, report."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from perfgate.equivalence import EquivalenceReport
+from perfgate.gate.verdict import Status, Verdict
+
+
+@dataclass(frozen=True)
+class PhaseSummary:
+    """One phase over the cycles of one repeat of one server."""
+
+    mode: str  # "spec" or "plain"
+    phase: str
+    repeat: int
+    cycles: int
+    median_ms: float
+    mean_ms: float
+    p90_ms: float
+
+
+@dataclass(frozen=True)
+class ModeResult:
+    """Everything measured on one server (the speculative one, or its plain twin)."""
+
+    mode: str
+    command: str  # the shell line that launched it
+    samples: Mapping[str, tuple[float, ...]]  # metric -> one value per repeat
+    phases: tuple[PhaseSummary, ...]
+    outputs: tuple[tuple[int, ...], ...]  # token ids per prompt
+    server_info: Mapping[str, Any] = field(default_factory=dict)
+    log_path: str = ""
+
+
+@dataclass(frozen=True)
+class Measurement:
+    """One scenario measured once: both servers, their comparison, and the environment."""
+
+    scenario: str
+    profile: str
+    engine: str
+    fingerprint: Mapping[str, str]
+    plain: ModeResult
+    spec: ModeResult
+    equivalence: EquivalenceReport
+    started_at: datetime
+    finished_at: datetime
+    config: Mapping[str, Any] = field(default_factory=dict)  # the scenario, as run
+
+    def samples(self) -> dict[str, tuple[float, ...]]:
+        """The gate's metrics: the speculative server's, plus `speedup` over the plain twin."""
+        result = dict(self.spec.samples)
+        spec_tok_s = self.spec.samples.get("output_tok_s", ())
+        plain_tok_s = self.plain.samples.get("output_tok_s", ())
+        if spec_tok_s and plain_tok_s:
+            result["speedup"] = tuple(
+                s / p for s, p in zip(spec_tok_s, plain_tok_s, strict=True) if p > 0
+            )
+        return result
+
+
+@dataclass(frozen=True)
+class RunContext:
+    """Where a run came from: commit, branch, pull request, CI job."""
+
+    commit: str | None = None
+    branch: str | None = None
+    pr: str | None = None
+    ci_url: str | None = None
+    dirty: bool = False
+
+
+@dataclass(frozen=True)
+class RunRecord:
+    """A run as the history keeps it."""
+
+    measurement: Measurement
+    context: RunContext
+    verdicts: tuple[Verdict, ...]
+    status: Status
+    id: int | None = None  # assigned by the store

@@ -1,0 +1,168 @@
+"""One gate session: measure the selected scenarios, judge them, record them, report.
+
+The pytest plugin holds one of these per pytest session; `perfgate run` drives the same
+code by running the suites.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime
+from pathlib import Path
+
+from perfgate import gate
+from perfgate.baselines import Baseline, baseline_path, load_baseline
+from perfgate.config import Config, Scenario, load_config, resolve_sqlite_url
+from perfgate.context import detect_context
+from perfgate.engines.commands import Mode
+from perfgate.errors import ExitCode, PerfgateError
+from perfgate.fingerprint import default_profile, detect_gpus, diff_fingerprints
+from perfgate.gate.verdict import Verdict, exit_code, overall_status
+from perfgate.measure import TimedLoop, assemble_measurement, measure_mode, plain_loop
+from perfgate.report import write_report
+from perfgate.results import Measurement, ModeResult, RunRecord
+from perfgate.store import list_runs, open_history, record_run
+
+
+@dataclass(frozen=True)
+class GateOptions:
+    """The knobs shared by `perfgate run` (`--NAME`) and pytest (`--perfgate-NAME`)."""
+
+    config: str | None = None
+    scenarios: tuple[str, ...] = ()
+    engine: str | None = None
+    db: str | None = None
+    baselines: str | None = None
+    profile: str | None = None
+    report: str | None = None  # "" writes no report
+    gate: bool = True  # False: measure and record, judge nothing (to make a first baseline)
+
+
+@dataclass
+class ScenarioRun:
+    """One scenario in one session, measured one server at a time, each server once."""
+
+    scenario: Scenario
+    profile: str
+    workdir: Path
+    started_at: datetime = field(default_factory=lambda: datetime.now(UTC))
+    results: dict[str, ModeResult] = field(default_factory=dict)
+    error: PerfgateError | None = None
+    verdicts: list[Verdict] | None = None
+    _measurement: Measurement | None = None
+
+    def mode_result(self, mode: Mode, timed_loop: TimedLoop = plain_loop) -> ModeResult:
+        """Measure `mode` now unless it was measured already; a failure is remembered."""
+        if self.error is not None:
+            raise self.error
+        if mode not in self.results:
+            try:
+                self.results[mode] = measure_mode(self.scenario, mode, self.workdir, timed_loop)
+            except PerfgateError as error:
+                self.error = error
+                raise
+        return self.results[mode]
+
+    def measurement(self) -> Measurement:
+        if self._measurement is None:
+            plain, spec = self.mode_result("plain"), self.mode_result("spec")
+            self._measurement = assemble_measurement(
+                self.scenario, self.profile, plain, spec, self.started_at
+            )
+        return self._measurement
+
+
+class GateSession:
+    """Loads config and baselines up front, so bad input fails before any server starts."""
+
+    def __init__(self, options: GateOptions, cwd: Path | None = None) -> None:
+        self.options = options
+        self.cwd = cwd or Path.cwd()
+        self.config: Config = load_config(options.config)
+        selected = self.config.select(options.scenarios)
+        if options.engine:
+            selected = [s.with_engine(options.engine) for s in selected]
+        self.scenarios = {s.name: s for s in selected}
+        self.profile = options.profile or default_profile(detect_gpus())
+        self.baselines_dir = (
+            Path(options.baselines).resolve() if options.baselines else self.config.baselines_dir
+        )
+        self.baselines: dict[str, Baseline] = {}
+        if options.gate:
+            for name in self.scenarios:
+                self.baselines[name] = load_baseline(self.baseline_file(name))
+        self.history_url = (
+            resolve_sqlite_url(options.db, self.cwd) if options.db else self.config.history_url
+        )
+        self.report_path = _report_path(options.report, self.config.path.parent)
+        stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S")
+        self.workdir = self.config.path.parent / ".perfgate" / "runs" / stamp
+        self.runs: dict[str, ScenarioRun] = {}
+        self.records: list[RunRecord] = []
+        self.exit_code = ExitCode.PASS
+
+    def baseline_file(self, scenario: str) -> Path:
+        return baseline_path(self.baselines_dir, self.profile, scenario)
+
+    def run_for(self, name: str) -> ScenarioRun:
+        if name not in self.runs:
+            self.runs[name] = ScenarioRun(self.scenarios[name], self.profile, self.workdir / name)
+        return self.runs[name]
+
+    def verdicts(self, name: str) -> list[Verdict]:
+        """Judge the scenario's measurement against its baseline (once; later calls reuse it)."""
+        run = self.run_for(name)
+        if run.verdicts is None:
+            baseline = self.baselines.get(name)
+            run.verdicts = judge_measurement(run.measurement(), baseline) if baseline else []
+        return run.verdicts
+
+    def finish(self) -> ExitCode:
+        """Record every measured scenario in one transaction, write the report, return the code."""
+        context = detect_context(self.config.path.parent)
+        for name, run in self.runs.items():
+            if run.error is None and len(run.results) == 2:
+                verdicts = self.verdicts(name)
+                status = overall_status(verdicts, run.measurement().equivalence.ok)
+                self.records.append(RunRecord(run.measurement(), context, tuple(verdicts), status))
+        if self.records:
+            self._record_and_report()
+        errors = [run.error for run in self.runs.values() if run.error is not None]
+        codes = [e.exit_code for e in errors] + [exit_code(r.status) for r in self.records]
+        self.exit_code = max(codes, key=_severity, default=ExitCode.PASS)
+        return self.exit_code
+
+    def _record_and_report(self) -> None:
+        sessions = open_history(self.history_url)
+        with sessions.begin() as session:
+            self.records = [replace(r, id=record_run(session, r)) for r in self.records]
+        if self.report_path is not None:
+            with sessions() as session:
+                write_report(self.report_path, list_runs(session))
+
+
+def _report_path(option: str | None, root: Path) -> Path | None:
+    if option == "":
+        return None
+    return Path(option).resolve() if option else root / "reports" / "index.html"
+
+
+def _severity(code: ExitCode) -> int:
+    order = [
+        ExitCode.PASS,
+        ExitCode.INCONCLUSIVE,
+        ExitCode.REGRESSION,
+        ExitCode.INFRASTRUCTURE,
+        ExitCode.BAD_INPUT,
+    ]
+    return order.index(code)
+
+
+def judge_measurement(measurement: Measurement, baseline: Baseline) -> list[Verdict]:
+    """The gate's verdicts for a measurement against a baseline (pure)."""
+    differences = diff_fingerprints(baseline.fingerprint, measurement.fingerprint)
+    if differences:
+        return gate.incomparable(baseline.gated, differences)
+    return gate.judge_samples(
+        measurement.samples(), baseline.metric_runs(), baseline.tolerances, baseline.gated
+    )

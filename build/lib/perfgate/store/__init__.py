@@ -1,0 +1,150 @@
+"""The history database: dataclasses in, dataclasses out. Functions take a session.
+
+Transactions are framed at the edge (`with sessions.begin() as session:` in the CLI and the
+plugin), so a run is recorded whole or not at all. Opening a history brings its schema to this
+perfgate's revision first (see schema.py); failures become one-line perfgate errors with the
+documented exit codes: 64 for a URL, file or database that is wrong (not a database, not
+perfgate's, from a newer perfgate), 69 for a server that cannot be reached.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TypeVar
+
+from sqlalchemy import Engine
+from sqlalchemy.exc import SQLAlchemyError
+from sqlalchemy.orm import Session, sessionmaker
+
+from perfgate.errors import ConfigError, PerfgateError
+from perfgate.store.database import (
+    create_history_engine,
+    describe,
+    enable_wal,
+    open_error,
+    parse_history_url,
+    sqlite_path,
+)
+from perfgate.store.queries import (
+    MetricPoint,
+    RunFilter,
+    iter_runs,
+    last_runs,
+    list_runs,
+    load_run,
+    load_runs,
+    metric_history,
+    run_ids,
+)
+from perfgate.store.records import record_run
+from perfgate.store.schema import (
+    SchemaState,
+    check_schema,
+    head_revision,
+    read_schema_state,
+    upgrade_schema,
+)
+
+__all__ = [
+    "MetricPoint",
+    "RunFilter",
+    "SchemaState",
+    "close_history",
+    "inspect_history",
+    "iter_runs",
+    "last_runs",
+    "list_runs",
+    "load_run",
+    "load_runs",
+    "metric_history",
+    "open_history",
+    "record_run",
+    "run_ids",
+    "upgrade_history",
+]
+
+T = TypeVar("T")
+
+
+def open_history(url: str, *, upgrade: bool = True) -> sessionmaker[Session]:
+    """Open (creating if needed) the history at a SQLAlchemy URL; return a session factory.
+
+    The schema is brought to this perfgate's revision unless `upgrade` is False, when an older
+    schema is refused instead. Raises ConfigError (64) or InfrastructureError (69).
+    """
+    engine, state = _connect(url)
+    if not state.is_current and not upgrade:
+        engine.dispose()
+        raise ConfigError(
+            f"the history is at schema revision {state.current!r}, older than {state.head!r}",
+            file=_where(engine),
+            fix="run `perfgate db upgrade`",
+        )
+    if not state.is_current:
+        _guarded(engine, lambda: upgrade_schema(engine, _where(engine)))
+    _guarded(engine, lambda: enable_wal(engine))
+    return sessionmaker(engine, expire_on_commit=False)
+
+
+def upgrade_history(url: str) -> SchemaState:
+    """Bring the history to this perfgate's schema; return the state it was found in."""
+    engine, state = _connect(url)
+    try:
+        if not state.is_current:
+            state = _guarded(engine, lambda: upgrade_schema(engine, _where(engine)))
+        _guarded(engine, lambda: enable_wal(engine))
+    finally:
+        engine.dispose()
+    return state
+
+
+def inspect_history(url: str) -> SchemaState:
+    """The history's schema state, read without writing anything (nor creating a file)."""
+    path = sqlite_path(parse_history_url(url))
+    if path is not None and not path.exists():
+        return SchemaState(None, head_revision(), frozenset())
+    engine, state = _connect(url)
+    engine.dispose()
+    return state
+
+
+def close_history(sessions: sessionmaker[Session]) -> None:
+    """Close the connections a session factory from `open_history` holds."""
+    bind = sessions.kw.get("bind")
+    if isinstance(bind, Engine):
+        bind.dispose()
+
+
+def _connect(url: str) -> tuple[Engine, SchemaState]:
+    """An engine, and the schema state it found; refuses a history it must not touch."""
+    engine = create_history_engine(parse_history_url(url))
+    with_deferred_begin = engine.execution_options(sqlite_begin="DEFERRED")
+
+    def read() -> SchemaState:
+        with with_deferred_begin.connect() as connection:
+            return read_schema_state(connection)
+
+    state = _guarded(engine, read)
+    try:
+        check_schema(state, _where(engine))
+    except PerfgateError:
+        engine.dispose()
+        raise
+    return engine, state
+
+
+def _guarded(engine: Engine, action: Callable[[], T]) -> T:
+    """Run `action`; a database failure becomes a one-line perfgate error (engine disposed)."""
+    try:
+        return action()
+    except SQLAlchemyError as error:
+        engine.dispose()
+        raise open_error(engine.url, error) from None
+    except PerfgateError:
+        engine.dispose()
+        raise
+
+
+def _where(engine: Engine) -> str:
+    path = sqlite_path(engine.url)
+    return str(path) if path is not None else describe(engine.url)

@@ -1,0 +1,145 @@
+"""Runs in and out of rows: a RunRecord becomes one run row with its children, and back."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from datetime import UTC, datetime
+
+from sqlalchemy.orm import Session
+
+from perfgate.equivalence import EquivalenceReport, PromptComparison
+from perfgate.gate.verdict import Status, Verdict
+from perfgate.results import Measurement, ModeResult, PhaseSummary, RunContext, RunRecord
+from perfgate.store.models import OutputRow, PhaseRow, RunRow, SampleRow, VerdictRow
+
+
+def record_run(session: Session, record: RunRecord) -> int:
+    """Add a run with its samples, phases, outputs and verdicts; return its id."""
+    m = record.measurement
+    row = RunRow(
+        scenario=m.scenario,
+        profile=m.profile,
+        engine=m.engine,
+        status=record.status.value,
+        started_at=m.started_at,
+        finished_at=m.finished_at,
+        commit=record.context.commit,
+        branch=record.context.branch,
+        pr=record.context.pr,
+        ci_url=record.context.ci_url,
+        dirty=record.context.dirty,
+        equivalent=m.equivalence.ok,
+        fingerprint=dict(m.fingerprint),
+        config=dict(m.config),
+        servers={r.mode: _server_dict(r) for r in (m.plain, m.spec)},
+    )
+    for result in (m.plain, m.spec):
+        row.samples += _sample_rows(result.mode, result.samples)
+        row.phases += [PhaseRow(**vars(p)) for p in result.phases]
+    row.samples += _sample_rows("spec", {"speedup": m.samples().get("speedup", ())})
+    row.outputs = [
+        OutputRow(
+            prompt_index=c.index,
+            spec_ids=list(m.spec.outputs[c.index]),
+            plain_ids=list(m.plain.outputs[c.index]),
+            matched=c.matched,
+            prefix_len=c.prefix_len,
+        )
+        for c in m.equivalence.prompts
+    ]
+    row.verdicts = [VerdictRow(**{**vars(v), "status": v.status.value}) for v in record.verdicts]
+    session.add(row)
+    session.flush()
+    return row.id
+
+
+def _server_dict(result: ModeResult) -> dict[str, object]:
+    return {"command": result.command, "info": dict(result.server_info), "log": result.log_path}
+
+
+def _sample_rows(mode: str, samples: Mapping[str, Sequence[float]]) -> list[SampleRow]:
+    return [
+        SampleRow(mode=mode, metric=metric, repeat=i, value=value)
+        for metric, values in samples.items()
+        for i, value in enumerate(values)
+    ]
+
+
+def to_record(row: RunRow) -> RunRecord:
+    servers = row.servers
+    measurement = Measurement(
+        scenario=row.scenario,
+        profile=row.profile,
+        engine=row.engine,
+        fingerprint=row.fingerprint,
+        plain=_mode_result(row, "plain", servers.get("plain", {})),
+        spec=_mode_result(row, "spec", servers.get("spec", {})),
+        equivalence=EquivalenceReport(
+            tuple(_comparison(o) for o in sorted(row.outputs, key=lambda o: o.prompt_index))
+        ),
+        started_at=as_utc(row.started_at),
+        finished_at=as_utc(row.finished_at),
+        config=row.config,
+    )
+    return RunRecord(
+        measurement=measurement,
+        context=RunContext(row.commit, row.branch, row.pr, row.ci_url, row.dirty),
+        verdicts=tuple(_verdict(v) for v in row.verdicts),
+        status=Status(row.status),
+        id=row.id,
+    )
+
+
+def as_utc(moment: datetime) -> datetime:
+    """A stored time as an aware UTC datetime: SQLite drops the zone, PostgreSQL converts it."""
+    if moment.tzinfo is None:
+        return moment.replace(tzinfo=UTC)
+    return moment.astimezone(UTC)
+
+
+def _mode_result(row: RunRow, mode: str, server: dict[str, object]) -> ModeResult:
+    samples: dict[str, list[float]] = {}
+    for s in sorted(row.samples, key=lambda s: (s.metric, s.repeat)):
+        if s.mode == mode and s.metric != "speedup":
+            samples.setdefault(s.metric, []).append(s.value)
+    outputs = sorted(row.outputs, key=lambda o: o.prompt_index)
+    return ModeResult(
+        mode=mode,
+        command=str(server.get("command", "")),
+        samples={k: tuple(v) for k, v in samples.items()},
+        phases=tuple(
+            PhaseSummary(p.mode, p.phase, p.repeat, p.cycles, p.median_ms, p.mean_ms, p.p90_ms)
+            for p in sorted(row.phases, key=lambda p: p.id)
+            if p.mode == mode
+        ),
+        outputs=tuple(tuple(o.spec_ids if mode == "spec" else o.plain_ids) for o in outputs),
+        server_info=dict(server.get("info", {})),  # type: ignore[call-overload]
+        log_path=str(server.get("log", "")),
+    )
+
+
+def _comparison(row: OutputRow) -> PromptComparison:
+    spec, plain, k = row.spec_ids, row.plain_ids, row.prefix_len
+    return PromptComparison(
+        index=row.prompt_index,
+        matched=row.matched,
+        prefix_len=k,
+        spec_len=len(spec),
+        plain_len=len(plain),
+        spec_token=None if row.matched or k >= len(spec) else spec[k],
+        plain_token=None if row.matched or k >= len(plain) else plain[k],
+    )
+
+
+def _verdict(row: VerdictRow) -> Verdict:
+    return Verdict(
+        metric=row.metric,
+        status=Status(row.status),
+        message=row.message,
+        baseline=row.baseline,
+        current=row.current,
+        change=row.change,
+        ci_low=row.ci_low,
+        ci_high=row.ci_high,
+        tolerance=row.tolerance,
+    )

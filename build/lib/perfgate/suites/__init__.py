@@ -1,0 +1,1 @@
+"""The gate suites: `pytest perfgate/suites` (or `perfgate run`) measures, judges and records."""

@@ -1,0 +1,29 @@
+"""Order the suites so each server starts once: throughput (plain, then spec) measures first."""
+
+from __future__ import annotations
+
+import pytest
+
+from perfgate.measure import TimedLoop, plain_loop
+
+_MODULE_ORDER = ("test_throughput", "test_phases", "test_equivalence")
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    def rank(item: pytest.Item) -> int:
+        module = item.module.__name__.rsplit(".", 1)[-1] if item.module else ""  # type: ignore[attr-defined]
+        return _MODULE_ORDER.index(module) if module in _MODULE_ORDER else len(_MODULE_ORDER)
+
+    items.sort(key=rank)  # stable: keeps pytest's order inside each module
+
+
+@pytest.fixture
+def timed_loop(benchmark: object) -> TimedLoop:
+    """Time the repeats with pytest-benchmark, so `--benchmark-json` holds them too."""
+    if getattr(benchmark, "disabled", True):
+        return plain_loop
+
+    def loop(one_repeat: object, rounds: int) -> None:
+        benchmark.pedantic(one_repeat, rounds=rounds, iterations=1, warmup_rounds=0)  # type: ignore[attr-defined]
+
+    return loop

@@ -1,0 +1,29 @@
+"""Throughput: tok/s of the plain twin and the speculative server, accept length, speedup."""
+
+from __future__ import annotations
+
+import pytest
+
+from perfgate.gate.verdict import Status
+from perfgate.measure import TimedLoop
+from perfgate.session import GateSession, ScenarioRun
+
+THROUGHPUT_METRICS = ("output_tok_s", "speedup", "accept_length", "ttft_ms")
+
+
+@pytest.mark.parametrize("mode", ["plain", "spec"])
+def test_throughput(scenario_run: ScenarioRun, mode: str, timed_loop: TimedLoop) -> None:
+    result = scenario_run.mode_result(mode, timed_loop)  # type: ignore[arg-type]
+    tok_s = result.samples["output_tok_s"]
+    assert len(tok_s) == scenario_run.scenario.repeats
+    assert all(value > 0 for value in tok_s)
+
+
+def test_throughput_verdicts(perfgate_session: GateSession, perfgate_scenario: str) -> None:
+    verdicts = perfgate_session.verdicts(perfgate_scenario)
+    failed = [
+        f"{v.metric}: {v.status.value}: {v.message}"
+        for v in verdicts
+        if v.metric in THROUGHPUT_METRICS and v.status not in (Status.PASS, Status.IMPROVEMENT)
+    ]
+    assert not failed, "\n".join(failed)

@@ -1,0 +1,226 @@
+"""The server's command line: SGLang's flag names, checked with SGLang's rules.
+
+Flag mistakes end the process with exit code 64 (``ExitCode.BAD_INPUT``): argparse errors with
+its usage line, bad combinations with one line on stderr.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+from collections.abc import Sequence
+from typing import NoReturn
+
+import torch
+
+from perfgate.engines.embedded.worker import AUTO_NUM_STEPS, SpecParams, resolve_spec_params
+from perfgate.errors import ConfigError, ExitCode
+
+PROG = "python -m perfgate.engines.embedded.server"
+SPEC_ALGORITHMS = ("EAGLE3", "EAGLE", "STANDALONE")
+SPEC_MAX_RUNNING_REQUESTS = 48  # what SGLang sets for speculative servers when unset
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+DELAY_VARIABLE = "PERFGATE_DEBUG_VERIFY_DELAY_MS"
+LOG_LEVELS = ("debug", "info", "warning", "error", "critical")
+
+logger = logging.getLogger(__name__)
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:
+        self.print_usage(sys.stderr)
+        self.exit(ExitCode.BAD_INPUT, f"{self.prog}: error: {message}\n")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """Return the parser for the server's flags, named as in sglang.launch_server."""
+    parser = _Parser(
+        prog=PROG,
+        description="perfgate's embedded engine: a miniature EAGLE-3 deployment serving "
+        "SGLang's HTTP API, launched like `python -m sglang.launch_server`.",
+    )
+    add = parser.add_argument
+    add(
+        "--model-path",
+        required=True,
+        help="target model: a shipped name "
+        "(perfgate/llama-tiny) or a directory holding config.json [+ model.safetensors]",
+    )
+    add("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
+    add("--port", type=int, default=30000, help="port to listen on (default 30000)")
+    add(
+        "--dtype",
+        choices=("auto", *DTYPES),
+        default="auto",
+        help="weights and activations; auto: bfloat16 on CUDA, float32 on CPU",
+    )
+    add(
+        "--device",
+        choices=("auto", "cpu", "cuda"),
+        default="auto",
+        help="auto: cuda if available, else cpu",
+    )
+    add(
+        "--tp-size",
+        "--tensor-parallel-size",
+        dest="tp_size",
+        type=int,
+        default=1,
+        help="tensor parallelism; the embedded engine runs on one device, so only 1",
+    )
+    add(
+        "--max-running-requests",
+        type=int,
+        default=None,
+        help="accepted for parity with SGLang; requests run one at a time "
+        f"(speculative servers report {SPEC_MAX_RUNNING_REQUESTS} when unset, as SGLang does)",
+    )
+    add("--random-seed", type=int, default=None, help="torch seed (default 0)")
+    add(
+        "--num-threads",
+        type=int,
+        default=None,
+        help="torch CPU threads (default: torch's own choice)",
+    )
+    add("--log-level", type=str.lower, choices=LOG_LEVELS, default="info")
+    _add_speculative(parser)
+    return parser
+
+
+def _add_speculative(parser: argparse.ArgumentParser) -> None:
+    add = parser.add_argument
+    add(
+        "--speculative-algorithm",
+        type=str.upper,
+        choices=SPEC_ALGORITHMS,
+        default=None,
+        help="EAGLE3 (or EAGLE, the same head) drafts with an EAGLE-3 head; STANDALONE drafts "
+        "with a full model; absent: plain decoding",
+    )
+    add(
+        "--speculative-draft-model-path",
+        "--speculative-draft-model",
+        default=None,
+        dest="speculative_draft_model_path",
+        help="draft model: perfgate/eagle3-llama-tiny, a target model for STANDALONE, or a "
+        "directory",
+    )
+    add(
+        "--speculative-num-steps",
+        type=int,
+        default=None,
+        help=f"draft tokens per cycle (default {AUTO_NUM_STEPS}, with topk 1)",
+    )
+    add(
+        "--speculative-eagle-topk",
+        type=int,
+        default=None,
+        help="branching per draft step; only 1 (chain drafting) is supported",
+    )
+    add(
+        "--speculative-num-draft-tokens",
+        type=int,
+        default=None,
+        help="tokens per verify pass; with topk 1 it must be num_steps + 1",
+    )
+    add(
+        "--debug-verify-delay-ms",
+        type=float,
+        default=None,
+        help="debugging: make every verify pass take this many milliseconds longer (a sleep "
+        "on CPU, a calibrated spin kernel on CUDA), to inject a verify regression; default: "
+        f"${DELAY_VARIABLE} or 0. The variable reaches a server launched by perfgate unchanged, "
+        "so a test can slow verify down without changing the scenario",
+    )
+
+
+def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
+    """Parse flags; unknown flags or bad values exit with code 64."""
+    return build_parser().parse_args(argv)
+
+
+def check_args(args: argparse.Namespace) -> SpecParams | None:
+    """Check flag combinations and fill in resolved values; return the spec params, if any."""
+    if args.tp_size != 1:
+        raise ConfigError(
+            f"{args.tp_size}: the embedded engine runs on one device",
+            field="--tp-size",
+            fix="use --tp-size 1 (tensor parallelism needs SGLang)",
+        )
+    if not 0 < args.port < 65536:
+        raise ConfigError(f"{args.port} is not a TCP port", field="--port", fix="use 1..65535")
+    from_env = args.debug_verify_delay_ms is None
+    if from_env:
+        args.debug_verify_delay_ms = _delay_from_env()
+    if args.debug_verify_delay_ms < 0:
+        raise ConfigError("must be >= 0", field="--debug-verify-delay-ms")
+    if args.num_threads is not None and args.num_threads < 1:
+        raise ConfigError("must be >= 1", field="--num-threads")
+    args.random_seed = 0 if args.random_seed is None else args.random_seed
+    if args.speculative_algorithm is None:
+        _warn_ignored_spec_flags(args, from_env)
+        return None
+    if args.speculative_draft_model_path is None:
+        raise ConfigError(
+            f"is required with --speculative-algorithm {args.speculative_algorithm}",
+            field="--speculative-draft-model-path",
+            fix="e.g. --speculative-draft-model-path perfgate/eagle3-llama-tiny",
+        )
+    params = resolve_spec_params(
+        args.speculative_num_steps, args.speculative_eagle_topk, args.speculative_num_draft_tokens
+    )
+    args.speculative_num_steps = params.num_steps
+    args.speculative_eagle_topk = params.topk
+    args.speculative_num_draft_tokens = params.num_draft_tokens
+    if args.max_running_requests is None:
+        logger.info(
+            "Max running requests is reset to %d for speculative decoding",
+            SPEC_MAX_RUNNING_REQUESTS,
+        )
+        args.max_running_requests = SPEC_MAX_RUNNING_REQUESTS
+    return params
+
+
+def _delay_from_env() -> float:
+    raw = os.environ.get(DELAY_VARIABLE, "") or "0"
+    try:
+        return float(raw)
+    except ValueError:
+        raise ConfigError(
+            f"{raw!r} is not a number", field=DELAY_VARIABLE, fix="set milliseconds, e.g. 5"
+        ) from None
+
+
+def _warn_ignored_spec_flags(args: argparse.Namespace, from_env: bool) -> None:
+    spec_flags = {
+        "--speculative-draft-model-path": args.speculative_draft_model_path,
+        "--speculative-num-steps": args.speculative_num_steps,
+        "--speculative-eagle-topk": args.speculative_eagle_topk,
+        "--speculative-num-draft-tokens": args.speculative_num_draft_tokens,
+    }
+    given = [flag for flag, value in spec_flags.items() if value is not None]
+    if given or (args.debug_verify_delay_ms and not from_env):
+        logger.warning(
+            "Ignoring %s: no --speculative-algorithm, so this is a plain server",
+            ", ".join(given or ["--debug-verify-delay-ms"]),
+        )
+
+
+def resolve_device(name: str) -> torch.device:
+    """Return the device for --device; auto picks cuda when available."""
+    if name == "auto":
+        name = "cuda" if torch.cuda.is_available() else "cpu"
+    if name == "cuda" and not torch.cuda.is_available():
+        raise ConfigError(
+            "cuda: no CUDA device is visible to torch", field="--device", fix="use --device cpu"
+        )
+    return torch.device(name)
+
+
+def resolve_dtype(name: str, device: torch.device) -> torch.dtype:
+    """Return the dtype for --dtype; auto is bfloat16 on CUDA, float32 on CPU."""
+    if name == "auto":
+        return torch.bfloat16 if device.type == "cuda" else torch.float32
+    return DTYPES[name]

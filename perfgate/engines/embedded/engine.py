@@ -1,0 +1,174 @@
+"""The engine behind the server: models loaded from the flags, the worker, and its totals."""
+
+from __future__ import annotations
+
+import argparse
+import importlib.metadata
+import platform
+import threading
+import time
+from typing import Any
+
+import torch
+
+from perfgate.engines.embedded.api import GenerateRequest, render_generation
+from perfgate.engines.embedded.args import resolve_device, resolve_dtype
+from perfgate.engines.embedded.drafters import Drafter, Eagle3Drafter, StandaloneDrafter
+from perfgate.engines.embedded.loading import (
+    DRAFT_ARCHITECTURE,
+    load_draft,
+    load_target,
+    model_identity,
+    resolve_model,
+)
+from perfgate.engines.embedded.model import BYTE_VOCAB, Transformer
+from perfgate.engines.embedded.worker import EagleWorker, PlainWorker, SpecParams
+from perfgate.errors import ConfigError
+
+ENGINE_NAME = "embedded"
+
+
+class Engine:
+    """The worker behind a lock, and the speculative totals that /server_info reports."""
+
+    def __init__(self, worker: PlainWorker | EagleWorker) -> None:
+        self.worker = worker
+        self.speculative = isinstance(worker, EagleWorker)
+        self.lock = threading.Lock()
+        self._verify_ct = 0
+        self._accept_tokens = 0
+
+    def generate(self, request: GenerateRequest, received: float) -> list[dict[str, Any]]:
+        """Check every prompt, then decode them one by one; return SGLang's response objects."""
+        jobs = list(zip(request.prompts, request.max_new_tokens, request.rids, strict=True))
+        for prompt, max_new_tokens, _ in jobs:
+            self.worker.check(prompt, max_new_tokens)
+        responses = []
+        with self.lock:
+            for prompt, max_new_tokens, rid in jobs:
+                generation = self.worker.generate(prompt, max_new_tokens)
+                self._verify_ct += generation.spec_verify_ct
+                self._accept_tokens += generation.accept_tokens
+                latency_s = time.perf_counter() - received
+                responses.append(
+                    render_generation(generation, len(prompt), rid, latency_s, self.speculative)
+                )
+        return responses
+
+    def flush(self) -> None:
+        """Reset the speculative totals, as SGLang's /flush_cache does."""
+        with self.lock:
+            self._verify_ct = self._accept_tokens = 0
+
+    def internal_states(self) -> list[dict[str, Any]]:
+        """Return SGLang's internal_states: one entry, with the average accept length if spec."""
+        if not self.speculative:
+            return [{}]
+        average = self._accept_tokens / self._verify_ct if self._verify_ct else 0.0
+        return [{"avg_spec_accept_length": average}]
+
+
+class App:
+    """What the HTTP handler serves: the engine and the static part of /server_info."""
+
+    def __init__(self, engine: Engine, info: dict[str, Any]) -> None:
+        self.engine = engine
+        self.info = info
+
+    def server_info(self) -> dict[str, Any]:
+        """Return the server's args and identity, with the current internal states."""
+        return {**self.info, "internal_states": self.engine.internal_states()}
+
+
+def build_app(args: argparse.Namespace, spec: SpecParams | None) -> App:
+    """Load the models, build the worker, warm it up; return the app to serve."""
+    device = resolve_device(args.device)
+    dtype = resolve_dtype(args.dtype, device)
+    torch.manual_seed(args.random_seed)
+    if args.num_threads is not None:
+        torch.set_num_threads(args.num_threads)
+    target = load_target(args.model_path, device, dtype)
+    _check_vocab(target, "--model-path")
+    worker: PlainWorker | EagleWorker = PlainWorker(target)
+    if spec is not None:
+        drafter = load_drafter(args, target, device, dtype)
+        worker = EagleWorker(target, drafter, spec, args.debug_verify_delay_ms)
+    engine = Engine(worker)
+    warm_up(engine, spec)
+    args.device, args.dtype = device.type, str(dtype).removeprefix("torch.")
+    draft_path = args.speculative_draft_model_path if spec is not None else None
+    info = {
+        **vars(args),
+        "version": perfgate_version(),
+        "engine": ENGINE_NAME,
+        "model_identity": model_identity(args.model_path),
+        "draft_model_identity": model_identity(draft_path) if draft_path else None,
+        "device_name": device_name(device),
+        "torch_version": torch.__version__,
+    }
+    return App(engine, info)
+
+
+def load_drafter(
+    args: argparse.Namespace, target: Transformer, device: torch.device, dtype: torch.dtype
+) -> Drafter:
+    """Load the draft model that --speculative-algorithm asks for."""
+    path = args.speculative_draft_model_path
+    is_head = resolve_model(path).architecture == DRAFT_ARCHITECTURE
+    if args.speculative_algorithm == "STANDALONE":
+        if is_head:
+            raise ConfigError(
+                f"{path} is an EAGLE-3 head; STANDALONE drafts with a full model",
+                field="--speculative-draft-model-path",
+                fix="use --speculative-algorithm EAGLE3, or a target model such as "
+                "perfgate/llama-tiny",
+            )
+        model = load_target(path, device, dtype)
+        _check_vocab(model, "--speculative-draft-model-path")
+        return StandaloneDrafter(model)
+    if not is_head:
+        raise ConfigError(
+            f"{path} is a full model, not an EAGLE-3 head",
+            field="--speculative-draft-model-path",
+            fix="use --speculative-algorithm STANDALONE to draft with it, or an EAGLE-3 head "
+            "such as perfgate/eagle3-llama-tiny",
+        )
+    return Eagle3Drafter(load_draft(path, target, device, dtype))
+
+
+def _check_vocab(model: Transformer, flag: str) -> None:
+    if model.config.vocab_size != BYTE_VOCAB:
+        raise ConfigError(
+            f"vocab_size is {model.config.vocab_size}; the byte-level tokenizer needs {BYTE_VOCAB}",
+            field=flag,
+        )
+
+
+def warm_up(engine: Engine, spec: SpecParams | None) -> None:
+    """Run one short request through every phase, then reset the totals."""
+    steps = spec.num_steps if spec is not None else 1
+    request = GenerateRequest([[0, 1, 2, 3]], [2 * steps + 2], ["warm-up"], is_batch=False)
+    engine.generate(request, time.perf_counter())
+    engine.flush()
+
+
+def perfgate_version() -> str:
+    """Return perfgate's installed version, or 0+unknown when it runs from a source tree."""
+    try:
+        return importlib.metadata.version("perfgate")
+    except importlib.metadata.PackageNotFoundError:
+        return "0+unknown"
+
+
+def device_name(device: torch.device) -> str:
+    """Return the accelerator's name, or the CPU's model."""
+    if device.type == "cuda":
+        return torch.cuda.get_device_name(device)
+    try:
+        with open("/proc/cpuinfo") as cpuinfo:
+            for line in cpuinfo:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine() or "cpu"

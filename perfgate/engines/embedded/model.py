@@ -1,0 +1,305 @@
+"""The embedded engine's models: a small Llama-style target and an EAGLE-3 draft head.
+
+Config dataclasses and ``nn.Module``s only; the decoding loop lives in ``worker.py``.
+
+Hidden-state indices, used to pick EAGLE-3 features: hidden state ``i`` is the residual stream
+after ``i`` decoder layers, so ``0`` is the token embeddings and ``n_layer`` is the last layer's
+output (before the final norm).
+
+Attention is causal *by position*: a query at position ``p`` sees the cached keys at positions
+``<= p``, whatever the cache held beyond. Rolling a cache back is therefore resetting a length
+in the caller: a stale entry beyond it is overwritten by the next forward at that position
+before any query at or after that position runs.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import NamedTuple
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+BYTE_VOCAB = 256
+
+
+@dataclass(frozen=True)
+class TargetConfig:
+    """A Llama-style decoder; the defaults are the shipped ``perfgate/llama-tiny``."""
+
+    vocab_size: int = BYTE_VOCAB
+    n_layer: int = 4
+    dim: int = 128
+    n_head: int = 4
+    ffn_dim: int = 384
+    max_seq_len: int = 2048
+    rope_base: float = 10000.0
+    norm_eps: float = 1e-5
+    tie_embeddings: bool = False
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        _check_heads(self.dim, self.n_head)
+
+    @property
+    def head_dim(self) -> int:
+        return self.dim // self.n_head
+
+
+@dataclass(frozen=True)
+class DraftConfig:
+    """An EAGLE-3 draft head; the defaults are the shipped ``perfgate/eagle3-llama-tiny``.
+
+    ``feature_layers`` are the low, middle and high hidden states of the target that the head
+    fuses. EAGLE-3 taps the inputs of layers ``(2, L//2, L-3)`` of an ``L``-layer target; in a
+    4-layer target those collapse onto two layers, so the default taps the outputs of the first,
+    the middle and the last layer: ``(1, L//2, L) = (1, 2, 4)``.
+    """
+
+    dim: int = 128
+    n_head: int = 4
+    ffn_dim: int = 384
+    feature_layers: tuple[int, int, int] = (1, 2, 4)
+    max_seq_len: int = 2048
+    rope_base: float = 10000.0
+    norm_eps: float = 1e-5
+    seed: int = 1
+
+    def __post_init__(self) -> None:
+        _check_heads(self.dim, self.n_head)
+        if len(self.feature_layers) != 3:
+            raise ValueError(f"feature_layers must name 3 layers, got {self.feature_layers}")
+
+    @property
+    def head_dim(self) -> int:
+        return self.dim // self.n_head
+
+
+def _check_heads(dim: int, n_head: int) -> None:
+    if dim % n_head or (dim // n_head) % 2:
+        raise ValueError(f"dim {dim} must split into {n_head} heads of an even size")
+
+
+class Rope(NamedTuple):
+    cos: Tensor  # [B, T, head_dim], float32
+    sin: Tensor
+
+
+def rope_table(head_dim: int, max_seq_len: int, base: float, device: torch.device) -> Tensor:
+    """Return the rotary angles, float32 [max_seq_len, head_dim]."""
+    inv_freq = base ** -(torch.arange(0, head_dim, 2, device=device).float() / head_dim)
+    angles = torch.outer(torch.arange(max_seq_len, device=device).float(), inv_freq)
+    return torch.cat([angles, angles], dim=-1)
+
+
+def apply_rope(x: Tensor, rope: Rope) -> Tensor:
+    """Rotate x [B, H, T, head_dim] by the angles of its positions."""
+    xf = x.float()
+    half = xf.shape[-1] // 2
+    rotated = torch.cat([-xf[..., half:], xf[..., :half]], dim=-1)
+    cos, sin = rope.cos.unsqueeze(1), rope.sin.unsqueeze(1)
+    return (xf * cos + rotated * sin).type_as(x)
+
+
+def causal_mask(positions: Tensor, max_seq_len: int) -> Tensor:
+    """Return the by-position causal mask [B, 1, T, max_seq_len] for positions [B, T]."""
+    keys = torch.arange(max_seq_len, device=positions.device)
+    return keys.view(1, 1, 1, -1) <= positions.unsqueeze(1).unsqueeze(-1)
+
+
+class RMSNorm(nn.Module):
+    def __init__(self, dim: int, eps: float) -> None:
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(torch.ones(dim))
+
+    def forward(self, x: Tensor) -> Tensor:
+        xf = x.float()
+        normed = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + self.eps)
+        return normed.type_as(x) * self.weight
+
+
+class KVCache(nn.Module):
+    k: Tensor  # [batch, heads, max_seq, head_dim]
+    v: Tensor
+
+    def __init__(self, shape: tuple[int, int, int, int], dtype: torch.dtype, device: torch.device):
+        super().__init__()
+        self.register_buffer("k", torch.zeros(shape, dtype=dtype, device=device), persistent=False)
+        self.register_buffer("v", torch.zeros(shape, dtype=dtype, device=device), persistent=False)
+
+    def update(self, positions: Tensor, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
+        """Write k, v [B, H, T, D] at positions [B, T]; return the whole cache."""
+        index = positions[:, None, :, None].expand_as(k)
+        self.k[: k.shape[0]].scatter_(2, index, k)
+        self.v[: v.shape[0]].scatter_(2, index, v)
+        return self.k[: k.shape[0]], self.v[: v.shape[0]]
+
+
+class Attention(nn.Module):
+    def __init__(self, in_dim: int, dim: int, n_head: int) -> None:
+        super().__init__()
+        self.n_head = n_head
+        self.head_dim = dim // n_head
+        self.wq = nn.Linear(in_dim, dim, bias=False)
+        self.wk = nn.Linear(in_dim, dim, bias=False)
+        self.wv = nn.Linear(in_dim, dim, bias=False)
+        self.wo = nn.Linear(dim, dim, bias=False)
+        self.kv_cache: KVCache | None = None
+
+    def forward(self, x: Tensor, positions: Tensor, rope: Rope, mask: Tensor) -> Tensor:
+        assert self.kv_cache is not None, "call setup_cache() before forward()"
+        bsz, seqlen, _ = x.shape
+        q, k, v = (
+            w(x).view(bsz, seqlen, self.n_head, self.head_dim).transpose(1, 2)
+            for w in (self.wq, self.wk, self.wv)
+        )
+        q, k = apply_rope(q, rope), apply_rope(k, rope)
+        k_all, v_all = self.kv_cache.update(positions, k, v)
+        out = F.scaled_dot_product_attention(q, k_all, v_all, attn_mask=mask)
+        return self.wo(out.transpose(1, 2).reshape(bsz, seqlen, -1))
+
+
+class FeedForward(nn.Module):
+    def __init__(self, dim: int, ffn_dim: int) -> None:
+        super().__init__()
+        self.w1 = nn.Linear(dim, ffn_dim, bias=False)
+        self.w3 = nn.Linear(dim, ffn_dim, bias=False)
+        self.w2 = nn.Linear(ffn_dim, dim, bias=False)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.w2(F.silu(self.w1(x)) * self.w3(x))
+
+
+class TransformerBlock(nn.Module):
+    def __init__(self, config: TargetConfig) -> None:
+        super().__init__()
+        self.attention_norm = RMSNorm(config.dim, config.norm_eps)
+        self.attention = Attention(config.dim, config.dim, config.n_head)
+        self.ffn_norm = RMSNorm(config.dim, config.norm_eps)
+        self.feed_forward = FeedForward(config.dim, config.ffn_dim)
+
+    def forward(self, x: Tensor, positions: Tensor, rope: Rope, mask: Tensor) -> Tensor:
+        h = x + self.attention(self.attention_norm(x), positions, rope, mask)
+        return h + self.feed_forward(self.ffn_norm(h))
+
+
+class CachedModel(nn.Module):
+    """Shared plumbing: a KV cache per attention and a rotary table, sized by max_seq_len."""
+
+    max_seq_len: int
+    rope_base: float
+    rope_angles: Tensor | None = None
+
+    def setup_cache(self, batch_size: int = 1) -> None:
+        """Allocate the KV caches and rotary table on the module's device and dtype."""
+        weight = next(self.parameters())
+        for module in self.modules():
+            if isinstance(module, Attention):
+                shape = (batch_size, module.n_head, self.max_seq_len, module.head_dim)
+                module.kv_cache = KVCache(shape, weight.dtype, weight.device)
+        head_dim = next(m for m in self.modules() if isinstance(m, Attention)).head_dim
+        self.rope_angles = rope_table(head_dim, self.max_seq_len, self.rope_base, weight.device)
+
+    def _inputs(self, tokens: Tensor, positions: Tensor) -> tuple[Tensor, Rope, Tensor]:
+        """Broadcast positions to [B, T]; return them with the rotary angles and the mask."""
+        assert self.rope_angles is not None, "call setup_cache() before forward()"
+        positions = positions.expand(tokens.shape[0], -1) if positions.dim() == 1 else positions
+        angles = self.rope_angles[positions]
+        return positions, Rope(angles.cos(), angles.sin()), causal_mask(positions, self.max_seq_len)
+
+
+class Transformer(CachedModel):
+    def __init__(self, config: TargetConfig) -> None:
+        super().__init__()
+        self.config = config
+        self.max_seq_len = config.max_seq_len
+        self.rope_base = config.rope_base
+        self.tok_embeddings = nn.Embedding(config.vocab_size, config.dim)
+        self.layers = nn.ModuleList(TransformerBlock(config) for _ in range(config.n_layer))
+        self.norm = RMSNorm(config.dim, config.norm_eps)
+        self.output = nn.Linear(config.dim, config.vocab_size, bias=False)
+        if config.tie_embeddings:
+            self.output.weight = self.tok_embeddings.weight
+
+    def forward(
+        self, tokens: Tensor, positions: Tensor, capture: Sequence[int] = ()
+    ) -> tuple[Tensor, list[Tensor]]:
+        """Return logits [B, T, vocab] and the hidden states [B, T, dim] listed in capture."""
+        positions, rope, mask = self._inputs(tokens, positions)
+        x = self.tok_embeddings(tokens)
+        hidden = {0: x} if 0 in capture else {}
+        for i, layer in enumerate(self.layers, start=1):
+            x = layer(x, positions, rope, mask)
+            if i in capture:
+                hidden[i] = x
+        return self.output(self.norm(x)), [hidden[i] for i in capture]
+
+
+class Eagle3Layer(nn.Module):
+    """The draft's one decoder layer: attention over [norm(embedding), norm(feature)] (2·dim)."""
+
+    def __init__(self, config: DraftConfig) -> None:
+        super().__init__()
+        self.embed_norm = RMSNorm(config.dim, config.norm_eps)
+        self.hidden_norm = RMSNorm(config.dim, config.norm_eps)
+        self.attention = Attention(2 * config.dim, config.dim, config.n_head)
+        self.ffn_norm = RMSNorm(config.dim, config.norm_eps)
+        self.feed_forward = FeedForward(config.dim, config.ffn_dim)
+
+    def forward(
+        self, embeds: Tensor, hidden: Tensor, positions: Tensor, rope: Rope, mask: Tensor
+    ) -> Tensor:
+        x = torch.cat([self.embed_norm(embeds), self.hidden_norm(hidden)], dim=-1)
+        # The residual stream carries the feature, as in EAGLE-3's reference layer.
+        h = hidden + self.attention(x, positions, rope, mask)
+        return h + self.feed_forward(self.ffn_norm(h))
+
+
+class _Shared(NamedTuple):
+    tok_embeddings: nn.Embedding
+    output: nn.Linear
+
+
+class Eagle3Draft(CachedModel):
+    """EAGLE-3 draft head over a target whose embedding and LM head it shares.
+
+    The shared modules are held outside this module's parameters: they are neither saved with
+    the draft's weights nor moved by ``.to()``; the target owns them.
+    """
+
+    def __init__(self, config: DraftConfig, target: Transformer) -> None:
+        super().__init__()
+        self.config = config
+        self.max_seq_len = config.max_seq_len
+        self.rope_base = config.rope_base
+        self.fc = nn.Linear(3 * config.dim, config.dim, bias=False)
+        self.layer = Eagle3Layer(config)
+        self.norm = RMSNorm(config.dim, config.norm_eps)
+        self.shared = _Shared(target.tok_embeddings, target.output)
+
+    def fuse(self, features: Tensor) -> Tensor:
+        """Reduce the concatenated low/mid/high features [B, T, 3·dim] to [B, T, dim]."""
+        return self.fc(features)
+
+    def forward(self, tokens: Tensor, hidden: Tensor, positions: Tensor) -> tuple[Tensor, Tensor]:
+        """Return logits [B, T, vocab] and the output hidden [B, T, dim] for (token, hidden)."""
+        positions, rope, mask = self._inputs(tokens, positions)
+        out = self.layer(self.shared.tok_embeddings(tokens), hidden, positions, rope, mask)
+        return self.shared.output(self.norm(out)), out
+
+
+def init_weights(model: nn.Module, seed: int) -> None:
+    """Initialise every parameter deterministically from seed, on a CPU generator."""
+    generator = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for name, param in model.named_parameters():
+            if name.endswith("norm.weight"):
+                param.fill_(1.0)
+            elif param.dim() == 2 and "tok_embeddings" not in name:
+                param.normal_(0.0, 1.0 / math.sqrt(param.shape[1]), generator=generator)
+            else:
+                param.normal_(0.0, 1.0, generator=generator)

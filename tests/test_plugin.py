@@ -1,0 +1,61 @@
+"""The pytest plugin, driven through pytester: suites, options, exit status, inertness."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from perfgate.commands.run import SUITES
+
+from .conftest import TINY_SCENARIO, write_config
+
+pytestmark = pytest.mark.slow
+
+
+def test_suites_run_under_pytest_with_benchmark_json(
+    pytester: pytest.Pytester, tmp_path: Path
+) -> None:
+    config = write_config(tmp_path, TINY_SCENARIO.replace("repeats = 3", "repeats = 2"))
+    bench = tmp_path / "bench.json"
+    result = pytester.runpytest_subprocess(
+        str(SUITES),
+        f"--perfgate-config={config}",
+        "--perfgate-no-gate",
+        f"--perfgate-report={tmp_path / 'report.html'}",
+        f"--benchmark-json={bench}",
+        "-p",
+        "no:cacheprovider",
+    )
+    result.assert_outcomes(passed=6)
+    assert result.ret == 0
+    result.stdout.fnmatch_lines(
+        ["*perfgate*", "tiny on cpu: run #1 PASS", "*perfgate exit code: 0"]
+    )
+    names = sorted(b["name"] for b in json.loads(bench.read_text())["benchmarks"])
+    assert names == ["test_throughput[tiny-plain]", "test_throughput[tiny-spec]"]
+    assert all(len(b["stats"]["data"]) == 2 for b in json.loads(bench.read_text())["benchmarks"])
+    assert (tmp_path / "report.html").is_file()
+
+
+def test_bad_config_sets_the_documented_exit_status(
+    pytester: pytest.Pytester, tmp_path: Path
+) -> None:
+    config = write_config(tmp_path, TINY_SCENARIO.replace("steps = 3", "steps = -3"))
+    result = pytester.runpytest_subprocess(
+        str(SUITES), f"--perfgate-config={config}", "-p", "no:cacheprovider"
+    )
+    assert result.ret == 64
+    result.stdout.fnmatch_lines(
+        ["*perfgate: error: *perfgate.toml:scenarios.tiny.steps: must be an integer*"]
+    )
+    assert not (tmp_path / "history.db").exists()
+
+
+def test_plugin_is_inert_in_other_suites(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile("def test_ok():\n    assert True\n")
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider")
+    result.assert_outcomes(passed=1)
+    assert result.ret == 0
+    assert "perfgate" not in result.stdout.str().split("plugins:")[-1].split("\n", 1)[1]
