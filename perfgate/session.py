@@ -24,7 +24,7 @@ from perfgate.measure import TimedLoop, assemble_measurement, measure_mode, plai
 from perfgate.plain_reuse import find_reusable_plain, plain_reuse_key, refresh_reason
 from perfgate.report import write_report
 from perfgate.results import Measurement, ModeResult, RunRecord
-from perfgate.store import list_runs, open_history, record_run
+from perfgate.store import close_history, database_errors, list_runs, open_history, record_run
 
 
 @dataclass(frozen=True)
@@ -55,6 +55,7 @@ class ScenarioRun:
     verdicts: list[Verdict] | None = None
     # Where reused plain figures come from (None: always measure), and why not, if not.
     plain_source: Callable[[Scenario, Preflight], ModeResult | None] | None = None
+    plain_note: str | None = None  # why the plain twin was measured although it may be reused
     config_file: Path | None = None
     _checked: Preflight | None = None
     _measurement: Measurement | None = None
@@ -80,7 +81,10 @@ class ScenarioRun:
     def _reused(self, mode: Mode) -> ModeResult | None:
         if mode != "plain" or self.plain_source is None:
             return None
-        return self.plain_source(self.scenario, self.checked())
+        found = self.plain_source(self.scenario, self.checked())
+        if found is None:
+            self.plain_note = "no run with the same plain fingerprint within plain_max_age_h"
+        return found
 
     def _measure(self, mode: Mode, timed_loop: TimedLoop) -> ModeResult:
         checked = self.checked()
@@ -111,7 +115,6 @@ class GateSession:
         self.scenarios = {s.name: s for s in selected}
         for scenario in selected:  # refuse what SGLang would refuse, before anything starts
             check_scenario(scenario, self.config.path)
-        self.plain_refresh: dict[str, str | None] = {}  # scenario -> why the twin is measured
         self.profile = options.profile or default_profile(detect_gpus())
         self.baselines_dir = (
             Path(options.baselines).resolve() if options.baselines else self.config.baselines_dir
@@ -135,27 +138,32 @@ class GateSession:
 
     def run_for(self, name: str) -> ScenarioRun:
         if name not in self.runs:
-            scenario = self.scenarios[name]
-            self.runs[name] = ScenarioRun(
-                scenario,
+            run = ScenarioRun(
+                self.scenarios[name],
                 self.profile,
                 self.workdir / name,
-                plain_source=self._plain_source(scenario),
                 config_file=self.config.path,
             )
+            run.plain_source = self._plain_source(run)
+            self.runs[name] = run
         return self.runs[name]
 
-    def _plain_source(self, scenario: Scenario) -> Callable[..., ModeResult | None] | None:
+    def _plain_source(self, run: ScenarioRun) -> Callable[..., ModeResult | None] | None:
+        if run.scenario.plain_max_age_h is None:
+            return None
         branch = detect_context(self.config.path.parent).branch
-        self.plain_refresh[scenario.name] = refresh_reason(
-            scenario, self.options.refresh_plain, branch
-        )
-        if self.plain_refresh[scenario.name] is not None:
+        run.plain_note = refresh_reason(run.scenario, self.options.refresh_plain, branch)
+        if run.plain_note is not None:
             return None
 
         def reusable(scenario: Scenario, checked: Preflight) -> ModeResult | None:
             key = reuse_key_for(scenario, checked)
-            return find_reusable_plain(open_history(self.history_url), scenario, key)
+            sessions = open_history(self.history_url)
+            try:
+                with database_errors(sessions):
+                    return find_reusable_plain(sessions, scenario, key)
+            finally:
+                close_history(sessions)
 
         return reusable
 

@@ -28,8 +28,9 @@ def render_verdicts(verdicts: Sequence[Verdict]) -> list[str]:
     return lines
 
 
-def render_record(record: RunRecord) -> list[str]:
-    """A run's headline, verdict table and equivalence line."""
+def render_record(record: RunRecord, plain_note: str | None = None) -> list[str]:
+    """A run's headline, verdict table, equivalence line, and where its plain figures came
+    from when the scenario allows reusing them (`plain_note`: why they were measured)."""
     m = record.measurement
     lines = [f"{m.scenario} on {m.profile}: run #{record.id} {record.status.value.upper()}"]
     lines += render_verdicts(record.verdicts) if record.verdicts else ["  no verdicts (not gated)"]
@@ -39,6 +40,8 @@ def render_record(record: RunRecord) -> list[str]:
             f"  plain twin: figures reused from run #{m.plain.reused_from} (same plain "
             "fingerprint, within plain_max_age_h); --refresh-plain measures it again"
         )
+    elif plain_note is not None:
+        lines.append(f"  plain twin: measured ({plain_note})")
     return lines
 
 
@@ -46,7 +49,8 @@ def render_terminal_summary(session: GateSession, error: PerfgateError | None) -
     """Everything the session has to say at its end."""
     lines: list[str] = []
     for record in session.records:
-        lines += render_record(record)
+        run = session.runs.get(record.measurement.scenario)
+        lines += render_record(record, run.plain_note if run else None)
     for name, run in session.runs.items():
         if run.error is not None:
             lines.append(f"{name}: not measured: {run.error}")
