@@ -103,7 +103,12 @@ def test_the_newest_young_enough_original_is_reused(tmp_path: Path) -> None:
 def test_a_pull_request_run_reuses_the_twin_and_main_refreshes_it(tmp_path: Path) -> None:
     from .conftest import TINY_SCENARIO, run_perfgate, write_config
 
-    write_config(tmp_path, TINY_SCENARIO.replace("startup_timeout_s = 60", "startup_timeout_s = 60\nplain_max_age_h = 24"))
+    write_config(
+        tmp_path,
+        TINY_SCENARIO.replace(
+            "startup_timeout_s = 60", "startup_timeout_s = 60\nplain_max_age_h = 24"
+        ),
+    )
     pr = {"GITHUB_HEAD_REF": "feature/faster-draft", "GITHUB_REF_NAME": ""}
     first = run_perfgate("run", "--no-gate", cwd=tmp_path, env=pr)
     assert first.returncode == 0, first.stdout + first.stderr
@@ -112,11 +117,15 @@ def test_a_pull_request_run_reuses_the_twin_and_main_refreshes_it(tmp_path: Path
     second = run_perfgate("run", "--no-gate", cwd=tmp_path, env=pr)
     assert second.returncode == 0, second.stdout + second.stderr
     assert "plain twin: figures reused from run #1" in second.stdout
-    assert not list((tmp_path / ".perfgate" / "runs").glob("*/tiny/server-plain.log"))[1:]  # one load
+    assert not list((tmp_path / ".perfgate" / "runs").glob("*/tiny/server-plain.log"))[
+        1:
+    ]  # one load
 
     refreshed = run_perfgate("run", "--no-gate", "--refresh-plain", cwd=tmp_path, env=pr)
     assert "plain twin: measured (--refresh-plain)" in refreshed.stdout, refreshed.stdout
-    on_main = run_perfgate("run", "--no-gate", cwd=tmp_path, env={"GITHUB_HEAD_REF": "", "GITHUB_REF_NAME": "main"})
+    on_main = run_perfgate(
+        "run", "--no-gate", cwd=tmp_path, env={"GITHUB_HEAD_REF": "", "GITHUB_REF_NAME": "main"}
+    )
     assert "plain twin: measured (runs on main refresh it)" in on_main.stdout, on_main.stdout
     report = (tmp_path / "reports" / "index.html").read_text()
     assert "(from #1)" in report

@@ -119,3 +119,27 @@ def test_meta_info_names_newest_first() -> None:
         "spec_accepted_drafts",
     )
     assert facts.release("0.5.23").names("server_info") == ("/server_info", "/get_server_info")
+
+
+def test_dry_run_says_which_release_the_lines_are_for(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    from ..conftest import REPO, run_perfgate
+
+    result = run_perfgate("servers", "--dry-run", "--scenario", "llama33-70b-eagle3-tp8", cwd=REPO)
+    assert result.returncode == 0, result.stderr
+    assert "SGLang is not installed in" in result.stderr
+    assert "printing the command lines of SGLang 0.5.23" in result.stderr
+    plain, spec = result.stdout.strip().splitlines()
+    assert "PERFGATE_PROBE_ENGINE_VERSION=0.5.23" in spec and "PERFGATE_PROBE_MODE=spec" in spec
+    assert "PERFGATE_PROBE_MODE=plain" in plain
+
+
+def test_dry_run_refuses_what_sglang_would_change(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    from ..conftest import run_perfgate, write_config
+
+    write_config(
+        tmp_path,
+        '[scenarios.x]\nengine = "sglang"\nmodel = "org/m"\ndraft = "org/d"\nsteps = 3\ntopk = 1\ndraft_tokens = 8\n',
+    )
+    result = run_perfgate("servers", "--dry-run", cwd=tmp_path)
+    assert result.returncode == 64
+    assert "scenarios.x.draft_tokens: is 8 with topk = 1" in result.stderr
