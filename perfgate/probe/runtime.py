@@ -12,8 +12,12 @@ runs.
 
 Events are queried on the thread that recorded them, at the end of each cycle, as SGLang's own
 `DeviceTimer` does: a query from another thread while a CUDA graph is being captured in
-global mode would break the capture. Only once the process has been quiet for a while does
-the writer thread resolve what is left (the last cycles before the server idles).
+global mode invalidates the capture (seen on an H200, torch 2.11: `cudaErrorStreamCapture
+Unsupported` in the querying thread, `cudaErrorStreamCaptureInvalidated` in the capturing one).
+Only once the process has been quiet for a while does the writer thread resolve what is left
+(the last cycles before the server idles); SGLang captures its graphs before it serves, when
+there is nothing to resolve. Each mark costs about 10 us of CPU on that H200 (event record);
+a cycle of SGLang's spec v2 takes ten marks.
 """
 
 from __future__ import annotations

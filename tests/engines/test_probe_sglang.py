@@ -113,6 +113,35 @@ def test_every_rank_times_the_phases_of_spec_v2(tmp_path: Path) -> None:
             )
 
 
+def test_the_probe_brings_nothing_heavy_into_the_server(tmp_path: Path) -> None:
+    # SGLang's environment pins its own stack: the probe must import only the standard
+    # library and perfgate's own light modules.
+    _fake_sglang(tmp_path)
+    script = (
+        "import sys\n"
+        "import sglang.srt.speculative.eagle_worker_v2\n"
+        "heavy = {'httpx', 'sqlalchemy', 'jinja2', 'torch', 'pytest', 'alembic'} & set(sys.modules)\n"
+        "print(sorted(heavy), 'perfgate.probe.runtime' in sys.modules)\n"
+    )
+    env = probe_env(
+        tmp_path / "probe",
+        "sglang",
+        {"PYTHONPATH": str(tmp_path)},
+        engine_version="0.5.23",
+        mode="spec",
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script],
+        cwd=tmp_path,
+        env={**os.environ, **env},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.stdout.split("\n")[0] == "[] True", done.stdout + done.stderr
+
+
 def test_the_plain_twin_times_whole_decode_steps(tmp_path: Path) -> None:
     _fake_sglang(tmp_path)
     script = (
