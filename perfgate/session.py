@@ -24,7 +24,14 @@ from perfgate.measure import TimedLoop, assemble_measurement, measure_mode, plai
 from perfgate.plain_reuse import find_reusable_plain, plain_reuse_key, refresh_reason
 from perfgate.report import write_report
 from perfgate.results import Measurement, ModeResult, RunRecord
-from perfgate.store import close_history, database_errors, list_runs, open_history, record_run
+from perfgate.store import (
+    check_history,
+    close_history,
+    database_errors,
+    list_runs,
+    open_history,
+    record_run,
+)
 
 
 @dataclass(frozen=True)
@@ -119,13 +126,14 @@ class GateSession:
         self.baselines_dir = (
             Path(options.baselines).resolve() if options.baselines else self.config.baselines_dir
         )
+        self.history_url = (
+            resolve_sqlite_url(options.db, self.cwd) if options.db else self.config.history_url
+        )
+        check_history(self.history_url)  # a wrong or unreachable history fails before measuring
         self.baselines: dict[str, Baseline] = {}
         if options.gate:
             for name in self.scenarios:
                 self.baselines[name] = load_baseline(self.baseline_file(name))
-        self.history_url = (
-            resolve_sqlite_url(options.db, self.cwd) if options.db else self.config.history_url
-        )
         self.report_path = _report_path(options.report, self.config.path.parent)
         stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S")
         self.workdir = self.config.path.parent / ".perfgate" / "runs" / stamp
@@ -192,11 +200,14 @@ class GateSession:
 
     def _record_and_report(self) -> None:
         sessions = open_history(self.history_url)
-        with sessions.begin() as session:
-            self.records = [replace(r, id=record_run(session, r)) for r in self.records]
-        if self.report_path is not None:
-            with sessions() as session:
-                write_report(self.report_path, list_runs(session))
+        try:
+            with database_errors(sessions), sessions.begin() as session:
+                self.records = [replace(r, id=record_run(session, r)) for r in self.records]
+            if self.report_path is not None:
+                with database_errors(sessions), sessions() as session:
+                    write_report(self.report_path, list_runs(session))
+        finally:
+            close_history(sessions)
 
 
 def reuse_key_for(scenario: Scenario, checked: Preflight) -> str:

@@ -12,6 +12,8 @@ from .conftest import TINY_SCENARIO, run_perfgate, write_config
 
 pytestmark = pytest.mark.slow
 
+FOREIGN = b"not a database " * 512
+
 
 def _runs(db: Path) -> list[tuple[int, str]]:
     if not db.exists():
@@ -76,8 +78,9 @@ def test_record_approve_pass_then_catch_a_slower_verify(tmp_path: Path) -> None:
             64,
             "scenarios.tiny.repeats",
         ),
+        (lambda p: (p / "history.db").write_bytes(FOREIGN), 64, "history.db"),
     ],
-    ids=["malformed-baseline", "missing-baseline", "bad-config"],
+    ids=["malformed-baseline", "missing-baseline", "bad-config", "foreign-history"],
 )
 def test_bad_input_fails_before_any_server_starts(
     tmp_path: Path, setup, expected_code: int, expected: str
@@ -88,7 +91,9 @@ def test_bad_input_fails_before_any_server_starts(
     assert result.returncode == expected_code, result.stdout + result.stderr
     (line,) = result.stderr.strip().splitlines()
     assert line.startswith("perfgate: error: ") and expected in line
-    assert _runs(tmp_path / "history.db") == []
+    assert not (tmp_path / ".perfgate" / "runs").exists(), "no server was started"
+    history = tmp_path / "history.db"
+    assert not history.exists() or history.read_bytes() == FOREIGN, "nothing was written"
 
 
 @pytest.mark.parametrize(

@@ -50,6 +50,7 @@ __all__ = [
     "MetricPoint",
     "RunFilter",
     "SchemaState",
+    "check_history",
     "close_history",
     "database_errors",
     "inspect_history",
@@ -104,6 +105,18 @@ def inspect_history(url: str) -> SchemaState:
     engine, state = _connect(url, check=False)
     engine.dispose()
     return state
+
+
+def check_history(url: str) -> None:
+    """Refuse, before anything is measured, a history this perfgate must not write to.
+
+    Writes nothing and creates no file; a history that does not exist yet is fine.
+    """
+    path = sqlite_path(parse_history_url(url))
+    if path is not None and not path.exists():
+        return
+    engine, _ = _connect(url)
+    engine.dispose()
 
 
 @contextmanager
