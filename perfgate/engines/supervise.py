@@ -120,7 +120,10 @@ class Supervisor:
             while os.read(fd, 4096):
                 pass
         with self._ending:
-            print("perfgate supervisor: the launcher stopped or is gone; ending the server", flush=True)
+            print(
+                "perfgate supervisor: the launcher stopped or is gone; ending the server",
+                flush=True,
+            )
             self.end_everything()
             os._exit(1)
 
