@@ -28,8 +28,9 @@ SUPPORTED = VersionRange(">=0.5.6,<0.5.24")
 SPEC_V1_RELEASES = VersionRange(">=0.5.6,<0.5.13")
 # The release CI parses perfgate's command lines with (SGLang's own argument parser).
 PINNED = "0.5.23"
-# Releases whose source CI reads for every run of the tests: the ends of each range below.
-# `PERFGATE_SGLANG_RELEASES=all` checks every release on the index (see the test).
+# Releases whose source CI reads on every run: the oldest, both sides of spec v1's removal
+# (0.5.13), and some between, besides PINNED. `PERFGATE_SGLANG_RELEASES=all` checks every
+# installed release, and so proves every range's ends (tests/engines/test_sglang_source.py).
 CHECKED_RELEASES = ("0.5.6", "0.5.10.post1", "0.5.12.post1", "0.5.13", "0.5.20", "0.5.23")
 
 FactKind = Literal["flag", "endpoint", "meta_info", "env", "string", "wording", "literal"]
