@@ -160,9 +160,11 @@ def test_a_nested_phase_is_not_counted_twice(spec_probe: Path) -> None:
     for cycle in cycles:
         assert cycle.kind == "cycle"
         assert cycle.ms["verify"] >= 10.0
-        assert 5.0 <= cycle.ms["accept"] < cycle.ms["verify"]  # verify's 10 ms are not in it
+        assert cycle.ms["accept"] >= 5.0
+        # Sleeps only overshoot, so only lower bounds are certain. Counted twice, verify's
+        # 10 ms would push the named phases past the cycle minus its 3 ms of `other`.
         named = cycle.ms["draft"] + cycle.ms["verify"] + cycle.ms["accept"]
-        assert cycle.ms["cycle"] >= named + 3.0  # `other` stays positive
+        assert cycle.ms["cycle"] >= named + 3.0
 
 
 def test_phases_of_each_thread_stay_in_its_cycles(spec_probe: Path) -> None:
@@ -177,7 +179,9 @@ def test_phases_of_each_thread_stay_in_its_cycles(spec_probe: Path) -> None:
     reader.wait_until_complete(spec_probe, time.time(), timeout_s=5)
     cycles = [r for r in reader.read_records(spec_probe) if r.kind == "cycle"]
     assert len(cycles) == 3
-    assert all(c.ms["verify"] >= 10.0 and c.ms["accept"] < c.ms["verify"] for c in cycles)
+    for c in cycles:
+        assert c.ms["verify"] >= 10.0 and c.ms["accept"] >= 5.0
+        assert c.ms["cycle"] >= c.ms["draft"] + c.ms["verify"] + c.ms["accept"] + 3.0
 
 
 def test_targets_are_chosen_by_release_and_mode() -> None:

@@ -107,10 +107,11 @@ def test_every_rank_times_the_phases_of_spec_v2(tmp_path: Path) -> None:
         assert [r.kind for r in mine] == ["prefill", "cycle", "cycle", "cycle"]
         for cycle in mine[1:]:
             assert set(cycle.ms) == {"draft", "verify", "accept", "draft_extend", "cycle"}
-            assert cycle.ms["verify"] >= 8.0 and 3.0 <= cycle.ms["accept"] < 8.0
-            assert cycle.ms["cycle"] >= sum(
-                cycle.ms[p] for p in ("draft", "verify", "accept", "draft_extend")
-            )
+            assert cycle.ms["verify"] >= 8.0 and cycle.ms["accept"] >= 3.0
+            # The phases are disjoint parts of the cycle: counted twice, the target forward
+            # (nested in `EAGLEWorkerV2.verify`) would push their sum past the cycle's.
+            named = sum(cycle.ms[p] for p in ("draft", "verify", "accept", "draft_extend"))
+            assert cycle.ms["cycle"] >= named - 1e-6
 
 
 def test_the_probe_brings_nothing_heavy_into_the_server(tmp_path: Path) -> None:
