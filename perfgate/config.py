@@ -57,6 +57,13 @@ class Scenario:
     # near tie, allowed for up to this share of the prompts.
     near_tie_margin: float = DEFAULT_NEAR_TIE_MARGIN
     max_near_tie_share: float = DEFAULT_MAX_NEAR_TIE_SHARE
+    # SGLang only: --enable-metrics (and its GPU timer per forward category) on both servers.
+    engine_metrics: bool = False
+    # Reuse the plain twin's figures from the history when a run with the same plain
+    # fingerprint is younger than this; unset: always measure the twin.
+    plain_max_age_h: float | None = None
+    # How long to wait for a stopped server's GPU memory to be released before the next launch.
+    gpu_release_timeout_s: float = 300.0
 
     def with_engine(self, engine: str) -> Scenario:
         """Return this scenario run on another engine (the `--engine` override)."""
@@ -203,12 +210,20 @@ _SCENARIO_INTS = (
 )
 _SCENARIO_STRS = ("engine", "model", "draft", "algorithm", "dtype", "device", "python")
 _SCENARIO_LISTS = ("extra_args", "spec_extra_args", "plain_extra_args")
-_SCENARIO_FLOATS = ("startup_timeout_s", "request_timeout_s", "near_tie_margin")
+_SCENARIO_FLOATS = (
+    "startup_timeout_s",
+    "request_timeout_s",
+    "near_tie_margin",
+    "plain_max_age_h",
+    "gpu_release_timeout_s",
+)
+_SCENARIO_BOOLS = ("engine_metrics",)
 _SCENARIO_KEYS = {
     *_SCENARIO_INTS,
     *_SCENARIO_STRS,
     *_SCENARIO_LISTS,
     *_SCENARIO_FLOATS,
+    *_SCENARIO_BOOLS,
     "prompts",
     "prompts_file",
     "env",
@@ -240,6 +255,9 @@ def parse_scenario(path: Path, name: str, raw: Mapping[str, Any], base: Path) ->
     for key in _SCENARIO_FLOATS:
         if key in raw:
             values[key] = _positive_float(path, f"{where}.{key}", raw[key])
+    for key in _SCENARIO_BOOLS:
+        if key in raw:
+            values[key] = _bool(path, f"{where}.{key}", raw[key])
     if values["engine"] not in ENGINES:
         raise ConfigError(
             f"unknown engine {values['engine']!r}",
@@ -380,6 +398,14 @@ def _fraction(path: Path, where: str, value: Any, *, open_: bool = False) -> flo
             fix="write e.g. 0.2",
         )
     return float(value)
+
+
+def _bool(path: Path, where: str, value: Any) -> bool:
+    if not isinstance(value, bool):
+        raise ConfigError(
+            f"must be true or false, not {value!r}", file=path, field=where, fix="write true"
+        )
+    return value
 
 
 def _positive_float(path: Path, where: str, value: Any) -> float:

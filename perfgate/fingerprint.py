@@ -104,6 +104,8 @@ def scenario_digest(scenario: Scenario) -> str:
         "spec_extra_args": scenario.spec_extra_args,
         "plain_extra_args": scenario.plain_extra_args,
     }
+    if scenario.engine_metrics:  # only when on: the digests of existing baselines stay valid
+        shaping["engine_metrics"] = True
     blob = json.dumps(shaping, sort_keys=True, default=list).encode()
     return hashlib.sha256(blob).hexdigest()[:16]
 

@@ -35,6 +35,13 @@ class ModeResult:
     outputs: tuple[tuple[int, ...], ...]  # token ids per prompt
     server_info: Mapping[str, Any] = field(default_factory=dict)
     log_path: str = ""
+    # The engine's own counters around the repeats (SGLang /metrics deltas, and how the probe
+    # compares with its GPU timer), when the scenario enables them; recorded, not gated.
+    engine_metrics: Mapping[str, float] = field(default_factory=dict)
+    # The plain twin's fingerprint digest (perfgate.plain_reuse), and the recorded run its
+    # figures were copied from when they were reused instead of measured.
+    reuse_key: str | None = None
+    reused_from: int | None = None
     # Per prompt, per output position: the top tokens as (logprob, token id), best first.
     # The plain twin's only, for the equivalence rule; not kept in the history.
     top_logprobs: tuple[tuple[tuple[tuple[float, int], ...], ...], ...] = ()

@@ -6,6 +6,7 @@ code by running the suites.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
@@ -16,17 +17,18 @@ from perfgate.baselines import Baseline, baseline_path, load_baseline
 from perfgate.config import Config, Scenario, load_config, resolve_sqlite_url
 from perfgate.context import detect_context
 from perfgate.engines.commands import Mode
+from perfgate.engines.validate import Preflight, check_scenario, preflight
 from perfgate.errors import ExitCode, PerfgateError
-from perfgate.fingerprint import default_profile, detect_gpus
+from perfgate.fingerprint import default_profile, detect_gpus, perfgate_version
 from perfgate.gate.verdict import Status, Verdict, exit_code, overall_status
 from perfgate.judging import judge_measurements
 from perfgate.measure import (
     TimedLoop,
     assemble_measurement,
     measure_mode,
-    measure_scenario,
     plain_loop,
 )
+from perfgate.plain_reuse import find_reusable_plain, plain_reuse_key, refresh_reason
 from perfgate.report import write_history_report
 from perfgate.results import Measurement, ModeResult, RunContext, RunRecord
 from perfgate.store import (
@@ -50,6 +52,7 @@ class GateOptions:
     profile: str | None = None
     report: str | None = None  # "" writes no report
     gate: bool = True  # False: measure and record, judge nothing (to make a first baseline)
+    refresh_plain: bool = False  # measure the plain twin even where the history has one
 
 
 @dataclass
@@ -71,6 +74,11 @@ class ScenarioRun:
     verdicts: list[Verdict] | None = None
     reruns: list[Measurement] = field(default_factory=list)
     looks: list[list[Verdict]] = field(default_factory=list)
+    # Where reused plain figures come from (None: always measure), and why not, if not.
+    plain_source: Callable[[Scenario, Preflight], ModeResult | None] | None = None
+    plain_note: str | None = None  # why the plain twin was measured although it may be reused
+    config_file: Path | None = None
+    _checked: Preflight | None = None
     _measurement: Measurement | None = None
 
     def mode_result(self, mode: Mode, timed_loop: TimedLoop = plain_loop) -> ModeResult:
@@ -79,11 +87,34 @@ class ScenarioRun:
             raise self.error
         if mode not in self.results:
             try:
-                self.results[mode] = measure_mode(self.scenario, mode, self.workdir, timed_loop)
+                self.results[mode] = self._reused(mode) or self._measure(mode, timed_loop)
             except PerfgateError as error:
                 self.error = error
                 raise
         return self.results[mode]
+
+    def checked(self) -> Preflight:
+        """The machine checks, run once before the first server starts."""
+        if self._checked is None:
+            self._checked = preflight(self.scenario, self.config_file)
+        return self._checked
+
+    def _reused(self, mode: Mode) -> ModeResult | None:
+        if mode != "plain" or self.plain_source is None:
+            return None
+        found = self.plain_source(self.scenario, self.checked())
+        if found is None:
+            self.plain_note = "no run with the same plain fingerprint within plain_max_age_h"
+        return found
+
+    def _measure(
+        self, mode: Mode, timed_loop: TimedLoop, workdir: Path | None = None
+    ) -> ModeResult:
+        checked = self.checked()
+        result = measure_mode(self.scenario, mode, workdir or self.workdir, timed_loop, checked)
+        if mode == "plain":
+            result = replace(result, reuse_key=reuse_key_for(self.scenario, checked))
+        return result
 
     def measurement(self) -> Measurement:
         if self._measurement is None:
@@ -99,8 +130,11 @@ class ScenarioRun:
 
     def measure_again(self) -> Measurement:
         """Launch both servers afresh and measure once more (untimed by pytest-benchmark)."""
+        started = datetime.now(UTC)
         folder = self.workdir / f"run-{len(self.reruns) + 2}"
-        measurement = measure_scenario(self.scenario, self.profile, folder)
+        plain = self._reused("plain") or self._measure("plain", plain_loop, folder)
+        spec = self._measure("spec", plain_loop, folder)
+        measurement = assemble_measurement(self.scenario, self.profile, plain, spec, started)
         self.reruns.append(measurement)
         return measurement
 
@@ -144,6 +178,8 @@ class GateSession:
         if options.engine:
             selected = [s.with_engine(options.engine) for s in selected]
         self.scenarios = {s.name: s for s in selected}
+        for scenario in selected:  # refuse what SGLang would refuse, before anything starts
+            check_scenario(scenario, self.config.path)
         self.profile = options.profile or default_profile(detect_gpus())
         self.baselines_dir = (
             Path(options.baselines).resolve() if options.baselines else self.config.baselines_dir
@@ -171,8 +207,34 @@ class GateSession:
 
     def run_for(self, name: str) -> ScenarioRun:
         if name not in self.runs:
-            self.runs[name] = ScenarioRun(self.scenarios[name], self.profile, self.workdir / name)
+            run = ScenarioRun(
+                self.scenarios[name],
+                self.profile,
+                self.workdir / name,
+                config_file=self.config.path,
+            )
+            run.plain_source = self._plain_source(run)
+            self.runs[name] = run
         return self.runs[name]
+
+    def _plain_source(self, run: ScenarioRun) -> Callable[..., ModeResult | None] | None:
+        if run.scenario.plain_max_age_h is None:
+            return None
+        branch = detect_context(self.config.path.parent).branch
+        run.plain_note = refresh_reason(run.scenario, self.options.refresh_plain, branch)
+        if run.plain_note is not None:
+            return None
+
+        def reusable(scenario: Scenario, checked: Preflight) -> ModeResult | None:
+            key = reuse_key_for(scenario, checked)
+            sessions = open_history(self.history_url)
+            try:
+                with database_errors(sessions):
+                    return find_reusable_plain(sessions, scenario, key)
+            finally:
+                close_history(sessions)
+
+        return reusable
 
     def verdicts(self, name: str) -> list[Verdict]:
         """Judge the scenario against its baseline (once; later calls reuse the verdicts).
@@ -221,6 +283,13 @@ class GateSession:
                     write_history_report(self.report_path, session)
         finally:
             close_history(sessions)
+
+
+def reuse_key_for(scenario: Scenario, checked: Preflight) -> str:
+    """The plain twin's reuse key, from what the preflight found installed."""
+    engine_version = checked.engine_version or perfgate_version()  # embedded: perfgate's own
+    torch_version = checked.installed.torch if checked.installed else None
+    return plain_reuse_key(scenario, engine_version, torch_version, detect_gpus())
 
 
 def _report_path(option: str | None, root: Path) -> Path | None:

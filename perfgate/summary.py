@@ -57,8 +57,9 @@ def _why(v: Verdict) -> list[str]:
     return [f"  {'':<16}why: {v.attribution.summary}"]
 
 
-def render_record(record: RunRecord) -> list[str]:
-    """A run's headline, verdict table and equivalence line."""
+def render_record(record: RunRecord, plain_note: str | None = None) -> list[str]:
+    """A run's headline, verdict table, equivalence line, and where its plain figures came
+    from when the scenario allows reusing them (`plain_note`: why they were measured)."""
     m = record.measurement
     head = f"{m.scenario} on {m.profile}: run #{record.id} {record.status.value.upper()}"
     earlier = next((v.with_runs for v in record.verdicts if v.with_runs), ())
@@ -67,6 +68,13 @@ def render_record(record: RunRecord) -> list[str]:
     lines = [head]
     lines += render_verdicts(record.verdicts) if record.verdicts else ["  no verdicts (not gated)"]
     lines.append(f"  equivalence: {m.equivalence.summary()}")
+    if m.plain.reused_from is not None:
+        lines.append(
+            f"  plain twin: figures reused from run #{m.plain.reused_from} (same plain "
+            "fingerprint, within plain_max_age_h); --refresh-plain measures it again"
+        )
+    elif plain_note is not None:
+        lines.append(f"  plain twin: measured ({plain_note})")
     return lines
 
 
@@ -80,7 +88,8 @@ def render_terminal_summary(session: GateSession, error: PerfgateError | None) -
     final = {id(r) for r in session.final_records()}
     for record in session.records:
         if id(record) in final:
-            lines += render_record(record)
+            run = session.runs.get(record.measurement.scenario)
+            lines += render_record(record, run.plain_note if run else None)
         else:
             m = record.measurement
             lines.append(

@@ -113,12 +113,13 @@ def test_bad_input_fails_before_any_server_starts(
             "refused its arguments",
         ),
         (
+            # A missing interpreter is a config mistake, refused before any launch.
             ('device = "cpu"', 'device = "cpu"\npython = "/nonexistent/python3"'),
-            69,
-            "cannot start the plain server",
+            64,
+            "scenarios.tiny.python: /nonexistent/python3 is not an executable file",
         ),
     ],
-    ids=["server-refuses", "server-cannot-start"],
+    ids=["server-refuses", "no-such-interpreter"],
 )
 def test_a_server_that_fails_to_start_records_nothing(
     tmp_path: Path, edit: tuple[str, str], expected_code: int, expected: str

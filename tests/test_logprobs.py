@@ -10,7 +10,7 @@ from typing import Any
 import httpx
 
 from perfgate.config import load_config
-from perfgate.engines.client import Completion, EngineClient, RequestRefused, parse_top_logprobs
+from perfgate.engines.client import Completion, EngineClient, RequestRefused, parse_completion
 from perfgate.measure import TOP_LOGPROBS, reference_logprobs
 
 from .conftest import write_config
@@ -28,12 +28,13 @@ META = {
 
 
 def test_sglang_top_logprobs_are_read_per_position() -> None:
-    assert parse_top_logprobs(META["output_top_logprobs"]) == (
+    completion = parse_completion({"output_ids": [11, 22, 5], "meta_info": META})
+    assert completion.top_logprobs == (
         ((-0.01, 11), (-4.2, 12)),
         ((-0.7, 22), (-0.9, 21)),
         (),
     )
-    assert parse_top_logprobs(None) == ()
+    assert parse_completion({"output_ids": [1], "meta_info": {}}).top_logprobs == ()
 
 
 def _client(handler: Any) -> EngineClient:
@@ -51,7 +52,7 @@ def test_generate_asks_for_top_logprobs_only_when_told() -> None:
 
     with _client(handler) as client:
         client.generate(["p"], 3)
-        (done,) = client.generate(["p"], 3, top_logprobs=5)
+        (done,) = client.generate(["p"], 3, top_logprobs_num=5)
     assert "return_logprob" not in bodies[0]
     assert bodies[1]["return_logprob"] is True and bodies[1]["top_logprobs_num"] == 5
     assert done.top_logprobs[0] == ((-0.01, 11), (-4.2, 12))
@@ -63,7 +64,7 @@ def test_a_refusal_is_its_own_error() -> None:
 
     with _client(handler) as client:
         try:
-            client.generate(["p"], 3, top_logprobs=5)
+            client.generate(["p"], 3, top_logprobs_num=5)
         except RequestRefused as error:
             assert "HTTP 400" in str(error)
         else:
@@ -77,16 +78,16 @@ class FakeClient:
         self.completions = completions
         self.asked: list[int] = []
 
-    def generate(self, prompts: Any, max_new_tokens: int, *, top_logprobs: int = 0) -> Any:
-        self.asked.append(top_logprobs)
+    def generate(self, prompts: Any, max_new_tokens: int, *, top_logprobs_num: int = 0) -> Any:
+        self.asked.append(top_logprobs_num)
         if self.completions is None:
             raise RequestRefused("HTTP 400")
         return self.completions
 
 
 def _completion(ids: tuple[int, ...], tops: int) -> Completion:
-    top = tuple(((-0.1, t), (-2.0, 0)) for t in ids[:tops])
-    return Completion(ids, "", 1, len(ids), None, 0.0, top_logprobs=top)
+    top = tuple(((t, -0.1), (0, -2.0)) for t in ids[:tops])  # SGLang's (token id, logprob)
+    return Completion(ids, "", 1, len(ids), None, 0.0, output_top_logprobs=top)
 
 
 def test_reference_logprobs_stop_where_the_pass_left_the_timed_outputs(tmp_path: Path) -> None:

@@ -109,7 +109,14 @@ def _verdict_row(verdict: Verdict) -> VerdictRow:
 
 
 def _server_dict(result: ModeResult) -> dict[str, object]:
-    return {"command": result.command, "info": dict(result.server_info), "log": result.log_path}
+    return {
+        "command": result.command,
+        "info": dict(result.server_info),
+        "log": result.log_path,
+        "engine_metrics": dict(result.engine_metrics),
+        "reuse_key": result.reuse_key,
+        "reused_from": result.reused_from,
+    }
 
 
 def _sample_rows(mode: str, samples: Mapping[str, Sequence[float]]) -> list[SampleRow]:
@@ -172,6 +179,9 @@ def _mode_result(row: RunRow, mode: str, server: dict[str, object]) -> ModeResul
         outputs=tuple(tuple(o.spec_ids if mode == "spec" else o.plain_ids) for o in outputs),
         server_info=dict(server.get("info", {})),  # type: ignore[call-overload]
         log_path=str(server.get("log", "")),
+        engine_metrics=dict(server.get("engine_metrics") or {}),  # type: ignore[call-overload]
+        reuse_key=server.get("reuse_key"),  # type: ignore[arg-type]
+        reused_from=server.get("reused_from"),  # type: ignore[arg-type]
     )
 
 
