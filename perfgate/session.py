@@ -130,13 +130,15 @@ class ScenarioRun:
 
     def measure_again(self) -> Measurement:
         """Launch both servers afresh and measure once more (untimed by pytest-benchmark)."""
-        started = datetime.now(UTC)
-        folder = self.workdir / f"run-{len(self.reruns) + 2}"
-        plain = self._reused("plain") or self._measure("plain", plain_loop, folder)
-        spec = self._measure("spec", plain_loop, folder)
-        measurement = assemble_measurement(self.scenario, self.profile, plain, spec, started)
+        measurement = self._fresh_measurement(self.workdir / f"run-{len(self.reruns) + 2}")
         self.reruns.append(measurement)
         return measurement
+
+    def _fresh_measurement(self, folder: Path) -> Measurement:
+        started = datetime.now(UTC)
+        plain = self._reused("plain") or self._measure("plain", plain_loop, folder)
+        spec = self._measure("spec", plain_loop, folder)
+        return assemble_measurement(self.scenario, self.profile, plain, spec, started)
 
     def judge(self, baseline: Baseline, alpha: float) -> list[Verdict]:
         """Judge against ``baseline``, measuring again while inconclusive, up to the budget.

@@ -9,7 +9,6 @@ from pathlib import Path
 
 import pytest
 
-from perfgate import session as session_module
 from perfgate.baselines import Baseline, approve_run
 from perfgate.config import load_config
 from perfgate.equivalence import compare_outputs
@@ -140,7 +139,7 @@ def test_inconclusive_verdicts_measure_again_and_every_run_is_recorded(
 ) -> None:
     # The first run sits near the tolerance; the runs measured again settle it.
     queue = [noisy(21, tok_s=116.0), noisy(22, tok_s=116.0)]
-    monkeypatch.setattr(session_module, "measure_scenario", lambda *args, **kw: queue.pop(0))
+    monkeypatch.setattr(ScenarioRun, "_fresh_measurement", lambda *args, **kw: queue.pop(0))
     scenario = replace(load_config(write_config(tmp_path)).scenarios["tiny"], max_runs=3)
     run = ScenarioRun(scenario, "cpu", tmp_path)
     run._measurement = noisy(20, tok_s=116.5)
