@@ -128,4 +128,4 @@ def test_a_pull_request_run_reuses_the_twin_and_main_refreshes_it(tmp_path: Path
     )
     assert "plain twin: measured (runs on main refresh it)" in on_main.stdout, on_main.stdout
     report = (tmp_path / "reports" / "index.html").read_text()
-    assert "(from #1)" in report
+    assert "(plain from #1)" in report
