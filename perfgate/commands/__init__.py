@@ -1,5 +1,16 @@
 """The CLI's commands: each module has `register(subparsers)` and a handler."""
 
-from perfgate.commands import baseline, db, gate, history, report, run, servers
+from perfgate.commands import (
+    baseline,
+    ci,
+    db,
+    doctor,
+    gate,
+    history,
+    report,
+    run,
+    runner,
+    servers,
+)
 
-COMMANDS = (run, servers, gate, baseline, report, history, db)
+COMMANDS = (run, servers, gate, baseline, report, history, db, doctor, ci, runner)

@@ -25,6 +25,9 @@ LOG_TAIL_LINES = 20
 STOP_GRACE_S = 10.0
 # Run as a script, not `-m`: it needs nothing but the standard library, wherever perfgate is.
 SUPERVISOR = Path(supervise.__file__).resolve()
+# Set in every server's environment (and so in every process it spawns): the runner's job
+# hooks find servers an earlier job left behind by it (perfgate.runner.leftovers).
+SERVER_MARKER = "PERFGATE_SERVER"
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -112,7 +115,7 @@ def start_server(command: ServerCommand, log_path: Path, startup_timeout_s: floa
     """
     check_port_free(command.host, command.port)
     log_path.parent.mkdir(parents=True, exist_ok=True)
-    env = {**os.environ, **command.env}
+    env = {**os.environ, **command.env, SERVER_MARKER: f"{command.scenario}/{command.mode}"}
     read_end, write_end = os.pipe()
     try:
         with log_path.open("wb") as log:
