@@ -20,8 +20,6 @@ WARNED = (Status.INCONCLUSIVE, Status.INCOMPARABLE, Status.ERROR)
 
 def _verdict_message(v: Verdict) -> str:
     parts = [v.message]
-    if v.change is not None:
-        parts.insert(0, f"change {v.change:+.1%}")
     if v.attribution is not None:
         parts.append(f"why: {v.attribution.summary}")
     return "; ".join(p for p in parts if p)

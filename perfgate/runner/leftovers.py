@@ -11,7 +11,8 @@ holds a GPU through a detached process escapes it. A process counts as a leftove
   or it holds a CUDA context on one of the GPUs (``gpu_pids``),
 
 and it belongs to this runner: its ``RUNNER_NAME`` is the hook's, so several runners on one
-host never end each other's servers (the hooks end nothing where ``RUNNER_NAME`` is unset). Processes whose environment cannot be read (another user's) are never touched.
+host never end each other's servers (the hooks end nothing where ``RUNNER_NAME`` is unset).
+Processes whose environment cannot be read (another user's) are never touched.
 """
 
 from __future__ import annotations
