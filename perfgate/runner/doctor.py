@@ -26,6 +26,7 @@ from perfgate.fingerprint import GpuInfo, default_profile, detect_gpus, perfgate
 from perfgate.runner.gpus import Limits, find_problems, read_gpus
 from perfgate.runner.hooks import STATE_VARIABLE
 from perfgate.store import check_history
+from perfgate.store.database import parse_history_url, sqlite_path
 
 SGLANG_DEFAULT_PORT = 30000  # where a hand-started SGLang server listens
 COMPARED = ("gpu", "gpu_count", "driver", "cuda", "torch", "engine_version")  # baseline vs here
@@ -175,7 +176,16 @@ def _history_url(machine: Machine) -> str:
 def check_history_db(machine: Machine) -> list[Check]:
     url = _history_url(machine)
     check_history(url)
-    return [Check("history", "ok", f"{url}: reachable, perfgate's schema or new")]
+    checks = [Check("history", "ok", f"{url}: reachable, perfgate's schema or new")]
+    path = sqlite_path(parse_history_url(url))
+    workspace = machine.environ.get("GITHUB_WORKSPACE")
+    if path is not None and workspace and path.resolve().is_relative_to(Path(workspace).resolve()):
+        detail = (
+            f"{path} is inside the job's checkout, which the next checkout cleans: set "
+            "PERFGATE_DB_URL in the runner's environment (docs/runner-setup.md, History)"
+        )
+        checks.append(Check("history", "warn", detail))
+    return checks
 
 
 def _profile(machine: Machine) -> str:

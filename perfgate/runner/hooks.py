@@ -65,12 +65,13 @@ def clean_up(result: HookResult, environ: Mapping[str, str], grace_s: float) -> 
     Outside a runner's job (no RUNNER_NAME) nothing is ended: on a shared workstation the
     servers of the same user may be someone's work in progress.
     """
-    if not environ.get(OWNER_VARIABLE):
+    owner = environ.get(OWNER_VARIABLE)
+    if not owner:
         result.notes.append(f"{OWNER_VARIABLE} is unset (not a runner's job): no process ended")
         return
     report = read_gpus()
     gpu_pids = {app.pid for app in report.apps} if report else set()
-    leftovers = find_leftovers(environ.get(OWNER_VARIABLE), gpu_pids)
+    leftovers = find_leftovers(owner, gpu_pids)
     survivors = end_processes([left.process.pid for left in leftovers], grace_s)
     result.ended += leftovers
     for pid in survivors:
