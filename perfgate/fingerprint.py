@@ -15,7 +15,7 @@ from importlib import metadata
 from typing import Any
 
 from perfgate.config import Scenario
-from perfgate.runner.hooks import load_state_fingerprint
+from perfgate.runner.state import load_state_fingerprint
 
 # Variables that change performance; their values join the fingerprint as `env.NAME`.
 PERF_ENV_PREFIXES = ("NCCL_", "SGLANG_", "PYTORCH_", "TORCH_", "CUDA_", "OMP_", "MKL_")

@@ -3,7 +3,9 @@
 Every gate session (pytest perfgate/suites, perfgate run) leaves ``.perfgate/last-session.json``
 beside its config: the ids of the runs it recorded, each scenario's final run, the errors of
 scenarios it could not measure, the history and report it used, and its exit code. `perfgate ci
-summary` and `perfgate ci annotations` read it, and the runs it names from the history.
+summary` and `perfgate ci annotations` read it, and the runs it names from the history (the
+pointer keeps the history's URL with its password hidden: `PERFGATE_DB_URL` or `--db` gives
+the real one).
 
     {"schema": 1, "exit_code": 1, "history": "sqlite:///...", "report": "/.../index.html",
      "profile": "cpu", "runs": [4, 5], "final_runs": {"tiny": 5},
@@ -23,6 +25,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from perfgate.errors import ConfigError, PerfgateError
+from perfgate.store.database import describe, parse_history_url
 
 if TYPE_CHECKING:
     from perfgate.session import GateSession
@@ -85,7 +88,8 @@ def session_pointer(session: GateSession, error: PerfgateError | None) -> Sessio
     final = {r.measurement.scenario: r.id for r in session.final_records() if r.id is not None}
     return SessionPointer(
         exit_code=int(session.exit_code if error is None else error.exit_code),
-        history=session.history_url,
+        # The password hidden: the pointer is uploaded as an artifact.
+        history=describe(parse_history_url(session.history_url)),
         report=str(session.report_path) if session.report_path and session.records else None,
         profile=session.profile,
         runs=tuple(r.id for r in session.records if r.id is not None),

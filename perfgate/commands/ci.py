@@ -90,6 +90,9 @@ def _session_args(parser: argparse.ArgumentParser) -> None:
         "--session", metavar="PATH", default=str(POINTER), help=f"the pointer file ({POINTER})"
     )
     parser.add_argument("--config", metavar="PATH")
+    parser.add_argument(
+        "--db", metavar="URL", help="history (default: $PERFGATE_DB_URL, else the pointer's)"
+    )
 
 
 def ci_links(environ: Mapping[str, str]) -> Links:
@@ -101,16 +104,22 @@ def ci_links(environ: Mapping[str, str]) -> Links:
     return Links(run_url, environ.get("GITHUB_SHA"))
 
 
-def load_session(path: Path) -> tuple[SessionPointer | None, list[RunRecord], list[str]]:
-    """The pointer, its scenarios' final runs, and notes on what could not be read."""
+def load_session(
+    path: Path, db: str | None = None
+) -> tuple[SessionPointer | None, list[RunRecord], list[str]]:
+    """The pointer, its scenarios' final runs, and notes on what could not be read.
+
+    The runs are read from `db` (else $PERFGATE_DB_URL, else the pointer's history).
+    """
     try:
         pointer = load_pointer(path)
     except ConfigError as error:
         return None, [], [str(error)]
-    if pointer is None or not pointer.final_runs or not pointer.history:
+    url = db or os.environ.get("PERFGATE_DB_URL") or (pointer.history if pointer else None)
+    if pointer is None or not pointer.final_runs or not url:
         return pointer, [], []
     try:
-        sessions = open_history(pointer.history)
+        sessions = open_history(url)
         try:
             with sessions() as session:
                 loaded = load_runs(session, list(pointer.final_runs.values()))
@@ -123,7 +132,7 @@ def load_session(path: Path) -> tuple[SessionPointer | None, list[RunRecord], li
 
 
 def handle_summary(args: argparse.Namespace, _rest: list[str]) -> int:
-    pointer, finals, notes = load_session(Path(args.session))
+    pointer, finals, notes = load_session(Path(args.session), args.db)
     links = ci_links(os.environ)
     if args.comment:
         text = render_markdown(pointer, finals, links, COMMENT_LIMIT_BYTES, notes, comment=True)
@@ -167,7 +176,7 @@ def _baseline_files(pointer: SessionPointer | None, config_path: str | None) -> 
 
 
 def handle_annotations(args: argparse.Namespace, _rest: list[str]) -> int:
-    pointer, finals, notes = load_session(Path(args.session))
+    pointer, finals, notes = load_session(Path(args.session), args.db)
     for annotation in session_annotations(pointer, finals, _baseline_files(pointer, args.config)):
         print(annotation.render())
     for note in notes:

@@ -24,7 +24,7 @@ from perfgate.engines.launch import free_port
 from perfgate.errors import ExitCode, PerfgateError
 from perfgate.fingerprint import GpuInfo, default_profile, detect_gpus, perfgate_version
 from perfgate.runner.gpus import Limits, find_problems, read_gpus
-from perfgate.runner.hooks import STATE_VARIABLE
+from perfgate.runner.state import STATE_VARIABLE
 from perfgate.store import check_history
 from perfgate.store.database import parse_history_url, sqlite_path
 

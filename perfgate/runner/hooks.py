@@ -31,8 +31,8 @@ from perfgate.runner.leftovers import (
     find_leftovers,
     read_process,
 )
+from perfgate.runner.state import STATE_VARIABLE
 
-STATE_VARIABLE = "PERFGATE_MACHINE_STATE"
 STATE_NAME = "perfgate-machine-state.json"
 POLL_S = 2.0
 
@@ -195,19 +195,6 @@ def export_variable(environ: Mapping[str, str], name: str, value: str) -> None:
     if target:
         with open(target, "a", encoding="utf-8") as handle:
             handle.write(f"{name}={value}\n")
-
-
-def load_state_fingerprint(environ: Mapping[str, str]) -> dict[str, str]:
-    """The fingerprint fields job-started saved for this job; {} when there are none."""
-    path = environ.get(STATE_VARIABLE)
-    if not path:
-        return {}
-    try:
-        document = json.loads(Path(path).read_text("utf-8"))
-    except (OSError, ValueError):
-        return {}
-    fields = document.get("fingerprint") if isinstance(document, dict) else None
-    return {str(k): str(v) for k, v in fields.items()} if isinstance(fields, dict) else {}
 
 
 def render_result(result: HookResult, hook: str) -> list[str]:
