@@ -34,9 +34,30 @@ def register(commands: Any) -> None:
         epilog=EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    started.add_argument("--max-memory-mib", type=float, default=DEFAULT_MAX_MEMORY_MIB)
+    _started_args(started)
+    _common(started)
+    started.set_defaults(handler=handle_started)
+    completed = hooks.add_parser(
+        "job-completed", help="end the servers the job left behind (never fails the job)"
+    )
+    _common(completed)
+    completed.set_defaults(handler=handle_completed)
+
+
+def _started_args(started: argparse.ArgumentParser) -> None:
     started.add_argument(
-        "--max-utilization", type=float, default=DEFAULT_MAX_UTILIZATION, metavar="PCT"
+        "--max-memory-mib",
+        type=float,
+        default=DEFAULT_MAX_MEMORY_MIB,
+        metavar="MIB",
+        help=f"memory an idle GPU may show in use (default {DEFAULT_MAX_MEMORY_MIB:g})",
+    )
+    started.add_argument(
+        "--max-utilization",
+        type=float,
+        default=DEFAULT_MAX_UTILIZATION,
+        metavar="PCT",
+        help=f"utilisation an idle GPU may show (default {DEFAULT_MAX_UTILIZATION:g}%%)",
     )
     started.add_argument("--wait-s", type=float, default=60.0, help="for GPU memory to be released")
     started.add_argument(
@@ -49,13 +70,6 @@ def register(commands: Any) -> None:
     started.add_argument(
         "--state-file", metavar="PATH", help="default: $RUNNER_TEMP/perfgate-machine-state.json"
     )
-    _common(started)
-    started.set_defaults(handler=handle_started)
-    completed = hooks.add_parser(
-        "job-completed", help="end the servers the job left behind (never fails the job)"
-    )
-    _common(completed)
-    completed.set_defaults(handler=handle_completed)
 
 
 def _common(parser: argparse.ArgumentParser) -> None:
