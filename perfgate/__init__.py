@@ -14,12 +14,14 @@ if TYPE_CHECKING:
     from perfgate.config import Config, Scenario, load_config
     from perfgate.equivalence import EquivalenceReport, compare_outputs
     from perfgate.errors import ConfigError, ExitCode, InfrastructureError, PerfgateError
-    from perfgate.gate import Status, Verdict, judge_metric, judge_samples
+    from perfgate.gate import Attribution, Status, Verdict, judge_metric, judge_runs
+    from perfgate.judging import judge_measurements
     from perfgate.measure import measure_scenario
     from perfgate.report import render_report
     from perfgate.results import Measurement, ModeResult, PhaseSummary, RunContext, RunRecord
 
 _EXPORTS = {
+    "Attribution": "perfgate.gate",
     "Baseline": "perfgate.baselines",
     "BaselineRun": "perfgate.baselines",
     "Config": "perfgate.config",
@@ -37,8 +39,9 @@ _EXPORTS = {
     "Status": "perfgate.gate",
     "Verdict": "perfgate.gate",
     "compare_outputs": "perfgate.equivalence",
+    "judge_measurements": "perfgate.judging",
     "judge_metric": "perfgate.gate",
-    "judge_samples": "perfgate.gate",
+    "judge_runs": "perfgate.gate",
     "load_baseline": "perfgate.baselines",
     "load_config": "perfgate.config",
     "measure_scenario": "perfgate.measure",
@@ -46,6 +49,7 @@ _EXPORTS = {
 }
 
 __all__ = [
+    "Attribution",
     "Baseline",
     "BaselineRun",
     "Config",
@@ -63,8 +67,9 @@ __all__ = [
     "Status",
     "Verdict",
     "compare_outputs",
+    "judge_measurements",
     "judge_metric",
-    "judge_samples",
+    "judge_runs",
     "load_baseline",
     "load_config",
     "measure_scenario",

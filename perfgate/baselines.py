@@ -1,6 +1,21 @@
 """Approved baselines: one reviewed JSON file per (runner profile, scenario) under `baselines/`.
 
 Only `perfgate baseline update` writes them; a pull-request job only reads them.
+
+Schema 2 (this perfgate writes it)::
+
+    {"schema_version": 2, "profile": "h200x8", "scenario": "llama33-70b-eagle3-tp8",
+     "keep": 5, "gated": [...], "tolerances": {"output_tok_s": 0.03, ...},
+     "fingerprint": {...},
+     "runs": [{"run_id": 12, "approved_by": "alice", "approved_at": "2026-11-30T10:00:00+00:00",
+               "reason": "...", "commit": "abc123",
+               "samples": {"output_tok_s": [one value per repeat], ...},
+               "phase_ms": {"spec": {"verify": [mean ms per cycle, per repeat], ...},
+                            "plain": {"cycle": [...]}}}]}
+
+Schema 1 files (no ``phase_ms``) are read as schema 2 with no phase means: the gate judges
+them as before and says attribution is unavailable; `perfgate baseline update` or
+`perfgate baseline migrate` rewrites them as schema 2.
 """
 
 from __future__ import annotations
@@ -17,8 +32,13 @@ from typing import Any
 from perfgate import metrics
 from perfgate.errors import ConfigError
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
+READABLE_VERSIONS = (1, 2)
 DEFAULT_KEEP = 5
+MODES = ("spec", "plain")
+
+# Per server mode, per phase: the mean ms per cycle of each repeat.
+PhaseMs = Mapping[str, Mapping[str, tuple[float, ...]]]
 
 
 @dataclass(frozen=True)
@@ -31,6 +51,7 @@ class BaselineRun:
     reason: str
     commit: str | None
     samples: Mapping[str, tuple[float, ...]]
+    phase_ms: PhaseMs = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -45,6 +66,7 @@ class Baseline:
     runs: tuple[BaselineRun, ...] = ()  # oldest first, at most `keep`
     keep: int = DEFAULT_KEEP
     path: Path | None = field(default=None, compare=False)
+    schema_version: int = field(default=SCHEMA_VERSION, compare=False)  # as read from disk
 
     def metric_runs(self) -> dict[str, list[tuple[float, ...]]]:
         """Per metric, the samples of each approved run."""
@@ -53,6 +75,10 @@ class Baseline:
             for metric, values in run.samples.items():
                 result.setdefault(metric, []).append(values)
         return result
+
+    def phase_runs(self, mode: str = "spec") -> list[Mapping[str, tuple[float, ...]]]:
+        """Per approved run that has them, the phase means of one server mode."""
+        return [run.phase_ms[mode] for run in self.runs if run.phase_ms.get(mode)]
 
 
 def baseline_path(baselines_dir: Path, profile: str, scenario: str) -> Path:
@@ -88,10 +114,16 @@ def _parse(path: Path, doc: Any) -> Baseline:
     check.that(isinstance(doc, dict), "", "must be a JSON object")
     version = doc.get("schema_version")
     check.that(
-        version == SCHEMA_VERSION,
+        isinstance(version, int) and not isinstance(version, bool),
         "schema_version",
-        f"is {version!r}, this perfgate reads {SCHEMA_VERSION}",
-        "upgrade perfgate, or rewrite the file with `perfgate baseline update`",
+        f"is {version!r}, not a schema version",
+        "restore the file from git",
+    )
+    check.that(
+        version in READABLE_VERSIONS,
+        "schema_version",
+        f"is {version}, this perfgate reads {', '.join(map(str, READABLE_VERSIONS))}",
+        "upgrade perfgate to read files written by a newer one",
     )
     gated = tuple(check.str_list(doc, "gated"))
     for metric in gated:
@@ -110,7 +142,7 @@ def _parse(path: Path, doc: Any) -> Baseline:
         check.that(isinstance(value, str), f"fingerprint.{key}", "must be a string")
     raw_runs = doc.get("runs")
     check.that(isinstance(raw_runs, list), "runs", "must be a list of approved runs")
-    runs = tuple(_parse_run(check, i, raw) for i, raw in enumerate(raw_runs))
+    runs = tuple(_parse_run(check, i, raw, version) for i, raw in enumerate(raw_runs))
     for metric in gated:
         check.that(
             any(run.samples.get(metric) for run in runs),
@@ -129,10 +161,11 @@ def _parse(path: Path, doc: Any) -> Baseline:
         runs=runs,
         keep=keep,
         path=path,
+        schema_version=version,
     )
 
 
-def _parse_run(check: _Checker, index: int, raw: Any) -> BaselineRun:
+def _parse_run(check: _Checker, index: int, raw: Any, version: int) -> BaselineRun:
     where = f"runs[{index}]"
     check.that(isinstance(raw, dict), where, "must be an object")
     samples = check.mapping(raw, "samples", where)
@@ -157,7 +190,27 @@ def _parse_run(check: _Checker, index: int, raw: Any) -> BaselineRun:
         reason=check.text(raw, "reason", where),
         commit=commit,
         samples=parsed,
+        phase_ms=_parse_phase_ms(check, where, raw) if version >= 2 else {},
     )
+
+
+def _parse_phase_ms(check: _Checker, where: str, raw: Mapping[str, Any]) -> PhaseMs:
+    """``phase_ms``: per mode, per phase, a list of mean ms per cycle (one per repeat)."""
+    modes = check.mapping(raw, "phase_ms", where)
+    parsed: dict[str, dict[str, tuple[float, ...]]] = {}
+    for mode, phases in modes.items():
+        name = f"{where}.phase_ms.{mode}"
+        check.that(mode in MODES, name, f"is not a server mode ({', '.join(MODES)})")
+        check.that(isinstance(phases, dict), name, "must be a JSON object")
+        for phase, values in phases.items():
+            check.that(phase in metrics.PROBED_PHASES, f"{name}.{phase}", "is not a phase")
+            check.that(
+                isinstance(values, list) and all(_number(v) and v >= 0 for v in values),
+                f"{name}.{phase}",
+                "must be a list of milliseconds",
+            )
+            parsed.setdefault(mode, {})[phase] = tuple(float(v) for v in values)
+    return parsed
 
 
 def _number(value: Any) -> bool:
@@ -219,6 +272,10 @@ def dump_baseline(baseline: Baseline) -> str:
                 "reason": run.reason,
                 "commit": run.commit,
                 "samples": {k: [round(v, 6) for v in vs] for k, vs in run.samples.items()},
+                "phase_ms": {
+                    mode: {phase: [round(v, 6) for v in vs] for phase, vs in phases.items()}
+                    for mode, phases in run.phase_ms.items()
+                },
             }
             for run in baseline.runs
         ],
@@ -258,6 +315,7 @@ def approve_run(
     scenario: str,
     fingerprint: Mapping[str, str],
     samples: Mapping[str, Sequence[float]],
+    phase_ms: PhaseMs,
     tolerances: Mapping[str, float],
     gated: Sequence[str],
     run_id: int | None,
@@ -279,6 +337,9 @@ def approve_run(
         reason=reason,
         commit=commit,
         samples={k: tuple(v) for k, v in samples.items() if k in metrics.METRICS},
+        phase_ms={
+            mode: {p: tuple(v) for p, v in phases.items()} for mode, phases in phase_ms.items()
+        },
     )
     previous = baseline.runs if baseline and baseline.fingerprint == fingerprint else ()
     keep = baseline.keep if baseline else DEFAULT_KEEP

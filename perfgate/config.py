@@ -12,7 +12,9 @@ from pathlib import Path
 from typing import Any
 
 from perfgate import metrics
+from perfgate.equivalence import DEFAULT_MAX_NEAR_TIE_SHARE, DEFAULT_NEAR_TIE_MARGIN
 from perfgate.errors import ConfigError
+from perfgate.gate.judge import DEFAULT_ALPHA
 
 ENGINES = ("embedded", "sglang")
 CONFIG_FILE = "perfgate.toml"
@@ -48,6 +50,20 @@ class Scenario:
     python: str | None = None
     startup_timeout_s: float = 120.0
     request_timeout_s: float = 600.0
+    # The gate measures another run (a fresh server launch) while a verdict is inconclusive,
+    # up to this many runs in all.
+    max_runs: int = 3
+    # Equivalence: a divergence whose plain top-1/top-2 logprob gap is at most this (nats) is a
+    # near tie, allowed for up to this share of the prompts.
+    near_tie_margin: float = DEFAULT_NEAR_TIE_MARGIN
+    max_near_tie_share: float = DEFAULT_MAX_NEAR_TIE_SHARE
+    # SGLang only: --enable-metrics (and its GPU timer per forward category) on both servers.
+    engine_metrics: bool = False
+    # Reuse the plain twin's figures from the history when a run with the same plain
+    # fingerprint is younger than this; unset: always measure the twin.
+    plain_max_age_h: float | None = None
+    # How long to wait for a stopped server's GPU memory to be released before the next launch.
+    gpu_release_timeout_s: float = 300.0
 
     def with_engine(self, engine: str) -> Scenario:
         """Return this scenario run on another engine (the `--engine` override)."""
@@ -69,6 +85,9 @@ class Config:
     default_scenarios: tuple[str, ...]
     baselines_dir: Path
     history_url: str
+    # The chance of any false alarm the gate allows per session, split among the scenarios
+    # (see perfgate.gate.judge for what it bounds exactly).
+    alpha: float = DEFAULT_ALPHA
 
     def select(self, names: tuple[str, ...] | list[str] = ()) -> list[Scenario]:
         """Return the named scenarios (or the defaults), refusing unknown names."""
@@ -128,7 +147,7 @@ def _read_toml(path: Path) -> dict[str, Any]:
 
 
 _TOP_KEYS = {"perfgate", "scenarios"}
-_SETTINGS_KEYS = {"default_scenarios", "baselines", "history"}
+_SETTINGS_KEYS = {"default_scenarios", "baselines", "history", "alpha"}
 
 
 def _parse_config(path: Path, document: Mapping[str, Any]) -> Config:
@@ -159,12 +178,14 @@ def _parse_config(path: Path, document: Mapping[str, Any]) -> Config:
             )
     baselines = _str(path, "perfgate.baselines", settings.get("baselines", "baselines"))
     history = _str(path, "perfgate.history", settings.get("history", DEFAULT_HISTORY))
+    alpha = _fraction(path, "perfgate.alpha", settings.get("alpha", DEFAULT_ALPHA), open_=True)
     return Config(
         path=path,
         scenarios=scenarios,
         default_scenarios=defaults,
         baselines_dir=(path.parent / baselines).resolve(),
         history_url=resolve_sqlite_url(history, path.parent),
+        alpha=alpha,
     )
 
 
@@ -185,20 +206,30 @@ _SCENARIO_INTS = (
     "max_new_tokens",
     "repeats",
     "warmup",
+    "max_runs",
 )
 _SCENARIO_STRS = ("engine", "model", "draft", "algorithm", "dtype", "device", "python")
 _SCENARIO_LISTS = ("extra_args", "spec_extra_args", "plain_extra_args")
-_SCENARIO_FLOATS = ("startup_timeout_s", "request_timeout_s")
+_SCENARIO_FLOATS = (
+    "startup_timeout_s",
+    "request_timeout_s",
+    "near_tie_margin",
+    "plain_max_age_h",
+    "gpu_release_timeout_s",
+)
+_SCENARIO_BOOLS = ("engine_metrics",)
 _SCENARIO_KEYS = {
     *_SCENARIO_INTS,
     *_SCENARIO_STRS,
     *_SCENARIO_LISTS,
     *_SCENARIO_FLOATS,
+    *_SCENARIO_BOOLS,
     "prompts",
     "prompts_file",
     "env",
     "tolerances",
     "gated",
+    "max_near_tie_share",
 }
 
 
@@ -224,6 +255,9 @@ def parse_scenario(path: Path, name: str, raw: Mapping[str, Any], base: Path) ->
     for key in _SCENARIO_FLOATS:
         if key in raw:
             values[key] = _positive_float(path, f"{where}.{key}", raw[key])
+    for key in _SCENARIO_BOOLS:
+        if key in raw:
+            values[key] = _bool(path, f"{where}.{key}", raw[key])
     if values["engine"] not in ENGINES:
         raise ConfigError(
             f"unknown engine {values['engine']!r}",
@@ -234,6 +268,9 @@ def parse_scenario(path: Path, name: str, raw: Mapping[str, Any], base: Path) ->
     values["env"] = _str_table(path, f"{where}.env", raw.get("env", {}))
     values["tolerances"] = _tolerances(path, f"{where}.tolerances", raw.get("tolerances", {}))
     values["prompts"] = _prompts(path, where, raw, base)
+    if "max_near_tie_share" in raw:
+        field_name = f"{where}.max_near_tie_share"
+        values["max_near_tie_share"] = _fraction(path, field_name, raw["max_near_tie_share"])
     if "gated" in raw:
         values["gated"] = _metric_list(path, f"{where}.gated", raw["gated"])
     return Scenario(**values)
@@ -344,6 +381,29 @@ def _positive_int(path: Path, where: str, value: Any, *, allow_zero: bool = Fals
     if isinstance(value, bool) or not isinstance(value, int) or value < low:
         raise ConfigError(
             f"must be an integer >= {low}, not {value!r}", file=path, field=where, fix="fix it"
+        )
+    return value
+
+
+def _fraction(path: Path, where: str, value: Any, *, open_: bool = False) -> float:
+    """A number in [0, 1], or in (0, 1) when ``open_``."""
+    ok = isinstance(value, int | float) and not isinstance(value, bool)
+    ok = ok and (0 < value < 1 if open_ else 0 <= value <= 1)
+    if not ok:
+        bounds = "between 0 and 1, exclusive" if open_ else "from 0 to 1"
+        raise ConfigError(
+            f"must be a fraction {bounds}, not {value!r}",
+            file=path,
+            field=where,
+            fix="write e.g. 0.2",
+        )
+    return float(value)
+
+
+def _bool(path: Path, where: str, value: Any) -> bool:
+    if not isinstance(value, bool):
+        raise ConfigError(
+            f"must be true or false, not {value!r}", file=path, field=where, fix="write true"
         )
     return value
 

@@ -15,6 +15,7 @@ from importlib import metadata
 from typing import Any
 
 from perfgate.config import Scenario
+from perfgate.runner.state import load_state_fingerprint
 
 # Variables that change performance; their values join the fingerprint as `env.NAME`.
 PERF_ENV_PREFIXES = ("NCCL_", "SGLANG_", "PYTORCH_", "TORCH_", "CUDA_", "OMP_", "MKL_")
@@ -104,6 +105,8 @@ def scenario_digest(scenario: Scenario) -> str:
         "spec_extra_args": scenario.spec_extra_args,
         "plain_extra_args": scenario.plain_extra_args,
     }
+    if scenario.engine_metrics:  # only when on: the digests of existing baselines stay valid
+        shaping["engine_metrics"] = True
     blob = json.dumps(shaping, sort_keys=True, default=list).encode()
     return hashlib.sha256(blob).hexdigest()[:16]
 
@@ -129,6 +132,8 @@ def collect_fingerprint(
     }
     if gpus:
         print_ |= {"driver": gpus.driver, "cuda": gpus.cuda}
+        # The GPUs' clock and power settings, as the runner's job-started hook saved them.
+        print_ |= load_state_fingerprint(env)
     else:
         print_ |= {"cpu": cpu_model(), "cpu_count": str(os.cpu_count() or 0)}
     for name, value in env.items():

@@ -11,14 +11,29 @@ from pathlib import Path
 
 from perfgate import metrics
 from perfgate.config import Scenario
-from perfgate.engines.client import Completion, EngineClient
+from perfgate.engines.client import Completion, EngineClient, RequestRefused
 from perfgate.engines.commands import Mode, server_command
 from perfgate.engines.launch import free_port, running_server
+from perfgate.engines.prometheus import (
+    CATEGORY_OF_PHASE,
+    counter_deltas,
+    device_seconds_by_category,
+    parse_metrics,
+)
+from perfgate.engines.validate import Preflight, preflight
 from perfgate.equivalence import compare_outputs
 from perfgate.fingerprint import collect_fingerprint, detect_gpus
 from perfgate.probe import probe_env
-from perfgate.probe.reader import CycleRecord, read_records, wait_until_complete
+from perfgate.probe.reader import (
+    CycleRecord,
+    phase_totals_by_pid,
+    read_records,
+    wait_until_complete,
+)
 from perfgate.results import Measurement, ModeResult, PhaseSummary
+
+# The plain twin's top tokens asked for at every output position, for the equivalence rule.
+TOP_LOGPROBS = 5
 
 # Runs `one_repeat` `rounds` times; the suites pass pytest-benchmark's pedantic mode here.
 TimedLoop = Callable[[Callable[[], None], int], None]
@@ -40,36 +55,116 @@ class Repeat:
 
 
 def measure_mode(
-    scenario: Scenario, mode: Mode, workdir: Path, timed_loop: TimedLoop = plain_loop
+    scenario: Scenario,
+    mode: Mode,
+    workdir: Path,
+    timed_loop: TimedLoop = plain_loop,
+    checked: Preflight | None = None,
 ) -> ModeResult:
-    """Launch `scenario`'s server in `mode`, warm it up, time its repeats, and stop it."""
+    """Launch `scenario`'s server in `mode`, warm it up, time its repeats, and stop it.
+
+    `checked` is the scenario's preflight (perfgate.engines.validate), run here if not given:
+    it names the SGLang release (flags, probe targets) and the GPUs whose memory must be
+    released before the next server starts.
+    """
+    checked = checked or preflight(scenario)
     probe_dir = workdir / f"probe-{mode}"
-    command = server_command(
-        scenario, mode, port=free_port(), extra_env=probe_env(probe_dir, scenario.engine)
-    )
+    env = probe_env(probe_dir, scenario.engine, engine_version=checked.engine_version, mode=mode)
+    command = server_command(scenario, mode, port=free_port(), extra_env=env, sglang=checked.sglang)
     log_path = workdir / f"server-{mode}.log"
     with (
-        running_server(command, log_path, scenario.startup_timeout_s) as server,
+        running_server(
+            command,
+            log_path,
+            scenario.startup_timeout_s,
+            gpus=checked.gpus,
+            release_timeout_s=scenario.gpu_release_timeout_s,
+        ) as server,
         EngineClient(server.base_url, scenario.request_timeout_s) as client,
     ):
         info = client.server_info()
         for _ in range(scenario.warmup):
             client.generate(scenario.prompts, scenario.max_new_tokens)
+        metrics_before = _engine_counters(client, scenario)
         repeats: list[Repeat] = []
         timed_loop(lambda: repeats.append(_timed_repeat(client, scenario)), scenario.repeats)
+        metrics_after = _engine_counters(client, scenario)
         ttft_ms = [_ttft_ms(client, scenario.prompts) for _ in repeats]
+        outputs = tuple(c.output_ids for c in repeats[0].completions)
+        top = reference_logprobs(client, scenario, outputs) if mode == "plain" else ()
         wait_until_complete(probe_dir, repeats[-1].finished_at)
-    phases = summarize_phases(mode, read_records(probe_dir), repeats)
+    records = read_records(probe_dir)
+    phases = summarize_phases(mode, records, repeats)
     samples = {**_repeat_samples(repeats, mode), "ttft_ms": tuple(ttft_ms), **phase_samples(phases)}
     return ModeResult(
         mode=mode,
         command=command.shell(),
         samples=samples,
         phases=phases,
-        outputs=tuple(c.output_ids for c in repeats[0].completions),
+        outputs=outputs,
         server_info=info,
         log_path=str(log_path),
+        top_logprobs=top,
+        engine_metrics=engine_metrics_summary(metrics_before, metrics_after, records, repeats),
     )
+
+
+def reference_logprobs(
+    client: EngineClient, scenario: Scenario, outputs: Sequence[Sequence[int]]
+) -> tuple[tuple[tuple[tuple[float, int], ...], ...], ...]:
+    """The plain server's top tokens at each output position, outside the timed repeats.
+
+    Positions are kept only as far as this pass generated the timed outputs' tokens (plus
+    the first position where it did not: its context is still the same), so each list
+    belongs to the context the equivalence rule compares. An engine that refuses logprobs
+    gives none: a divergence then fails, its margin unknown.
+    """
+    try:
+        completions = client.generate(
+            scenario.prompts, scenario.max_new_tokens, top_logprobs_num=TOP_LOGPROBS
+        )
+    except RequestRefused:
+        return ()
+    aligned = []
+    for completion, expected in zip(completions, outputs, strict=True):
+        agree = 0
+        for got, want in zip(completion.output_ids, expected, strict=False):
+            if got != want:
+                break
+            agree += 1
+        aligned.append(completion.top_logprobs[: agree + 1])
+    return tuple(aligned)
+
+
+def _engine_counters(client: EngineClient, scenario: Scenario) -> dict[str, float] | None:
+    if not scenario.engine_metrics:
+        return None
+    text = client.metrics_text()
+    return parse_metrics(text) if text is not None else None
+
+
+def engine_metrics_summary(
+    before: dict[str, float] | None,
+    after: dict[str, float] | None,
+    records: Sequence[CycleRecord],
+    repeats: Sequence[Repeat],
+) -> dict[str, float]:
+    """The engine's counter deltas over the repeats and, per phase the engine's GPU timer
+    also covers, `probe_over_engine.<phase>`: the probe's milliseconds over the engine's (the
+    probe's median rank; the engine counts one rank). Empty without the engine's counters."""
+    if before is None or after is None:
+        return {}
+    deltas = counter_deltas(before, after)
+    seconds = device_seconds_by_category(deltas)
+    totals = phase_totals_by_pid(records, repeats[0].started_at, repeats[-1].finished_at)
+    summary = dict(deltas)
+    for phase, category in CATEGORY_OF_PHASE.items():
+        per_rank = [t[phase] for t in totals.values() if phase in t]
+        if per_rank and seconds.get(category):
+            summary[f"probe_over_engine.{phase}"] = statistics.median(per_rank) / (
+                seconds[category] * 1e3
+            )
+    return summary
 
 
 def _timed_repeat(client: EngineClient, scenario: Scenario) -> Repeat:
@@ -151,8 +246,9 @@ def measure_scenario(
     """Measure the plain twin, then the speculative server (never both at once)."""
     started = datetime.now(UTC)
     loops = timed_loops or {}
+    checked = preflight(scenario)
     results = {
-        mode: measure_mode(scenario, mode, workdir, loops.get(mode, plain_loop))
+        mode: measure_mode(scenario, mode, workdir, loops.get(mode, plain_loop), checked)
         for mode in ("plain", "spec")
     }
     return assemble_measurement(scenario, profile, results["plain"], results["spec"], started)
@@ -169,7 +265,13 @@ def assemble_measurement(
         fingerprint=collect_fingerprint(scenario, spec.server_info, detect_gpus()),
         plain=plain,
         spec=spec,
-        equivalence=compare_outputs(spec.outputs, plain.outputs),
+        equivalence=compare_outputs(
+            spec.outputs,
+            plain.outputs,
+            plain.top_logprobs,
+            near_tie_margin=scenario.near_tie_margin,
+            max_near_tie_share=scenario.max_near_tie_share,
+        ),
         started_at=started,
         finished_at=datetime.now(UTC),
         config={k: v for k, v in asdict(scenario).items() if k != "name"},

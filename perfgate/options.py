@@ -56,6 +56,12 @@ OPTIONS: tuple[Option, ...] = (
         "measure and record, but judge nothing (to record a run for a first baseline)",
         {"action": "store_true", "default": False},
     ),
+    Option(
+        "refresh-plain",
+        "measure the plain twin even where the history has reusable figures for it "
+        "(scenarios with plain_max_age_h; runs on main always refresh)",
+        {"action": "store_true", "default": False},
+    ),
 )
 
 
@@ -86,6 +92,7 @@ def gate_options(
         profile=value("profile"),
         report=value("report"),
         gate=not value("no-gate"),
+        refresh_plain=bool(value("refresh-plain")),
     )
 
 
@@ -106,4 +113,6 @@ def option_flags(options: GateOptions, flag_prefix: str = "--perfgate-") -> list
     flags += [f"{flag_prefix}scenario={name}" for name in options.scenarios]
     if not options.gate:
         flags.append(f"{flag_prefix}no-gate")
+    if options.refresh_plain:
+        flags.append(f"{flag_prefix}refresh-plain")
     return flags

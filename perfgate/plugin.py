@@ -6,11 +6,15 @@ test suites. The session's state lives in `config.stash[GATE_SESSION]`.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Generator
+from dataclasses import replace
+from pathlib import Path
 from typing import Any
 
 import pytest
 
+from perfgate.ci.pointer import clear_pointer, failed_pointer, session_pointer, write_pointer
 from perfgate.errors import ExitCode, PerfgateError
 from perfgate.options import add_options, gate_options
 from perfgate.session import GateSession, ScenarioRun
@@ -33,10 +37,16 @@ def gate_session(config: pytest.Config) -> GateSession:
             value = GateSession(gate_options(lambda name: config.getoption(f"perfgate_{name}")))
         except PerfgateError as error:
             value = error
+        clear_pointer(_pointer_root(value))  # an older session's must not pass for this one's
         config.stash[GATE_SESSION] = value
     if isinstance(value, PerfgateError):
         raise value
     return value
+
+
+def _pointer_root(value: GateSession | PerfgateError) -> Path:
+    """Where the session's pointer file goes: beside its config (here, without one)."""
+    return value.config.path.parent if isinstance(value, GateSession) else Path.cwd()
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
@@ -79,17 +89,20 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     if value is None:
         return
     if isinstance(value, PerfgateError):
-        code = value.exit_code
+        code, pointer = value.exit_code, failed_pointer(value)
     else:
         try:
             code = value.finish()
+            pointer = session_pointer(value, None)
         except PerfgateError as error:
             session.config.stash[FINISH_ERROR] = error
-            code = error.exit_code
+            code, pointer = error.exit_code, session_pointer(value, error)
     # perfgate's code says more than pytest's "some test failed"; pytest's own problems
     # (interrupted, usage, internal error) keep theirs.
     if code != ExitCode.PASS and exitstatus in (pytest.ExitCode.OK, pytest.ExitCode.TESTS_FAILED):
         session.exitstatus = int(code)
+    with contextlib.suppress(OSError):  # a read-only checkout still gets its verdict
+        write_pointer(_pointer_root(value), replace(pointer, exit_code=int(session.exitstatus)))
 
 
 def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:

@@ -35,6 +35,23 @@ class ModeResult:
     outputs: tuple[tuple[int, ...], ...]  # token ids per prompt
     server_info: Mapping[str, Any] = field(default_factory=dict)
     log_path: str = ""
+    # The engine's own counters around the repeats (SGLang /metrics deltas, and how the probe
+    # compares with its GPU timer), when the scenario enables them; recorded, not gated.
+    engine_metrics: Mapping[str, float] = field(default_factory=dict)
+    # The plain twin's fingerprint digest (perfgate.plain_reuse), and the recorded run its
+    # figures were copied from when they were reused instead of measured.
+    reuse_key: str | None = None
+    reused_from: int | None = None
+    # Per prompt, per output position: the top tokens as (logprob, token id), best first.
+    # The plain twin's only, for the equivalence rule; not kept in the history.
+    top_logprobs: tuple[tuple[tuple[tuple[float, int], ...], ...], ...] = ()
+
+    def phase_ms(self) -> dict[str, tuple[float, ...]]:
+        """Per phase, the mean ms per cycle of each repeat, in repeat order."""
+        result: dict[str, list[float]] = {}
+        for summary in sorted(self.phases, key=lambda s: s.repeat):
+            result.setdefault(summary.phase, []).append(summary.mean_ms)
+        return {phase: tuple(values) for phase, values in result.items()}
 
 
 @dataclass(frozen=True)
@@ -62,6 +79,10 @@ class Measurement:
                 s / p for s, p in zip(spec_tok_s, plain_tok_s, strict=True) if p > 0
             )
         return result
+
+    def phase_ms(self) -> dict[str, dict[str, tuple[float, ...]]]:
+        """Per server mode, per phase, the mean ms per cycle of each repeat."""
+        return {mode.mode: mode.phase_ms() for mode in (self.spec, self.plain) if mode.phases}
 
 
 @dataclass(frozen=True)

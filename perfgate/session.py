@@ -6,22 +6,38 @@ code by running the suites.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
 
-from perfgate import gate
+from sqlalchemy.orm import Session
+
 from perfgate.baselines import Baseline, baseline_path, load_baseline
 from perfgate.config import Config, Scenario, load_config, resolve_sqlite_url
 from perfgate.context import detect_context
 from perfgate.engines.commands import Mode
+from perfgate.engines.validate import Preflight, check_scenario, preflight
 from perfgate.errors import ExitCode, PerfgateError
-from perfgate.fingerprint import default_profile, detect_gpus, diff_fingerprints
-from perfgate.gate.verdict import Verdict, exit_code, overall_status
-from perfgate.measure import TimedLoop, assemble_measurement, measure_mode, plain_loop
-from perfgate.report import write_report
-from perfgate.results import Measurement, ModeResult, RunRecord
-from perfgate.store import list_runs, open_history, record_run
+from perfgate.fingerprint import default_profile, detect_gpus, perfgate_version
+from perfgate.gate.verdict import Status, Verdict, exit_code, overall_status
+from perfgate.judging import judge_measurements
+from perfgate.measure import (
+    TimedLoop,
+    assemble_measurement,
+    measure_mode,
+    plain_loop,
+)
+from perfgate.plain_reuse import find_reusable_plain, plain_reuse_key, refresh_reason
+from perfgate.report import write_history_report
+from perfgate.results import Measurement, ModeResult, RunContext, RunRecord
+from perfgate.store import (
+    check_history,
+    close_history,
+    database_errors,
+    open_history,
+    record_run,
+)
 
 
 @dataclass(frozen=True)
@@ -36,11 +52,18 @@ class GateOptions:
     profile: str | None = None
     report: str | None = None  # "" writes no report
     gate: bool = True  # False: measure and record, judge nothing (to make a first baseline)
+    refresh_plain: bool = False  # measure the plain twin even where the history has one
 
 
 @dataclass
 class ScenarioRun:
-    """One scenario in one session, measured one server at a time, each server once."""
+    """One scenario in one session, measured one server at a time, each server once.
+
+    While the gate finds a verdict inconclusive the scenario is measured again (a fresh
+    launch of both servers), up to the scenario's ``max_runs``: ``reruns`` holds those runs
+    and ``looks`` the verdicts after each run, so every run is recorded with the verdicts it
+    led to.
+    """
 
     scenario: Scenario
     profile: str
@@ -49,6 +72,13 @@ class ScenarioRun:
     results: dict[str, ModeResult] = field(default_factory=dict)
     error: PerfgateError | None = None
     verdicts: list[Verdict] | None = None
+    reruns: list[Measurement] = field(default_factory=list)
+    looks: list[list[Verdict]] = field(default_factory=list)
+    # Where reused plain figures come from (None: always measure), and why not, if not.
+    plain_source: Callable[[Scenario, Preflight], ModeResult | None] | None = None
+    plain_note: str | None = None  # why the plain twin was measured although it may be reused
+    config_file: Path | None = None
+    _checked: Preflight | None = None
     _measurement: Measurement | None = None
 
     def mode_result(self, mode: Mode, timed_loop: TimedLoop = plain_loop) -> ModeResult:
@@ -57,11 +87,34 @@ class ScenarioRun:
             raise self.error
         if mode not in self.results:
             try:
-                self.results[mode] = measure_mode(self.scenario, mode, self.workdir, timed_loop)
+                self.results[mode] = self._reused(mode) or self._measure(mode, timed_loop)
             except PerfgateError as error:
                 self.error = error
                 raise
         return self.results[mode]
+
+    def checked(self) -> Preflight:
+        """The machine checks, run once before the first server starts."""
+        if self._checked is None:
+            self._checked = preflight(self.scenario, self.config_file)
+        return self._checked
+
+    def _reused(self, mode: Mode) -> ModeResult | None:
+        if mode != "plain" or self.plain_source is None:
+            return None
+        found = self.plain_source(self.scenario, self.checked())
+        if found is None:
+            self.plain_note = "no run with the same plain fingerprint within plain_max_age_h"
+        return found
+
+    def _measure(
+        self, mode: Mode, timed_loop: TimedLoop, workdir: Path | None = None
+    ) -> ModeResult:
+        checked = self.checked()
+        result = measure_mode(self.scenario, mode, workdir or self.workdir, timed_loop, checked)
+        if mode == "plain":
+            result = replace(result, reuse_key=reuse_key_for(self.scenario, checked))
+        return result
 
     def measurement(self) -> Measurement:
         if self._measurement is None:
@@ -70,6 +123,50 @@ class ScenarioRun:
                 self.scenario, self.profile, plain, spec, self.started_at
             )
         return self._measurement
+
+    def measurements(self) -> list[Measurement]:
+        """Every run of this scenario so far: the first, then those measured again."""
+        return [self.measurement(), *self.reruns]
+
+    def measure_again(self) -> Measurement:
+        """Launch both servers afresh and measure once more (untimed by pytest-benchmark)."""
+        measurement = self._fresh_measurement(self.workdir / f"run-{len(self.reruns) + 2}")
+        self.reruns.append(measurement)
+        return measurement
+
+    def _fresh_measurement(self, folder: Path) -> Measurement:
+        started = datetime.now(UTC)
+        plain = self._reused("plain") or self._measure("plain", plain_loop, folder)
+        spec = self._measure("spec", plain_loop, folder)
+        return assemble_measurement(self.scenario, self.profile, plain, spec, started)
+
+    def judge(self, baseline: Baseline, alpha: float) -> list[Verdict]:
+        """Judge against ``baseline``, measuring again while inconclusive, up to the budget.
+
+        A run that fails while measuring again ends the loop: the verdicts so far stand
+        (inconclusive) and the failure is kept in ``error``.
+        """
+        while True:
+            measured = self.measurements()
+            final = len(measured) >= self.scenario.max_runs
+            verdicts = judge_measurements(measured, baseline, alpha=alpha, final=final)
+            self.looks.append(verdicts)
+            if final or all(v.status is not Status.INCONCLUSIVE for v in verdicts):
+                return verdicts
+            try:
+                self.measure_again()
+            except PerfgateError as error:
+                self.error = error
+                return verdicts
+
+    def records(self, context: RunContext) -> list[RunRecord]:
+        """One record per measured run, each with the verdicts judged after it."""
+        records = []
+        for index, measurement in enumerate(self.measurements()):
+            verdicts = tuple(self.looks[index]) if index < len(self.looks) else ()
+            status = overall_status(verdicts, measurement.equivalence.ok)
+            records.append(RunRecord(measurement, context, verdicts, status))
+        return records
 
 
 class GateSession:
@@ -83,17 +180,23 @@ class GateSession:
         if options.engine:
             selected = [s.with_engine(options.engine) for s in selected]
         self.scenarios = {s.name: s for s in selected}
+        for scenario in selected:  # refuse what SGLang would refuse, before anything starts
+            check_scenario(scenario, self.config.path)
         self.profile = options.profile or default_profile(detect_gpus())
         self.baselines_dir = (
             Path(options.baselines).resolve() if options.baselines else self.config.baselines_dir
         )
+        self.history_url = (
+            resolve_sqlite_url(options.db, self.cwd) if options.db else self.config.history_url
+        )
+        check_history(self.history_url)  # a wrong or unreachable history fails before measuring
         self.baselines: dict[str, Baseline] = {}
         if options.gate:
             for name in self.scenarios:
                 self.baselines[name] = load_baseline(self.baseline_file(name))
-        self.history_url = (
-            resolve_sqlite_url(options.db, self.cwd) if options.db else self.config.history_url
-        )
+        # The session's false-alarm level, split evenly among the gated scenarios (Bonferroni);
+        # inside a scenario, Holm's procedure splits it among the gated metrics.
+        self.alpha = self.config.alpha / max(len(self.baselines), 1)
         self.report_path = _report_path(options.report, self.config.path.parent)
         stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S")
         self.workdir = self.config.path.parent / ".perfgate" / "runs" / stamp
@@ -106,39 +209,89 @@ class GateSession:
 
     def run_for(self, name: str) -> ScenarioRun:
         if name not in self.runs:
-            self.runs[name] = ScenarioRun(self.scenarios[name], self.profile, self.workdir / name)
+            run = ScenarioRun(
+                self.scenarios[name],
+                self.profile,
+                self.workdir / name,
+                config_file=self.config.path,
+            )
+            run.plain_source = self._plain_source(run)
+            self.runs[name] = run
         return self.runs[name]
 
+    def _plain_source(self, run: ScenarioRun) -> Callable[..., ModeResult | None] | None:
+        if run.scenario.plain_max_age_h is None:
+            return None
+        branch = detect_context(self.config.path.parent).branch
+        run.plain_note = refresh_reason(run.scenario, self.options.refresh_plain, branch)
+        if run.plain_note is not None:
+            return None
+
+        def reusable(scenario: Scenario, checked: Preflight) -> ModeResult | None:
+            key = reuse_key_for(scenario, checked)
+            sessions = open_history(self.history_url)
+            try:
+                with database_errors(sessions):
+                    return find_reusable_plain(sessions, scenario, key)
+            finally:
+                close_history(sessions)
+
+        return reusable
+
     def verdicts(self, name: str) -> list[Verdict]:
-        """Judge the scenario's measurement against its baseline (once; later calls reuse it)."""
+        """Judge the scenario against its baseline (once; later calls reuse the verdicts).
+
+        Inconclusive verdicts make the scenario measure again, up to its ``max_runs``.
+        """
         run = self.run_for(name)
         if run.verdicts is None:
             baseline = self.baselines.get(name)
-            run.verdicts = judge_measurement(run.measurement(), baseline) if baseline else []
+            run.verdicts = run.judge(baseline, self.alpha) if baseline else []
         return run.verdicts
 
     def finish(self) -> ExitCode:
-        """Record every measured scenario in one transaction, write the report, return the code."""
+        """Record every measured run in one transaction, write the report, return the code.
+
+        The code follows each scenario's last run (its verdicts are the final ones) and any
+        run whose outputs were not equivalent.
+        """
         context = detect_context(self.config.path.parent)
         for name, run in self.runs.items():
-            if run.error is None and len(run.results) == 2:
-                verdicts = self.verdicts(name)
-                status = overall_status(verdicts, run.measurement().equivalence.ok)
-                self.records.append(RunRecord(run.measurement(), context, tuple(verdicts), status))
+            if len(run.results) == 2:
+                if run.error is None:
+                    self.verdicts(name)
+                self.records += run.records(context)
         if self.records:
             self._record_and_report()
         errors = [run.error for run in self.runs.values() if run.error is not None]
-        codes = [e.exit_code for e in errors] + [exit_code(r.status) for r in self.records]
+        codes = [e.exit_code for e in errors] + [exit_code(r.status) for r in self.final_records()]
+        if any(not r.measurement.equivalence.ok for r in self.records):
+            codes.append(ExitCode.REGRESSION)
         self.exit_code = max(codes, key=_severity, default=ExitCode.PASS)
         return self.exit_code
 
+    def final_records(self) -> list[RunRecord]:
+        """Each scenario's last recorded run: the one whose verdicts are final."""
+        last = {r.measurement.scenario: r for r in self.records}
+        return list(last.values())
+
     def _record_and_report(self) -> None:
         sessions = open_history(self.history_url)
-        with sessions.begin() as session:
-            self.records = [replace(r, id=record_run(session, r)) for r in self.records]
-        if self.report_path is not None:
-            with sessions() as session:
-                write_report(self.report_path, list_runs(session))
+        try:
+            with database_errors(sessions), sessions.begin() as session:
+                self.records = record_linked(session, self.records)
+            if self.report_path is not None:
+                with database_errors(sessions), sessions() as session:
+                    write_history_report(self.report_path, session)
+        finally:
+            close_history(sessions)
+
+
+def reuse_key_for(scenario: Scenario, checked: Preflight) -> str:
+    """The plain twin's reuse key, from what the preflight found installed."""
+    engine_version = checked.engine_version or perfgate_version()  # embedded: perfgate's own
+    torch_version = checked.installed.torch if checked.installed else None
+    return plain_reuse_key(scenario, engine_version, torch_version, detect_gpus())
 
 
 def _report_path(option: str | None, root: Path) -> Path | None:
@@ -158,11 +311,15 @@ def _severity(code: ExitCode) -> int:
     return order.index(code)
 
 
-def judge_measurement(measurement: Measurement, baseline: Baseline) -> list[Verdict]:
-    """The gate's verdicts for a measurement against a baseline (pure)."""
-    differences = diff_fingerprints(baseline.fingerprint, measurement.fingerprint)
-    if differences:
-        return gate.incomparable(baseline.gated, differences)
-    return gate.judge_samples(
-        measurement.samples(), baseline.metric_runs(), baseline.tolerances, baseline.gated
-    )
+def record_linked(session: Session, records: list[RunRecord]) -> list[RunRecord]:
+    """Record runs in order; each run's verdicts name the earlier runs judged with it."""
+    recorded: list[RunRecord] = []
+    earlier: dict[str, list[int]] = {}
+    for record in records:
+        ids = earlier.setdefault(record.measurement.scenario, [])
+        verdicts = tuple(replace(v, with_runs=tuple(ids)) for v in record.verdicts)
+        linked = replace(record, verdicts=verdicts)
+        run_id = record_run(session, linked)
+        ids.append(run_id)
+        recorded.append(replace(linked, id=run_id))
+    return recorded

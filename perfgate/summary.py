@@ -1,47 +1,101 @@
-"""Verdicts as text: the table printed at the end of a run."""
+"""Verdicts as text and as JSON: the table printed at the end of a run, and `--json`."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
 
 from perfgate.errors import PerfgateError
-from perfgate.gate.verdict import Verdict
+from perfgate.gate.verdict import Status, Verdict
+from perfgate.judging import EXPLAINED
 from perfgate.results import RunRecord
-from perfgate.session import GateSession
+
+if TYPE_CHECKING:
+    from perfgate.session import GateSession
 
 
 def _number(value: float | None, fmt: str) -> str:
     return "-" if value is None else format(value, fmt)
 
 
+def _interval(v: Verdict) -> str:
+    if v.ci_low is None or v.ci_high is None:
+        return "-"
+    return f"{v.ci_low:+.1%}..{v.ci_high:+.1%}"
+
+
 def render_verdicts(verdicts: Sequence[Verdict]) -> list[str]:
-    """A fixed-width table of verdicts, one metric per line."""
-    lines = [f"  {'metric':<16}{'baseline':>12}{'current':>12}{'change':>9}{'tol':>6}  verdict"]
+    """A fixed-width table of verdicts, one metric per line, explanations under it.
+
+    ``interval`` bounds the change (see perfgate.gate.judge); ``runs`` is current runs over
+    approved runs. Non-passing verdicts get their message; throughput verdicts that
+    regressed or improved get their attribution (``why:``).
+    """
+    lines = [
+        f"  {'metric':<16}{'baseline':>11}{'current':>11}{'change':>8}  {'interval':<15}"
+        f"{'tol':>5}{'runs':>6}  verdict"
+    ]
     for v in verdicts:
+        runs = f"{v.runs}/{v.baseline_runs}" if v.runs is not None else "-"
         tolerance = "-" if v.tolerance is None else f"{v.tolerance:.0%}"
         lines.append(
-            f"  {v.metric:<16}{_number(v.baseline, '.3f'):>12}{_number(v.current, '.3f'):>12}"
-            f"{_number(v.change, '+.1%'):>9}{tolerance:>6}  {v.status.value}"
+            f"  {v.metric:<16}{_number(v.baseline, '.3f'):>11}{_number(v.current, '.3f'):>11}"
+            f"{_number(v.change, '+.1%'):>8}  {_interval(v):<15}{tolerance:>5}{runs:>6}"
+            f"  {v.status.value}"
         )
-        if v.status.value not in ("pass", "improvement"):
+        if v.status not in (Status.PASS, Status.IMPROVEMENT):
             lines.append(f"  {'':<16}{v.message}")
+        lines += _why(v)
     return lines
 
 
-def render_record(record: RunRecord) -> list[str]:
-    """A run's headline, verdict table and equivalence line."""
+def _why(v: Verdict) -> list[str]:
+    if v.metric not in EXPLAINED or v.status not in (Status.REGRESSION, Status.IMPROVEMENT):
+        return []
+    if v.attribution is None:
+        return [f"  {'':<16}why: unknown, no phase timings on one side (see `baseline show`)"]
+    return [f"  {'':<16}why: {v.attribution.summary}"]
+
+
+def render_record(record: RunRecord, plain_note: str | None = None) -> list[str]:
+    """A run's headline, verdict table, equivalence line, and where its plain figures came
+    from when the scenario allows reusing them (`plain_note`: why they were measured)."""
     m = record.measurement
-    lines = [f"{m.scenario} on {m.profile}: run #{record.id} {record.status.value.upper()}"]
+    head = f"{m.scenario} on {m.profile}: run #{record.id} {record.status.value.upper()}"
+    earlier = next((v.with_runs for v in record.verdicts if v.with_runs), ())
+    if earlier:
+        head += f" (judged with run {', '.join(f'#{i}' for i in earlier)})"
+    lines = [head]
     lines += render_verdicts(record.verdicts) if record.verdicts else ["  no verdicts (not gated)"]
     lines.append(f"  equivalence: {m.equivalence.summary()}")
+    if m.plain.reused_from is not None:
+        lines.append(
+            f"  plain twin: figures reused from run #{m.plain.reused_from} (same plain "
+            "fingerprint, within plain_max_age_h); --refresh-plain measures it again"
+        )
+    elif plain_note is not None:
+        lines.append(f"  plain twin: measured ({plain_note})")
     return lines
 
 
 def render_terminal_summary(session: GateSession, error: PerfgateError | None) -> list[str]:
-    """Everything the session has to say at its end."""
+    """Everything the session has to say at its end.
+
+    A scenario measured more than once (its first verdicts were inconclusive) shows one line
+    per earlier run, then its last run in full.
+    """
     lines: list[str] = []
+    final = {id(r) for r in session.final_records()}
     for record in session.records:
-        lines += render_record(record)
+        if id(record) in final:
+            run = session.runs.get(record.measurement.scenario)
+            lines += render_record(record, run.plain_note if run else None)
+        else:
+            m = record.measurement
+            lines.append(
+                f"{m.scenario} on {m.profile}: run #{record.id} {record.status.value}, "
+                "measured again"
+            )
     for name, run in session.runs.items():
         if run.error is not None:
             lines.append(f"{name}: not measured: {run.error}")
@@ -53,3 +107,31 @@ def render_terminal_summary(session: GateSession, error: PerfgateError | None) -
         lines.append(f"history: {session.history_url}")
     lines.append(f"perfgate exit code: {int(session.exit_code)}")
     return lines
+
+
+def verdicts_document(
+    records: Sequence[RunRecord],
+    verdicts: Sequence[Verdict],
+    status: Status,
+    exit_code: int,
+    baseline_path: str | None,
+) -> dict[str, Any]:
+    """The JSON document of `perfgate gate --json`: the runs judged and every verdict."""
+    m = records[-1].measurement
+    return {
+        "scenario": m.scenario,
+        "profile": m.profile,
+        "runs": [r.id for r in records],
+        "baseline": baseline_path,
+        "status": status.value,
+        "exit_code": exit_code,
+        "verdicts": [v.to_dict() for v in verdicts],
+        "equivalence": [
+            {
+                "run": r.id,
+                "ok": r.measurement.equivalence.ok,
+                "summary": r.measurement.equivalence.summary(),
+            }
+            for r in records
+        ],
+    }

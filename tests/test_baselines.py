@@ -18,6 +18,7 @@ def _approve(existing=None, fingerprint=None, run_id=1):  # type: ignore[no-unty
         scenario="tiny",
         fingerprint=fingerprint or {"gpu": "none"},
         samples={"output_tok_s": [100.0, 101.0], "verify_ms": [5.0, 5.1]},
+        phase_ms={"spec": {"verify": (5.2, 5.3), "cycle": (7.0, 7.1)}, "plain": {"cycle": (3.0,)}},
         tolerances={"output_tok_s": 0.05, "verify_ms": 0.1},
         gated=["output_tok_s", "verify_ms"],
         run_id=run_id,
@@ -34,6 +35,8 @@ def test_written_file_loads_back(tmp_path: Path) -> None:
     loaded = load_baseline(path)
     assert loaded.runs == baseline.runs and loaded.tolerances == baseline.tolerances
     assert loaded.metric_runs()["output_tok_s"] == [(100.0, 101.0)]
+    assert loaded.phase_runs("spec") == [{"verify": (5.2, 5.3), "cycle": (7.0, 7.1)}]
+    assert loaded.schema_version == 2
     text = path.read_text()
     assert text == dump_baseline(baseline)
     assert list(json.loads(text)) == sorted(json.loads(text)), "keys are sorted for diffs"
@@ -52,6 +55,13 @@ def test_keeps_the_last_k_runs_and_restarts_on_a_new_environment() -> None:
     ("mutate", "field"),
     [
         (lambda d: d.update(schema_version=99), "schema_version"),
+        (lambda d: d.update(schema_version="2"), "schema_version"),
+        (lambda d: d["runs"][0].pop("phase_ms"), "runs[0].phase_ms"),
+        (lambda d: d["runs"][0]["phase_ms"].update(gpu={}), "runs[0].phase_ms.gpu"),
+        (
+            lambda d: d["runs"][0]["phase_ms"]["spec"].update(verify=[-1]),
+            "runs[0].phase_ms.spec.verify",
+        ),
         (lambda d: d["tolerances"].update(output_tok_s=3), "tolerances.output_tok_s"),
         (
             lambda d: d["runs"][0]["samples"].update(output_tok_s=["fast"]),
@@ -78,3 +88,29 @@ def test_missing_and_malformed_files(tmp_path: Path) -> None:
     (tmp_path / "bad.json").write_text("{ not json")
     with pytest.raises(ConfigError, match="is not valid JSON"):
         load_baseline(tmp_path / "bad.json")
+
+
+def test_a_schema_1_file_is_read_without_phases_and_rewritten_as_schema_2(tmp_path: Path) -> None:
+    document = json.loads(dump_baseline(_approve()))
+    document["schema_version"] = 1
+    for run in document["runs"]:
+        del run["phase_ms"]
+    path = tmp_path / "old.json"
+    path.write_text(json.dumps(document))
+    old = load_baseline(path)
+    assert old.schema_version == 1 and old.phase_runs("spec") == []
+    assert old.metric_runs()["verify_ms"] == [(5.0, 5.1)]
+    write_baseline(old, path)
+    assert json.loads(path.read_text())["schema_version"] == 2
+    assert load_baseline(path).runs[0].phase_ms == {}
+
+
+def test_a_newer_schema_is_refused_with_the_fix(tmp_path: Path) -> None:
+    document = json.loads(dump_baseline(_approve()))
+    document["schema_version"] = 3
+    path = tmp_path / "new.json"
+    path.write_text(json.dumps(document))
+    with pytest.raises(
+        ConfigError, match=r"schema_version: is 3, this perfgate reads 1, 2; upgrade"
+    ):
+        load_baseline(path)

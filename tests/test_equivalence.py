@@ -1,33 +1,106 @@
-"""The equivalence rule: token-exact, with the first divergence reported."""
+"""The equivalence rule on constructed cases: matches, near ties, and real bugs."""
 
 from __future__ import annotations
 
 import pytest
 
-from perfgate.equivalence import compare_outputs
+from perfgate.equivalence import Outcome, compare_outputs, divergence_margin
+
+PLAIN = list(range(100, 200))  # 100 tokens
+
+
+def tops(
+    position: int, ranked: list[tuple[float, int]], length: int = 100
+) -> list[list[tuple[float, int]]]:
+    """Plain top logprobs: a confident choice everywhere, `ranked` at `position`."""
+    result = [[(-0.01, PLAIN[i]), (-5.0, 7)] for i in range(length)]
+    result[position] = ranked
+    return result
 
 
 def test_identical_outputs_pass() -> None:
     report = compare_outputs([[1, 2, 3], [4]], [[1, 2, 3], [4]])
     assert report.ok
     assert report.summary() == "2/2 prompts token-identical"
+    assert report.checked_share == 1.0
 
 
-def test_first_divergence_is_reported_even_late() -> None:
-    plain = list(range(100))
-    spec = [*plain[:97], 999, 98, 99]
-    report = compare_outputs([plain, spec], [plain, plain])
+def test_a_near_tie_is_reported_with_its_margin_and_allowed() -> None:
+    spec = [*PLAIN[:40], 999, *range(500, 559)]
+    ranked = [(-0.693, PLAIN[40]), (-0.701, 999), (-4.0, 3)]
+    report = compare_outputs(
+        [spec, PLAIN], [PLAIN, PLAIN], [tops(40, ranked), []], max_near_tie_share=0.5
+    )
+    assert report.ok
+    (tie,) = report.near_ties
+    assert (tie.index, tie.first_divergence, tie.spec_token, tie.plain_token) == (0, 40, 999, 140)
+    assert tie.margin == pytest.approx(0.008)
+    assert tie.outcome is Outcome.NEAR_TIE
+    assert "1 near tie(s) (allowed): prompt 0 parts at token 40" in report.summary()
+    assert report.checked_share == pytest.approx(140 / 200)
+
+
+def test_too_many_near_ties_fail() -> None:
+    spec = [*PLAIN[:10], 999, *PLAIN[11:]]
+    ranked = [(-0.69, PLAIN[10]), (-0.70, 999)]
+    top = tops(10, ranked)
+    report = compare_outputs([spec] * 2, [PLAIN] * 2, [top] * 2, max_near_tie_share=0.4)
+    assert len(report.near_ties) == 2 and not report.diverged
+    assert not report.ok and "(too many)" in report.summary()
+
+
+def test_a_draft_token_the_target_would_not_choose_fails_even_late() -> None:
+    # The bug: at token 97 a draft token was accepted that the target ranks 3 nats below its
+    # own choice. Every other prompt matches or parts at an allowed near tie.
+    buggy = [*PLAIN[:97], 555, *PLAIN[98:]]
+    ranked = [(-0.05, PLAIN[97]), (-3.05, 555)]
+    near = [*PLAIN[:5], 999, *PLAIN[6:]]
+    report = compare_outputs(
+        [buggy, near, PLAIN, PLAIN],
+        [PLAIN] * 4,
+        [tops(97, ranked), tops(5, [(-0.69, PLAIN[5]), (-0.70, 999)]), [], []],
+        max_near_tie_share=0.5,
+    )
     assert not report.ok
-    (bad,) = report.mismatches
-    assert (bad.index, bad.first_divergence, bad.spec_token, bad.plain_token) == (1, 97, 999, 97)
-    assert "prompt 1 parts at token 97" in report.summary()
+    (bug,) = report.diverged
+    assert (bug.index, bug.first_divergence, bug.spec_token) == (0, 97, 555)
+    assert bug.margin == pytest.approx(3.0) and not bug.margin_is_bound
+    assert "1 diverged: prompt 0 parts at token 97 (spec 555, plain 197, margin 3)" in (
+        report.summary()
+    )
 
 
-def test_a_shorter_output_is_a_mismatch() -> None:
-    report = compare_outputs([[1, 2]], [[1, 2, 3]])
+def test_a_token_outside_the_top_list_fails_with_a_lower_bound() -> None:
+    spec = [*PLAIN[:3], 12345, *PLAIN[4:]]
+    report = compare_outputs([spec], [PLAIN], [tops(3, [(-0.01, PLAIN[3]), (-0.05, 8)])])
+    (bad,) = report.diverged
+    assert bad.margin == pytest.approx(0.04) and bad.margin_is_bound
+    assert "margin >0.04" in report.summary()
+
+
+def test_without_logprobs_a_divergence_fails() -> None:
+    spec = [*PLAIN[:3], 999, *PLAIN[4:]]
+    report = compare_outputs([spec], [PLAIN])
+    assert not report.ok
+    assert "no logprobs" in report.summary()
+
+
+def test_a_shorter_output_is_a_divergence_not_a_near_tie() -> None:
+    report = compare_outputs([[1, 2]], [[1, 2, 3]], [[[], [], [(-0.1, 3), (-0.1, 9)]]])
     assert not report.ok
     assert report.prompts[0].first_divergence == 2
-    assert report.prompts[0].spec_token is None and report.prompts[0].plain_token == 3
+    assert report.prompts[0].spec_token is None and report.prompts[0].plain_token is None
+
+
+def test_the_margin_reads_the_reference_list() -> None:
+    # The reference pass itself preferred the speculative token: an unstable position.
+    assert divergence_margin([(-0.60, 9), (-0.61, 4)], spec_token=9, plain_token=4) == (
+        pytest.approx(-0.01),
+        False,
+    )
+    # The list belongs to another context: the plain token is not in it.
+    assert divergence_margin([(-0.6, 9), (-0.7, 8)], spec_token=9, plain_token=4) == (None, False)
+    assert divergence_margin([], 1, 2) == (None, False)
 
 
 def test_prompt_counts_must_agree() -> None:

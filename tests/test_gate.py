@@ -1,40 +1,183 @@
-"""The gate v0: relative change against the tolerance, in the metric's own direction."""
+"""The gate's statistics on seeded synthetic runs: a few properties pinned, cheaply.
+
+The verdict-quality figures (false alarms, detection, runs per verdict over many noise
+shapes) come from `benchmarks/gate_quality.py`; these tests pin the behaviour it relies on.
+"""
 
 from __future__ import annotations
 
+import math
+import random
+
+import pytest
+
 from perfgate.errors import ExitCode
-from perfgate.gate import Status, judge_metric, judge_samples, overall_status
-from perfgate.gate.verdict import Verdict, exit_code
+from perfgate.gate import (
+    Status,
+    Verdict,
+    estimate_change,
+    exit_code,
+    holm_levels,
+    judge_metric,
+    judge_runs,
+    overall_status,
+)
+from perfgate.gate.stats import median, pooled_pairwise_sd, t_cdf, t_ppf
 
-BASE = [[100.0, 101.0, 99.0], [100.5, 99.5, 100.0]]
+
+def runs(
+    seed: int,
+    count: int,
+    level: float = 100.0,
+    within: float = 0.003,
+    between: float = 0.002,
+    repeats: int = 5,
+) -> list[list[float]]:
+    """`count` runs of `repeats` values around `level` (sds of the log: 0.003 ~ 0.3%)."""
+    rng = random.Random(seed)
+    result = []
+    for _ in range(count):
+        shift = rng.gauss(0.0, between)
+        result.append([level * math.exp(shift + rng.gauss(0.0, within)) for _ in range(repeats)])
+    return result
 
 
-def test_throughput_drop_beyond_tolerance_is_a_regression() -> None:
-    verdict = judge_metric("output_tok_s", BASE, [90.0, 91.0, 89.0], tolerance=0.05)
+BASE = runs(seed=1, count=5)
+
+
+def test_a_10_percent_drop_at_3_percent_tolerance_is_a_regression() -> None:
+    verdict = judge_metric("output_tok_s", BASE, runs(2, 1, level=90.0), 0.03)
     assert verdict.status is Status.REGRESSION
-    assert verdict.change is not None and abs(verdict.change + 0.10) < 0.005
+    assert verdict.change is not None and abs(verdict.change + 0.10) < 0.01
+    # The interval lies wholly beyond the tolerance: that is what a regression claims.
+    assert verdict.ci_low is not None and verdict.ci_high is not None
+    assert verdict.ci_low < verdict.change < verdict.ci_high < -0.03
+    assert verdict.runs == 1 and verdict.baseline_runs == 5
 
 
-def test_change_inside_tolerance_passes() -> None:
-    assert judge_metric("output_tok_s", BASE, [97.0, 98.0, 96.5], 0.05).status is Status.PASS
+def test_no_change_passes() -> None:
+    for seed in range(10, 20):
+        verdict = judge_metric("output_tok_s", BASE, runs(seed, 1), 0.03)
+        assert verdict.status is Status.PASS, verdict.message
+
+
+def test_a_small_but_certain_change_inside_the_tolerance_passes() -> None:
+    # -1.5% on quiet runs is "different" to any significance test; it is within 3%.
+    verdict = judge_metric("output_tok_s", BASE, runs(3, 1, level=98.5), 0.03)
+    assert verdict.status is Status.PASS
+    assert verdict.ci_high is not None and verdict.ci_high < 0, "the change itself is certain"
 
 
 def test_direction_is_the_metrics_own() -> None:
-    # verify_ms is better lower: +10% is a regression, -10% an improvement.
-    assert judge_metric("verify_ms", BASE, [110.0, 111.0], 0.05).status is Status.REGRESSION
-    assert judge_metric("verify_ms", BASE, [90.0, 89.0], 0.05).status is Status.IMPROVEMENT
-    assert judge_metric("output_tok_s", BASE, [110.0, 111.0], 0.05).status is Status.IMPROVEMENT
+    assert judge_metric("verify_ms", BASE, runs(4, 1, 110.0), 0.03).status is Status.REGRESSION
+    assert judge_metric("verify_ms", BASE, runs(4, 1, 90.0), 0.03).status is Status.IMPROVEMENT
+    assert judge_metric("output_tok_s", BASE, runs(4, 1, 110.0), 0.03).status is Status.IMPROVEMENT
 
 
-def test_one_slow_repeat_does_not_move_the_median() -> None:
-    assert judge_metric("output_tok_s", BASE, [100.0, 20.0, 101.0], 0.05).status is Status.PASS
+def test_slow_repeats_do_not_make_a_regression() -> None:
+    current = runs(5, 1)
+    current[0][1] *= 0.6  # one repeat of five hit by something slow: the median holds
+    assert judge_metric("output_tok_s", BASE, current, 0.03).status is Status.PASS
+    current[0][3] *= 0.7  # two of five: the run's repeats disagree, so it is not trusted alone
+    twice = judge_metric("output_tok_s", BASE, current, 0.03, final=False)
+    assert twice.status is Status.INCONCLUSIVE
+
+
+def test_the_spread_between_runs_sets_the_error_not_the_repeats() -> None:
+    # Quiet repeats (0.1%), but every server launch lands 2% apart: a 4% drop in one run is
+    # not proof of a 3%+ regression. A test on the repeats alone would call it certain.
+    base = runs(6, 5, within=0.001, between=0.02)
+    estimate = estimate_change(base, runs(7, 1, level=96.0, within=0.001, between=0.0))
+    assert estimate is not None and estimate.between_run_sd is not None
+    assert estimate.between_run_sd > 5 * (estimate.within_run_sd or 0.0)
+    verdict = judge_metric(
+        "output_tok_s", base, runs(7, 1, level=96.0, within=0.001, between=0.0), 0.03
+    )
+    assert verdict.status is not Status.REGRESSION
+
+
+def test_an_undecided_metric_asks_for_another_run_then_decides() -> None:
+    base = runs(8, 5, within=0.003, between=0.006)
+    current = runs(9, 1, level=96.8, within=0.003, between=0.006)
+    first = judge_metric("output_tok_s", base, current, 0.03, final=False)
+    assert first.status is Status.INCONCLUSIVE
+    assert "crosses the tolerance" in first.message
+    three = [*current, *runs(10, 2, level=96.8, within=0.003, between=0.006)]
+    last = judge_metric("output_tok_s", base, three, 0.03, final=True)
+    assert last.runs == 3
+    assert last.status in (Status.REGRESSION, Status.PASS)
+    if "decided on the estimate" not in last.message:
+        assert last.ci_high is not None and last.ci_low is not None
+        assert last.ci_high < -0.03 or last.ci_low > -0.03
+
+
+def test_too_noisy_for_the_tolerance_stays_inconclusive() -> None:
+    base = runs(11, 5, between=0.05)
+    current = runs(12, 3, level=97.0, between=0.05)
+    verdict = judge_metric("output_tok_s", base, current, 0.03, final=True)
+    assert verdict.status is Status.INCONCLUSIVE
+
+
+def test_one_run_each_side_uses_the_repeats_and_says_so() -> None:
+    verdict = judge_metric("output_tok_s", BASE[:1], runs(13, 1, level=80.0), 0.03)
+    assert verdict.status is Status.REGRESSION
+    assert "approve more baseline runs" in verdict.message
+    # Before the budget is spent, such a regression is confirmed by another run first.
+    early = judge_metric("output_tok_s", BASE[:1], runs(13, 1, level=80.0), 0.03, final=False)
+    assert early.status is Status.INCONCLUSIVE and "confirmed by another run" in early.message
+    confirmed = judge_metric("output_tok_s", BASE[:1], runs(13, 2, level=80.0), 0.03, final=False)
+    assert confirmed.status is Status.REGRESSION
+    single = judge_metric("output_tok_s", [[100.0]], [[80.0]], 0.03, final=True)
+    assert single.status is Status.INCONCLUSIVE  # nothing tells how noisy one value is
+    exact = judge_metric("accept_length", [[2.6] * 5], [[2.6] * 5], 0.03, final=False)
+    assert exact.status is Status.PASS  # a deterministic metric that did not move
 
 
 def test_missing_samples_are_errors_not_passes() -> None:
-    verdicts = judge_samples(
-        {"output_tok_s": [1.0]}, {"output_tok_s": BASE}, {}, ["output_tok_s", "verify_ms"]
+    verdicts = judge_runs(
+        {"output_tok_s": BASE, "verify_ms": []},
+        {"output_tok_s": runs(14, 1), "accept_length": [[float("nan")] * 5]},
+        {},
+        ["output_tok_s", "verify_ms", "accept_length"],
     )
-    assert [v.status for v in verdicts] == [Status.REGRESSION, Status.ERROR]
+    assert [v.status for v in verdicts] == [Status.PASS, Status.ERROR, Status.ERROR]
+    assert [v.message for v in verdicts[1:]] == [
+        "not measured",
+        "the baseline has no samples",
+    ]
+
+
+def test_holm_tests_the_strongest_evidence_first() -> None:
+    levels = holm_levels({"a": 0.001, "b": 0.02, "c": 0.4}, 0.05)
+    assert levels == {"a": 0.05 / 3, "b": 0.05 / 2, "c": 0.05}
+    assert holm_levels({"a": 0.5, "b": 0.01}, 0.05) == {"b": 0.025, "a": 0.05}
+    # Once one hypothesis is kept, the rest are kept at that same level.
+    kept = holm_levels({"a": 0.001, "b": 0.04, "c": 0.03}, 0.05)
+    assert kept == {"a": 0.05 / 3, "c": 0.025, "b": 0.025}
+
+
+def test_a_family_splits_the_level_among_its_metrics() -> None:
+    gated = ["output_tok_s", "speedup", "accept_length", "verify_ms"]
+    same = {m: runs(20 + i, 1) for i, m in enumerate(gated)}
+    base = {m: runs(30 + i, 5) for i, m in enumerate(gated)}
+    verdicts = judge_runs(base, same, {}, gated, alpha=0.2)
+    assert all(v.status is Status.PASS for v in verdicts)
+    assert sorted(v.alpha for v in verdicts if v.alpha is not None)[0] == pytest.approx(0.05)
+
+
+def test_student_t_matches_tables() -> None:
+    assert t_ppf(0.975, 4) == pytest.approx(2.776445, abs=1e-5)
+    assert t_ppf(0.99, 10) == pytest.approx(2.763769, abs=1e-5)
+    assert t_ppf(0.05, 1) == pytest.approx(-6.313752, abs=1e-5)
+    assert t_cdf(2.0, 5) == pytest.approx(0.9490303, abs=1e-6)
+
+
+def test_the_pooled_spread_is_calibrated_and_ignores_shifts_between_groups() -> None:
+    rng = random.Random(15)
+    groups = [[rng.gauss(10.0 * g, 1.0) for _ in range(5)] for g in range(400)]
+    spread = pooled_pairwise_sd(groups)
+    assert spread is not None and spread[0] == pytest.approx(1.0, rel=0.05)
+    assert median([3.0, 1.0, 2.0, 10.0]) == 2.5
 
 
 def test_overall_status_and_exit_codes() -> None:
@@ -46,3 +189,14 @@ def test_overall_status_and_exit_codes() -> None:
     assert exit_code(Status.PASS) is ExitCode.PASS
     assert exit_code(Status.REGRESSION) is ExitCode.REGRESSION
     assert exit_code(Status.INCONCLUSIVE) is ExitCode.INCONCLUSIVE
+
+
+@pytest.mark.parametrize(
+    "module", ["perfgate.gate.judge", "perfgate.equivalence"], ids=lambda name: name
+)
+def test_the_documented_examples_hold(module: str) -> None:
+    import doctest
+    import importlib
+
+    result = doctest.testmod(importlib.import_module(module))
+    assert result.attempted > 0 and result.failed == 0

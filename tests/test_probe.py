@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -88,3 +89,141 @@ def test_activation_needs_the_variable(monkeypatch: pytest.MonkeyPatch) -> None:
     assert runtime.activate({}) is False
     with pytest.raises(LookupError, match="no probe target table for 'nope'"):
         runtime.activate({runtime.DIR_VARIABLE: "/tmp/x", runtime.TABLE_VARIABLE: "nope"})
+
+
+# --- SGLang's shape: verify nested in the accept method, prefill told apart by the batch ----
+
+
+class Mode:
+    def __init__(self, decode: bool) -> None:
+        self.decode = decode
+
+    def is_decode(self) -> bool:
+        return self.decode
+
+
+class Batch:
+    def __init__(self, decode: bool) -> None:
+        self.forward_mode = Mode(decode)
+
+
+class SpecWorker:
+    """Like EAGLEWorkerV2: verify() runs the target forward, then samples and commits."""
+
+    def forward_batch_generation(self, batch: Batch) -> None:
+        if not batch.forward_mode.is_decode():
+            self.target_forward(0.004)  # prefill: not a verify phase
+            return
+        self.draft(0.002)
+        self.verify(0.010)
+        time.sleep(0.003)  # other
+
+    def draft(self, seconds: float) -> None:
+        time.sleep(seconds)
+
+    def verify(self, seconds: float) -> None:
+        self.target_forward(seconds)
+        time.sleep(0.005)  # sampling and acceptance: the accept phase's own time
+
+    def target_forward(self, seconds: float) -> None:
+        time.sleep(seconds)
+
+
+SPEC_TARGETS = [
+    ProbeTarget(
+        __name__, "SpecWorker", "forward_batch_generation", metrics.CYCLE, "forward_mode.is_decode"
+    ),
+    ProbeTarget(__name__, "SpecWorker", "draft", metrics.DRAFT),
+    ProbeTarget(__name__, "SpecWorker", "verify", metrics.ACCEPT),
+    ProbeTarget(__name__, "SpecWorker", "target_forward", metrics.VERIFY),
+]
+
+
+@pytest.fixture
+def spec_probe(probe_dir: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    for target in SPEC_TARGETS:
+        monkeypatch.setattr(SpecWorker, target.method, SpecWorker.__dict__[target.method])
+    runtime.patch_class(sys.modules[__name__], SPEC_TARGETS)
+    return probe_dir
+
+
+def test_a_nested_phase_is_not_counted_twice(spec_probe: Path) -> None:
+    worker = SpecWorker()
+    worker.forward_batch_generation(Batch(decode=False))
+    for _ in range(2):
+        worker.forward_batch_generation(Batch(decode=True))
+    reader.wait_until_complete(spec_probe, time.time(), timeout_s=5)
+    records = reader.read_records(spec_probe)
+    prefill, *cycles = records
+    assert prefill.kind == "prefill" and set(prefill.ms) == {"prefill"}  # no verify in prefill
+    assert prefill.ms["prefill"] >= 4.0
+    for cycle in cycles:
+        assert cycle.kind == "cycle"
+        assert cycle.ms["verify"] >= 10.0
+        assert cycle.ms["accept"] >= 5.0
+        # Sleeps only overshoot, so only lower bounds are certain. Counted twice, verify's
+        # 10 ms would push the named phases past the cycle minus its 3 ms of `other`.
+        named = cycle.ms["draft"] + cycle.ms["verify"] + cycle.ms["accept"]
+        assert cycle.ms["cycle"] >= named + 3.0
+
+
+def test_phases_of_each_thread_stay_in_its_cycles(spec_probe: Path) -> None:
+    workers = [
+        threading.Thread(target=SpecWorker().forward_batch_generation, args=(Batch(True),))
+        for _ in range(3)
+    ]
+    for worker in workers:
+        worker.start()
+    for worker in workers:
+        worker.join()
+    reader.wait_until_complete(spec_probe, time.time(), timeout_s=5)
+    cycles = [r for r in reader.read_records(spec_probe) if r.kind == "cycle"]
+    assert len(cycles) == 3
+    for c in cycles:
+        assert c.ms["verify"] >= 10.0 and c.ms["accept"] >= 5.0
+        assert c.ms["cycle"] >= c.ms["draft"] + c.ms["verify"] + c.ms["accept"] + 3.0
+
+
+def test_targets_are_chosen_by_release_and_mode() -> None:
+    from perfgate.probe.targets import select_targets
+
+    def names(version: str, mode: str) -> set[str]:
+        return {
+            f"{t.qualname}.{t.method}:{t.phase}" for t in select_targets("sglang", version, mode)
+        }
+
+    old, new = names("0.5.12.post1", "spec"), names("0.5.13", "spec")
+    assert "EAGLEWorker.forward_draft_extend_after_decode:draft_extend" in old
+    assert not any(n.startswith("EAGLEWorker.") for n in new)
+    assert "EagleDraftWorker._draft_extend_for_decode:draft_extend" in new
+    assert "TpModelWorker.forward_batch_generation:verify" in new
+    assert names("0.5.23", "plain") == {"TpModelWorker.forward_batch_generation:cycle"}
+    with pytest.raises(LookupError, match="needs the engine's version"):
+        select_targets("sglang", None, "spec")
+    with pytest.raises(LookupError, match="needs the server's mode"):
+        select_targets("sglang", "0.5.23", None)
+    with pytest.raises(LookupError, match=r"no probe targets in 'sglang' for release 0\.4\.6"):
+        select_targets("sglang", "0.4.6", "spec")
+
+
+def test_the_file_of_an_ended_process_is_complete(tmp_path: Path) -> None:
+    import subprocess
+
+    done = subprocess.run(
+        [sys.executable, "-c", "import os; print(os.getpid())"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    (tmp_path / f"probe-{done.stdout.strip()}.jsonl").write_text(
+        '{"kind": "flushed", "t": 1.0, "pending": 3}\n'
+    )
+    reader.wait_until_complete(tmp_path, time.time(), timeout_s=1)
+
+
+def test_the_server_s_probe_variables() -> None:
+    from perfgate.probe import probe_env
+
+    env = probe_env(Path("/tmp/p"), "sglang", {}, engine_version="0.5.23", mode="spec")
+    assert env["PERFGATE_PROBE_ENGINE_VERSION"] == "0.5.23" and env["PERFGATE_PROBE_MODE"] == "spec"
+    assert env["PYTHONPATH"].endswith("boot")

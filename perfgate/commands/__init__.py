@@ -1,5 +1,17 @@
 """The CLI's commands: each module has `register(subparsers)` and a handler."""
 
-from perfgate.commands import baseline, embedded, history, report, run, servers
+from perfgate.commands import (
+    baseline,
+    ci,
+    db,
+    doctor,
+    embedded,
+    gate,
+    history,
+    report,
+    run,
+    runner,
+    servers,
+)
 
-COMMANDS = (run, servers, baseline, report, history, embedded)
+COMMANDS = (run, servers, gate, baseline, report, history, db, doctor, ci, runner, embedded)

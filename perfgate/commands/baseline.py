@@ -1,50 +1,88 @@
-"""`perfgate baseline`: approve a recorded run into the baselines, or show one."""
+"""`perfgate baseline`: approve recorded runs into the baselines, show one, or migrate old files."""
 
 from __future__ import annotations
 
 import argparse
+import math
 import statistics
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from sqlalchemy.orm import Session
+
 from perfgate import metrics
-from perfgate.baselines import approve_run, baseline_path, load_baseline, write_baseline
+from perfgate.baselines import (
+    SCHEMA_VERSION,
+    Baseline,
+    approve_run,
+    baseline_path,
+    load_baseline,
+    write_baseline,
+)
 from perfgate.commands.common import history_url
-from perfgate.config import load_config
+from perfgate.config import Config, load_config
 from perfgate.errors import ConfigError
 from perfgate.fingerprint import default_profile, detect_gpus, diff_fingerprints
 from perfgate.gate import DEFAULT_TOLERANCE
+from perfgate.gate.attribution import cycle_profile
+from perfgate.gate.estimate import clean_runs
+from perfgate.gate.stats import median, pooled_pairwise_sd
 from perfgate.gate.verdict import Status
 from perfgate.results import RunRecord
 from perfgate.store import load_run, open_history
 
 
 def register(commands: Any) -> None:
-    parser = commands.add_parser("baseline", help="update or show approved baselines")
+    parser = commands.add_parser("baseline", help="update, show or migrate approved baselines")
     actions = parser.add_subparsers(dest="action", metavar="ACTION", required=True)
     update = actions.add_parser(
         "update",
-        help="append a recorded run to its scenario's baseline",
-        description="Append a recorded run to baselines/<profile>/<scenario>.json, keeping the "
+        help="append recorded runs to their scenario's baseline",
+        description="Append recorded runs to baselines/<profile>/<scenario>.json, keeping the "
         "last K approved runs. Tolerances and gated metrics come from the scenario's config. "
         "Refuses runs that failed equivalence, were incomparable, inconclusive or errors, or "
         "come from a dirty tree, unless --force.",
     )
-    update.add_argument("--run", type=int, required=True, metavar="ID", help="run id in history")
+    update.add_argument(
+        "--run",
+        type=int,
+        required=True,
+        action="append",
+        metavar="ID",
+        help="run id in the history; repeat to approve several runs of one scenario",
+    )
     update.add_argument("--approved-by", required=True, metavar="NAME")
     update.add_argument("--reason", required=True, metavar="TEXT")
     update.add_argument("--force", action="store_true", help="approve despite the refusals")
-    update.add_argument("--config", metavar="PATH")
-    update.add_argument("--db", metavar="URL")
-    update.add_argument("--baselines", metavar="DIR")
+    _add_paths(update, db=True)
     update.set_defaults(handler=handle_update)
 
     show = actions.add_parser("show", help="print a baseline")
     show.add_argument("--scenario", required=True, metavar="NAME")
     show.add_argument("--profile", metavar="NAME")
-    show.add_argument("--config", metavar="PATH")
-    show.add_argument("--baselines", metavar="DIR")
+    _add_paths(show, db=False)
     show.set_defaults(handler=handle_show)
+
+    migrate = actions.add_parser(
+        "migrate",
+        help=f"rewrite older baseline files as schema {SCHEMA_VERSION}",
+        description="Rewrite every baseline file of an older schema in the current one. Phase "
+        "means (for attribution) are filled in from the history for the runs it still holds.",
+    )
+    _add_paths(migrate, db=True)
+    migrate.set_defaults(handler=handle_migrate)
+
+
+def _add_paths(parser: argparse.ArgumentParser, *, db: bool) -> None:
+    parser.add_argument("--config", metavar="PATH")
+    parser.add_argument("--baselines", metavar="DIR")
+    if db:
+        parser.add_argument("--db", metavar="URL")
+
+
+def _baselines_dir(args: argparse.Namespace, config: Config) -> Path:
+    return Path(args.baselines) if args.baselines else config.baselines_dir
 
 
 def _refusals(record: RunRecord, current_fingerprint: dict[str, str] | None) -> list[str]:
@@ -67,64 +105,153 @@ def _refusals(record: RunRecord, current_fingerprint: dict[str, str] | None) -> 
     return reasons
 
 
-def handle_update(args: argparse.Namespace, _rest: list[str]) -> int:
-    config = load_config(args.config)
+def _load_records(args: argparse.Namespace) -> list[RunRecord]:
     sessions = open_history(history_url(args))
     with sessions() as session:
-        record = load_run(session, args.run)
-    m = record.measurement
-    directory = Path(args.baselines) if args.baselines else config.baselines_dir
-    path = baseline_path(directory, m.profile, m.scenario)
-    existing = load_baseline(path) if path.exists() else None
-    refusals = _refusals(record, dict(existing.fingerprint) if existing else None)
-    if refusals and not args.force:
+        records = [load_run(session, run_id) for run_id in args.run]
+    targets = {(r.measurement.profile, r.measurement.scenario) for r in records}
+    if len(targets) > 1:
+        listed = ", ".join(f"{scenario} on {profile}" for profile, scenario in sorted(targets))
         raise ConfigError(
-            f"run {args.run} cannot be approved: {'; '.join(refusals)}",
+            f"the runs belong to different baselines ({listed})",
             field="--run",
-            fix="choose another run, or pass --force if a reviewer accepts this",
+            fix="approve the runs of one scenario and profile at a time",
         )
-    # Tolerances and gated metrics are reviewed with the baseline: taken from the scenario's
-    # config when it still exists, else kept from the existing file.
-    scenario = config.scenarios.get(m.scenario)
-    if scenario is not None:
-        tolerances, gated = dict(scenario.tolerances), scenario.gated
+    return records
+
+
+def _gating(
+    config: Config, scenario: str, existing: Baseline | None
+) -> tuple[dict[str, float], tuple[str, ...]]:
+    """Tolerances and gated metrics: the scenario's config, else the existing file's."""
+    found = config.scenarios.get(scenario)
+    if found is not None:
+        tolerances, gated = dict(found.tolerances), found.gated
     elif existing is not None:
         tolerances, gated = dict(existing.tolerances), existing.gated
     else:
         tolerances, gated = {}, metrics.DEFAULT_GATED
-    updated = approve_run(
-        existing,
-        profile=m.profile,
-        scenario=m.scenario,
-        fingerprint=m.fingerprint,
-        samples=m.samples(),
-        tolerances={metric: tolerances.get(metric, DEFAULT_TOLERANCE) for metric in gated},
-        gated=gated,
-        run_id=record.id,
-        commit=record.context.commit,
-        approved_by=args.approved_by,
-        reason=args.reason,
-    )
-    write_baseline(updated, path)
-    print(f"wrote {path}: {len(updated.runs)} approved run(s), newest #{record.id}")
+    return {m: tolerances.get(m, DEFAULT_TOLERANCE) for m in gated}, tuple(gated)
+
+
+def handle_update(args: argparse.Namespace, _rest: list[str]) -> int:
+    config = load_config(args.config)
+    records = _load_records(args)
+    first = records[0].measurement
+    path = baseline_path(_baselines_dir(args, config), first.profile, first.scenario)
+    baseline = load_baseline(path) if path.exists() else None
+    tolerances, gated = _gating(config, first.scenario, baseline)
+    for record in records:
+        refusals = _refusals(record, dict(baseline.fingerprint) if baseline else None)
+        if refusals and not args.force:
+            raise ConfigError(
+                f"run {record.id} cannot be approved: {'; '.join(refusals)}",
+                field="--run",
+                fix="choose another run, or pass --force if a reviewer accepts this",
+            )
+        m = record.measurement
+        baseline = approve_run(
+            baseline,
+            profile=m.profile,
+            scenario=m.scenario,
+            fingerprint=m.fingerprint,
+            samples=m.samples(),
+            phase_ms=m.phase_ms(),
+            tolerances=tolerances,
+            gated=gated,
+            run_id=record.id,
+            commit=record.context.commit,
+            approved_by=args.approved_by,
+            reason=args.reason,
+        )
+    assert baseline is not None  # one --run at least: argparse requires it
+    write_baseline(baseline, path)
+    print(f"wrote {path}: {len(baseline.runs)} approved run(s), newest #{records[-1].id}")
     return 0
 
 
 def handle_show(args: argparse.Namespace, _rest: list[str]) -> int:
     config = load_config(args.config)
-    directory = Path(args.baselines) if args.baselines else config.baselines_dir
     profile = args.profile or default_profile(detect_gpus())
-    baseline = load_baseline(baseline_path(directory, profile, args.scenario))
-    print(f"{baseline.path}: scenario {baseline.scenario} on {baseline.profile}")
-    print(f"  {'metric':<16}{'tolerance':>10}{'median':>12}  runs")
+    baseline = load_baseline(baseline_path(_baselines_dir(args, config), profile, args.scenario))
+    for line in render_baseline(baseline):
+        print(line)
+    return 0
+
+
+def render_baseline(baseline: Baseline) -> list[str]:
+    """The baseline as text: per metric its centre and spreads, the phases, the approvals."""
+    lines = [
+        f"{baseline.path}: scenario {baseline.scenario} on {baseline.profile}, "
+        f"schema {baseline.schema_version}, {len(baseline.runs)} approved run(s) "
+        f"(keeps {baseline.keep})",
+        f"  {'metric':<16}{'tolerance':>10}{'centre':>12}{'between':>9}{'within':>8}  runs",
+    ]
     runs = baseline.metric_runs()
     for metric in baseline.gated:
-        medians = [statistics.median(r) for r in runs.get(metric, []) if r]
-        centre = statistics.median(medians) if medians else float("nan")
+        logs = clean_runs(runs.get(metric, []))
+        centres = [median(r) for r in logs]
+        centre = math.exp(statistics.fmean(centres)) if centres else math.nan
+        between = statistics.stdev(centres) if len(centres) > 1 else math.nan
+        within = pooled_pairwise_sd(logs)
         tolerance = baseline.tolerances.get(metric, 0.0)
-        print(f"  {metric:<16}{tolerance:>10.0%}{centre:>12.3f}  {len(medians)}")
+        lines.append(
+            f"  {metric:<16}{tolerance:>10.1%}{centre:>12.4g}{between:>9.2%}"
+            f"{within[0] if within else math.nan:>8.2%}  {len(centres)}"
+        )
+    lines += _render_phases(baseline)
     for run in baseline.runs:
-        print(
+        lines.append(
             f"  run #{run.run_id} approved by {run.approved_by} at {run.approved_at}: {run.reason}"
         )
+    return lines
+
+
+def _render_phases(baseline: Baseline) -> list[str]:
+    profile = cycle_profile(baseline.phase_runs("spec"))
+    if profile is None:
+        return [
+            "  phases: none recorded (attribution unavailable); re-approve runs, or run "
+            "`perfgate baseline migrate` while the history still holds them"
+        ]
+    named = "  ".join(
+        f"{phase} {profile.phase_ms[phase]:.3g}"
+        for phase in (*metrics.NAMED_PHASES, metrics.CYCLE)
+        if phase in profile.phase_ms
+    )
+    return [f"  phases, mean ms per cycle: {named}"]
+
+
+def handle_migrate(args: argparse.Namespace, _rest: list[str]) -> int:
+    config = load_config(args.config)
+    directory = _baselines_dir(args, config)
+    files = sorted(directory.glob("*/*.json"))
+    old = [b for b in (load_baseline(path) for path in files) if b.schema_version < SCHEMA_VERSION]
+    if not old:
+        print(f"{directory}: every baseline file is schema {SCHEMA_VERSION} already")
+        return 0
+    sessions = open_history(history_url(args))
+    with sessions() as session:
+        for baseline in old:
+            migrated, found = _with_history_phases(session, baseline)
+            assert baseline.path is not None  # loaded from a file
+            write_baseline(migrated, baseline.path)
+            print(
+                f"{baseline.path}: schema {baseline.schema_version} -> {SCHEMA_VERSION}, phase "
+                f"means for {found} of {len(migrated.runs)} run(s) from the history"
+            )
     return 0
+
+
+def _with_history_phases(session: Session, baseline: Baseline) -> tuple[Baseline, int]:
+    """The baseline with each run's phase means from the history, and how many were found."""
+    runs, found = [], 0
+    for run in baseline.runs:
+        try:
+            record = load_run(session, run.run_id) if run.run_id is not None else None
+        except ConfigError:  # the history no longer holds that run
+            record = None
+        if record is not None:
+            run, found = replace(run, phase_ms=record.measurement.phase_ms()), found + 1
+        runs.append(run)
+    return replace(baseline, runs=tuple(runs)), found

@@ -1,35 +1,193 @@
-"""`perfgate history`: the recorded runs."""
+"""`perfgate history`: the recorded runs — list them, show one, export them as JSON."""
 
 from __future__ import annotations
 
 import argparse
+import json
 import statistics
-from typing import Any
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import IO, Any
 
 from perfgate.commands.common import history_url
-from perfgate.store import list_runs, open_history
+from perfgate.gate.verdict import Status
+from perfgate.results import RunRecord
+from perfgate.store import (
+    RunFilter,
+    close_history,
+    database_errors,
+    iter_runs,
+    list_runs,
+    load_run,
+    open_history,
+)
+from perfgate.store.export import run_to_dict
+
+STATUSES = [status.value for status in Status]
 
 
 def register(commands: Any) -> None:
-    parser = commands.add_parser("history", help="list recorded runs")
+    parser = commands.add_parser("history", help="list, show or export recorded runs")
     actions = parser.add_subparsers(dest="action", metavar="ACTION", required=True)
     listing = actions.add_parser("list", help="one line per run, newest last")
-    listing.add_argument("--config", metavar="PATH")
-    listing.add_argument("--db", metavar="URL")
-    listing.add_argument("--scenario", metavar="NAME")
-    listing.add_argument("--limit", type=int, default=20)
+    _add_filters(listing)
+    listing.add_argument("--limit", type=int, default=20, help="the newest N runs (0: all)")
+    listing.add_argument("--json", action="store_true", help="a JSON array of the full runs")
     listing.set_defaults(handler=handle_list)
+
+    show = actions.add_parser("show", help="everything recorded about one run")
+    _add_database(show)
+    show.add_argument("run", type=int, metavar="ID", help="run id (see `perfgate history list`)")
+    show.add_argument("--json", action="store_true", help="the run as one JSON object")
+    show.set_defaults(handler=handle_show)
+
+    export = actions.add_parser(
+        "export",
+        help="write the selected runs, with all their data, as JSON",
+        description="Write the selected runs oldest first, each with all its data: JSON lines "
+        "(one run per line, the default) or, with --json, one JSON array.",
+    )
+    _add_filters(export)
+    export.add_argument("--json", action="store_true", help="one JSON array, not JSON lines")
+    export.add_argument("--out", metavar="PATH", help="file to write (default: stdout)")
+    export.set_defaults(handler=handle_export)
+
+
+def _add_database(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--config", metavar="PATH", help="perfgate.toml to read")
+    parser.add_argument("--db", metavar="URL", help="history database (SQLAlchemy URL)")
+
+
+def _add_filters(parser: argparse.ArgumentParser) -> None:
+    _add_database(parser)
+    parser.add_argument("--scenario", metavar="NAME")
+    parser.add_argument("--profile", metavar="NAME", help="runner profile, e.g. cpu or h200x8")
+    parser.add_argument("--branch", metavar="NAME")
+    parser.add_argument("--pr", metavar="NUMBER", help="pull request")
+    parser.add_argument("--status", choices=STATUSES, help="the run's overall status")
+
+
+def _filter(args: argparse.Namespace) -> RunFilter:
+    return RunFilter(args.scenario, args.profile, args.branch, args.pr, args.status)
 
 
 def handle_list(args: argparse.Namespace, _rest: list[str]) -> int:
     sessions = open_history(history_url(args))
-    with sessions() as session:
-        runs = list_runs(session, scenario=args.scenario, limit=args.limit)
+    try:
+        with database_errors(sessions), sessions() as session:
+            runs = list_runs(session, limit=args.limit or None, where=_filter(args))
+    finally:
+        close_history(sessions)
+    if args.json:
+        print(json.dumps([run_to_dict(run) for run in runs], indent=2))
+        return 0
     print(f"{'run':>5}  {'started (UTC)':<17} {'scenario':<24} {'status':<12} {'spec tok/s':>10}")
     for run in runs:
         m = run.measurement
+        stamp = m.started_at.strftime("%Y-%m-%d %H:%M")
         tok_s = m.spec.samples.get("output_tok_s")
         value = f"{statistics.median(tok_s):.1f}" if tok_s else "-"
-        stamp = m.started_at.strftime("%Y-%m-%d %H:%M")
         print(f"{run.id:>5}  {stamp:<17} {m.scenario:<24} {run.status.value:<12} {value:>10}")
     return 0
+
+
+def handle_show(args: argparse.Namespace, _rest: list[str]) -> int:
+    sessions = open_history(history_url(args))
+    try:
+        with database_errors(sessions), sessions() as session:
+            run = load_run(session, args.run)
+    finally:
+        close_history(sessions)
+    if args.json:
+        print(json.dumps(run_to_dict(run), indent=2))
+    else:
+        print("\n".join(render_run(run)))
+    return 0
+
+
+def handle_export(args: argparse.Namespace, _rest: list[str]) -> int:
+    sessions = open_history(history_url(args))
+    count = 0
+    try:
+        with database_errors(sessions), sessions() as session, _output(args.out) as out:
+            for count, run in enumerate(iter_runs(session, _filter(args)), start=1):
+                _write_run(out, run_to_dict(run), count == 1, args.json)
+            if args.json:
+                out.write("[]\n" if count == 0 else "\n]\n")
+    finally:
+        close_history(sessions)
+    if args.out:
+        print(f"wrote {args.out}: {count} run(s)")
+    return 0
+
+
+def _write_run(out: IO[str], data: dict[str, Any], first: bool, as_array: bool) -> None:
+    if not as_array:
+        out.write(json.dumps(data) + "\n")
+    else:
+        out.write(("[\n" if first else ",\n") + json.dumps(data))
+
+
+@contextmanager
+def _output(path: str | None) -> Iterator[IO[str]]:
+    """stdout, or a file that appears only when complete (written aside, then renamed)."""
+    if path is None:
+        yield sys.stdout
+        return
+    target = Path(path)
+    partial = target.with_name(target.name + ".partial")
+    try:
+        with partial.open("w", encoding="utf-8") as out:
+            yield out
+        partial.replace(target)
+    finally:
+        partial.unlink(missing_ok=True)
+
+
+def render_run(run: RunRecord) -> list[str]:
+    """A run as text: where it came from, its samples and phases, equivalence, verdicts."""
+    m, c = run.measurement, run.context
+    lines = [
+        f"run #{run.id}: {m.scenario} on {m.profile} ({m.engine}), {run.status.value}",
+        f"  started {m.started_at:%Y-%m-%d %H:%M:%S} UTC, finished {m.finished_at:%H:%M:%S}",
+        f"  commit {c.commit or '-'}{' (dirty)' if c.dirty else ''}, branch {c.branch or '-'}, "
+        f"PR {c.pr or '-'}, CI {c.ci_url or '-'}",
+        f"  equivalence: {m.equivalence.summary()}",
+        "  fingerprint:",
+        *(f"    {key} = {value}" for key, value in sorted(m.fingerprint.items())),
+        "  samples (median of repeats; all repeats):",
+        *_render_samples(run),
+        "  phases (median ms over the cycles of each repeat):",
+        *_render_phases(run),
+    ]
+    lines.append("  verdicts:" if run.verdicts else "  verdicts: none (not gated)")
+    lines += [f"    {v.metric:<16} {v.status.value:<12} {v.message}" for v in run.verdicts]
+    return lines
+
+
+def _render_samples(run: RunRecord) -> list[str]:
+    m = run.measurement
+    lines = []
+    for mode, samples in (("spec", m.samples()), ("plain", dict(m.plain.samples))):
+        for name, values in sorted(samples.items()):
+            shown = ", ".join(f"{v:.4g}" for v in values)
+            lines.append(f"    {mode:<5} {name:<16} {_median(values):>10}  [{shown}]")
+    return lines
+
+
+def _render_phases(run: RunRecord) -> list[str]:
+    lines = []
+    for result in (run.measurement.spec, run.measurement.plain):
+        by_phase: dict[str, list[float]] = {}
+        for phase in result.phases:
+            by_phase.setdefault(phase.phase, []).append(phase.median_ms)
+        for name, medians in by_phase.items():
+            shown = ", ".join(f"{ms:.3f}" for ms in medians)
+            lines.append(f"    {result.mode:<5} {name:<16} [{shown}]")
+    return lines
+
+
+def _median(values: Any) -> str:
+    return f"{statistics.median(values):.4g}" if values else "-"

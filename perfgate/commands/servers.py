@@ -3,13 +3,18 @@
 from __future__ import annotations
 
 import argparse
+import os
+import sys
 import time
 from pathlib import Path
 from typing import Any
 
-from perfgate.config import ENGINES, load_config
-from perfgate.engines.commands import MODES, server_command
+from perfgate.config import ENGINES, Scenario, load_config
+from perfgate.engines import sglang as sglang_facts
+from perfgate.engines.commands import MODES, Mode, server_command
 from perfgate.engines.launch import free_port, running_server
+from perfgate.engines.validate import check_scenario, preflight
+from perfgate.errors import ConfigError
 from perfgate.probe import probe_env
 
 
@@ -18,8 +23,9 @@ def register(commands: Any) -> None:
         "servers",
         help="print the server command lines of a run (--dry-run), or start one server",
         description="With --dry-run, print the exact command lines a run would launch, one per "
-        "line, shell-quoted, with their environment: the plain twin, then the speculative server. "
-        "Without it, start one server (--mode) as a run would and keep it up until Ctrl-C.",
+        "line, shell-quoted, with their environment: the plain twin, then the speculative server "
+        "(notes on what was not checked go to stderr). Without it, check the machine, start one "
+        "server (--mode) as a run would and keep it up until Ctrl-C.",
     )
     parser.add_argument("--config", metavar="PATH", help="perfgate.toml to read")
     parser.add_argument("--scenario", action="append", default=[], metavar="NAME")
@@ -37,18 +43,60 @@ def handle(args: argparse.Namespace, _rest: list[str]) -> int:
     probe_root = config.path.parent / ".perfgate" / "servers"
     if args.dry_run:
         for scenario in scenarios:
-            for mode in MODES:
-                env = probe_env(probe_root / scenario.name / f"probe-{mode}", scenario.engine)
-                print(server_command(scenario, mode, port=free_port(), extra_env=env).shell())
+            _print_commands(scenario, config.path, probe_root)
         return 0
-    scenario = scenarios[0]
-    env = probe_env(probe_root / scenario.name / f"probe-{args.mode}", scenario.engine)
-    command = server_command(scenario, args.mode, port=free_port(), extra_env=env)
-    log = Path(probe_root / scenario.name / f"server-{args.mode}.log")
-    with running_server(command, log, scenario.startup_timeout_s) as server:
+    return _serve(scenarios[0], args.mode, config.path, probe_root)
+
+
+def _print_commands(scenario: Scenario, file: Path, probe_root: Path) -> None:
+    release = _installed_or_pinned(scenario) if scenario.engine == "sglang" else None
+    for note in check_scenario(scenario, file, release):
+        print(f"# {note}", file=sys.stderr)
+    version = release.version if release else None
+    for mode in MODES:
+        probe = probe_root / scenario.name / f"probe-{mode}"
+        env = probe_env(probe, scenario.engine, engine_version=version, mode=mode)
+        command = server_command(scenario, mode, port=free_port(), extra_env=env, sglang=release)
+        print(command.shell())
+
+
+def _installed_or_pinned(scenario: Scenario) -> sglang_facts.SglangRelease:
+    # A dry run also serves on a laptop without SGLang: say which release the flags are for.
+    python = scenario.python or sys.executable
+    try:
+        installed = sglang_facts.installed_versions(python, {**os.environ, **scenario.env})
+        return sglang_facts.require_sglang(installed, f"scenarios.{scenario.name}.python")
+    except ConfigError as error:
         print(
-            f"{scenario.name} ({args.mode}) is up at {server.base_url}; log: {log}; Ctrl-C stops it"
+            f"# {scenario.name}: {error}; printing the command lines of SGLang "
+            f"{sglang_facts.PINNED}",
+            file=sys.stderr,
         )
+        return sglang_facts.release(sglang_facts.PINNED)
+
+
+def _serve(scenario: Scenario, mode: Mode, file: Path, probe_root: Path) -> int:
+    checked = preflight(scenario, file)
+    for note in checked.notes:
+        print(f"# {note}", file=sys.stderr)
+    probe = probe_root / scenario.name / f"probe-{mode}"
+    env = probe_env(probe, scenario.engine, engine_version=checked.engine_version, mode=mode)
+    command = server_command(
+        scenario,
+        mode,
+        port=free_port(),
+        extra_env=env,
+        sglang=checked.sglang,
+    )
+    log = probe_root / scenario.name / f"server-{mode}.log"
+    with running_server(
+        command,
+        log,
+        scenario.startup_timeout_s,
+        gpus=checked.gpus,
+        release_timeout_s=scenario.gpu_release_timeout_s,
+    ) as server:
+        print(f"{scenario.name} ({mode}) is up at {server.base_url}; log: {log}; Ctrl-C stops it")
         while server.process.poll() is None:
             time.sleep(0.5)
     return 0

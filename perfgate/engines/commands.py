@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import shlex
 import sys
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Literal
 
 from perfgate.config import Scenario
+from perfgate.engines.sglang import PINNED, SglangRelease, release
 
 Mode = Literal["spec", "plain"]
 MODES: tuple[Mode, ...] = ("plain", "spec")  # the order a run measures them in
@@ -22,6 +23,23 @@ ENGINE_MODULES = {
 # the plain server at its own default: perfgate always sets it, the same on both servers.
 DEFAULT_MAX_RUNNING_REQUESTS = 48
 
+# Flags perfgate sets itself, by role, and the scenario field to use instead of passing them.
+OWNED_ROLES = {
+    "model": "model",
+    "tp": "tp",
+    "dtype": "dtype",
+    "max_running_requests": "max_running_requests",
+    "host": "(perfgate chooses it)",
+    "port": "(perfgate chooses a free one)",
+    "algorithm": "algorithm",
+    "draft": "draft",
+    "steps": "steps",
+    "topk": "topk",
+    "draft_tokens": "draft_tokens",
+    "metrics": "engine_metrics",
+}
+DEVICE_TIMER_VARIABLE = "SGLANG_ENABLE_METRICS_DEVICE_TIMER"
+
 
 @dataclass(frozen=True)
 class ServerCommand:
@@ -34,6 +52,7 @@ class ServerCommand:
     env: Mapping[str, str] = field(default_factory=dict)
     host: str = "127.0.0.1"
     port: int = 30000
+    engine_version: str | None = None  # the SGLang release the flags were chosen for
 
     @property
     def base_url(self) -> str:
@@ -45,6 +64,14 @@ class ServerCommand:
         return " ".join([*assignments, shlex.join(self.argv)])
 
 
+def flag_names(scenario: Scenario, sglang: SglangRelease | None) -> SglangRelease:
+    """The release whose flag names the command uses: the installed SGLang's, or (for the
+    embedded engine, which speaks SGLang's flags) those of the pinned release."""
+    if scenario.engine == "sglang" and sglang is not None:
+        return sglang
+    return release(PINNED)
+
+
 def server_command(
     scenario: Scenario,
     mode: Mode,
@@ -52,46 +79,60 @@ def server_command(
     port: int,
     host: str = "127.0.0.1",
     extra_env: Mapping[str, str] | None = None,
+    sglang: SglangRelease | None = None,
 ) -> ServerCommand:
-    """Return the command that launches `scenario`'s server in `mode` ("spec" or "plain")."""
+    """Return the command that launches `scenario`'s server in `mode` ("spec" or "plain").
+
+    `sglang` is the knowledge for the installed SGLang release (perfgate.engines.sglang); it
+    names the flags. The fairness knobs (`--max-running-requests`, dtype, tp, pass-through
+    `extra_args`, the environment) are the same on both servers.
+    """
+    flags = flag_names(scenario, sglang)
+    flag = flags.name
     argv = [scenario.python or sys.executable, "-m", ENGINE_MODULES[scenario.engine]]
-    argv += ["--model-path", scenario.model, "--tp-size", str(scenario.tp)]
+    argv += [flag("model"), scenario.model, flag("tp"), str(scenario.tp)]
     if scenario.dtype:
-        argv += ["--dtype", scenario.dtype]
+        argv += [flag("dtype"), scenario.dtype]
     if scenario.device and scenario.engine == "embedded":
         argv += ["--device", scenario.device]
     max_running = scenario.max_running_requests or DEFAULT_MAX_RUNNING_REQUESTS
-    argv += ["--max-running-requests", str(max_running), "--host", host, "--port", str(port)]
+    argv += [flag("max_running_requests"), str(max_running)]
+    argv += [flag("host"), host, flag("port"), str(port)]
+    env = dict(scenario.env)
+    if scenario.engine_metrics and scenario.engine == "sglang":
+        argv.append(flag("metrics"))
+        if flags.has("device_timer"):
+            env[DEVICE_TIMER_VARIABLE] = "1"
     argv += scenario.extra_args
     if mode == "spec":
-        argv += _speculative_args(scenario)
+        argv += _speculative_args(scenario, flag)
         argv += scenario.spec_extra_args
     else:
         argv += scenario.plain_extra_args
-    env = {**scenario.env, **(extra_env or {})}
     return ServerCommand(
         scenario=scenario.name,
         engine=scenario.engine,
         mode=mode,
         argv=tuple(argv),
-        env=env,
+        env={**env, **(extra_env or {})},
         host=host,
         port=port,
+        engine_version=sglang.version if scenario.engine == "sglang" and sglang else None,
     )
 
 
-def _speculative_args(scenario: Scenario) -> list[str]:
+def _speculative_args(scenario: Scenario, flag: Callable[[str], str]) -> list[str]:
     # All three of steps/topk/draft tokens are always explicit: SGLang's auto-selection
-    # would otherwise choose per model architecture.
+    # would otherwise choose per model architecture (topk 4 for Llama).
     return [
-        "--speculative-algorithm",
+        flag("algorithm"),
         scenario.algorithm,
-        "--speculative-draft-model-path",
+        flag("draft"),
         scenario.draft,
-        "--speculative-num-steps",
+        flag("steps"),
         str(scenario.steps),
-        "--speculative-eagle-topk",
+        flag("topk"),
         str(scenario.topk),
-        "--speculative-num-draft-tokens",
+        flag("draft_tokens"),
         str(scenario.draft_tokens),
     ]

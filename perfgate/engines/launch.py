@@ -4,19 +4,30 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import signal
 import socket
 import subprocess
+import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
+from typing import IO
 
 import httpx
 
+from perfgate.engines import supervise
 from perfgate.engines.commands import ServerCommand
+from perfgate.engines.gpus import Gpu, GpuWatch
 from perfgate.errors import ConfigError, ExitCode, InfrastructureError
 
 LOG_TAIL_LINES = 20
+STOP_GRACE_S = 10.0
+# Run as a script, not `-m`: it needs nothing but the standard library, wherever perfgate is.
+SUPERVISOR = Path(supervise.__file__).resolve()
+# Set in every server's environment (and so in every process it spawns): the runner's job
+# hooks find servers an earlier job left behind by it (perfgate.runner.leftovers).
+SERVER_MARKER = "PERFGATE_SERVER"
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -26,13 +37,32 @@ def free_port(host: str = "127.0.0.1") -> int:
         return int(sock.getsockname()[1])
 
 
+def check_port_free(host: str, port: int) -> None:
+    """Refuse to launch onto a port something already holds (a server left behind, say)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        try:
+            sock.bind((host, port))
+        except OSError as error:
+            raise InfrastructureError(
+                f"port {port} on {host} is not free ({error.strerror}): a server left behind? "
+                f"stop what listens there (`ss -ltnp 'sport = :{port}'`) and run again"
+            ) from None
+
+
 class Server:
     """A running server process and where its log goes."""
 
-    def __init__(self, command: ServerCommand, process: subprocess.Popen[bytes], log_path: Path):
+    def __init__(
+        self,
+        command: ServerCommand,
+        process: subprocess.Popen[bytes],
+        log_path: Path,
+        lifeline: int | None = None,
+    ):
         self.command = command
-        self.process = process
+        self.process = process  # the supervisor, leader of the server's process group
         self.log_path = log_path
+        self._lifeline = lifeline  # closing it tells the supervisor to end the server
 
     @property
     def base_url(self) -> str:
@@ -46,17 +76,25 @@ class Server:
             return ""
         return "\n".join(text.splitlines()[-lines:])
 
-    def stop(self, grace_s: float = 10.0) -> int | None:
+    def stop(self, grace_s: float = STOP_GRACE_S) -> int | None:
         """End the whole process group: SIGTERM, then SIGKILL after `grace_s`."""
         if self.process.poll() is None:
             _signal_group(self.process.pid, signal.SIGTERM)
+            self._cut_lifeline()  # the supervisor sweeps what left the group, then exits
             with contextlib.suppress(subprocess.TimeoutExpired):
-                self.process.wait(timeout=grace_s)
+                self.process.wait(timeout=grace_s + 5.0)
         # Children of the server (schedulers, TP ranks) may outlive it: end the group regardless.
         _signal_group(self.process.pid, signal.SIGKILL)
+        self._cut_lifeline()
         with contextlib.suppress(subprocess.TimeoutExpired):
             self.process.wait(timeout=grace_s)
         return self.process.returncode
+
+    def _cut_lifeline(self) -> None:
+        if self._lifeline is not None:
+            with contextlib.suppress(OSError):
+                os.close(self._lifeline)
+            self._lifeline = None
 
 
 def _signal_group(pgid: int, sig: signal.Signals) -> None:
@@ -64,28 +102,32 @@ def _signal_group(pgid: int, sig: signal.Signals) -> None:
         os.killpg(pgid, sig)
 
 
+def supervised_argv(command: ServerCommand, lifeline: int) -> list[str]:
+    """The command line that runs `command` under perfgate's supervisor."""
+    return [sys.executable, str(SUPERVISOR), "--lifeline", str(lifeline), "--", *command.argv]
+
+
 def start_server(command: ServerCommand, log_path: Path, startup_timeout_s: float) -> Server:
-    """Launch `command`, wait until `/health` answers, and return the running server."""
+    """Launch `command`, wait until `/health` answers, and return the running server.
+
+    The server runs under `perfgate.engines.supervise`, in its own process group, so that it
+    is ended with everything it spawned however this process ends.
+    """
+    check_port_free(command.host, command.port)
     log_path.parent.mkdir(parents=True, exist_ok=True)
-    env = {**os.environ, **command.env}
-    with log_path.open("wb") as log:
-        log.write(f"$ {command.shell()}\n".encode())
-        log.flush()
-        try:
-            process = subprocess.Popen(
-                command.argv,
-                env=env,
-                stdin=subprocess.DEVNULL,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,  # its own process group, so teardown reaches children
-            )
-        except OSError as error:
-            raise InfrastructureError(
-                f"cannot start the {command.mode} server of scenario {command.scenario!r}: "
-                f"{command.argv[0]}: {error.strerror}"
-            ) from None
-    server = Server(command, process, log_path)
+    env = {**os.environ, **command.env, SERVER_MARKER: f"{command.scenario}/{command.mode}"}
+    read_end, write_end = os.pipe()
+    try:
+        with log_path.open("wb") as log:
+            log.write(f"$ {command.shell()}\n".encode())
+            log.flush()
+            process = _spawn(command, read_end, env, log)
+    except BaseException:
+        os.close(write_end)
+        raise
+    finally:
+        os.close(read_end)
+    server = Server(command, process, log_path, write_end)
     try:
         _wait_healthy(server, startup_timeout_s)
     except BaseException:
@@ -94,16 +136,67 @@ def start_server(command: ServerCommand, log_path: Path, startup_timeout_s: floa
     return server
 
 
+def _spawn(
+    command: ServerCommand, lifeline: int, env: dict[str, str], log: IO[bytes]
+) -> subprocess.Popen[bytes]:
+    # The supervisor would start it; refuse here what it could not start, with the reason.
+    if shutil.which(command.argv[0], path=env.get("PATH")) is None:
+        raise InfrastructureError(
+            f"cannot start the {command.mode} server of scenario {command.scenario!r}: "
+            f"{command.argv[0]}: no such executable"
+        )
+    try:
+        return subprocess.Popen(
+            supervised_argv(command, lifeline),
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            pass_fds=(lifeline,),
+            start_new_session=True,  # its own process group, so teardown reaches children
+        )
+    except OSError as error:
+        raise InfrastructureError(
+            f"cannot start the {command.mode} server of scenario {command.scenario!r}: "
+            f"{command.argv[0]}: {error.strerror}"
+        ) from None
+
+
 @contextlib.contextmanager
 def running_server(
-    command: ServerCommand, log_path: Path, startup_timeout_s: float
+    command: ServerCommand,
+    log_path: Path,
+    startup_timeout_s: float,
+    *,
+    gpus: Sequence[Gpu] = (),
+    release_timeout_s: float = 300.0,
 ) -> Iterator[Server]:
-    """Run a server for the duration of a `with` block; it is stopped however the block ends."""
-    server = start_server(command, log_path, startup_timeout_s)
+    """Run a server for the duration of a `with` block; it is stopped however the block ends.
+
+    With `gpus`, the block ends only once their memory is back where it was before the server
+    started (the next server must find them free), or raises an InfrastructureError.
+    """
+    watch = GpuWatch.snapshot(gpus) if gpus else None
     try:
-        yield server
+        server = start_server(command, log_path, startup_timeout_s)
+        try:
+            yield server
+        finally:
+            server.stop()
     finally:
-        server.stop()
+        if watch is not None:
+            _wait_released(watch, command, release_timeout_s)
+
+
+def _wait_released(watch: GpuWatch, command: ServerCommand, timeout_s: float) -> None:
+    what = f"the {command.mode} server of scenario {command.scenario!r}"
+    in_flight = sys.exc_info()[1]
+    try:
+        watch.wait_released(what, timeout_s)
+    except InfrastructureError as error:
+        if in_flight is None:
+            raise
+        in_flight.add_note(f"also: {error}")  # the first failure stays the one reported
 
 
 def _wait_healthy(server: Server, timeout_s: float) -> None:

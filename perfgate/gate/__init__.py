@@ -1,15 +1,36 @@
-"""The gate: pure statistics from samples to verdicts."""
+"""The gate: pure statistics from samples to verdicts, and why a throughput moved."""
 
-from perfgate.gate.judge import DEFAULT_TOLERANCE, incomparable, judge_metric, judge_samples
+from perfgate.gate.attribution import Attribution, CycleProfile, PhaseShift, attribute
+from perfgate.gate.estimate import ChangeEstimate, estimate_change
+from perfgate.gate.judge import (
+    DEFAULT_ALPHA,
+    DEFAULT_BETA,
+    DEFAULT_TOLERANCE,
+    decide,
+    holm_levels,
+    incomparable,
+    judge_metric,
+    judge_runs,
+)
 from perfgate.gate.verdict import Status, Verdict, exit_code, overall_status
 
 __all__ = [
+    "DEFAULT_ALPHA",
+    "DEFAULT_BETA",
     "DEFAULT_TOLERANCE",
+    "Attribution",
+    "ChangeEstimate",
+    "CycleProfile",
+    "PhaseShift",
     "Status",
     "Verdict",
+    "attribute",
+    "decide",
+    "estimate_change",
     "exit_code",
+    "holm_levels",
     "incomparable",
     "judge_metric",
-    "judge_samples",
+    "judge_runs",
     "overall_status",
 ]

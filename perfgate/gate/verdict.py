@@ -5,8 +5,10 @@ from __future__ import annotations
 import enum
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import Any
 
 from perfgate.errors import ExitCode
+from perfgate.gate.attribution import Attribution
 
 
 class Status(enum.StrEnum):
@@ -28,9 +30,22 @@ class Verdict:
     baseline: float | None = None  # the baseline's central value
     current: float | None = None  # this run's central value
     change: float | None = None  # current / baseline - 1
-    ci_low: float | None = None  # confidence interval of `change`
+    ci_low: float | None = None  # the interval of `change` that decided (see gate.judge)
     ci_high: float | None = None
     tolerance: float | None = None
+    runs: int | None = None  # current runs (fresh server launches) judged together
+    baseline_runs: int | None = None  # approved runs judged against
+    p_value: float | None = None  # one-sided, of "no regression beyond the tolerance"
+    alpha: float | None = None  # the level this metric was tested at (after Holm)
+    attribution: Attribution | None = None  # why tok/s or speedup moved, phase by phase
+    with_runs: tuple[int, ...] = ()  # ids of earlier recorded runs judged with this one
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain JSON-ready values (the status as its name, the attribution as a dict)."""
+        values = {k: v for k, v in vars(self).items() if k != "attribution"}
+        values["status"] = self.status.value
+        values["attribution"] = self.attribution.to_dict() if self.attribution else None
+        return values
 
 
 # How bad each status is for the build, worst first.

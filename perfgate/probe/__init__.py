@@ -17,16 +17,27 @@ PERFGATE_HOME = Path(perfgate.__file__).resolve().parent.parent
 
 
 def probe_env(
-    out_dir: Path, table: str, inherited: Mapping[str, str] | None = None
+    out_dir: Path,
+    table: str,
+    inherited: Mapping[str, str] | None = None,
+    *,
+    engine_version: str | None = None,
+    mode: str | None = None,
 ) -> dict[str, str]:
-    """Return the variables that activate the probe, with `table`'s targets, in a server."""
+    """Return the variables that activate the probe in a server, with `table`'s targets for
+    the engine's release and the server's mode ("spec" or "plain")."""
     env = os.environ if inherited is None else inherited
     pythonpath = [str(BOOT_DIR)]
     if env.get("PYTHONPATH"):
         pythonpath.append(env["PYTHONPATH"])
-    return {
+    variables = {
         "PERFGATE_PROBE_DIR": str(out_dir),
         "PERFGATE_PROBE_TABLE": table,
         "PERFGATE_PROBE_HOME": str(PERFGATE_HOME),
         "PYTHONPATH": os.pathsep.join(pythonpath),
     }
+    if engine_version:
+        variables["PERFGATE_PROBE_ENGINE_VERSION"] = engine_version
+    if mode:
+        variables["PERFGATE_PROBE_MODE"] = mode
+    return variables

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
+import os
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -25,8 +27,22 @@ def _probe_files(out_dir: Path) -> list[Path]:
     return sorted(out_dir.glob("probe-*.jsonl"))
 
 
+def _process_alive(path: Path) -> bool:
+    # probe-<pid>.jsonl: the file of a process that has ended is as complete as it will be.
+    try:
+        os.kill(int(path.stem.removeprefix("probe-")), 0)
+    except ProcessLookupError:
+        return False
+    except (ValueError, PermissionError):
+        return True
+    return True
+
+
 def _complete_after(path: Path, moment: float) -> bool:
-    """True when `path` ends with a heartbeat taken after `moment` with nothing pending."""
+    """True when `path` ends with a heartbeat taken after `moment` with nothing pending, or
+    its process has ended."""
+    if not _process_alive(path):
+        return True
     with path.open("rb") as handle:
         handle.seek(0, 2)
         handle.seek(max(0, handle.tell() - 4096))
@@ -71,3 +87,16 @@ def read_records(out_dir: Path) -> list[CycleRecord]:
                     CycleRecord(item["kind"], item["pid"], item["seq"], item["t"], item["ms"])
                 )
     return sorted(records, key=lambda r: (r.started_at, r.pid, r.seq))
+
+
+def phase_totals_by_pid(
+    records: Sequence[CycleRecord], start: float, end: float
+) -> dict[int, dict[str, float]]:
+    """Milliseconds per phase summed over the cycles of each process that began in [start, end]."""
+    totals: dict[int, dict[str, float]] = {}
+    for record in records:
+        if record.kind == "cycle" and start <= record.started_at <= end:
+            per_phase = totals.setdefault(record.pid, {})
+            for phase, ms in record.ms.items():
+                per_phase[phase] = per_phase.get(phase, 0.0) + ms
+    return totals

@@ -1,11 +1,23 @@
 """The probe inside a server process: times the methods of a target table, per decode cycle.
 
-Activated by `PERFGATE_PROBE_DIR` (see `perfgate.probe.boot`). Each wrapped method takes a
-mark on entry and exit: `time.perf_counter()` on CPU, a CUDA event recorded on the current
-stream on GPU. The hot path never synchronises the device; a writer thread resolves finished
-events off the critical path and appends one JSON line per cycle to
-`$PERFGATE_PROBE_DIR/probe-<pid>.jsonl`, followed by a `flushed` heartbeat that tells readers
-how far the file is complete.
+Activated by `PERFGATE_PROBE_DIR` (see `perfgate.probe.boot`), with the table, the engine's
+release and the server's mode in `PERFGATE_PROBE_TABLE`, `PERFGATE_PROBE_ENGINE_VERSION` and
+`PERFGATE_PROBE_MODE`. Each wrapped method takes a mark on entry and exit:
+`time.perf_counter()` on CPU, a CUDA event recorded on the current stream on GPU. Nothing in
+the hot path synchronises the device: finished events are found with non-blocking queries,
+and a writer thread appends one JSON line per cycle to `$PERFGATE_PROBE_DIR/probe-<pid>.jsonl`
+(one file per process, so per TP rank), followed by a `flushed` heartbeat that tells readers
+how far the file is complete. Nothing starts, and no file appears, until a wrapped method
+runs.
+
+Events are queried on the thread that recorded them, at the end of each cycle, as SGLang's own
+`DeviceTimer` does: a query from another thread while a CUDA graph is being captured in
+global mode invalidates the capture (seen on an H200, torch 2.11: `cudaErrorStreamCapture
+Unsupported` in the querying thread, `cudaErrorStreamCaptureInvalidated` in the capturing one).
+Only once the process has been quiet for a while does the writer thread resolve what is left
+(the last cycles before the server idles); SGLang captures its graphs before it serves, when
+there is nothing to resolve. Each mark costs about 10 us of CPU on that H200 (event record);
+a cycle of SGLang's spec v2 takes ten marks.
 """
 
 from __future__ import annotations
@@ -26,16 +38,23 @@ from types import ModuleType
 from typing import Any
 
 from perfgate import metrics
-from perfgate.probe.targets import TARGET_TABLES, ProbeTarget
+from perfgate.probe.targets import ProbeTarget, select_targets
 
 DIR_VARIABLE = "PERFGATE_PROBE_DIR"
 TABLE_VARIABLE = "PERFGATE_PROBE_TABLE"
+VERSION_VARIABLE = "PERFGATE_PROBE_ENGINE_VERSION"
+MODE_VARIABLE = "PERFGATE_PROBE_MODE"
 FLUSH_INTERVAL_S = 0.05
 HEARTBEAT_INTERVAL_S = 1.0  # an idle process still says, this often, that its file is complete
+QUIET_S = 0.2  # after this long without a cycle, the writer thread resolves what is left
+FRAMES = (metrics.CYCLE, metrics.PREFILL)
 
 
 class _CpuClock:
     name = "cpu"
+
+    def capturing(self) -> bool:
+        return False
 
     def mark(self) -> float:
         return time.perf_counter()
@@ -54,7 +73,12 @@ class _CudaClock:
         import torch
 
         self._event = torch.cuda.Event
-        self._device = torch.cuda.current_device()
+        self._capturing = torch.cuda.is_current_stream_capturing
+
+    def capturing(self) -> bool:
+        # A method run while a CUDA graph is captured is not a real cycle; recording an
+        # event into the graph would be wrong as well.
+        return bool(self._capturing())
 
     def mark(self) -> Any:
         event = self._event(enable_timing=True)
@@ -78,18 +102,34 @@ def _pick_clock() -> _CpuClock | _CudaClock:
 Span = tuple[Any, Any]
 
 
+class _Frame:
+    """One decode cycle (or prefill) being timed: its own span and its phases' spans."""
+
+    __slots__ = ("kind", "nested", "spans", "stack", "start", "wall")
+
+    def __init__(self, kind: str, start: Any, wall: float) -> None:
+        self.kind = kind
+        self.start = start
+        self.wall = wall
+        self.spans: dict[str, list[Span]] = {}
+        self.nested: dict[str, list[Span]] = {}  # phase -> spans of phases run inside it
+        self.stack: list[str] = []  # the phases open right now, innermost last
+
+
 class Probe:
     """Collects the spans of one process and writes them, cycle by cycle."""
 
     def __init__(self, out_dir: Path) -> None:
         self.path = out_dir / f"probe-{os.getpid()}.jsonl"
         self._clock: _CpuClock | _CudaClock | None = None
-        self._depth = 0  # >0 while inside a `cycle` method
-        self._current: dict[str, list[Span]] = {}
-        self._pending: deque[dict[str, Any]] = deque()
+        self._local = threading.local()  # the frame being timed, per thread
+        self._pending: deque[dict[str, Any]] = deque()  # records whose marks may not be done
+        self._ready: deque[dict[str, Any]] = deque()  # resolved records, to be written
         self._seq = 0
+        self._last_frame_end = 0.0
         self._last_heartbeat = 0.0
-        self._lock = threading.Lock()
+        self._resolve_lock = threading.Lock()
+        self._write_lock = threading.Lock()
         self._stop = threading.Event()
         self._start_writer()
         atexit.register(self.close)
@@ -103,67 +143,70 @@ class Probe:
         # A forked child has no writer thread and a new pid: give it its own file and thread.
         self.path = self.path.with_name(f"probe-{os.getpid()}.jsonl")
         self._pending.clear()
-        self._current = {}
-        self._lock = threading.Lock()
+        self._ready.clear()
+        self._local = threading.local()
+        self._resolve_lock = threading.Lock()
+        self._write_lock = threading.Lock()
         self._start_writer()
 
     # --- hot path -----------------------------------------------------------------------
-    def wrap(self, method: Callable[..., Any], phase: str) -> Callable[..., Any]:
-        """Return `method` timed as `phase`."""
-
-        @functools.wraps(method)
-        def timed(*args: Any, **kwargs: Any) -> Any:
-            clock = self._clock or self._first_clock()
-            if phase == metrics.CYCLE:
-                self._depth += 1
-            start = clock.mark()
-            start_wall = time.time()
-            try:
-                return method(*args, **kwargs)
-            finally:
-                self._on_exit(phase, (start, clock.mark()), start_wall)
-
-        timed.__perfgate_probe__ = phase  # type: ignore[attr-defined]
-        return timed
+    def call(self, method: Callable[..., Any], role: str, args: Any, kwargs: Any) -> Any:
+        """Run `method` timed as `role` (a phase, `cycle` or `prefill`)."""
+        clock = self._clock or self._first_clock()
+        if clock.capturing():
+            return method(*args, **kwargs)
+        if role in FRAMES:
+            return self._run_frame(role, clock, method, args, kwargs)
+        return self._run_phase(role, clock, method, args, kwargs)
 
     def _first_clock(self) -> _CpuClock | _CudaClock:
         self._clock = _pick_clock()
         return self._clock
 
-    def _on_exit(self, phase: str, span: Span, start_wall: float) -> None:
-        if phase == metrics.CYCLE:
-            self._depth -= 1
-            spans, self._current = self._current, {}
-            spans[metrics.CYCLE] = [span]
-            self._enqueue("cycle", start_wall, spans)
-        elif phase == metrics.PREFILL:
-            self._enqueue("prefill", start_wall, {metrics.PREFILL: [span]})
-        elif self._depth > 0:
-            self._current.setdefault(phase, []).append(span)
-        # A phase method called outside any cycle (inside prefill, say) is part of prefill.
+    def _run_frame(self, kind: str, clock: Any, method: Any, args: Any, kwargs: Any) -> Any:
+        if getattr(self._local, "frame", None) is not None:
+            return method(*args, **kwargs)  # a frame inside a frame belongs to the outer one
+        frame = _Frame(kind, clock.mark(), time.time())
+        self._local.frame = frame
+        try:
+            return method(*args, **kwargs)
+        finally:
+            end = clock.mark()
+            self._local.frame = None
+            self._finish(frame, end)
 
-    def _enqueue(self, kind: str, start_wall: float, spans: dict[str, list[Span]]) -> None:
+    def _run_phase(self, phase: str, clock: Any, method: Any, args: Any, kwargs: Any) -> Any:
+        frame = getattr(self._local, "frame", None)
+        if frame is None or frame.kind != metrics.CYCLE:
+            return method(*args, **kwargs)  # outside a decode cycle: prefill or start-up work
+        frame.stack.append(phase)
+        start = clock.mark()
+        try:
+            return method(*args, **kwargs)
+        finally:
+            span = (start, clock.mark())
+            frame.stack.pop()
+            frame.spans.setdefault(phase, []).append(span)
+            if frame.stack:
+                frame.nested.setdefault(frame.stack[-1], []).append(span)
+
+    def _finish(self, frame: _Frame, end: Any) -> None:
         self._seq += 1
-        self._pending.append({"kind": kind, "seq": self._seq, "t": start_wall, "spans": spans})
+        frame.spans[frame.kind] = [(frame.start, end)]
+        record = {"kind": frame.kind, "seq": self._seq, "t": frame.wall}
+        self._pending.append({**record, "spans": frame.spans, "nested": frame.nested})
+        self._last_frame_end = time.monotonic()
+        self._resolve_ready()
 
-    # --- off the critical path ----------------------------------------------------------
-    def _write_loop(self) -> None:
-        while not self._stop.wait(FLUSH_INTERVAL_S):
-            self.flush()
-
-    def flush(self) -> None:
-        """Write every record whose marks have resolved, then a `flushed` heartbeat."""
-        with self._lock:
-            now = time.time()
-            lines = []
+    # --- resolving marks: non-blocking, normally on the thread that recorded them -----------
+    def _resolve_ready(self) -> None:
+        if not self._resolve_lock.acquire(blocking=False):
+            return  # the writer is resolving right now
+        try:
             while self._pending and self._resolved(self._pending[0]):
-                lines.append(json.dumps(self._resolve(self._pending.popleft())))
-            if not lines and now - self._last_heartbeat < HEARTBEAT_INTERVAL_S:
-                return
-            self._last_heartbeat = now
-            lines.append(json.dumps({"kind": "flushed", "t": now, "pending": len(self._pending)}))
-            with self.path.open("a", encoding="utf-8") as out:
-                out.write("\n".join(lines) + "\n")
+                self._ready.append(self._resolve(self._pending.popleft()))
+        finally:
+            self._resolve_lock.release()
 
     def _resolved(self, record: dict[str, Any]) -> bool:
         assert self._clock is not None
@@ -171,8 +214,10 @@ class Probe:
 
     def _resolve(self, record: dict[str, Any]) -> dict[str, Any]:
         assert self._clock is not None
+        total = self._clock.elapsed_ms
         phases_ms = {
-            phase: sum(self._clock.elapsed_ms(start, end) for start, end in spans)
+            phase: sum(total(s, e) for s, e in spans)
+            - sum(total(s, e) for s, e in record["nested"].get(phase, ()))
             for phase, spans in record["spans"].items()
         }
         return {
@@ -184,36 +229,87 @@ class Probe:
             "ms": phases_ms,
         }
 
+    # --- off the critical path ----------------------------------------------------------
+    def _write_loop(self) -> None:
+        while not self._stop.wait(FLUSH_INTERVAL_S):
+            self.flush()
+
+    def flush(self, *, final: bool = False) -> None:
+        """Write every resolved record, then a `flushed` heartbeat."""
+        if final or time.monotonic() - self._last_frame_end >= QUIET_S:
+            self._resolve_ready()
+        with self._write_lock:
+            now = time.time()
+            lines = []
+            while self._ready:
+                lines.append(json.dumps(self._ready.popleft()))
+            if not lines and now - self._last_heartbeat < HEARTBEAT_INTERVAL_S and not final:
+                return
+            self._last_heartbeat = now
+            lines.append(json.dumps({"kind": "flushed", "t": now, "pending": len(self._pending)}))
+            with self.path.open("a", encoding="utf-8") as out:
+                out.write("\n".join(lines) + "\n")
+
     def close(self) -> None:
         if not self._stop.is_set():
             self._stop.set()
-            self.flush()
+            self.flush(final=True)
 
 
 # --- installing the probe --------------------------------------------------------------
 _out_dir: Path | None = None
 _probe: Probe | None = None
+_probe_lock = threading.Lock()
 
 
 def current_probe() -> Probe:
     """Return this process's probe, created (with its writer thread) on first use."""
     global _probe
     if _probe is None:
-        if _out_dir is None:
-            raise RuntimeError(f"the probe is not active: {DIR_VARIABLE} is not set")
-        _probe = Probe(_out_dir)
+        with _probe_lock:
+            if _probe is None:
+                if _out_dir is None:
+                    raise RuntimeError(f"the probe is not active: {DIR_VARIABLE} is not set")
+                _probe = Probe(_out_dir)
     return _probe
+
+
+def _is_decode(path: str, args: Sequence[Any], kwargs: Mapping[str, Any]) -> bool:
+    # The method's first argument after `self`, then attributes; a callable is called.
+    value: Any = args[1] if len(args) > 1 else next(iter(kwargs.values()), None)
+    try:
+        for name in path.split("."):
+            value = getattr(value, name)
+        return bool(value() if callable(value) else value)
+    except Exception:
+        return False  # an unrecognised batch is not a decode cycle
+
+
+def timed(method: Callable[..., Any], target: ProbeTarget) -> Callable[..., Any]:
+    """Return `method` timed as `target.phase` by this process's probe."""
+
+    @functools.wraps(method)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        role = target.phase
+        if target.decode_if and not _is_decode(target.decode_if, args, kwargs):
+            role = metrics.PREFILL
+        return current_probe().call(method, role, args, kwargs)
+
+    wrapper.__perfgate_probe__ = target.phase  # type: ignore[attr-defined]
+    return wrapper
 
 
 def patch_class(module: ModuleType, targets: Sequence[ProbeTarget]) -> list[str]:
     """Wrap the targets' methods found in `module`; return what was wrapped."""
     wrapped = []
     for target in targets:
+        if target.module != module.__name__:
+            continue
         owner = getattr(module, target.qualname, None)
-        method = getattr(owner, target.method, None) if owner is not None else None
+        method = owner.__dict__.get(target.method) if isinstance(owner, type) else None
         if method is None or hasattr(method, "__perfgate_probe__"):
             continue
-        setattr(owner, target.method, current_probe().wrap(method, target.phase))
+        setattr(owner, target.method, timed(method, target))
         wrapped.append(f"{target.module}.{target.qualname}.{target.method}")
     return wrapped
 
@@ -246,7 +342,7 @@ class _PatchOnImport(importlib.abc.MetaPathFinder):
 def activate(environ: Mapping[str, str] | None = None) -> bool:
     """Install the probe's import hook if `PERFGATE_PROBE_DIR` is set; return whether it is.
 
-    Idempotent. Nothing is timed, and no thread starts, until a target module is imported.
+    Idempotent. Nothing is timed, and no thread starts, until a wrapped method runs.
     """
     global _out_dir
     env = os.environ if environ is None else environ
@@ -254,12 +350,9 @@ def activate(environ: Mapping[str, str] | None = None) -> bool:
         return True
     if not env.get(DIR_VARIABLE):
         return False
-    table_name = env.get(TABLE_VARIABLE, "embedded")
-    if table_name not in TARGET_TABLES:
-        raise LookupError(
-            f"no probe target table for {table_name!r}; perfgate knows {', '.join(TARGET_TABLES)}"
-        )
-    table = TARGET_TABLES[table_name]
+    table = select_targets(
+        env.get(TABLE_VARIABLE, "embedded"), env.get(VERSION_VARIABLE), env.get(MODE_VARIABLE)
+    )
     _out_dir = Path(env[DIR_VARIABLE])
     _out_dir.mkdir(parents=True, exist_ok=True)
     for module_name in {t.module for t in table}:

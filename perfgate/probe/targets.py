@@ -1,7 +1,34 @@
-"""Which methods form each phase, per engine: data, not code.
+"""Which methods form each phase, per engine, server mode and release: data, not code.
 
 The probe wraps each listed method; the time spent inside it is charged to its phase. The
-method listed for `cycle` must run once per decode cycle and enclose the other phases.
+method listed for `cycle` must run once per decode cycle and enclose the other phases. A
+phase method called inside another phase method is subtracted from the outer one (each
+phase gets its *own* time), so `other = cycle - sum(named phases)` stays honest.
+
+SGLang (checked against each release's source by tests/engines/test_sglang_source.py):
+
+- Spec v2, `EAGLEWorkerV2` with its `EagleDraftWorker` (every supported release; the only
+  worker from 0.5.13). One call of `EAGLEWorkerV2.forward_batch_generation` on a decode batch
+  is one verify round: `draft_worker.draft` (multi-step draft and tree), then `self.verify`,
+  which prepares the verify input on the plan stream, runs the target forward
+  (`TpModelWorker.forward_batch_generation(..., is_verify=True)`), then samples, accepts and
+  commits the accepted tokens; then `draft_worker._draft_extend_for_decode`. So `draft`,
+  `verify` (the target forward alone), `accept` (the rest of `EAGLEWorkerV2.verify`) and
+  `draft_extend` are disjoint and in order. Under the overlap scheduler the scheduler thread
+  calls it inside its forward stream and returns as soon as the work is queued, so the CPU
+  clock would measure launch time only; the probe's CUDA events are recorded on that stream.
+  `cycle` is therefore the GPU time of the forward stream from the start of this round's draft
+  to the end of its draft extend, waits on the plan stream and launch gaps included; the
+  scheduler's CPU work for the next batch runs meanwhile and is not part of it.
+- Spec v1, `EAGLEWorker` (below 0.5.13, when the overlap scheduler is off: topk > 1,
+  `--disable-overlap-schedule`, or spec v2 switched off): the same shape, with
+  `forward_draft_extend_after_decode` as the draft extend.
+- A prefill batch goes through the same `forward_batch_generation`; `decode_if` tells the two
+  apart (`batch.forward_mode.is_decode()`), and such a call is timed as `prefill`.
+- The plain twin: `TpModelWorker.forward_batch_generation` is one decode step (forward and
+  sampling), or a prefill.
+- Batches of DP-attention idle ranks (`forward_mode` IDLE) count as prefill: perfgate
+  measures tensor parallelism, not DP attention.
 """
 
 from __future__ import annotations
@@ -9,6 +36,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from perfgate import metrics
+from perfgate.engines.sglang import SPEC_V1_RELEASES, SUPPORTED
+from perfgate.engines.versions import VersionRange
+from perfgate.metrics import ACCEPT, CYCLE, DRAFT, DRAFT_EXTEND, VERIFY
+
+Mode = str  # "spec" or "plain" (perfgate.engines.commands.Mode)
+BOTH_MODES: tuple[Mode, ...] = ("plain", "spec")
 
 
 @dataclass(frozen=True)
@@ -17,6 +50,11 @@ class ProbeTarget:
     qualname: str  # class name inside the module
     method: str
     phase: str
+    # For a `cycle` target: a dotted path from the method's first argument to a predicate
+    # (`forward_mode.is_decode`); where it is false, the call is timed as `prefill`.
+    decode_if: str | None = None
+    versions: VersionRange | None = None  # None: every release of the engine
+    modes: tuple[Mode, ...] = BOTH_MODES
 
 
 _EMBEDDED_WORKER = "perfgate.engines.embedded.worker"
@@ -32,6 +70,60 @@ EMBEDDED_TARGETS: tuple[ProbeTarget, ...] = (
     ProbeTarget(_EMBEDDED_WORKER, "PlainWorker", "decode_step", metrics.CYCLE),
 )
 
+_TP_WORKER = "sglang.srt.managers.tp_worker"
+_V1 = "sglang.srt.speculative.eagle_worker"
+_V2 = "sglang.srt.speculative.eagle_worker_v2"
+_DECODE = "forward_mode.is_decode"
+_OLD = SPEC_V1_RELEASES  # the releases with spec v1
+_ALL = SUPPORTED
+
+
+def _sglang(
+    module: str, owner: str, method: str, phase: str, versions: VersionRange, mode: Mode
+) -> ProbeTarget:
+    decode_if = _DECODE if phase == metrics.CYCLE else None
+    return ProbeTarget(module, owner, method, phase, decode_if, versions, (mode,))
+
+
+SGLANG_TARGETS: tuple[ProbeTarget, ...] = (
+    # Spec v2: every supported release.
+    _sglang(_V2, "EAGLEWorkerV2", "forward_batch_generation", CYCLE, _ALL, "spec"),
+    _sglang(_V2, "EagleDraftWorker", "draft", DRAFT, _ALL, "spec"),
+    _sglang(_V2, "EAGLEWorkerV2", "verify", ACCEPT, _ALL, "spec"),
+    _sglang(_V2, "EagleDraftWorker", "_draft_extend_for_decode", DRAFT_EXTEND, _ALL, "spec"),
+    # Spec v1: the releases that still have it.
+    _sglang(_V1, "EAGLEWorker", "forward_batch_generation", CYCLE, _OLD, "spec"),
+    _sglang(_V1, "EAGLEWorker", "draft", DRAFT, _OLD, "spec"),
+    _sglang(_V1, "EAGLEWorker", "verify", ACCEPT, _OLD, "spec"),
+    _sglang(_V1, "EAGLEWorker", "forward_draft_extend_after_decode", DRAFT_EXTEND, _OLD, "spec"),
+    # The target model's forward: verify on the speculative server, a whole step on the twin.
+    _sglang(_TP_WORKER, "TpModelWorker", "forward_batch_generation", VERIFY, _ALL, "spec"),
+    _sglang(_TP_WORKER, "TpModelWorker", "forward_batch_generation", CYCLE, _ALL, "plain"),
+)  # fmt: skip
+
 TARGET_TABLES: dict[str, tuple[ProbeTarget, ...]] = {
     "embedded": EMBEDDED_TARGETS,
+    "sglang": SGLANG_TARGETS,
 }
+
+
+def select_targets(table: str, version: str | None, mode: Mode | None) -> tuple[ProbeTarget, ...]:
+    """The targets of `table` for one release and server mode; a LookupError if none fit."""
+    if table not in TARGET_TABLES:
+        raise LookupError(
+            f"no probe target table for {table!r}; perfgate knows {', '.join(TARGET_TABLES)}"
+        )
+    targets = TARGET_TABLES[table]
+    if any(t.versions is not None for t in targets) and not version:
+        raise LookupError(f"the {table!r} probe table needs the engine's version")
+    if any(t.modes != BOTH_MODES for t in targets) and mode is None:
+        raise LookupError(f"the {table!r} probe table needs the server's mode (spec or plain)")
+    chosen = tuple(
+        t
+        for t in targets
+        if (mode is None or mode in t.modes)
+        and (t.versions is None or version is None or t.versions.contains(version))
+    )
+    if not chosen:
+        raise LookupError(f"no probe targets in {table!r} for release {version}, mode {mode}")
+    return chosen

@@ -1,125 +1,107 @@
-"""The HTML report: one self-contained file rendered from the history."""
+"""The HTML trend report: one self-contained, offline file rendered from the history.
+
+Per scenario and runner profile: spec and plain tok/s, speedup, accept length and every
+other metric over runs, with the band each run was judged against, its verdicts, change
+points and environment changes marked; the per-phase breakdown of the decode cycle per run;
+the latest run's verdicts (with their attribution), equivalence and fingerprint; sweeps.
+The page draws its charts with uPlot, inlined from perfgate/report/static/ (no network).
+"""
 
 from __future__ import annotations
 
 import os
 import tempfile
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 
-import jinja2
+from sqlalchemy.orm import Session
 
-from perfgate import metrics
+from perfgate.report.links import repository_url
+from perfgate.report.model import build_payload, group_runs, sweeps_of
+from perfgate.report.page import Page, render_page
 from perfgate.results import RunRecord
+from perfgate.store import RunFilter, load_runs
+from perfgate.store.columns import HistoryColumns, columns_from_records, history_columns
 
-__all__ = ["render_report", "write_report"]
-
-_ENV = jinja2.Environment(
-    loader=jinja2.PackageLoader("perfgate.report", "templates"),
-    autoescape=jinja2.select_autoescape(default=True, default_for_string=True),
-    undefined=jinja2.StrictUndefined,
-)
+__all__ = ["render_history_report", "render_report", "write_history_report", "write_report"]
 
 
-@dataclass(frozen=True)
-class Series:
-    label: str
-    css_class: str
-    points: tuple[tuple[float, float], ...]  # (x, y) in the chart's pixel space
+def render_report(
+    runs: Sequence[RunRecord],
+    generated_at: datetime | None = None,
+    repository: str | None = None,
+) -> str:
+    """Render the report for runs held in memory (any order)."""
+    columns = columns_from_records(runs)
+    by_id = {facts.id: record for facts, record in zip(columns.runs, _ordered(runs), strict=True)}
+    return _render(columns, lambda ids: [by_id[i] for i in ids], repository, generated_at)
 
 
-@dataclass(frozen=True)
-class Chart:
-    title: str
-    width: int
-    height: int
-    series: tuple[Series, ...]
-    y_min: float
-    y_max: float
-    run_ids: tuple[int | None, ...]
+def render_history_report(
+    session: Session,
+    where: RunFilter | None = None,
+    repository: str | None = None,
+    generated_at: datetime | None = None,
+) -> str:
+    """Render the report for the history's runs (those `where` selects).
 
-
-def _median(values: Sequence[float]) -> float | None:
-    ordered = sorted(values)
-    if not ordered:
-        return None
-    mid = len(ordered) // 2
-    return ordered[mid] if len(ordered) % 2 else (ordered[mid - 1] + ordered[mid]) / 2
-
-
-def tok_s_chart(runs: Sequence[RunRecord], width: int = 640, height: int = 200) -> Chart:
-    """Spec and plain output tok/s (median per run), in run order."""
-    raw = {
-        mode: [_median(getattr(r.measurement, mode).samples.get("output_tok_s", ())) for r in runs]
-        for mode in ("spec", "plain")
-    }
-    values = [v for vs in raw.values() for v in vs if v is not None]
-    low, high = (min(values), max(values)) if values else (0.0, 1.0)
-    pad = (high - low) * 0.1 or max(high * 0.1, 1.0)
-    low, high = low - pad, high + pad
-    step = width / max(len(runs) - 1, 1)
-
-    def place(i: int, v: float) -> tuple[float, float]:
-        return (round(i * step, 1), round(height - (v - low) / (high - low) * height, 1))
-
-    series = tuple(
-        Series(
-            label=f"{mode} tok/s",
-            css_class=mode,
-            points=tuple(place(i, v) for i, v in enumerate(vs) if v is not None),
-        )
-        for mode, vs in raw.items()
-    )
-    return Chart("output tok/s", width, height, series, low, high, tuple(r.id for r in runs))
-
-
-def phase_rows(run: RunRecord) -> list[dict[str, float | str]]:
-    """Mean ms per cycle of each phase of the speculative server, `other` included."""
-    phases = run.measurement.spec.phases
-    means = {}
-    for phase in (*metrics.NAMED_PHASES, metrics.CYCLE):
-        values = [p.mean_ms for p in phases if p.phase == phase]
-        if values:
-            means[phase] = sum(values) / len(values)
-    cycle = means.pop(metrics.CYCLE, 0.0)
-    means[metrics.OTHER] = max(cycle - sum(means.values()), 0.0)
-    return [
-        {"phase": phase, "ms": ms, "share": ms / cycle if cycle else 0.0}
-        for phase, ms in means.items()
-    ]
-
-
-def render_report(runs: Sequence[RunRecord], generated_at: datetime | None = None) -> str:
-    """Render the report for these runs (oldest first)."""
-    by_scenario: dict[str, list[RunRecord]] = {}
-    for run in runs:
-        by_scenario.setdefault(run.measurement.scenario, []).append(run)
-    scenarios = [
-        {
-            "name": name,
-            "runs": scenario_runs,
-            "latest": scenario_runs[-1],
-            "chart": tok_s_chart(scenario_runs),
-            "phases": phase_rows(scenario_runs[-1]),
-        }
-        for name, scenario_runs in sorted(by_scenario.items())
-    ]
-    return _ENV.get_template("report.html.j2").render(
-        scenarios=scenarios,
-        generated_at=(generated_at or datetime.now(UTC)).isoformat(timespec="seconds"),
-        median=_median,
-        metrics=metrics.METRICS,
-    )
+    The charts come from column queries; only each group's newest run is loaded whole.
+    """
+    columns = history_columns(session, where)
+    return _render(columns, lambda ids: load_runs(session, ids), repository, generated_at)
 
 
 def write_report(path: Path, runs: Sequence[RunRecord]) -> Path:
-    """Render and write the report atomically; return its path."""
-    html = render_report(runs)
+    """Render the report for runs held in memory and write it atomically; return its path."""
+    return _write(path, render_report(runs))
+
+
+def write_history_report(
+    path: Path,
+    session: Session,
+    where: RunFilter | None = None,
+    repository: str | None = None,
+) -> Path:
+    """Render the report from the history and write it atomically; return its path."""
+    return _write(path, render_history_report(session, where, repository))
+
+
+def _render(
+    columns: HistoryColumns,
+    load: Callable[[list[int]], Sequence[RunRecord]],
+    repository: str | None,
+    generated_at: datetime | None,
+) -> str:
+    groups = group_runs(columns)
+    repository = repository_url([run.ci_url for run in columns.runs], repository)
+    newest_ids = [group.runs[-1].id for group in groups]
+    latest = {(r.measurement.scenario, r.measurement.profile): r for r in load(newest_ids)}
+    sweeps = sweeps_of(columns)
+    page = Page(
+        groups=groups,
+        latest=latest,
+        payload=build_payload(columns, groups, sweeps, repository),
+        sweeps=sweeps,
+        repository=repository,
+        generated_at=generated_at or datetime.now(UTC),
+    )
+    return render_page(page)
+
+
+def _ordered(runs: Sequence[RunRecord]) -> list[RunRecord]:
+    return sorted(runs, key=lambda r: (r.measurement.started_at, r.id or 0))
+
+
+def _write(path: Path, html: str) -> Path:
+    """Write through a temporary file in the same folder: a reader never sees half a report."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    with os.fdopen(fd, "w", encoding="utf-8") as out:
-        out.write(html)
-    os.replace(tmp, path)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as out:
+            out.write(html)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
     return path

@@ -1,212 +1,177 @@
 """The history database: dataclasses in, dataclasses out. Functions take a session.
 
 Transactions are framed at the edge (`with sessions.begin() as session:` in the CLI and the
-plugin), so a run is recorded whole or not at all.
+plugin), so a run is recorded whole or not at all. Opening a history brings its schema to this
+perfgate's revision first (see schema.py); failures become one-line perfgate errors with the
+documented exit codes: 64 for a URL, file or database that is wrong (not a database, not
+perfgate's, from a newer perfgate), 69 for a server that cannot be reached.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from pathlib import Path
-from typing import Any
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import TypeVar
 
-from sqlalchemy import Engine, Select, create_engine, event, select
+from sqlalchemy import Engine
 from sqlalchemy.exc import SQLAlchemyError
-from sqlalchemy.orm import Session, selectinload, sessionmaker
+from sqlalchemy.orm import Session, sessionmaker
 
-from perfgate.equivalence import EquivalenceReport, PromptComparison
-from perfgate.errors import ConfigError, InfrastructureError
-from perfgate.gate.verdict import Status, Verdict
-from perfgate.results import Measurement, ModeResult, PhaseSummary, RunContext, RunRecord
-from perfgate.store.models import Base, OutputRow, PhaseRow, RunRow, SampleRow, VerdictRow
+from perfgate.errors import PerfgateError
+from perfgate.store.columns import HistoryColumns, history_columns
+from perfgate.store.database import (
+    create_history_engine,
+    describe,
+    enable_wal,
+    open_error,
+    parse_history_url,
+    sqlite_path,
+)
+from perfgate.store.queries import (
+    MetricPoint,
+    RunFilter,
+    iter_runs,
+    last_runs,
+    list_runs,
+    load_run,
+    load_runs,
+    metric_history,
+    run_ids,
+)
+from perfgate.store.records import record_run
+from perfgate.store.schema import (
+    SchemaState,
+    check_schema,
+    head_revision,
+    read_schema_state,
+    upgrade_schema,
+)
 
-__all__ = ["list_runs", "load_run", "open_history", "record_run"]
+__all__ = [
+    "HistoryColumns",
+    "MetricPoint",
+    "RunFilter",
+    "SchemaState",
+    "check_history",
+    "close_history",
+    "database_errors",
+    "history_columns",
+    "inspect_history",
+    "iter_runs",
+    "last_runs",
+    "list_runs",
+    "load_run",
+    "load_runs",
+    "metric_history",
+    "open_history",
+    "record_run",
+    "run_ids",
+    "upgrade_history",
+]
+
+T = TypeVar("T")
 
 
 def open_history(url: str) -> sessionmaker[Session]:
-    """Open (creating if needed) the history at a SQLAlchemy URL; return a session factory."""
-    try:
-        engine = _create_engine(url)
-        Base.metadata.create_all(engine)
-    except SQLAlchemyError as error:
-        reason = getattr(error, "orig", None) or error
-        raise InfrastructureError(f"cannot open the history database {url}: {reason}") from None
+    """Open (creating if needed) the history at a SQLAlchemy URL; return a session factory.
+
+    The schema is brought to this perfgate's revision first. Raises ConfigError (exit 64) for a
+    wrong URL, file or database, InfrastructureError (exit 69) for an unreachable server.
+    """
+    engine, state = _connect(url)
+    if not state.is_current:
+        _guarded(engine, lambda: upgrade_schema(engine, _where(engine)))
+    _guarded(engine, lambda: enable_wal(engine))
     return sessionmaker(engine, expire_on_commit=False)
 
 
-def _create_engine(url: str) -> Engine:
-    if url.startswith("sqlite:///") and not url.endswith(":memory:"):
-        path = Path(url.removeprefix("sqlite:///"))
-        if path.is_dir():
-            raise ConfigError(
-                "is a directory, not a database file", file=path, fix="point at a file"
-            )
-        path.parent.mkdir(parents=True, exist_ok=True)
-        engine = create_engine(url, connect_args={"timeout": 30})
-        event.listen(engine, "connect", _sqlite_pragmas)
-        return engine
-    return create_engine(url, pool_pre_ping=True)
+def upgrade_history(url: str) -> SchemaState:
+    """Bring the history to this perfgate's schema; return the state it was found in."""
+    engine, state = _connect(url)
+    try:
+        if not state.is_current:
+            state = _guarded(engine, lambda: upgrade_schema(engine, _where(engine)))
+        _guarded(engine, lambda: enable_wal(engine))
+    finally:
+        engine.dispose()
+    return state
 
 
-def _sqlite_pragmas(connection: Any, _record: object) -> None:
-    cursor = connection.cursor()
-    cursor.execute("PRAGMA journal_mode=WAL")  # readers never block the writer
-    cursor.execute("PRAGMA foreign_keys=ON")
-    cursor.execute("PRAGMA busy_timeout=30000")
-    cursor.close()
+def inspect_history(url: str) -> SchemaState:
+    """The history's schema state, read without writing anything (nor creating a file).
+
+    Unlike opening, this does not refuse a newer or foreign database: it reports what it found.
+    """
+    path = sqlite_path(parse_history_url(url))
+    if path is not None and not path.exists():
+        return SchemaState(None, head_revision(), frozenset())
+    engine, state = _connect(url, check=False)
+    engine.dispose()
+    return state
 
 
-def record_run(session: Session, record: RunRecord) -> int:
-    """Add a run with its samples, phases, outputs and verdicts; return its id."""
-    m = record.measurement
-    row = RunRow(
-        scenario=m.scenario,
-        profile=m.profile,
-        engine=m.engine,
-        status=record.status.value,
-        started_at=m.started_at,
-        finished_at=m.finished_at,
-        commit=record.context.commit,
-        branch=record.context.branch,
-        pr=record.context.pr,
-        ci_url=record.context.ci_url,
-        dirty=record.context.dirty,
-        equivalent=m.equivalence.ok,
-        fingerprint=dict(m.fingerprint),
-        config=dict(m.config),
-        servers={r.mode: _server_dict(r) for r in (m.plain, m.spec)},
-    )
-    for result in (m.plain, m.spec):
-        row.samples += _sample_rows(result.mode, result.samples)
-        row.phases += [PhaseRow(**vars(p)) for p in result.phases]
-    row.samples += _sample_rows("spec", {"speedup": m.samples().get("speedup", ())})
-    row.outputs = [
-        OutputRow(
-            prompt_index=c.index,
-            spec_ids=list(m.spec.outputs[c.index]),
-            plain_ids=list(m.plain.outputs[c.index]),
-            matched=c.matched,
-            prefix_len=c.prefix_len,
-        )
-        for c in m.equivalence.prompts
-    ]
-    row.verdicts = [VerdictRow(**{**vars(v), "status": v.status.value}) for v in record.verdicts]
-    session.add(row)
-    session.flush()
-    return row.id
+def check_history(url: str) -> None:
+    """Refuse, before anything is measured, a history this perfgate must not write to.
+
+    Writes nothing and creates no file; a history that does not exist yet is fine.
+    """
+    path = sqlite_path(parse_history_url(url))
+    if path is not None and not path.exists():
+        return
+    engine, _ = _connect(url)
+    engine.dispose()
 
 
-def _server_dict(result: ModeResult) -> dict[str, object]:
-    return {"command": result.command, "info": dict(result.server_info), "log": result.log_path}
+@contextmanager
+def database_errors(sessions: sessionmaker[Session]) -> Iterator[None]:
+    """Word a database failure inside the block (a lost server, say) as a perfgate error."""
+    try:
+        yield
+    except SQLAlchemyError as error:
+        bind = sessions.kw.get("bind")
+        if not isinstance(bind, Engine):
+            raise
+        raise open_error(bind.url, error) from None
 
 
-def _sample_rows(mode: str, samples: Mapping[str, Sequence[float]]) -> list[SampleRow]:
-    return [
-        SampleRow(mode=mode, metric=metric, repeat=i, value=value)
-        for metric, values in samples.items()
-        for i, value in enumerate(values)
-    ]
+def close_history(sessions: sessionmaker[Session]) -> None:
+    """Close the connections a session factory from `open_history` holds."""
+    bind = sessions.kw.get("bind")
+    if isinstance(bind, Engine):
+        bind.dispose()
 
 
-def _query_runs() -> Select[Any]:
-    return select(RunRow).options(
-        selectinload(RunRow.samples),
-        selectinload(RunRow.phases),
-        selectinload(RunRow.outputs),
-        selectinload(RunRow.verdicts),
-    )
+def _connect(url: str, check: bool = True) -> tuple[Engine, SchemaState]:
+    """An engine, and the schema state it found; refuses a history it must not touch."""
+    engine = create_history_engine(parse_history_url(url))
+
+    def read() -> SchemaState:
+        with engine.connect() as connection:
+            return read_schema_state(connection)
+
+    state = _guarded(engine, read)
+    if not check:
+        return engine, state
+    try:
+        check_schema(state, _where(engine))
+    except PerfgateError:
+        engine.dispose()
+        raise
+    return engine, state
 
 
-def load_run(session: Session, run_id: int) -> RunRecord:
-    """Return one recorded run; a ConfigError if there is no such run."""
-    row = session.scalars(_query_runs().where(RunRow.id == run_id)).first()
-    if row is None:
-        raise ConfigError(
-            f"no run {run_id} in the history", field="--run", fix="see `perfgate history list`"
-        )
-    return _to_record(row)
+def _guarded(engine: Engine, action: Callable[[], T]) -> T:
+    """Run `action`; a database failure becomes a one-line perfgate error (engine disposed)."""
+    try:
+        return action()
+    except SQLAlchemyError as error:
+        engine.dispose()
+        raise open_error(engine.url, error) from None
+    except PerfgateError:
+        engine.dispose()
+        raise
 
 
-def list_runs(
-    session: Session, scenario: str | None = None, limit: int | None = None
-) -> list[RunRecord]:
-    """Return recorded runs, oldest first (the newest `limit` when given)."""
-    query = _query_runs().order_by(RunRow.id.desc())
-    if scenario:
-        query = query.where(RunRow.scenario == scenario)
-    if limit:
-        query = query.limit(limit)
-    return [_to_record(row) for row in reversed(session.scalars(query).all())]
-
-
-def _to_record(row: RunRow) -> RunRecord:
-    servers = row.servers
-    measurement = Measurement(
-        scenario=row.scenario,
-        profile=row.profile,
-        engine=row.engine,
-        fingerprint=row.fingerprint,
-        plain=_mode_result(row, "plain", servers.get("plain", {})),
-        spec=_mode_result(row, "spec", servers.get("spec", {})),
-        equivalence=EquivalenceReport(
-            tuple(_comparison(o) for o in sorted(row.outputs, key=lambda o: o.prompt_index))
-        ),
-        started_at=row.started_at,
-        finished_at=row.finished_at,
-        config=row.config,
-    )
-    return RunRecord(
-        measurement=measurement,
-        context=RunContext(row.commit, row.branch, row.pr, row.ci_url, row.dirty),
-        verdicts=tuple(_verdict(v) for v in row.verdicts),
-        status=Status(row.status),
-        id=row.id,
-    )
-
-
-def _mode_result(row: RunRow, mode: str, server: dict[str, object]) -> ModeResult:
-    samples: dict[str, list[float]] = {}
-    for s in sorted(row.samples, key=lambda s: (s.metric, s.repeat)):
-        if s.mode == mode and s.metric != "speedup":
-            samples.setdefault(s.metric, []).append(s.value)
-    outputs = sorted(row.outputs, key=lambda o: o.prompt_index)
-    return ModeResult(
-        mode=mode,
-        command=str(server.get("command", "")),
-        samples={k: tuple(v) for k, v in samples.items()},
-        phases=tuple(
-            PhaseSummary(p.mode, p.phase, p.repeat, p.cycles, p.median_ms, p.mean_ms, p.p90_ms)
-            for p in sorted(row.phases, key=lambda p: p.id)
-            if p.mode == mode
-        ),
-        outputs=tuple(tuple(o.spec_ids if mode == "spec" else o.plain_ids) for o in outputs),
-        server_info=dict(server.get("info", {})),  # type: ignore[call-overload]
-        log_path=str(server.get("log", "")),
-    )
-
-
-def _comparison(row: OutputRow) -> PromptComparison:
-    spec, plain, k = row.spec_ids, row.plain_ids, row.prefix_len
-    return PromptComparison(
-        index=row.prompt_index,
-        matched=row.matched,
-        prefix_len=k,
-        spec_len=len(spec),
-        plain_len=len(plain),
-        spec_token=None if row.matched or k >= len(spec) else spec[k],
-        plain_token=None if row.matched or k >= len(plain) else plain[k],
-    )
-
-
-def _verdict(row: VerdictRow) -> Verdict:
-    return Verdict(
-        metric=row.metric,
-        status=Status(row.status),
-        message=row.message,
-        baseline=row.baseline,
-        current=row.current,
-        change=row.change,
-        ci_low=row.ci_low,
-        ci_high=row.ci_high,
-        tolerance=row.tolerance,
-    )
+def _where(engine: Engine) -> str:
+    path = sqlite_path(engine.url)
+    return str(path) if path is not None else describe(engine.url)

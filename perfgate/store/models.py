@@ -1,4 +1,8 @@
-"""The history's tables (SQLAlchemy 2.0 typed models). No row object leaves the store."""
+"""The history's tables (SQLAlchemy 2.0 typed models). No row object leaves the store.
+
+The migrations in migrations/versions create these tables; a test checks that the two agree.
+Change a table here and add a revision there, never one without the other.
+"""
 
 from __future__ import annotations
 
@@ -40,6 +44,8 @@ class RunRow(Base):
 
     __table_args__ = (
         Index("ix_runs_scenario_profile_started", "scenario", "profile", "started_at"),
+        Index("ix_runs_branch", "branch", "started_at"),
+        Index("ix_runs_pr", "pr", "started_at"),
     )
 
 
@@ -47,11 +53,14 @@ class SampleRow(Base):
     __tablename__ = "samples"
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
-    run_id: Mapped[int] = mapped_column(ForeignKey("runs.id", ondelete="CASCADE"), index=True)
+    run_id: Mapped[int] = mapped_column(ForeignKey("runs.id", ondelete="CASCADE"))
     mode: Mapped[str] = mapped_column(String(10))
     metric: Mapped[str] = mapped_column(String(50))
     repeat: Mapped[int]
     value: Mapped[float] = mapped_column(Float)
+
+    # Covers a metric's history (no table row read) and the foreign key (its first column).
+    __table_args__ = (Index("ix_samples_history", "run_id", "metric", "mode", "repeat", "value"),)
 
 
 class PhaseRow(Base):
@@ -80,6 +89,11 @@ class OutputRow(Base):
     plain_ids: Mapped[list[int]] = mapped_column(JSON)
     matched: Mapped[bool]
     prefix_len: Mapped[int]
+    # What the first divergence means (perfgate.equivalence.Outcome) and the plain run's
+    # logprob gap there, in nats (a lower bound when margin_is_bound).
+    outcome: Mapped[str | None] = mapped_column(String(10))
+    margin: Mapped[float | None] = mapped_column(Float)
+    margin_is_bound: Mapped[bool | None]
 
 
 class VerdictRow(Base):
@@ -96,3 +110,5 @@ class VerdictRow(Base):
     ci_low: Mapped[float | None] = mapped_column(Float)
     ci_high: Mapped[float | None] = mapped_column(Float)
     tolerance: Mapped[float | None] = mapped_column(Float)
+    # runs, baseline_runs, p_value, alpha, with_runs and the attribution, as JSON
+    detail: Mapped[dict[str, Any] | None] = mapped_column(JSON)

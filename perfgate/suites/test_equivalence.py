@@ -1,4 +1,4 @@
-"""Speculative outputs must be the plain outputs, token for token."""
+"""Speculative outputs must be the plain outputs, token for token (near ties aside)."""
 
 from __future__ import annotations
 
@@ -6,5 +6,7 @@ from perfgate.session import ScenarioRun
 
 
 def test_outputs_equivalent(scenario_run: ScenarioRun) -> None:
-    report = scenario_run.measurement().equivalence
-    assert report.ok, report.summary()
+    # Every run of the scenario: the first, and any measured again for an inconclusive verdict.
+    for index, measurement in enumerate(scenario_run.measurements(), start=1):
+        report = measurement.equivalence
+        assert report.ok, f"run {index}: {report.summary()}"

@@ -18,6 +18,7 @@ SIGTERM or SIGINT, or the death of the parent process, stops it with exit code 0
 from __future__ import annotations
 
 import argparse
+import atexit
 import json
 import logging
 import os
@@ -195,5 +196,18 @@ def start_server(args: argparse.Namespace) -> Server:
         ) from error
 
 
+def _exit_now(code: int) -> None:
+    """Exit without interpreter finalisation, after the atexit handlers (the probe's flush).
+
+    Tearing torch down beside daemon threads at finalisation can abort the process
+    ("terminate called without an active exception"), turning a clean stop into SIGABRT.
+    """
+    atexit._run_exitfuncs()
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    _exit_now(main())

@@ -1,0 +1,261 @@
+"""`perfgate ci`: what the GitHub workflows' steps run, so each step is one line.
+
+- `summary`: the session's verdicts as markdown, appended to the job summary
+  (`--out "$GITHUB_STEP_SUMMARY"`) or written as the PR comment's body (`--comment`).
+- `annotations`: workflow commands for what failed, within GitHub's per-step limits.
+- `approve`: `perfgate baseline update` for runs named by id, or the newest run on main of
+  each scenario, and the pull request's description (baseline-update.yml).
+
+`summary` and `annotations` read the session's pointer file (.perfgate/last-session.json)
+and the runs it names from the history; they report what they can and exit 0 even when the
+session failed or left nothing: the gate's own step carries the verdict's exit code.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from perfgate.baselines import baseline_path
+from perfgate.ci.annotate import session_annotations
+from perfgate.ci.markdown import (
+    COMMENT_LIMIT_BYTES,
+    SUMMARY_LIMIT_BYTES,
+    Links,
+    final_records,
+    fit_blocks,
+    render_markdown,
+    scenario_section,
+)
+from perfgate.ci.pointer import POINTER, SessionPointer, load_pointer
+from perfgate.commands import baseline as baseline_command
+from perfgate.commands.common import history_url
+from perfgate.config import Config, load_config
+from perfgate.errors import ConfigError, PerfgateError
+from perfgate.fingerprint import default_profile, detect_gpus
+from perfgate.results import RunRecord
+from perfgate.store import RunFilter, close_history, list_runs, load_runs, open_history
+
+LATEST = "latest"
+
+
+def register(commands: Any) -> None:
+    parser = commands.add_parser("ci", help="job summary, annotations and baseline approval for CI")
+    actions = parser.add_subparsers(dest="action", metavar="ACTION", required=True)
+
+    summary = actions.add_parser(
+        "summary",
+        help="the session's verdicts as markdown (job summary or PR comment)",
+        description="Render the last gate session's verdicts, attribution and equivalence as "
+        "markdown. With --out the text is appended (as $GITHUB_STEP_SUMMARY expects) and kept "
+        f"under 1 MiB in all; --comment writes the PR comment's body instead (under "
+        f"{COMMENT_LIMIT_BYTES} bytes, starting with the marker the workflow finds it by).",
+    )
+    _session_args(summary)
+    summary.add_argument("--out", metavar="PATH", help="append to this file (default: print)")
+    summary.add_argument("--comment", action="store_true", help="write the PR comment's body")
+    summary.set_defaults(handler=handle_summary)
+
+    annotations = actions.add_parser(
+        "annotations", help="print workflow commands that annotate what failed"
+    )
+    _session_args(annotations)
+    annotations.set_defaults(handler=handle_annotations)
+
+    approve = actions.add_parser(
+        "approve",
+        help="approve runs into the baselines (by id, or the newest on main)",
+        description="Run `perfgate baseline update` for the runs named, grouped by scenario. "
+        f"--runs {LATEST} takes, for each selected scenario, the newest run recorded on "
+        "--branch by a push (not a pull request) on this runner profile.",
+    )
+    approve.add_argument("--runs", required=True, metavar="IDS", help=f"run ids, or {LATEST!r}")
+    approve.add_argument("--scenario", action="append", default=[], metavar="NAME")
+    approve.add_argument("--branch", default="main", metavar="NAME")
+    approve.add_argument("--profile", metavar="NAME")
+    approve.add_argument("--approved-by", required=True, metavar="NAME")
+    approve.add_argument("--reason", required=True, metavar="TEXT")
+    approve.add_argument("--body", metavar="PATH", help="write the pull request's description")
+    approve.add_argument("--config", metavar="PATH")
+    approve.add_argument("--db", metavar="URL")
+    approve.add_argument("--baselines", metavar="DIR")
+    approve.set_defaults(handler=handle_approve)
+
+
+def _session_args(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--session", metavar="PATH", default=str(POINTER), help=f"the pointer file ({POINTER})"
+    )
+    parser.add_argument("--config", metavar="PATH")
+    parser.add_argument(
+        "--db", metavar="URL", help="history (default: $PERFGATE_DB_URL, else the pointer's)"
+    )
+
+
+def ci_links(environ: Mapping[str, str]) -> Links:
+    """The run's page and commit, from the runner's variables."""
+    run_url = None
+    if environ.get("GITHUB_RUN_ID") and environ.get("GITHUB_REPOSITORY"):
+        server = environ.get("GITHUB_SERVER_URL", "https://github.com")
+        run_url = f"{server}/{environ['GITHUB_REPOSITORY']}/actions/runs/{environ['GITHUB_RUN_ID']}"
+    return Links(run_url, environ.get("GITHUB_SHA"))
+
+
+def load_session(
+    path: Path, db: str | None = None
+) -> tuple[SessionPointer | None, list[RunRecord], list[str]]:
+    """The pointer, its scenarios' final runs, and notes on what could not be read.
+
+    The runs are read from `db` (else $PERFGATE_DB_URL, else the pointer's history).
+    """
+    try:
+        pointer = load_pointer(path)
+    except ConfigError as error:
+        return None, [], [str(error)]
+    url = db or os.environ.get("PERFGATE_DB_URL") or (pointer.history if pointer else None)
+    if pointer is None or not pointer.final_runs or not url:
+        return pointer, [], []
+    try:
+        sessions = open_history(url)
+        try:
+            with sessions() as session:
+                loaded = load_runs(session, list(pointer.final_runs.values()))
+        finally:
+            close_history(sessions)
+    except PerfgateError as error:
+        return pointer, [], [f"the history could not be read: {error}"]
+    by_id = {r.id: r for r in loaded if r.id is not None}
+    return pointer, final_records(pointer, by_id), []
+
+
+def handle_summary(args: argparse.Namespace, _rest: list[str]) -> int:
+    pointer, finals, notes = load_session(Path(args.session), args.db)
+    links = ci_links(os.environ)
+    if args.comment:
+        text = render_markdown(pointer, finals, links, COMMENT_LIMIT_BYTES, notes, comment=True)
+        return _write(args.out, text, append=False)
+    budget = SUMMARY_LIMIT_BYTES - _existing_size(args.out)
+    return _write(args.out, render_markdown(pointer, finals, links, max(budget, 0), notes), True)
+
+
+def _existing_size(path: str | None) -> int:
+    try:
+        return Path(path).stat().st_size if path else 0
+    except OSError:
+        return 0
+
+
+def _write(path: str | None, text: str, append: bool) -> int:
+    if path is None:
+        print(text, end="")
+        return 0
+    with open(path, "a" if append else "w", encoding="utf-8") as handle:
+        handle.write(text)
+    return 0
+
+
+def _baseline_files(pointer: SessionPointer | None, config_path: str | None) -> dict[str, str]:
+    """Each scenario's baseline file, relative to here when it lies below (for annotations)."""
+    if pointer is None or pointer.profile is None:
+        return {}
+    try:
+        config = load_config(config_path)
+    except ConfigError:
+        return {}
+    files = {}
+    for scenario in pointer.final_runs:
+        path = baseline_path(config.baselines_dir, pointer.profile, scenario).resolve()
+        try:
+            files[scenario] = str(path.relative_to(Path.cwd().resolve()))
+        except ValueError:
+            files[scenario] = str(path)
+    return files
+
+
+def handle_annotations(args: argparse.Namespace, _rest: list[str]) -> int:
+    pointer, finals, notes = load_session(Path(args.session), args.db)
+    for annotation in session_annotations(pointer, finals, _baseline_files(pointer, args.config)):
+        print(annotation.render())
+    for note in notes:
+        print(f"::warning title=perfgate::{note}")
+    return 0
+
+
+def _approval_targets(args: argparse.Namespace, config: Config) -> list[RunRecord]:
+    """The runs to approve: those named, or the newest pushed run of each scenario."""
+    sessions = open_history(history_url(args))
+    try:
+        with sessions() as session:
+            if args.runs.strip() != LATEST:
+                return load_runs(session, _run_ids(args.runs))
+            profile = args.profile or default_profile(detect_gpus())
+            return [
+                _latest(session, s.name, profile, args.branch) for s in config.select(args.scenario)
+            ]
+    finally:
+        close_history(sessions)
+
+
+def _run_ids(text: str) -> list[int]:
+    try:
+        ids = [int(part) for part in text.replace(",", " ").split()]
+    except ValueError:
+        ids = []
+    if not ids:
+        raise ConfigError(
+            f"is {text!r}", field="--runs", fix=f"give run ids (`12 13`) or {LATEST!r}"
+        )
+    return ids
+
+
+def _latest(session: Any, scenario: str, profile: str, branch: str) -> RunRecord:
+    where = RunFilter(scenario=scenario, profile=profile, branch=branch)
+    pushed = [r for r in list_runs(session, where=where) if r.context.pr is None]
+    if not pushed:
+        raise ConfigError(
+            f"no run of scenario {scenario!r} on profile {profile!r} was recorded by a push to "
+            f"{branch!r}",
+            field="--runs",
+            fix="name the runs by id (`perfgate history list`), or let the gate run on the branch",
+        )
+    return pushed[-1]
+
+
+def handle_approve(args: argparse.Namespace, _rest: list[str]) -> int:
+    config = load_config(args.config)
+    records = _approval_targets(args, config)
+    if not records:
+        raise ConfigError(
+            f"names no recorded run ({args.runs})",
+            field="--runs",
+            fix="see `perfgate history list`",
+        )
+    groups: dict[tuple[str, str], list[int]] = {}
+    for record in records:
+        key = (record.measurement.profile, record.measurement.scenario)
+        groups.setdefault(key, []).append(int(record.id or 0))
+    for ids in groups.values():
+        update = argparse.Namespace(**vars(args), run=ids, force=False)
+        baseline_command.handle_update(update, [])
+    if args.body:
+        Path(args.body).write_text(approval_body(records, args.approved_by, args.reason), "utf-8")
+    return 0
+
+
+def approval_body(records: list[RunRecord], approved_by: str, reason: str) -> str:
+    """The baseline pull request's description: why, and each approved run's verdicts."""
+    head = (
+        f"Baseline update requested by @{approved_by}: {reason}\n\n"
+        "Approved runs, with the verdicts each got against the baseline it replaces:\n"
+    )
+    blocks = []
+    for record in records:
+        c = record.context
+        origin = f"commit `{(c.commit or '?')[:12]}` on `{c.branch}`" + (
+            f", [CI run]({c.ci_url})" if c.ci_url else ""
+        )
+        blocks.append(f"{scenario_section(record)}- recorded from {origin}\n")
+    return fit_blocks(head, blocks, COMMENT_LIMIT_BYTES)

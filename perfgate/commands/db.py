@@ -1,0 +1,58 @@
+"""`perfgate db`: the history database's schema — upgrade it, or say which revision it is at."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from perfgate.commands.common import history_url
+from perfgate.store import inspect_history, upgrade_history
+from perfgate.store.database import describe, parse_history_url
+from perfgate.store.schema import check_schema
+
+
+def register(commands: Any) -> None:
+    parser = commands.add_parser("db", help="upgrade the history database or show its schema")
+    actions = parser.add_subparsers(dest="action", metavar="ACTION", required=True)
+    upgrade = actions.add_parser(
+        "upgrade",
+        help="bring the history to this perfgate's schema (creating it if needed)",
+        description="Apply the schema migrations this perfgate ships, in one transaction under "
+        "a lock (every perfgate command does this on open; this does only that). A history "
+        "written by a newer perfgate is refused untouched (exit 64).",
+    )
+    current = actions.add_parser(
+        "current", help="print the history's schema revision and this perfgate's newest"
+    )
+    for action, handler in ((upgrade, handle_upgrade), (current, handle_current)):
+        action.add_argument("--config", metavar="PATH", help="perfgate.toml to read")
+        action.add_argument("--db", metavar="URL", help="history database (SQLAlchemy URL)")
+        action.set_defaults(handler=handler)
+
+
+def handle_upgrade(args: argparse.Namespace, _rest: list[str]) -> int:
+    url = history_url(args)
+    before = upgrade_history(url)
+    where = describe(parse_history_url(url))
+    if before.is_current:
+        print(f"{where}: schema revision {before.head}, already the newest")
+    else:
+        print(f"{where}: schema revision {before.current or 'none'} -> {before.head}")
+    return 0
+
+
+def handle_current(args: argparse.Namespace, _rest: list[str]) -> int:
+    url = history_url(args)
+    state = inspect_history(url)
+    where = describe(parse_history_url(url))
+    check_schema(state, where)  # a newer perfgate's, or not perfgate's: one line, exit 64
+    if state.current is None and not state.tables:
+        note = "empty: any perfgate command creates it"
+    elif state.current is None:
+        note = f"created before schema versions: `perfgate db upgrade` brings it to {state.head}"
+    elif state.is_current:
+        note = "the newest this perfgate knows"
+    else:
+        note = f"older than this perfgate's {state.head}: `perfgate db upgrade` upgrades it"
+    print(f"{where}: schema revision {state.current or 'none'} ({note})")
+    return 0

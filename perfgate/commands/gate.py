@@ -1,0 +1,125 @@
+"""`perfgate gate`: judge recorded runs again, against their baseline or another one."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from perfgate.baselines import Baseline, baseline_path, load_baseline
+from perfgate.commands.common import history_url
+from perfgate.config import Config, load_config
+from perfgate.errors import ConfigError
+from perfgate.gate import DEFAULT_ALPHA
+from perfgate.gate.verdict import exit_code, overall_status
+from perfgate.judging import judge_measurements
+from perfgate.results import RunRecord
+from perfgate.store import load_run, open_history
+from perfgate.summary import render_record, verdicts_document
+
+
+def register(commands: Any) -> None:
+    parser = commands.add_parser(
+        "gate",
+        help="judge recorded runs again against a baseline (records nothing)",
+        description="Judge recorded runs against their scenario's baseline, or --baseline FILE, "
+        "and print the verdicts (--json: as JSON). One --run whose verdicts were judged "
+        "together with earlier runs (measured again while inconclusive) brings those runs "
+        "along. The exit code is the gate's.",
+    )
+    parser.add_argument(
+        "--run",
+        type=int,
+        required=True,
+        action="append",
+        metavar="ID",
+        help="run id in the history; repeat to judge several runs of one scenario together",
+    )
+    parser.add_argument("--baseline", metavar="FILE", help="judge against this baseline file")
+    parser.add_argument("--json", action="store_true", help="print the verdicts as JSON")
+    parser.add_argument(
+        "--alpha",
+        type=float,
+        metavar="A",
+        help="the false-alarm level for the scenario's gated metrics; default: the config's",
+    )
+    parser.add_argument("--config", metavar="PATH")
+    parser.add_argument("--db", metavar="URL")
+    parser.add_argument("--baselines", metavar="DIR")
+    parser.set_defaults(handler=handle)
+
+
+def handle(args: argparse.Namespace, _rest: list[str]) -> int:
+    config = _config(args)
+    records = _records(args)
+    baseline = _baseline(args, config, records[-1])
+    alpha = _alpha(args, config)
+    measurements = [r.measurement for r in records]
+    verdicts = judge_measurements(measurements, baseline, alpha=alpha, final=True)
+    status = overall_status(verdicts, all(m.equivalence.ok for m in measurements))
+    code = int(exit_code(status))
+    if args.json:
+        path = str(baseline.path) if baseline.path else None
+        document = verdicts_document(records, verdicts, status, code, path)
+        print(json.dumps(document, indent=2, sort_keys=True))
+        return code
+    ids = ", ".join(f"#{r.id}" for r in records)
+    print(f"judging run {ids} against {baseline.path} ({len(baseline.runs)} approved run(s))")
+    earlier = tuple(r.id for r in records[:-1] if r.id is not None)
+    judged = replace(
+        records[-1],
+        verdicts=tuple(replace(v, with_runs=earlier) for v in verdicts),
+        status=status,
+    )
+    for line in render_record(judged):
+        print(line)
+    return code
+
+
+def _config(args: argparse.Namespace) -> Config | None:
+    """The config; none is needed when --baseline names the file (and --alpha or default)."""
+    try:
+        return load_config(args.config)
+    except ConfigError:
+        if args.config or not args.baseline:
+            raise
+        return None
+
+
+def _alpha(args: argparse.Namespace, config: Config | None) -> float:
+    alpha = args.alpha if args.alpha is not None else (config.alpha if config else DEFAULT_ALPHA)
+    if not 0 < alpha < 1:
+        raise ConfigError(f"is {alpha}", field="--alpha", fix="give a level between 0 and 1")
+    return alpha
+
+
+def _records(args: argparse.Namespace) -> list[RunRecord]:
+    """The runs named, preceded by the earlier runs a single run was judged with."""
+    sessions = open_history(history_url(args))
+    with sessions() as session:
+        records = [load_run(session, run_id) for run_id in args.run]
+        if len(records) == 1:
+            earlier = next((v.with_runs for v in records[0].verdicts if v.with_runs), ())
+            records = [load_run(session, run_id) for run_id in earlier] + records
+    scenarios = {(r.measurement.profile, r.measurement.scenario) for r in records}
+    if len(scenarios) > 1:
+        listed = ", ".join(f"{scenario} on {profile}" for profile, scenario in sorted(scenarios))
+        raise ConfigError(
+            f"the runs belong to different scenarios ({listed})",
+            field="--run",
+            fix="judge the runs of one scenario and profile together",
+        )
+    return records
+
+
+def _baseline(args: argparse.Namespace, config: Config | None, record: RunRecord) -> Baseline:
+    if args.baseline:
+        return load_baseline(Path(args.baseline))
+    directory = Path(args.baselines) if args.baselines else None
+    if directory is None:
+        assert config is not None  # _config only returns None when --baseline is given
+        directory = config.baselines_dir
+    m = record.measurement
+    return load_baseline(baseline_path(directory, m.profile, m.scenario))

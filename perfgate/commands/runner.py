@@ -1,0 +1,114 @@
+"""`perfgate runner job-started | job-completed`: the self-hosted runner's job hooks.
+
+runner/hooks/job-started.sh and job-completed.sh call these; see docs/runner-setup.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+from perfgate.runner.gpus import DEFAULT_MAX_MEMORY_MIB, DEFAULT_MAX_UTILIZATION, Limits
+from perfgate.runner.hooks import HookOptions, job_completed, job_started, render_result
+
+EPILOG = """exit codes:
+  0   the machine is clean, idle and healthy (job-completed: always, problems are warnings)
+  69  a GPU is busy or unhealthy, fewer GPUs than expected, or a leftover could not be ended
+"""
+
+
+def register(commands: Any) -> None:
+    parser = commands.add_parser("runner", help="job hooks for a self-hosted GPU runner")
+    hooks = parser.add_subparsers(dest="hook", metavar="HOOK", required=True)
+    started = hooks.add_parser(
+        "job-started",
+        help="end leftover servers, check every GPU is idle and healthy, save its settings",
+        description="Before a job: end the inference servers earlier jobs of this runner "
+        "(RUNNER_NAME) left, wait for the GPUs to be idle, refuse busy or unhealthy ones (clock "
+        "slowdowns, uncorrected ECC errors, pending row remaps or page retirements), and save "
+        "the GPUs' settings for the run's fingerprint (PERFGATE_MACHINE_STATE, exported through "
+        "GITHUB_ENV).",
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    _started_args(started)
+    _common(started)
+    started.set_defaults(handler=handle_started)
+    completed = hooks.add_parser(
+        "job-completed", help="end the servers the job left behind (never fails the job)"
+    )
+    _common(completed)
+    completed.set_defaults(handler=handle_completed)
+
+
+def _started_args(started: argparse.ArgumentParser) -> None:
+    started.add_argument(
+        "--max-memory-mib",
+        type=float,
+        default=DEFAULT_MAX_MEMORY_MIB,
+        metavar="MIB",
+        help=f"memory an idle GPU may show in use (default {DEFAULT_MAX_MEMORY_MIB:g})",
+    )
+    started.add_argument(
+        "--max-utilization",
+        type=float,
+        default=DEFAULT_MAX_UTILIZATION,
+        metavar="PCT",
+        help=f"utilisation an idle GPU may show (default {DEFAULT_MAX_UTILIZATION:g}%%)",
+    )
+    started.add_argument("--wait-s", type=float, default=60.0, help="for GPU memory to be released")
+    started.add_argument(
+        "--expect-gpus",
+        type=int,
+        default=_int_env("PERFGATE_EXPECT_GPUS"),
+        metavar="N",
+        help="fail when fewer GPUs are visible (default: $PERFGATE_EXPECT_GPUS)",
+    )
+    started.add_argument(
+        "--state-file", metavar="PATH", help="default: $RUNNER_TEMP/perfgate-machine-state.json"
+    )
+
+
+def _common(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--grace-s", type=float, default=10.0, help="between SIGTERM and SIGKILL")
+    parser.add_argument("--json", action="store_true", help="print the result as JSON")
+
+
+def _int_env(name: str) -> int | None:
+    value = os.environ.get(name, "").strip()
+    return int(value) if value.isdigit() else None
+
+
+def _print(result: Any, hook: str, as_json: bool) -> int:
+    if as_json:
+        document = {
+            "exit_code": int(result.exit_code),
+            "ended": [left.describe() for left in result.ended],
+            "problems": result.problems,
+            "notes": result.notes,
+            "gpus": result.report.to_dict() if result.report else None,
+            "state_file": str(result.state_file) if result.state_file else None,
+        }
+        print(json.dumps(document, indent=2, sort_keys=True))
+    else:
+        for line in render_result(result, hook):
+            print(line, flush=True)
+    return int(result.exit_code)
+
+
+def handle_started(args: argparse.Namespace, _rest: list[str]) -> int:
+    options = HookOptions(
+        limits=Limits(args.max_memory_mib, args.max_utilization),
+        wait_s=args.wait_s,
+        grace_s=args.grace_s,
+        expect_gpus=args.expect_gpus,
+        state_file=Path(args.state_file) if args.state_file else None,
+    )
+    return _print(job_started(options), "job-started", args.json)
+
+
+def handle_completed(args: argparse.Namespace, _rest: list[str]) -> int:
+    return _print(job_completed(HookOptions(grace_s=args.grace_s)), "job-completed", args.json)

@@ -1,0 +1,165 @@
+"""The GPUs a server will use, read through `nvidia-smi`: visible, free, and released again.
+
+Without `nvidia-smi` (a laptop, a CPU runner) there is nothing to check or wait for, and every
+function here says so instead of failing.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from perfgate.errors import ConfigError, InfrastructureError
+
+QUERY = "index,uuid,name,memory.total,memory.used"
+BUSY_FRACTION = 0.2  # memory already in use on a GPU a server is about to load onto
+RELEASE_SLACK_MIB = 512.0  # what "back to where it was" tolerates (driver, other tenants)
+POLL_S = 1.0
+
+
+@dataclass(frozen=True)
+class Gpu:
+    index: int
+    uuid: str
+    name: str
+    memory_total_mib: float
+    memory_used_mib: float
+
+
+def query_gpus(timeout_s: float = 30.0) -> list[Gpu] | None:
+    """Every GPU `nvidia-smi` shows, in its order; None when there is no `nvidia-smi`."""
+    if shutil.which("nvidia-smi") is None:
+        return None
+    try:
+        done = subprocess.run(
+            ["nvidia-smi", f"--query-gpu={QUERY}", "--format=csv,noheader,nounits"],
+            capture_output=True,
+            text=True,
+            timeout=timeout_s,
+            check=False,
+        )
+    except (OSError, subprocess.SubprocessError) as error:
+        raise InfrastructureError(f"nvidia-smi failed: {error}") from None
+    if done.returncode != 0:
+        reason = (done.stderr or done.stdout).strip().splitlines()[-1:] or ["no output"]
+        raise InfrastructureError(f"nvidia-smi failed (code {done.returncode}): {reason[0]}")
+    return [_parse_row(line) for line in done.stdout.splitlines() if line.strip()]
+
+
+def _parse_row(line: str) -> Gpu:
+    index, uuid, name, total, used = (part.strip() for part in line.split(","))
+    return Gpu(int(index), uuid, name, float(total), float(used))
+
+
+def visible_gpus(
+    gpus: Sequence[Gpu], cuda_visible_devices: str | None, where: str = "CUDA_VISIBLE_DEVICES"
+) -> list[Gpu]:
+    """The GPUs CUDA_VISIBLE_DEVICES selects (indices or UUIDs), in its order; all if unset.
+
+    Indices are read in nvidia-smi's (PCI bus) order, as with CUDA_DEVICE_ORDER=PCI_BUS_ID.
+    MIG devices cannot be matched to a GPU here and are left out.
+    """
+    if cuda_visible_devices is None:
+        return list(gpus)
+    chosen = []
+    for entry in (e.strip() for e in cuda_visible_devices.split(",")):
+        if not entry or entry.startswith("MIG-"):
+            continue
+        gpu = _match(gpus, entry)
+        if gpu is None:
+            shown = ", ".join(f"{g.index} ({g.uuid})" for g in gpus) or "none"
+            raise ConfigError(
+                f"names GPU {entry!r}, which this machine does not have",
+                field=where,
+                fix=f"use indices or UUIDs of the GPUs nvidia-smi shows: {shown}",
+            )
+        chosen.append(gpu)
+    return chosen
+
+
+def _match(gpus: Sequence[Gpu], entry: str) -> Gpu | None:
+    if entry.isdigit():
+        return next((g for g in gpus if g.index == int(entry)), None)
+    matches = [g for g in gpus if g.uuid.startswith(entry)]  # CUDA accepts a unique prefix
+    return matches[0] if len(matches) == 1 else None
+
+
+def check_gpus_for(
+    tp: int,
+    environ: Mapping[str, str],
+    where: str,
+    gpus: Sequence[Gpu] | None,
+) -> list[Gpu]:
+    """The GPUs a server with tensor parallelism `tp` will load onto; refuse what cannot work.
+
+    `environ` is the server's environment (CUDA_VISIBLE_DEVICES), `where` names the field
+    that sets it. A ConfigError when CUDA_VISIBLE_DEVICES lists too few or unknown GPUs, an
+    InfrastructureError when the machine has too few, or one is already busy.
+    """
+    if gpus is None:
+        raise InfrastructureError(
+            "no GPU is visible: nvidia-smi is not installed or not on PATH; "
+            'SGLang needs NVIDIA GPUs (or set the scenario\'s device = "cpu")'
+        )
+    listed = environ.get("CUDA_VISIBLE_DEVICES")
+    chosen = visible_gpus(gpus, listed, where)
+    if len(chosen) < tp and listed is not None:
+        raise ConfigError(
+            f"lists {len(chosen)} GPU(s) ({listed}), but tp = {tp} needs {tp}",
+            field=where,
+            fix=f"list {tp} GPUs, or lower tp",
+        )
+    if len(chosen) < tp:
+        raise InfrastructureError(
+            f"this machine shows {len(chosen)} GPU(s) but the scenario needs tp = {tp}; "
+            "run it on a runner with enough GPUs"
+        )
+    for gpu in chosen[:tp]:
+        if gpu.memory_used_mib > BUSY_FRACTION * gpu.memory_total_mib:
+            raise InfrastructureError(
+                f"GPU {gpu.index} ({gpu.name}) already has {gpu.memory_used_mib / 1024:.1f} of "
+                f"{gpu.memory_total_mib / 1024:.1f} GiB in use: another process holds it "
+                "(a server left behind?); `nvidia-smi` shows which, stop it and run again"
+            )
+    return chosen[:tp]
+
+
+@dataclass(frozen=True)
+class GpuWatch:
+    """The memory in use on some GPUs before a server started, to wait for its release."""
+
+    used_before_mib: Mapping[str, float]  # uuid -> MiB
+
+    @classmethod
+    def snapshot(cls, gpus: Sequence[Gpu]) -> GpuWatch:
+        now = {g.uuid: g for g in query_gpus() or ()}
+        return cls({g.uuid: now[g.uuid].memory_used_mib for g in gpus if g.uuid in now})
+
+    def wait_released(self, what: str, timeout_s: float, poll_s: float = POLL_S) -> None:
+        """Wait until each GPU uses no more memory than before `what` started (+ slack)."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            held = self._still_held()
+            if not held:
+                return
+            if time.monotonic() > deadline:
+                gpu, before = held[0]
+                raise InfrastructureError(
+                    f"the GPU memory of {what} was not released within {timeout_s:.0f} s: "
+                    f"GPU {gpu.index} still uses {gpu.memory_used_mib / 1024:.1f} GiB "
+                    f"({before / 1024:.1f} GiB before it started); a process of it may be "
+                    "stuck: find it with nvidia-smi and stop it"
+                )
+            time.sleep(poll_s)
+
+    def _still_held(self) -> list[tuple[Gpu, float]]:
+        gpus = query_gpus() or []
+        return [
+            (g, self.used_before_mib[g.uuid])
+            for g in gpus
+            if g.uuid in self.used_before_mib
+            and g.memory_used_mib > self.used_before_mib[g.uuid] + RELEASE_SLACK_MIB
+        ]

@@ -1,0 +1,196 @@
+"""Checks before any server starts: a TP8 model can take many minutes to load, so a mistake
+must be refused in seconds, with one line that names the field and the fix.
+
+`check_scenario` needs no machine (SGLang's rules for steps/topk/draft tokens, the flags
+perfgate owns); `preflight` looks at this machine (the interpreter and its SGLang release,
+model paths, GPUs) and returns notes on what it could not check.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from perfgate.config import Scenario
+from perfgate.engines import sglang as sglang_facts
+from perfgate.engines.commands import OWNED_ROLES, flag_names
+from perfgate.engines.gpus import Gpu, check_gpus_for, query_gpus
+from perfgate.engines.sglang import InstalledVersions, SglangRelease
+from perfgate.errors import ConfigError
+
+PASS_THROUGH = ("extra_args", "spec_extra_args", "plain_extra_args")
+
+
+def _where(scenario: Scenario, key: str) -> str:
+    return f"scenarios.{scenario.name}.{key}"
+
+
+def check_scenario(
+    scenario: Scenario, file: Path | None = None, sglang: SglangRelease | None = None
+) -> list[str]:
+    """Refuse what SGLang would refuse or silently change; return notes for the rest."""
+    names = flag_names(scenario, sglang)
+    _refuse_owned_flags(scenario, file, names)
+    return _check_speculative(scenario, file, names)
+
+
+def _refuse_owned_flags(scenario: Scenario, file: Path | None, names: SglangRelease) -> None:
+    owned = {name: role for role in OWNED_ROLES for name in names.names(role)}
+    for key in PASS_THROUGH:
+        for arg in getattr(scenario, key):
+            flag = arg.split("=", 1)[0]
+            if flag in owned:
+                instead = OWNED_ROLES[owned[flag]]
+                fix = (
+                    f"remove it: {instead}"
+                    if instead.startswith("(")
+                    else f"set {_where(scenario, instead)} instead"
+                )
+                raise ConfigError(
+                    f"passes {flag}, which perfgate sets on both servers itself",
+                    file=file,
+                    field=_where(scenario, key),
+                    fix=fix,
+                )
+
+
+def _flag_value(args: Sequence[str], flags: Sequence[str]) -> str | None:
+    """The last value given to any of `flags` in `args` (`--f v` or `--f=v`)."""
+    value = None
+    for i, arg in enumerate(args):
+        name, _, inline = arg.partition("=")
+        if name in flags:
+            value = inline if inline else (args[i + 1] if i + 1 < len(args) else None)
+    return value
+
+
+def _check_speculative(scenario: Scenario, file: Path | None, names: SglangRelease) -> list[str]:
+    steps, topk, tokens = scenario.steps, scenario.topk, scenario.draft_tokens
+    if topk == 1 and tokens != steps + 1:
+        raise ConfigError(
+            f"is {tokens} with topk = 1; SGLang would not run it: "
+            f"'{sglang_facts.RULE_DRAFT_TOKENS}'",
+            file=file,
+            field=_where(scenario, "draft_tokens"),
+            fix=f"set draft_tokens = {steps + 1} (steps + 1)",
+        )
+    if topk == 1:
+        return []
+    args = [*scenario.extra_args, *scenario.spec_extra_args]
+    backends = [_flag_value(args, [flag]) for flag in names.names("attention_backend")]
+    if "trtllm_mha" in backends:
+        raise ConfigError(
+            f"is {topk} with the trtllm_mha attention backend; SGLang says: "
+            f"'{sglang_facts.RULE_TRTLLM_TOPK}'",
+            file=file,
+            field=_where(scenario, "topk"),
+            fix="set topk = 1, or pick another --attention-backend",
+        )
+    return _check_page_tree(scenario, file, names, args, backends[0])
+
+
+def _check_page_tree(
+    scenario: Scenario,
+    file: Path | None,
+    names: SglangRelease,
+    args: Sequence[str],
+    backend: str | None,
+) -> list[str]:
+    page_size = _flag_value(args, names.names("page_size"))
+    allowed = names.name("page_tree_backends").split(",")
+    if page_size is None or page_size == "1":
+        return []
+    if backend is None:
+        return [
+            f"{scenario.name}: topk > 1 with --page-size {page_size}: SGLang refuses it unless "
+            f"the attention backend it picks is one of {', '.join(allowed)}"
+        ]
+    if backend not in allowed:
+        raise ConfigError(
+            f"is {scenario.topk} with --page-size {page_size} and --attention-backend "
+            f"{backend}; SGLang says: '{names.name('rule_page_tree')}...'",
+            file=file,
+            field=_where(scenario, "topk"),
+            fix=f"set topk = 1, --page-size 1, or an attention backend of {', '.join(allowed)}",
+        )
+    return []
+
+
+# --- this machine ----------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Preflight:
+    """What the machine checks found: the engine's release, the GPUs to use, notes."""
+
+    sglang: SglangRelease | None
+    installed: InstalledVersions | None
+    gpus: tuple[Gpu, ...] = ()
+    notes: tuple[str, ...] = field(default_factory=tuple)
+
+    @property
+    def engine_version(self) -> str | None:
+        return self.sglang.version if self.sglang else None
+
+
+def preflight(
+    scenario: Scenario, file: Path | None = None, environ: Mapping[str, str] | None = None
+) -> Preflight:
+    """Check the interpreter, the SGLang release, model paths and GPUs; refuse what fails."""
+    env = {**(os.environ if environ is None else environ), **scenario.env}
+    python = scenario.python or sys.executable
+    _check_python(scenario, file, python)
+    installed = sglang_facts.installed_versions(python, env)
+    if scenario.engine != "sglang":
+        notes = check_scenario(scenario, file)
+        return Preflight(None, installed, notes=tuple(notes))
+    release = sglang_facts.require_sglang(installed, _where(scenario, "python"))
+    notes = check_scenario(scenario, file, release)
+    notes += _check_model_paths(scenario, file)
+    gpus: list[Gpu] = []
+    if scenario.device != "cpu":
+        where = f"{_where(scenario, 'env')}.CUDA_VISIBLE_DEVICES"
+        gpus = check_gpus_for(scenario.tp, env, where, query_gpus())
+    return Preflight(release, installed, tuple(gpus), tuple(notes))
+
+
+def _check_python(scenario: Scenario, file: Path | None, python: str) -> None:
+    if not (os.path.isfile(python) and os.access(python, os.X_OK)):
+        raise ConfigError(
+            f"{python} is not an executable file",
+            file=file,
+            field=_where(scenario, "python"),
+            fix="point it at the Python interpreter that has SGLang (e.g. /opt/sglang/bin/python)",
+        )
+
+
+def _check_model_paths(scenario: Scenario, file: Path | None) -> list[str]:
+    notes = []
+    for key in ("model", "draft"):
+        value = getattr(scenario, key)
+        path = Path(value).expanduser()
+        if path.exists():
+            if not (path / "config.json").is_file():
+                raise ConfigError(
+                    f"{value} is a local path without a config.json",
+                    file=file,
+                    field=_where(scenario, key),
+                    fix="point it at a model folder (the one that holds config.json)",
+                )
+        elif value.startswith(("/", "./", "../", "~")):
+            raise ConfigError(
+                f"{value} does not exist",
+                file=file,
+                field=_where(scenario, key),
+                fix="fix the path, or give a Hugging Face id (org/name)",
+            )
+        else:
+            notes.append(
+                f"{scenario.name}: {key} {value!r} is not a local folder; taken as a Hugging "
+                "Face id, which cannot be checked offline: SGLang fetches it (or finds it in "
+                "the HF cache) when it starts"
+            )
+    return notes

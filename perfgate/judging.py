@@ -1,0 +1,105 @@
+"""Judge measured runs against an approved baseline: verdicts, with attribution. Pure.
+
+The bridge between what perfgate records (Measurement, Baseline) and the gate's plain-value
+statistics (perfgate.gate). The session uses it after each run, `perfgate gate` to judge a
+recorded run again.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import replace
+
+from perfgate import gate, metrics
+from perfgate.baselines import Baseline
+from perfgate.fingerprint import diff_fingerprints
+from perfgate.gate import Attribution, CycleProfile, Verdict
+from perfgate.gate.attribution import attribute, cycle_profile
+from perfgate.gate.estimate import estimate_change
+from perfgate.results import Measurement
+
+# The metrics whose changes are explained phase by phase.
+EXPLAINED = ("output_tok_s", "speedup")
+
+
+def current_runs(measurements: Sequence[Measurement]) -> dict[str, list[tuple[float, ...]]]:
+    """Per metric, the samples of each measured run, in run order."""
+    runs: dict[str, list[tuple[float, ...]]] = {}
+    for measurement in measurements:
+        for metric, values in measurement.samples().items():
+            runs.setdefault(metric, []).append(values)
+    return runs
+
+
+def judge_measurements(
+    measurements: Sequence[Measurement],
+    baseline: Baseline,
+    *,
+    alpha: float = gate.DEFAULT_ALPHA,
+    final: bool = True,
+) -> list[Verdict]:
+    """The gate's verdicts for one scenario's runs against its baseline.
+
+    ``measurements`` are the runs of one verdict (the first, and any measured again while
+    the verdict was inconclusive); ``alpha`` is this scenario's share of the session's
+    false-alarm level; ``final`` says the run budget is spent. A run whose environment
+    differs from the baseline's makes every verdict ``incomparable``, naming the fields.
+    Throughput verdicts carry an :class:`~perfgate.gate.Attribution` when both sides have
+    phase timings.
+    """
+    for measurement in measurements:
+        differences = diff_fingerprints(baseline.fingerprint, measurement.fingerprint)
+        if differences:
+            return gate.incomparable(baseline.gated, differences)
+    verdicts = gate.judge_runs(
+        baseline.metric_runs(),
+        current_runs(measurements),
+        baseline.tolerances,
+        baseline.gated,
+        alpha=alpha,
+        final=final,
+    )
+    return [
+        replace(v, attribution=explain(v.metric, v.change, measurements, baseline))
+        if v.metric in EXPLAINED and v.change is not None
+        else v
+        for v in verdicts
+    ]
+
+
+def explain(
+    metric: str, change: float, measurements: Sequence[Measurement], baseline: Baseline
+) -> Attribution | None:
+    """Attribute a throughput change to the cycle's phases; None without phase timings."""
+    before = baseline_profile(baseline)
+    after = measured_profile(measurements)
+    if before is None or after is None:
+        return None
+    tok_s_change = None
+    if metric == "speedup":
+        spec = estimate_change(
+            baseline.metric_runs().get("output_tok_s", []),
+            current_runs(measurements).get("output_tok_s", []),
+        )
+        if spec is not None:
+            plain = (1.0 + spec.change) / (1.0 + change) - 1.0
+            tok_s_change = (spec.change, plain)
+    return attribute(metric, change, before, after, tok_s_change)
+
+
+def baseline_profile(baseline: Baseline) -> CycleProfile | None:
+    """Where the baseline runs' decode cycle went; None if they hold no phase means."""
+    plain = [run[metrics.CYCLE] for run in baseline.phase_runs("plain") if metrics.CYCLE in run]
+    return cycle_profile(
+        baseline.phase_runs("spec"), baseline.metric_runs().get("accept_length", []), plain
+    )
+
+
+def measured_profile(measurements: Sequence[Measurement]) -> CycleProfile | None:
+    """Where the measured runs' decode cycle went; None without probe timings."""
+    plain = [m.plain.phase_ms().get(metrics.CYCLE, ()) for m in measurements]
+    return cycle_profile(
+        [m.spec.phase_ms() for m in measurements],
+        [m.samples().get("accept_length", ()) for m in measurements],
+        plain,
+    )

@@ -1,0 +1,94 @@
+"""A stand-in `gh` for the comment step: the issue-comments endpoints over a JSON file.
+
+    gh api [--paginate] repos/OWNER/REPO/issues/N/comments --jq EXPR    list (jq: real jq)
+    gh api --method POST repos/OWNER/REPO/issues/N/comments -F body=@FILE
+    gh api --method PATCH repos/OWNER/REPO/issues/comments/ID -F body=@FILE
+
+``$FAKE_GH_STATE`` holds ``{"comments": [{"id", "issue", "user": {"login"}, "body"}]}``; new
+comments are the workflow token's, ``github-actions[bot]``. Without ``GH_TOKEN`` it fails as
+gh does.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import stat
+import sys
+from pathlib import Path
+
+import jq
+
+HERE = Path(__file__).resolve()
+BOT = "github-actions[bot]"
+
+
+def install(folder: Path, comments: list[dict]) -> dict[str, str]:  # type: ignore[type-arg]
+    """Write the stand-in into `folder`; return the variables that put it first on PATH."""
+    folder.mkdir(parents=True, exist_ok=True)
+    state = folder / "gh.json"
+    state.write_text(json.dumps({"comments": comments}))
+    script = folder / "gh"
+    script.write_text(f'#!/bin/sh\nexec {sys.executable} {HERE} "$@"\n')
+    script.chmod(script.stat().st_mode | stat.S_IXUSR)
+    return {"PATH": f"{folder}{os.pathsep}{os.environ['PATH']}", "FAKE_GH_STATE": str(state)}
+
+
+def comments(env: dict[str, str]) -> list[dict]:  # type: ignore[type-arg]
+    return json.loads(Path(env["FAKE_GH_STATE"]).read_text())["comments"]
+
+
+def _body(fields: list[str]) -> str:
+    (value,) = [f.split("=", 1)[1] for f in fields if f.startswith("body=")]
+    return Path(value[1:]).read_text() if value.startswith("@") else value
+
+
+def main(argv: list[str]) -> int:
+    if not os.environ.get("GH_TOKEN"):
+        print(
+            "gh: To use GitHub CLI in a GitHub Actions workflow, set the GH_TOKEN variable.",
+            file=sys.stderr,
+        )
+        return 4
+    parser = argparse.ArgumentParser(prog="gh")
+    parser.add_argument("command", choices=["api"])
+    parser.add_argument("path")
+    parser.add_argument("--paginate", action="store_true")
+    parser.add_argument("--method", default="GET")
+    parser.add_argument("--jq")
+    parser.add_argument("-F", "--field", action="append", default=[])
+    args = parser.parse_args(argv)
+    state_path = Path(os.environ["FAKE_GH_STATE"])
+    state = json.loads(state_path.read_text())
+    listed = re.fullmatch(r"repos/[^/]+/[^/]+/issues/(\d+)/comments", args.path)
+    edited = re.fullmatch(r"repos/[^/]+/[^/]+/issues/comments/(\d+)", args.path)
+    if args.method == "GET" and listed:
+        found = [c for c in state["comments"] if c["issue"] == int(listed.group(1))]
+        results = jq.compile(args.jq).input_value(found).all() if args.jq else [found]
+        print("\n".join(r if isinstance(r, str) else json.dumps(r) for r in results))
+        return 0
+    if args.method == "POST" and listed:
+        new_id = max((c["id"] for c in state["comments"]), default=0) + 1
+        state["comments"].append(
+            {
+                "id": new_id,
+                "issue": int(listed.group(1)),
+                "user": {"login": BOT},
+                "body": _body(args.field),
+            }
+        )
+    elif args.method == "PATCH" and edited:
+        (comment,) = [c for c in state["comments"] if c["id"] == int(edited.group(1))]
+        comment["body"] = _body(args.field)
+    else:
+        print(f"gh: HTTP 404: Not Found ({args.method} {args.path})", file=sys.stderr)
+        return 1
+    state_path.write_text(json.dumps(state))
+    print("{}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,121 @@
+"""The job summary, PR comment and annotations: content, escaping and GitHub's size limits."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from perfgate.ci.annotate import session_annotations
+from perfgate.ci.markdown import (
+    COMMENT_LIMIT_BYTES,
+    COMMENT_MARKER,
+    SUMMARY_LIMIT_BYTES,
+    Links,
+    cell,
+    fit_blocks,
+    render_markdown,
+)
+from perfgate.ci.pointer import SessionError, SessionPointer, load_pointer, write_pointer
+from perfgate.ci.workflow_commands import Annotation, escape_property, limit_annotations
+from perfgate.errors import ConfigError
+from perfgate.gate import Status, Verdict
+from perfgate.results import RunRecord
+
+from ..factories import measurement, record
+
+
+def _records(count: int, status: Status = Status.REGRESSION) -> list[RunRecord]:
+    return [
+        replace(record(measurement(f"scenario-{i:04d}"), status), id=i + 1) for i in range(count)
+    ]
+
+
+def _pointer(records: list[RunRecord], code: int = 1) -> SessionPointer:
+    finals = {r.measurement.scenario: int(r.id or 0) for r in records}
+    return SessionPointer(code, "sqlite:///h.db", None, "cpu", tuple(finals.values()), finals)
+
+
+def test_cells_cannot_break_the_table_or_inject_html() -> None:
+    assert cell("a|b\nc<!-- x -->") == "a\\|b c&lt;!-- x --&gt;"
+
+
+def test_blocks_are_left_out_whole_and_the_rest_is_counted() -> None:
+    blocks = [f"block {i} é\n" * 10 for i in range(100)]
+    text = fit_blocks("# head\n", blocks, 1000)
+    assert len(text.encode()) <= 1000
+    assert text.count("block") % 10 == 0  # whole blocks only
+    kept = text.count("block") // 10
+    assert f"_{100 - kept} more section(s) left out" in text
+
+
+def test_the_summary_of_thousands_of_scenarios_stays_under_one_mebibyte() -> None:
+    records = _records(3000)
+    summary = render_markdown(_pointer(records), records, Links(), SUMMARY_LIMIT_BYTES)
+    assert 0.9 * SUMMARY_LIMIT_BYTES < len(summary.encode()) <= SUMMARY_LIMIT_BYTES
+    assert summary.startswith("## perfgate: ❌ regression (exit 1)")
+    assert "more section(s) left out to stay within GitHub's size limit" in summary
+    comment = render_markdown(
+        _pointer(records), records, Links(), COMMENT_LIMIT_BYTES, comment=True
+    )
+    assert (
+        comment.startswith(COMMENT_MARKER + "\n") and len(comment.encode()) <= COMMENT_LIMIT_BYTES
+    )
+
+
+def test_a_small_session_is_shown_whole() -> None:
+    records = _records(2, Status.PASS)
+    pointer = replace(_pointer(records, 0), errors=(SessionError("big", "GPU 3 is busy", 69),))
+    text = render_markdown(
+        pointer, records, Links("https://ci/run/1", "f" * 40), SUMMARY_LIMIT_BYTES
+    )
+    assert text.startswith(
+        "## perfgate: ✅ pass (exit 0)\n\ncommit `ffffffffffff` · [run, report and logs](https://ci/run/1)"
+    )
+    assert "| scenario-0001 | cpu | #2 | pass |" in text
+    assert "- ⛔ **big: not measured** (exit 69): GPU 3 is busy" in text
+    assert "left out" not in text
+
+
+def test_annotations_escape_and_keep_within_the_per_step_limit() -> None:
+    line = Annotation("error", "50% slower\nsee", "a: b, c", {"file": "x.json"}).render()
+    assert line == "::error file=x.json,title=a%3A b%2C c::50%25 slower%0Asee"
+    kept = limit_annotations(
+        [Annotation("error", str(i)) for i in range(25)] + [Annotation("warning", "w")]
+    )
+    errors = [a for a in kept if a.level == "error"]
+    assert (
+        len(errors) == 10
+        and errors[-1].message == "16 more error(s) not shown here: see the job summary"
+    )
+    assert [a.message for a in kept if a.level == "warning"] == ["w"]
+    assert escape_property("%") == "%25"
+
+
+def test_regressions_are_errors_inconclusive_verdicts_warnings() -> None:
+    inconclusive = Verdict("verify_ms", Status.INCONCLUSIVE, "too noisy")
+    records = _records(1)
+    records.append(
+        replace(_records(1)[0], id=9, verdicts=(inconclusive,), status=Status.INCONCLUSIVE)
+    )
+    found = session_annotations(
+        _pointer(records[:1]), records, {"scenario-0000": "baselines/cpu/s.json"}
+    )
+    assert [(a.level, a.title) for a in found] == [
+        ("error", "perfgate: scenario-0000 output_tok_s regression"),
+        ("warning", "perfgate: scenario-0000 verify_ms inconclusive"),
+    ]
+    assert found[0].properties == {"file": "baselines/cpu/s.json"}
+
+
+def test_the_pointer_round_trips_and_refuses_what_it_cannot_read(tmp_path: Path) -> None:
+    pointer = _pointer(_records(2))
+    path = write_pointer(tmp_path, pointer)
+    assert path == tmp_path / ".perfgate" / "last-session.json"
+    assert replace(load_pointer(path), finished_at=None) == pointer  # type: ignore[arg-type]
+    assert load_pointer(tmp_path / "none.json") is None
+    path.write_text(json.dumps({"schema": 99}))
+    with pytest.raises(ConfigError, match="is not a schema-1 session pointer"):
+        load_pointer(path)

@@ -1,0 +1,102 @@
+"""Install SGLang wheels (no dependencies) into a cache folder, to read their source.
+
+    python tests/engines/sglang_wheels.py [--parser-deps] [RELEASE ...]
+
+With no release, the ones perfgate's tests check (perfgate.engines.sglang.CHECKED_RELEASES).
+`--parser-deps` also installs what importing SGLang's `server_args` needs beyond torch and
+numpy (for the test that parses perfgate's command lines with SGLang's own parser). CI runs
+this before the tests (.ci/run); the tests call the same functions when the cache is cold.
+The cache is `$PERFGATE_SGLANG_CACHE`, or `.cache/sglang` in the repository.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+
+# What `import sglang.srt.server_args` (0.5.23) needs beyond torch and numpy, found by importing
+# it in a clean environment: orjson, psutil, pybase64, requests, triton (imported by
+# srt/utils/common.py), PIL, starlette, msgspec, pydantic, zmq, tqdm, IPython, aiohttp.
+PARSER_DEPS = (
+    "orjson",
+    "psutil",
+    "pybase64",
+    "requests",
+    "triton",
+    "pillow",
+    "starlette",
+    "msgspec",
+    "pydantic",
+    "pyzmq",
+    "tqdm",
+    "ipython",
+    "aiohttp",
+)
+# SGLang's wheels are built for CPython 3.11 on manylinux_2_34 x86_64 (older ones are pure
+# Python): ask for those explicitly, so that the source can be read on any machine.
+WHEEL_TAGS = (
+    "--platform=manylinux_2_34_x86_64",
+    "--python-version=3.11",
+    "--implementation=cp",
+    "--only-binary=:all:",
+)
+
+
+def cache_root() -> Path:
+    return Path(os.environ.get("PERFGATE_SGLANG_CACHE") or REPO / ".cache" / "sglang")
+
+
+def _pip(args: list[str], target: Path) -> None:
+    """`pip install --target` into a fresh folder, moved into place only when complete."""
+    partial = target.with_name(target.name + ".partial")
+    shutil.rmtree(partial, ignore_errors=True)
+    command = [sys.executable, "-m", "pip", "install", "--quiet", "--disable-pip-version-check"]
+    command += ["--cache-dir", str(cache_root() / "pip"), "--target", str(partial), *args]
+    done = subprocess.run(command, capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        tail = "\n".join((done.stderr or done.stdout).strip().splitlines()[-5:])
+        raise RuntimeError(f"{' '.join(command)} failed:\n{tail}")
+    partial.rename(target)
+
+
+def install_release(release: str) -> Path:
+    """The folder holding `sglang` of this release (installed on first use)."""
+    target = cache_root() / release
+    if not (target / "sglang").is_dir():
+        target.parent.mkdir(parents=True, exist_ok=True)
+        _pip(["--no-deps", *WHEEL_TAGS, f"sglang=={release}"], target)
+    return target
+
+
+def install_parser_deps() -> Path:
+    """The folder holding what importing SGLang's server_args needs (installed on first use)."""
+    target = cache_root() / "parser-deps"
+    if not target.is_dir():
+        target.parent.mkdir(parents=True, exist_ok=True)
+        _pip(list(PARSER_DEPS), target)
+    return target
+
+
+def main(argv: list[str] | None = None) -> int:
+    sys.path.insert(0, str(REPO))
+    from perfgate.engines.sglang import CHECKED_RELEASES, PINNED
+
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("releases", nargs="*", default=[*CHECKED_RELEASES, PINNED])
+    parser.add_argument("--parser-deps", action="store_true")
+    args = parser.parse_args(argv)
+    for release in dict.fromkeys(args.releases):
+        print(f"sglang {release}: {install_release(release)}")
+    if args.parser_deps:
+        print(f"parser dependencies: {install_parser_deps()}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

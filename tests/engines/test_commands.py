@@ -1,0 +1,145 @@
+"""The twin command lines: the installed release's flags, the same fairness knobs on both."""
+
+from __future__ import annotations
+
+import shlex
+from dataclasses import replace
+
+import pytest
+
+from perfgate.config import Scenario
+from perfgate.engines import sglang as facts
+from perfgate.engines.commands import server_command
+from perfgate.errors import ConfigError
+
+SCENARIO = Scenario(
+    name="tp8",
+    engine="sglang",
+    model="meta-llama/Llama-3.3-70B-Instruct",
+    draft="yuhuili/EAGLE3-LLaMA3.3-Instruct-70B",
+    steps=2,
+    topk=1,
+    draft_tokens=3,
+    tp=8,
+    dtype="bfloat16",
+    python="/opt/sglang/bin/python",
+    env={"NCCL_PROTO": "LL", "NCCL_ALGO": "Ring", "CUDA_VISIBLE_DEVICES": "0,1,2,3,4,5,6,7"},
+    extra_args=("--mem-fraction-static", "0.85"),
+    spec_extra_args=("--speculative-attention-mode", "decode"),
+    plain_extra_args=("--cuda-graph-max-bs", "8"),
+)
+
+
+def _value(argv: tuple[str, ...], flag: str) -> str:
+    return argv[argv.index(flag) + 1]
+
+
+def test_the_twin_has_the_same_knobs_and_no_speculative_flag() -> None:
+    known = facts.release("0.5.23")
+    spec = server_command(SCENARIO, "spec", port=1, sglang=known)
+    plain = server_command(SCENARIO, "plain", port=2, sglang=known)
+    assert spec.argv[:3] == ("/opt/sglang/bin/python", "-m", "sglang.launch_server")
+    for flag, value in [
+        ("--tp-size", "8"),
+        ("--dtype", "bfloat16"),
+        ("--max-running-requests", "48"),
+        ("--mem-fraction-static", "0.85"),
+    ]:
+        assert _value(spec.argv, flag) == _value(plain.argv, flag) == value
+    assert spec.env == plain.env == SCENARIO.env
+    assert [
+        _value(spec.argv, f)
+        for f in (
+            "--speculative-num-steps",
+            "--speculative-eagle-topk",
+            "--speculative-num-draft-tokens",
+        )
+    ] == ["2", "1", "3"]
+    assert (
+        "--speculative-attention-mode" in spec.argv
+        and "--speculative-attention-mode" not in plain.argv
+    )
+    assert "--cuda-graph-max-bs" in plain.argv and "--cuda-graph-max-bs" not in spec.argv
+    assert not any(a.startswith("--speculative") for a in plain.argv)
+    assert spec.engine_version == "0.5.23"
+
+
+def test_shell_line_round_trips() -> None:
+    command = server_command(replace(SCENARIO, model="/models/with space"), "plain", port=3)
+    words = shlex.split(command.shell())
+    assert "NCCL_PROTO=LL" in words and "/models/with space" in words
+
+
+def test_engine_metrics_turn_on_the_gpu_timer_where_the_release_has_it() -> None:
+    scenario = replace(SCENARIO, engine_metrics=True)
+    new = server_command(scenario, "spec", port=1, sglang=facts.release("0.5.23"))
+    old = server_command(scenario, "spec", port=1, sglang=facts.release("0.5.6"))
+    assert "--enable-metrics" in new.argv and "--enable-metrics" in old.argv
+    assert new.env["SGLANG_ENABLE_METRICS_DEVICE_TIMER"] == "1"
+    assert "SGLANG_ENABLE_METRICS_DEVICE_TIMER" not in old.env  # 0.5.6 has no such timer
+    embedded = server_command(replace(scenario, engine="embedded"), "spec", port=1)
+    assert "--enable-metrics" not in embedded.argv  # the embedded engine has no /metrics
+
+
+@pytest.mark.parametrize("version", ["0.5.5", "0.5.24", "nightly"])
+def test_unsupported_releases_are_refused(version: str) -> None:
+    with pytest.raises(ConfigError) as caught:
+        facts.release(version, field="scenarios.tp8.python")
+    assert "scenarios.tp8.python" in str(caught.value)
+    assert "\n" not in str(caught.value)
+
+
+def test_require_sglang_says_how_to_install_it() -> None:
+    with pytest.raises(
+        ConfigError, match=r"SGLang is not installed in /x/python; pip install sglang==0\.5\.23"
+    ):
+        facts.require_sglang(
+            facts.InstalledVersions("/x/python", None, "2.13.0"), "scenarios.tp8.python"
+        )
+
+
+def test_installed_versions_reads_metadata_without_importing(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    import sys
+
+    found = facts.installed_versions(sys.executable)
+    assert found.sglang is None and found.torch is not None
+    with pytest.raises(ConfigError, match="cannot run"):
+        facts.installed_versions(str(tmp_path / "nope"))
+
+
+def test_meta_info_names_newest_first() -> None:
+    assert facts.all_names("correct_drafts") == (
+        "spec_num_correct_drafts",
+        "spec_accepted_drafts",
+        "spec_accept_token_num",
+    )
+    assert facts.release("0.5.6").names("correct_drafts") == ("spec_accept_token_num",)
+    assert facts.release("0.5.12").names("correct_drafts") == (
+        "spec_num_correct_drafts",
+        "spec_accepted_drafts",
+    )
+    assert facts.release("0.5.23").names("server_info") == ("/server_info", "/get_server_info")
+
+
+def test_dry_run_says_which_release_the_lines_are_for(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    from ..conftest import REPO, run_perfgate
+
+    result = run_perfgate("servers", "--dry-run", "--scenario", "llama33-70b-eagle3-tp8", cwd=REPO)
+    assert result.returncode == 0, result.stderr
+    assert "SGLang is not installed in" in result.stderr
+    assert "printing the command lines of SGLang 0.5.23" in result.stderr
+    plain, spec = result.stdout.strip().splitlines()
+    assert "PERFGATE_PROBE_ENGINE_VERSION=0.5.23" in spec and "PERFGATE_PROBE_MODE=spec" in spec
+    assert "PERFGATE_PROBE_MODE=plain" in plain
+
+
+def test_dry_run_refuses_what_sglang_would_change(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    from ..conftest import run_perfgate, write_config
+
+    write_config(
+        tmp_path,
+        '[scenarios.x]\nengine = "sglang"\nmodel = "org/m"\ndraft = "org/d"\nsteps = 3\ntopk = 1\ndraft_tokens = 8\n',
+    )
+    result = run_perfgate("servers", "--dry-run", cwd=tmp_path)
+    assert result.returncode == 64
+    assert "scenarios.x.draft_tokens: is 8 with topk = 1" in result.stderr

@@ -1,0 +1,274 @@
+"""perfgate's SGLang knowledge, proven against SGLang's real source.
+
+For each checked release, the wheel is installed without dependencies and read with `ast`:
+every probe target (module, class, method) of the table for that release exists, the targets
+of other releases do not (so the ranges are right at the checked releases), every flag
+perfgate's command lines carry is one SGLang's argument definitions declare, and every fact of
+perfgate.engines.sglang holds exactly where it says. For the pinned release, the command lines
+are also parsed by SGLang's own argument parser.
+
+Checked releases: perfgate.engines.sglang.CHECKED_RELEASES, or `PERFGATE_SGLANG_RELEASES`
+(a comma-separated list, or `all` for every release of the supported range in the cache).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from perfgate.config import Scenario
+from perfgate.engines import sglang as facts
+from perfgate.engines.commands import MODES, server_command
+from perfgate.engines.versions import parse_version
+from perfgate.probe.targets import SGLANG_TARGETS, ProbeTarget, select_targets
+
+from . import sglang_source as source
+from . import sglang_wheels
+
+pytestmark = pytest.mark.sglang_source
+
+
+def _releases() -> list[str]:
+    wanted = os.environ.get("PERFGATE_SGLANG_RELEASES", "")
+    if wanted == "all":
+        cached = [p.name for p in sglang_wheels.cache_root().iterdir() if (p / "sglang").is_dir()]
+        return sorted((v for v in cached if facts.SUPPORTED.contains(v)), key=parse_version)
+    chosen = [v.strip() for v in wanted.split(",") if v.strip()]
+    return chosen or list(dict.fromkeys([*facts.CHECKED_RELEASES, facts.PINNED]))
+
+
+RELEASES = _releases()
+
+
+@pytest.fixture(scope="session", params=RELEASES)
+def tree(request: pytest.FixtureRequest) -> tuple[str, Path]:
+    """(release, folder holding its `sglang` package)."""
+    try:
+        return request.param, sglang_wheels.install_release(request.param)
+    except RuntimeError as error:
+        pytest.fail(f"cannot install SGLang {request.param} to read its source: {error}")
+
+
+def everything_scenario(**changes: object) -> Scenario:
+    """A scenario that makes perfgate emit every flag it can."""
+    base = Scenario(
+        name="all-flags",
+        engine="sglang",
+        model="meta-llama/Llama-3.3-70B-Instruct",
+        draft="yuhuili/EAGLE3-LLaMA3.3-Instruct-70B",
+        steps=3,
+        topk=1,
+        draft_tokens=4,
+        tp=8,
+        dtype="bfloat16",
+        max_running_requests=8,
+        engine_metrics=True,
+        env={"NCCL_PROTO": "LL"},
+    )
+    return replace(base, **changes)  # type: ignore[arg-type]
+
+
+def emitted_flags(release: str) -> set[str]:
+    """Every flag in the spec and plain command lines perfgate builds for `release`."""
+    known = facts.release(release)
+    flags = set()
+    for mode in MODES:
+        command = server_command(everything_scenario(), mode, port=30000, sglang=known)
+        flags |= {arg for arg in command.argv if arg.startswith("--")}
+    return flags
+
+
+# --- the checks, as functions returning problems (tested on a fake tree below) ------------
+
+
+def target_problems(root: Path, release: str) -> list[str]:
+    """Targets of this release that the source lacks, and others' targets it still has."""
+    problems = []
+    chosen = {t for mode in MODES for t in select_targets("sglang", release, mode)}
+    for target in SGLANG_TARGETS:
+        methods = source.class_methods(root, target.module).get(target.qualname)
+        present = methods is not None and target.method in methods
+        if target in chosen and not present:
+            problems.append(f"missing: {_name(target)}")
+        elif target not in chosen and present and not _also_chosen(target, chosen):
+            problems.append(f"present although outside {target.versions}: {_name(target)}")
+    return problems
+
+
+def _name(target: ProbeTarget) -> str:
+    return f"{target.module}.{target.qualname}.{target.method} ({target.phase})"
+
+
+def _also_chosen(target: ProbeTarget, chosen: set[ProbeTarget]) -> bool:
+    # The same method timed in the other mode (TpModelWorker: verify vs the plain cycle).
+    return any(
+        (t.module, t.qualname, t.method) == (target.module, target.qualname, target.method)
+        for t in chosen
+    )
+
+
+def fact_problems(root: Path, release: str) -> list[str]:
+    """Facts that should hold and do not, and facts that should be gone and are not."""
+    found = {
+        "flag": source.argparse_flags(root),
+        "endpoint": source.http_routes(root),
+        "meta_info": source.meta_info_keys(root),
+        "env": source.environment_variables(root),
+    }
+    problems = []
+    for fact in facts.FACTS:
+        holds = fact.versions.contains(release)
+        if fact.kind in found:
+            present = fact.name in found[fact.kind]
+        elif fact.kind == "literal":
+            # The list the rule of the same role tests against (rule_page_tree for
+            # page_tree_backends): where that rule holds, its list must be this one.
+            rule = _rule_for(fact, release)
+            present = rule is not None and tuple(fact.name.split(",")) in source.rule_literals(
+                root, rule
+            )
+        else:
+            matches = source.strings_containing(root, fact.name)
+            present = fact.name in matches if fact.kind == "string" else bool(matches)
+        if holds != present:
+            state = "missing" if holds else f"present although outside {fact.versions}"
+            problems.append(f"{state}: {fact.kind} {fact.name!r} ({fact.role})")
+    return problems
+
+
+def _rule_for(literal: facts.Fact, release: str) -> str | None:
+    role = "rule_" + literal.role.removesuffix("_backends")
+    rules = [f.name for f in facts.FACTS if f.role == role and f.versions.contains(release)]
+    return rules[0] if rules else None
+
+
+# --- the tests ------------------------------------------------------------------------------
+
+
+def test_every_probe_target_exists_where_its_table_says(tree: tuple[str, Path]) -> None:
+    release, root = tree
+    assert not target_problems(root, release), f"SGLang {release}"
+
+
+def test_every_flag_perfgate_emits_is_declared_by_sglang(tree: tuple[str, Path]) -> None:
+    release, root = tree
+    declared = source.argparse_flags(root)
+    assert len(declared) > 200, (
+        "the reader found too few flags: SGLang changed how it declares them"
+    )
+    undeclared = sorted(emitted_flags(release) - declared)
+    assert not undeclared, f"SGLang {release} does not declare {undeclared}"
+
+
+def test_every_fact_holds_exactly_in_its_range(tree: tuple[str, Path]) -> None:
+    release, root = tree
+    assert not fact_problems(root, release), f"SGLang {release}"
+
+
+# The checks fail when SGLang loses what perfgate relies on: a fake release shows it.
+FAKE_WORKER = """
+class EAGLEWorkerV2:
+    def forward_batch_generation(self, batch): ...
+    def verify(self, batch): ...
+
+class EagleDraftWorker:
+    def draft(self, batch): ...
+"""
+
+
+def test_a_lost_target_or_flag_is_reported(tmp_path: Path) -> None:
+    speculative = tmp_path / "sglang" / "srt" / "speculative"
+    speculative.mkdir(parents=True)
+    (speculative / "eagle_worker_v2.py").write_text(FAKE_WORKER)  # no _draft_extend_for_decode
+    (tmp_path / "sglang" / "srt" / "server_args.py").write_text(
+        'def add_cli_args(parser):\n    parser.add_argument("--model-path", "--model")\n'
+    )
+    problems = target_problems(tmp_path, "0.5.23")
+    assert (
+        "missing: sglang.srt.speculative.eagle_worker_v2.EagleDraftWorker._draft_extend_for_decode (draft_extend)"
+        in problems
+    )
+    assert any("TpModelWorker" in p for p in problems)
+    assert source.argparse_flags(tmp_path) == {"--model-path", "--model"}
+    assert "--speculative-num-steps" in emitted_flags("0.5.23") - source.argparse_flags(tmp_path)
+
+
+def test_annotated_fields_are_read_as_sglang_reads_them(tmp_path: Path) -> None:
+    fields = tmp_path / "sglang" / "srt" / "arg_groups" / "fields"
+    fields.mkdir(parents=True)
+    (tmp_path / "sglang" / "srt" / "server_args.py").write_text("")
+    (fields / "spec.py").write_text(
+        "class Spec:\n"
+        '    speculative_num_steps: A[Optional[int], "help"] = None\n'
+        '    tp_size: A[int, Arg(help="x", aliases=["--tensor-parallel-size"]), NS("p")] = 1\n'
+        '    hidden: A[str, Arg(no_cli=True)] = ""\n'
+        '    renamed: A[str, Arg(cli_name="--other-name")] = ""\n'
+        "    plain: int = 0\n"
+    )
+    assert source.argparse_flags(tmp_path) == {
+        "--speculative-num-steps",
+        "--tp-size",
+        "--tensor-parallel-size",
+        "--other-name",
+    }
+
+
+# --- SGLang's own parser, on the pinned release ---------------------------------------------
+
+PARSE_SCRIPT = """
+import argparse, json, sys
+from sglang.srt.server_args import ServerArgs
+parser = argparse.ArgumentParser()
+ServerArgs.add_cli_args(parser)
+parsed = [vars(parser.parse_args(argv)) for argv in json.loads(sys.argv[1])]
+print(json.dumps(parsed, default=str))
+"""
+
+
+def parse_with_sglang(root: Path, deps: Path, argvs: list[list[str]]) -> list[dict[str, object]]:
+    """Parse command lines with the pinned SGLang's real argument parser, in a subprocess.
+
+    SGLang's tree goes first on the path, its small dependencies last (after this
+    environment's torch and numpy, which they must not shadow).
+    """
+    bootstrap = f"import sys; sys.path.insert(0, {str(root)!r}); sys.path.append({str(deps)!r})\n"
+    done = subprocess.run(
+        [sys.executable, "-c", bootstrap + PARSE_SCRIPT, json.dumps(argvs)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+        env={**os.environ, "PYTHONPATH": ""},
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])  # type: ignore[no-any-return]
+
+
+def test_sglang_parses_perfgate_command_lines() -> None:
+    try:
+        root = sglang_wheels.install_release(facts.PINNED)
+        deps = sglang_wheels.install_parser_deps()
+    except RuntimeError as error:
+        pytest.fail(f"cannot install SGLang {facts.PINNED} and its parser's dependencies: {error}")
+    known = facts.release(facts.PINNED)
+    scenario = everything_scenario(extra_args=("--mem-fraction-static", "0.85"))
+    commands = {m: server_command(scenario, m, port=30123, sglang=known) for m in MODES}
+    argvs = [list(c.argv[3:]) for c in commands.values()]  # after `python -m sglang.launch_server`
+    plain, spec = parse_with_sglang(root, deps, argvs)
+    for parsed in (plain, spec):
+        assert parsed["model_path"] == scenario.model
+        assert (parsed["tp_size"], parsed["dtype"]) == (8, "bfloat16")
+        assert (parsed["max_running_requests"], parsed["port"]) == (8, 30123)
+        assert parsed["enable_metrics"] is True
+        assert parsed["mem_fraction_static"] == 0.85
+    assert plain["speculative_algorithm"] is None
+    assert spec["speculative_algorithm"] == "EAGLE3"
+    assert spec["speculative_draft_model_path"] == scenario.draft
+    steps_topk_tokens = (spec["speculative_num_steps"], spec["speculative_eagle_topk"])
+    assert (*steps_topk_tokens, spec["speculative_num_draft_tokens"]) == (3, 1, 4)

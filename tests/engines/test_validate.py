@@ -1,0 +1,148 @@
+"""Refused before launch: SGLang's spec rules in its words, owned flags, paths, interpreter."""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from perfgate.config import Scenario
+from perfgate.engines import sglang as facts
+from perfgate.engines.validate import check_scenario, preflight
+from perfgate.errors import ConfigError, InfrastructureError
+
+from .conftest import SetGpus
+
+FILE = Path("perfgate.toml")
+SCENARIO = Scenario(
+    name="s",
+    engine="sglang",
+    model="org/target",
+    draft="org/draft",
+    steps=3,
+    topk=1,
+    draft_tokens=4,
+    tp=2,
+)
+
+
+def _refusal(scenario: Scenario, release: str = "0.5.23") -> str:
+    with pytest.raises(ConfigError) as caught:
+        check_scenario(scenario, FILE, facts.release(release))
+    message = str(caught.value)
+    assert "\n" not in message
+    return message
+
+
+def test_draft_tokens_must_be_steps_plus_one_with_topk_1() -> None:
+    message = _refusal(replace(SCENARIO, draft_tokens=8))
+    assert message.startswith("perfgate.toml:scenarios.s.draft_tokens: is 8 with topk = 1;")
+    assert facts.RULE_DRAFT_TOKENS in message
+    assert message.endswith("set draft_tokens = 4 (steps + 1)")
+
+
+def test_trtllm_mha_needs_topk_1() -> None:
+    tree = replace(SCENARIO, topk=4, draft_tokens=8, extra_args=("--attention-backend=trtllm_mha",))
+    assert "trtllm_mha backend only supports topk = 1 for speculative decoding." in _refusal(tree)
+    other = replace(tree, extra_args=("--attention-backend", "fa3"))
+    assert check_scenario(other, FILE, facts.release("0.5.23")) == []
+
+
+def test_paged_trees_need_one_of_the_releases_backends() -> None:
+    paged = replace(
+        SCENARIO,
+        topk=4,
+        draft_tokens=8,
+        spec_extra_args=("--page-size", "64", "--attention-backend", "triton"),
+    )
+    assert check_scenario(paged, FILE, facts.release("0.5.23")) == []  # triton joined in 0.5.13
+    assert "only supported for the 'flashinfer' backend" in _refusal(paged, "0.5.12")
+    unknown = replace(paged, spec_extra_args=("--page-size", "64"))
+    (note,) = check_scenario(unknown, FILE, facts.release("0.5.23"))
+    assert "flashinfer, fa3, triton" in note
+
+
+@pytest.mark.parametrize(
+    ("key", "args", "fix"),
+    [
+        ("extra_args", ("--tp", "8"), None),  # not an owned flag name: SGLang's own prefix matching
+        ("extra_args", ("--tp-size", "8"), "set scenarios.s.tp instead"),
+        ("spec_extra_args", ("--speculative-num-steps=5",), "set scenarios.s.steps instead"),
+        ("plain_extra_args", ("--port", "1"), "remove it: (perfgate chooses a free one)"),
+        ("extra_args", ("--enable-metrics",), "set scenarios.s.engine_metrics instead"),
+        ("extra_args", ("--model", "x"), "set scenarios.s.model instead"),
+    ],
+)
+def test_flags_perfgate_owns_are_refused_in_pass_through(
+    key: str, args: tuple[str, ...], fix: str | None
+) -> None:
+    scenario = replace(SCENARIO, **{key: args})  # type: ignore[arg-type]
+    if fix is None:
+        assert check_scenario(scenario, FILE, facts.release("0.5.23")) == []
+    else:
+        assert _refusal(scenario).endswith(fix)
+
+
+def _fake_sglang(tmp_path: Path, version: str) -> dict[str, str]:
+    site = tmp_path / "site"
+    (site / f"sglang-{version}.dist-info").mkdir(parents=True, exist_ok=True)
+    (site / f"sglang-{version}.dist-info" / "METADATA").write_text(
+        f"Name: sglang\nVersion: {version}\n"
+    )
+    return {"PYTHONPATH": str(site)}
+
+
+def test_preflight_finds_the_release_and_the_gpus(tmp_path: Path, fake_gpus: SetGpus) -> None:
+    scenario = replace(SCENARIO, env=_fake_sglang(tmp_path, "0.5.22"))
+    checked = preflight(scenario, FILE, environ={})
+    assert checked.engine_version == "0.5.22"
+    assert [g.index for g in checked.gpus] == [0, 1]
+    assert any(
+        "'org/target' is not a local folder" in note and "offline" in note for note in checked.notes
+    )
+
+
+def test_preflight_refuses_an_unsupported_release(tmp_path: Path, fake_gpus: SetGpus) -> None:
+    scenario = replace(SCENARIO, env=_fake_sglang(tmp_path, "0.4.6"))
+    with pytest.raises(
+        ConfigError,
+        match=r"scenarios.s.python: SGLang 0.4.6 is outside the releases perfgate supports \(>=0.5.6,<0.5.24\)",
+    ):
+        preflight(scenario, FILE, environ={})
+
+
+def test_preflight_refuses_missing_sglang_paths_and_interpreters(
+    tmp_path: Path, fake_gpus: SetGpus
+) -> None:
+    with pytest.raises(ConfigError, match="SGLang is not installed in"):
+        preflight(SCENARIO, FILE, environ={})
+    with pytest.raises(ConfigError, match=r"scenarios.s.python: .*/nope is not an executable file"):
+        preflight(replace(SCENARIO, python=str(tmp_path / "nope")), FILE)
+    env = _fake_sglang(tmp_path, "0.5.23")
+    (tmp_path / "weights").mkdir()
+    with pytest.raises(
+        ConfigError, match=r"scenarios.s.model: .*/weights is a local path without a config.json"
+    ):
+        preflight(replace(SCENARIO, env=env, model=str(tmp_path / "weights")), FILE, environ={})
+    with pytest.raises(ConfigError, match=r"scenarios.s.draft: /no/such/draft does not exist"):
+        preflight(replace(SCENARIO, env=env, draft="/no/such/draft"), FILE, environ={})
+    (tmp_path / "weights" / "config.json").write_text("{}")
+    checked = preflight(
+        replace(SCENARIO, env=env, model=str(tmp_path / "weights")), FILE, environ={}
+    )
+    assert not any("target" in n for n in checked.notes)
+
+
+def test_preflight_on_a_machine_without_enough_gpus(tmp_path: Path, fake_gpus: SetGpus) -> None:
+    fake_gpus(1)
+    with pytest.raises(InfrastructureError, match="shows 1 GPU"):
+        preflight(replace(SCENARIO, env=_fake_sglang(tmp_path, "0.5.23")), FILE, environ={})
+    cpu = replace(SCENARIO, env=_fake_sglang(tmp_path, "0.5.23"), device="cpu")
+    assert preflight(cpu, FILE, environ={}).gpus == ()
+
+
+def test_the_embedded_engine_needs_no_sglang() -> None:
+    checked = preflight(replace(SCENARIO, engine="embedded", python=sys.executable), FILE)
+    assert checked.sglang is None and checked.installed is not None and checked.installed.torch

@@ -1,0 +1,76 @@
+"""`perfgate report`: from a history to one HTML file; filters; refusals in one line."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from perfgate.cli import main
+from perfgate.errors import ExitCode
+from perfgate.store import close_history, open_history, record_run
+
+from .history import stepped_history, sweep_history
+
+
+@pytest.fixture
+def history_url(tmp_path: Path) -> str:
+    url = f"sqlite:///{tmp_path / 'history.db'}"
+    sessions = open_history(url)
+    with sessions.begin() as session:
+        for record in [*stepped_history(runs=10), *sweep_history()]:
+            record_run(session, record)
+    close_history(sessions)
+    return url
+
+
+def data_of(path: Path) -> dict:  # type: ignore[type-arg]
+    html = path.read_text()
+    found = re.search(r'id="perfgate-data">(.*?)</script>', html, re.S)
+    assert found is not None
+    return json.loads(found.group(1))
+
+
+def test_report_writes_one_self_contained_file(
+    history_url: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "reports" / "index.html"
+    assert main(["report", "--db", history_url, "--out", str(out)]) == 0
+    assert capsys.readouterr().out.strip() == f"wrote {out}"
+    html = out.read_text()
+    assert "var uPlot=" in html and "perfgateReport" in html
+    assert not re.search(r"""<(script|link|img)[^>]+(src|href)=""", html)  # nothing fetched
+    assert [p.name for p in out.parent.iterdir()] == ["index.html"]  # no temporary left
+    data = data_of(out)
+    assert len(data["runs"]["id"]) == 13 and len(data["sweeps"]) == 1
+
+
+def test_report_filters_by_scenario_branch_and_profile(history_url: str, tmp_path: Path) -> None:
+    out = tmp_path / "r.html"
+    assert main(["report", "--db", history_url, "--out", str(out), "--branch", "feature/x"]) == 0
+    assert data_of(out)["branches"] == ["feature/x"]
+    assert main(["report", "--db", history_url, "--out", str(out), "--scenario", "tiny",
+                 "--profile", "cpu"]) == 0  # fmt: skip
+    assert [g["scenario"] for g in data_of(out)["groups"]] == ["tiny"]
+    assert main(["report", "--db", history_url, "--out", str(out), "--profile", "h200x8"]) == 0
+    assert data_of(out)["groups"] == []
+
+
+def test_report_links_through_a_given_repository(history_url: str, tmp_path: Path) -> None:
+    out = tmp_path / "r.html"
+    repo = "https://git.example.org/team/perfgate"
+    assert main(["report", "--db", history_url, "--out", str(out), "--repo-url", repo + "/"]) == 0
+    assert f'href="{repo}/commit/{9:040x}"' in out.read_text()
+
+
+def test_a_repository_that_is_not_a_web_url_is_refused_in_one_line(
+    history_url: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "r.html"
+    code = main(["report", "--db", history_url, "--out", str(out), "--repo-url", "javascript:x"])
+    assert code == ExitCode.BAD_INPUT
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("perfgate: error: --repo-url: 'javascript:x' is not an http(s) URL;")
+    assert len(err.splitlines()) == 1 and not out.exists()

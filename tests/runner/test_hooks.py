@@ -1,0 +1,195 @@
+"""The job hooks against real processes: leftovers found and ended, busy or sick GPUs refused."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from perfgate.config import load_config
+from perfgate.fingerprint import collect_fingerprint, detect_gpus
+from perfgate.runner.leftovers import read_process
+
+from ..conftest import REPO, write_config
+from . import fake_smi
+from .conftest import run_cli
+
+pytestmark = pytest.mark.slow
+HERE = Path(__file__).resolve().parent
+
+
+def _alive(pid: int) -> bool:
+    found = read_process(pid)
+    return found is not None and found.alive
+
+
+def _port_open(port: int) -> bool:
+    with socket.socket() as sock:
+        return sock.connect_ex(("127.0.0.1", port)) == 0
+
+
+@contextlib.contextmanager
+def _spawned(argv: list[str], env: dict[str, str], **kwargs) -> Iterator[subprocess.Popen[str]]:  # type: ignore[no-untyped-def]
+    """A detached process (its own session, as a job's leftover is); killed at the end regardless."""
+    full = {**os.environ, "PYTHONPATH": str(REPO), **env}
+    with subprocess.Popen(argv, env=full, start_new_session=True, text=True, **kwargs) as process:
+        try:
+            yield process
+        finally:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(process.pid, signal.SIGKILL)
+            process.wait(timeout=30)
+
+
+def _hook_env(tmp_path: Path, runner_name: str, gpus: list, **smi) -> dict[str, str]:  # type: ignore[type-arg]
+    (tmp_path / "temp").mkdir(exist_ok=True)
+    return {
+        "RUNNER_NAME": runner_name,
+        "RUNNER_TEMP": str(tmp_path / "temp"),
+        "GITHUB_ENV": str(tmp_path / "github_env"),
+        **fake_smi.install(tmp_path / "bin", gpus, **smi),
+    }
+
+
+def test_job_started_ends_the_servers_an_abandoned_job_left(
+    tmp_path: Path, runner_name: str
+) -> None:
+    config = write_config(tmp_path)
+    mine = {"RUNNER_NAME": runner_name}
+    job = [
+        sys.executable,
+        str(HERE / "abandoned_job.py"),
+        str(config),
+        str(tmp_path / "server.log"),
+    ]
+    title = ["bash", "-c", 'exec -a "sglang::scheduler_TP0" sleep 600']  # SGLang's process title
+    with (
+        _spawned(job, mine, stdout=subprocess.PIPE) as abandoned,
+        _spawned(title, mine) as scheduler,
+        _spawned(title, {"RUNNER_NAME": runner_name + "-other"}) as other_runners,
+        _spawned(["sleep", "600"], mine) as not_a_server,
+    ):
+        assert abandoned.stdout is not None
+        _, port, supervisor = abandoned.stdout.readline().split()
+        assert _port_open(int(port))
+        result = run_cli(
+            "runner",
+            "job-started",
+            "--json",
+            "--wait-s",
+            "0",
+            "--grace-s",
+            "5",
+            env=_hook_env(tmp_path, runner_name, fake_smi.gpus(8)),
+            cwd=tmp_path,
+        )
+        assert result.returncode == 0, result.stdout + result.stderr
+        ended = json.loads(result.stdout)["ended"]
+        assert any(
+            f"pid {supervisor} " in line and "launched by perfgate (tiny/plain)" in line
+            for line in ended
+        ), ended
+        assert any("perfgate.engines.embedded.server" in line for line in ended), ended
+        assert any(f"pid {scheduler.pid} " in line for line in ended), ended
+        assert not _alive(int(supervisor)) and not _alive(scheduler.pid)
+        assert not _port_open(int(port)), "the server still listens"
+        assert _alive(other_runners.pid), "another runner's server was ended"
+        assert _alive(not_a_server.pid), "a process that is no server was ended"
+        assert abandoned.poll() is None, "the job itself is the runner's to end, not the hook's"
+
+
+def test_job_started_saves_the_gpu_settings_for_the_fingerprint(
+    tmp_path: Path, runner_name: str
+) -> None:
+    env = _hook_env(tmp_path, runner_name, fake_smi.gpus(8))
+    result = run_cli("runner", "job-started", "--wait-s", "0", env=env, cwd=tmp_path)
+    assert result.returncode == 0, result.stdout + result.stderr
+    state = tmp_path / "temp" / "perfgate-machine-state.json"
+    assert (tmp_path / "github_env").read_text() == f"PERFGATE_MACHINE_STATE={state}\n"
+    assert json.loads(state.read_text())["fingerprint"]["gpu_sm_clock_max_mhz"] == "1980"
+    assert (
+        "GPU 7 NVIDIA H200: 1 MiB used, driver 580.159.04, SM clock 345.0/1980.0 MHz"
+        in result.stdout
+    )
+
+
+def test_the_fingerprint_takes_the_saved_settings(
+    tmp_path: Path, runner_name: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    env = _hook_env(tmp_path, runner_name, fake_smi.gpus(8, **{"2": {"power.limit": "500.00"}}))
+    assert run_cli("runner", "job-started", "--wait-s", "0", env=env, cwd=tmp_path).returncode == 0
+    for name in ("PATH", "FAKE_NVIDIA_SMI"):
+        monkeypatch.setenv(name, env[name])
+    scenario = next(iter(load_config(write_config(tmp_path)).scenarios.values()))
+    state = {"PERFGATE_MACHINE_STATE": str(tmp_path / "temp" / "perfgate-machine-state.json")}
+    printed = collect_fingerprint(scenario, {}, detect_gpus(), environ=state)
+    assert printed["gpu"] == "NVIDIA H200" and printed["gpu_count"] == "8"
+    assert printed["gpu_power_limit_w"] == "700,700,500,700,700,700,700,700"
+    assert printed["gpu_app_clock_mhz"] == "1785" and printed["driver"] == "580.159.04"
+    assert "gpu_power_limit_w" not in collect_fingerprint(scenario, {}, detect_gpus(), environ={})
+
+
+def test_a_busy_gpu_fails_the_job_and_says_which_and_why(tmp_path: Path, runner_name: str) -> None:
+    gpus = fake_smi.gpus(8, **{"3": {"memory.used": "40960", "utilization.gpu": "97"}})
+    apps = [{"pid": str(os.getpid()), "gpu_uuid": "GPU-00000003-fake", "used_memory": "40900"}]
+    env = _hook_env(tmp_path, runner_name, gpus, apps=apps)
+    result = run_cli("runner", "job-started", "--wait-s", "0", env=env, cwd=tmp_path)
+    assert result.returncode == 69, result.stdout + result.stderr
+    lines = result.stdout.splitlines()
+    assert (
+        (
+            "::error title=perfgate job-started::GPU 3 (NVIDIA H200) is busy: 40960 of 143771 MiB in use "
+            f"(an idle GPU shows at most 1024); 97%25 utilised; held by pid {os.getpid()}"  # %25: escaped
+        )
+        in lines
+    )
+    assert any(line.startswith(f"  pid {os.getpid()} on GPU-00000003-fake: ") for line in lines), (
+        lines
+    )
+    assert lines[-1] == "perfgate job-started: the job cannot run on this machine (exit 69)"
+    assert _alive(os.getpid())  # not this runner's: named, never ended
+
+
+def test_an_unhealthy_or_missing_gpu_fails_the_job(tmp_path: Path, runner_name: str) -> None:
+    gpus = fake_smi.gpus(7, **{"5": {"clocks_event_reasons.active": "0x0000000000000041"}})
+    env = {**_hook_env(tmp_path, runner_name, gpus), "PERFGATE_EXPECT_GPUS": "8"}
+    result = run_cli("runner", "job-started", env=env, cwd=tmp_path)
+    assert result.returncode == 69
+    assert "::error title=perfgate job-started::7 GPU(s) visible, 8 expected" in result.stdout
+    assert (
+        "GPU 5 (NVIDIA H200) is unhealthy: clocks held down by hw_thermal_slowdown" in result.stdout
+    )
+    assert "reset the GPU" in result.stdout
+
+
+def test_outside_a_runner_nothing_is_ended(tmp_path: Path) -> None:
+    title = ["bash", "-c", 'exec -a "sglang::scheduler_TP0" sleep 600']
+    with _spawned(title, {"RUNNER_NAME": ""}) as scheduler:
+        env = {**fake_smi.install(tmp_path / "bin", fake_smi.gpus(1)), "RUNNER_NAME": ""}
+        result = run_cli("runner", "job-completed", env=env, cwd=tmp_path)
+        assert result.returncode == 0
+        assert "RUNNER_NAME is unset (not a runner's job): no process ended" in result.stdout
+        time.sleep(0.2)
+        assert _alive(scheduler.pid)
+
+
+def test_job_completed_ends_leftovers_and_never_fails(tmp_path: Path, runner_name: str) -> None:
+    title = ["bash", "-c", 'exec -a "python -m sglang.launch_server --port 30000" sleep 600']
+    with _spawned(title, {"RUNNER_NAME": runner_name}) as server:
+        env = _hook_env(tmp_path, runner_name, fake_smi.gpus(8, **{"0": {"memory.used": "9000"}}))
+        result = run_cli("runner", "job-completed", "--grace-s", "2", env=env, cwd=tmp_path)
+        assert result.returncode == 0, result.stdout + result.stderr
+        assert (
+            f"perfgate job-completed: ended pid {server.pid} (an inference server's command line)"
+            in result.stdout
+        )
+        assert not _alive(server.pid)

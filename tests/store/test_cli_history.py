@@ -1,0 +1,115 @@
+"""`perfgate history list/show/export` and `perfgate db upgrade/current`."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+from sqlalchemy import text
+
+from perfgate.cli import main
+from perfgate.errors import ExitCode
+from perfgate.gate.verdict import Status
+from perfgate.results import RunContext
+from perfgate.store import close_history, inspect_history, open_history, record_run
+from perfgate.store.schema import head_revision
+
+from ..factories import measurement, record
+from .test_migrations import engine_for, migrate
+
+
+def fill(url: str) -> list[int]:
+    sessions = open_history(url)
+    contexts = [
+        (RunContext("aaa", "main"), Status.PASS),
+        (RunContext("bbb", "fast-verify", "41", "https://ci/7"), Status.REGRESSION),
+        (RunContext("ccc", "fast-verify", "41"), Status.PASS),
+    ]
+    with sessions.begin() as session:
+        ids = [
+            record_run(session, replace(record(measurement(), status), context=context))
+            for context, status in contexts
+        ]
+    close_history(sessions)
+    return ids
+
+
+def perfgate(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str]:
+    code = main(list(args))
+    out, err = capsys.readouterr()
+    assert err == "" or code != 0, err
+    return code, out
+
+
+def test_history_list_filters(db_url: str, capsys: pytest.CaptureFixture[str]) -> None:
+    ids = fill(db_url)
+    code, out = perfgate(capsys, "history", "list", "--db", db_url, "--branch", "fast-verify")
+    assert code == 0 and [line.split()[0] for line in out.splitlines()[1:]] == [
+        str(i) for i in ids[1:]
+    ]
+    _, out = perfgate(capsys, "history", "list", "--db", db_url, "--status", "regression")
+    assert len(out.splitlines()) == 2 and "regression" in out.splitlines()[1]
+    _, out = perfgate(capsys, "history", "list", "--db", db_url, "--pr", "41", "--json")
+    runs = json.loads(out)
+    assert [r["id"] for r in runs] == ids[1:]
+    assert runs[0]["context"]["ci_url"] == "https://ci/7"
+
+
+def test_history_show_prints_one_run_fully(db_url: str, capsys: pytest.CaptureFixture[str]) -> None:
+    ids = fill(db_url)
+    code, out = perfgate(capsys, "history", "show", str(ids[1]), "--db", db_url)
+    assert code == 0
+    assert out.startswith(f"run #{ids[1]}: tiny on cpu (embedded), regression")
+    for expected in ("commit bbb", "PR 41", "https://ci/7", "torch = 2.13.0+cpu",
+                     "spec  verify_ms", "plain output_tok_s", "spec  verify", "output_tok_s     regression"):  # fmt: skip
+        assert expected in out
+    _, out = perfgate(capsys, "history", "show", str(ids[0]), "--db", db_url, "--json")
+    run = json.loads(out)
+    assert run["spec"]["phases"][0] == {
+        "mode": "spec", "phase": "draft", "repeat": 0, "cycles": 40,
+        "median_ms": 1.0, "mean_ms": 1.0, "p90_ms": 1.1,
+    }  # fmt: skip
+    assert run["samples"]["speedup"][0] == pytest.approx(1.2) and run["equivalence"]["ok"]
+    assert main(["history", "show", "999", "--db", db_url]) == ExitCode.BAD_INPUT
+
+
+def test_history_export_json_lines_and_array(
+    db_url: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    ids = fill(db_url)
+    out_file = tmp_path / "runs.jsonl"
+    code, _ = perfgate(capsys, "history", "export", "--db", db_url, "--out", str(out_file))
+    lines = out_file.read_text().splitlines()
+    assert code == 0 and [json.loads(line)["id"] for line in lines] == ids
+    assert json.loads(lines[1])["verdicts"][0]["status"] == "regression"
+    assert not (tmp_path / "runs.jsonl.partial").exists()
+    _, out = perfgate(capsys, "history", "export", "--db", db_url, "--json", "--branch", "main")
+    assert [r["id"] for r in json.loads(out)] == ids[:1]
+    _, out = perfgate(capsys, "history", "export", "--db", db_url, "--json", "--pr", "99")
+    assert json.loads(out) == []
+
+
+def test_db_current_and_upgrade(db_url: str, capsys: pytest.CaptureFixture[str]) -> None:
+    migrate(db_url, "0001")
+    code, out = perfgate(capsys, "db", "current", "--db", db_url)
+    assert code == 0 and "schema revision 0001 (older than" in out
+    code, out = perfgate(capsys, "db", "upgrade", "--db", db_url)
+    assert code == 0 and f"schema revision 0001 -> {head_revision()}" in out
+    code, out = perfgate(capsys, "db", "upgrade", "--db", db_url)
+    assert code == 0 and "already the newest" in out
+    code, out = perfgate(capsys, "db", "current", "--db", db_url)
+    assert code == 0 and "the newest this perfgate knows" in out
+    with engine_for(db_url) as engine, engine.begin() as connection:
+        connection.execute(text("UPDATE alembic_version SET version_num = '9999'"))
+    assert main(["db", "current", "--db", db_url]) == ExitCode.BAD_INPUT
+    assert main(["db", "upgrade", "--db", db_url]) == ExitCode.BAD_INPUT
+    assert "newer perfgate" in capsys.readouterr().err
+    assert inspect_history(db_url).current == "9999"
+
+
+def test_db_current_creates_nothing(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    url = f"sqlite:///{tmp_path / 'new' / 'history.db'}"
+    code, out = perfgate(capsys, "db", "current", "--db", url)
+    assert code == 0 and "empty" in out and not (tmp_path / "new").exists()

@@ -1,0 +1,154 @@
+"""`perfgate gate` and `perfgate baseline update/show/migrate` on a history built in-process."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from perfgate.cli import main
+from perfgate.gate import Status, Verdict
+from perfgate.results import RunContext, RunRecord
+from perfgate.session import record_linked
+from perfgate.store import open_history
+
+from .conftest import TINY_SCENARIO, write_config
+from .test_judging import noisy
+
+CONFIG = TINY_SCENARIO.replace(
+    """output_tok_s = 0.6
+speedup = 0.6
+accept_length = 0.05
+verify_ms = 0.6""",
+    """output_tok_s = 0.03
+speedup = 0.03
+accept_length = 0.03
+verify_ms = 0.03""",
+)
+
+
+@pytest.fixture
+def project(tmp_path: Path) -> Path:
+    """A config and a history holding five clean runs (ids 1-5) of the same code."""
+    write_config(tmp_path, CONFIG)
+    clean = [RunRecord(noisy(seed), RunContext(commit="c0"), (), Status.PASS) for seed in range(5)]
+    record(tmp_path, clean)
+    return tmp_path
+
+
+def record(project: Path, records: list[RunRecord]) -> list[int]:
+    """Record runs in the project's history (linked, as a session does); return their ids."""
+    sessions = open_history(f"sqlite:///{project / 'history.db'}")
+    with sessions.begin() as session:
+        return [r.id or 0 for r in record_linked(session, records)]
+
+
+def cli(project: Path, *args: str) -> int:
+    return main([*args, "--config", str(project / "perfgate.toml")])
+
+
+def approve(project: Path, *ids: int) -> int:
+    runs = [arg for i in ids for arg in ("--run", str(i))]
+    return cli(project, "baseline", "update", *runs, "--approved-by", "alice", "--reason", "r")
+
+
+def test_approve_then_judge_a_slower_verify_with_attribution(project: Path, capsys) -> None:  # type: ignore[no-untyped-def]
+    assert approve(project, 1, 2, 3, 4, 5) == 0
+    document = json.loads((project / "baselines" / "cpu" / "tiny.json").read_text())
+    assert [r["run_id"] for r in document["runs"]] == [1, 2, 3, 4, 5]
+    assert document["runs"][0]["phase_ms"]["spec"]["verify"]
+    (slow,) = record(project, [RunRecord(noisy(10, 104.0, 24.0), RunContext(), (), Status.PASS)])
+    capsys.readouterr()
+
+    assert cli(project, "gate", "--run", str(slow), "--json") == 1
+    result = json.loads(capsys.readouterr().out)
+    verdicts = {v["metric"]: v for v in result["verdicts"]}
+    assert result["status"] == "regression" and result["runs"] == [slow]
+    assert verdicts["verify_ms"]["status"] == "regression"
+    why = verdicts["output_tok_s"]["attribution"]
+    assert why["summary"].startswith("output_tok_s -14.")
+    assert {p["phase"]: round(p["share"], 1) for p in why["phases"]}["verify"] == 1.0
+    assert verdicts["output_tok_s"]["ci_high"] < -0.03
+
+    assert cli(project, "gate", "--run", str(slow)) == 1
+    out = capsys.readouterr().out
+    assert "tiny on cpu: run #6 REGRESSION" in out
+    assert "why: output_tok_s -14." in out and "verify +3.8 ms/cycle" in out
+
+
+def test_the_same_code_passes_and_a_rerun_verdict_brings_its_runs(project: Path, capsys) -> None:  # type: ignore[no-untyped-def]
+    assert approve(project, 1, 2, 3, 4, 5) == 0
+    first = RunRecord(
+        noisy(11),
+        RunContext(),
+        (Verdict("output_tok_s", Status.INCONCLUSIVE, ""),),
+        Status.INCONCLUSIVE,
+    )
+    second = RunRecord(
+        noisy(12), RunContext(), (Verdict("output_tok_s", Status.PASS, ""),), Status.PASS
+    )
+    ids = record(project, [first, second])
+    capsys.readouterr()
+    assert cli(project, "gate", "--run", str(ids[1])) == 0
+    out = capsys.readouterr().out
+    assert f"judging run #{ids[0]}, #{ids[1]} against" in out
+    assert f"(judged with run #{ids[0]})" in out
+    assert "  output_tok_s" in out and " 2/5  pass" in out
+
+
+@pytest.mark.parametrize(
+    ("change", "problem"),
+    [
+        (lambda r: replace(r, context=RunContext(dirty=True)), "uncommitted changes"),
+        (
+            lambda r: replace(r, verdicts=(Verdict("speedup", Status.INCONCLUSIVE, ""),)),
+            "speedup was inconclusive",
+        ),
+        (
+            lambda r: replace(r, measurement=replace(r.measurement, fingerprint={"gpu": "H200"})),
+            "environment differs from the baseline's (engine, gpu, perfgate, torch)",
+        ),
+    ],
+    ids=["dirty", "inconclusive", "other-environment"],
+)
+def test_approval_refuses_unless_forced(project: Path, capsys, change, problem: str) -> None:  # type: ignore[no-untyped-def]
+    assert approve(project, 1) == 0
+    (bad,) = record(project, [change(RunRecord(noisy(13), RunContext(), (), Status.PASS))])
+    capsys.readouterr()
+    assert approve(project, bad) == 64
+    assert problem in capsys.readouterr().err
+    forced = ["--run", str(bad), "--approved-by", "a", "--reason", "r", "--force"]
+    assert cli(project, "baseline", "update", *forced) == 0
+
+
+def test_show_and_migrate_a_schema_1_file(project: Path, capsys) -> None:  # type: ignore[no-untyped-def]
+    assert approve(project, 1, 2, 3) == 0
+    path = project / "baselines" / "cpu" / "tiny.json"
+    document = json.loads(path.read_text())
+    document["schema_version"] = 1
+    for run in document["runs"]:
+        del run["phase_ms"]
+    path.write_text(json.dumps(document))
+    assert cli(project, "baseline", "show", "--scenario", "tiny", "--profile", "cpu") == 0
+    out = capsys.readouterr().out
+    assert "schema 1, 3 approved run(s)" in out and "phases: none recorded" in out
+    assert cli(project, "baseline", "migrate") == 0
+    assert "schema 1 -> 2, phase means for 3 of 3 run(s) from the history" in (
+        capsys.readouterr().out
+    )
+    assert cli(project, "baseline", "show", "--scenario", "tiny", "--profile", "cpu") == 0
+    out = capsys.readouterr().out
+    assert "schema 2" in out and "phases, mean ms per cycle: draft 1" in out
+    assert out.count("  output_tok_s") == 1
+
+
+def test_bad_input_is_named(project: Path, capsys) -> None:  # type: ignore[no-untyped-def]
+    assert cli(project, "gate", "--run", "99") == 64
+    assert "--run: no run 99 in the history" in capsys.readouterr().err
+    assert cli(project, "gate", "--run", "1") == 64
+    assert "tiny.json: no such baseline" in capsys.readouterr().err
+    assert approve(project, 1) == 0
+    assert cli(project, "gate", "--run", "1", "--alpha", "2") == 64
+    assert "--alpha: is 2.0" in capsys.readouterr().err
