@@ -71,6 +71,8 @@ class Plan:
     draft: str
     dtype: str
     steps: tuple[int, ...]
+    topk: int
+    draft_tokens: int | None  # None: a chain's steps + 1
     accept_rate: float | None  # None: the draft's real acceptance
     max_new_tokens: int
     repeats: int
@@ -87,6 +89,10 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--model", help="target (default: by device)")
     parser.add_argument("--draft", help="EAGLE-3 head (default: by device)")
     parser.add_argument("--steps", default="1-8", help="sweep, e.g. 1-8 or 1,2,3 (default 1-8)")
+    parser.add_argument("--topk", type=int, default=1, help="draft branches (default 1: chains)")
+    parser.add_argument(
+        "--draft-tokens", type=int, default=None, help="tokens per verify of a tree (topk > 1)"
+    )
     parser.add_argument(
         "--accept-rate",
         type=float,
@@ -119,6 +125,8 @@ def make_plan(args: argparse.Namespace) -> Plan:
         or ("perfgate/eagle3-llama-large" if gpu else "perfgate/eagle3-llama-tiny"),
         dtype="bfloat16" if gpu else "float32",
         steps=steps,
+        topk=args.topk,
+        draft_tokens=args.draft_tokens,
         accept_rate=None if rate < 0 else rate,
         max_new_tokens=args.max_new_tokens or (8 if args.smoke else 256 if gpu else 64),
         repeats=1 if args.smoke else args.repeats,
@@ -150,7 +158,7 @@ def smoke_models(directory: Path) -> dict[str, str]:
 
 
 def scenario(plan: Plan, steps: int) -> Scenario:
-    """Return the scenario of one configuration: a chain of `steps` drafts, topk 1."""
+    """Return the scenario of one configuration: `steps` draft levels (a chain by default)."""
     spec_args: tuple[str, ...] = ()
     if plan.accept_rate is not None:
         spec_args = ("--debug-simulate-accept-rate", str(plan.accept_rate))
@@ -160,8 +168,8 @@ def scenario(plan: Plan, steps: int) -> Scenario:
         model=plan.model,
         draft=plan.draft,
         steps=steps,
-        topk=1,
-        draft_tokens=steps + 1,
+        topk=plan.topk,
+        draft_tokens=plan.draft_tokens if plan.topk > 1 and plan.draft_tokens else steps + 1,
         dtype=plan.dtype,
         device=plan.device,
         max_running_requests=len(plan.prompts),
@@ -254,7 +262,13 @@ def render_markdown(results: dict[str, Any]) -> str:
         "",
         f"Target `{plan['model']}`, draft `{plan['draft']}`, {plan['dtype']}, "
         f"{len(plan['prompts'])} prompts as one batch, {plan['max_new_tokens']} new tokens, "
-        f"{plan['repeats']} repeats (medians); acceptance: "
+        f"{plan['repeats']} repeats (medians); "
+        + (
+            f"topk {plan['topk']}, {plan['draft_tokens']} draft tokens; "
+            if plan["topk"] > 1
+            else ""
+        )
+        + "acceptance: "
         + ("the draft's own" if rate is None else f"simulated, {rate} per draft token")
         + f"; torch {plain['torch_version']}; {results['elapsed_s']} s in all.",
         "",
