@@ -7,12 +7,16 @@ import subprocess
 import sys
 
 import pytest
+import torch
 
 from perfgate.engines.embedded.args import build_parser, check_args, parse_args
+from perfgate.engines.embedded.engine import load_drafter
+from perfgate.engines.embedded.graphs import GraphRunner
+from perfgate.engines.embedded.model import Transformer
 from perfgate.engines.embedded.params import CHAIN_ADJUSTED, SpecParams, resolve_spec_params
 from perfgate.errors import ConfigError, ExitCode
 
-from .common import DRAFT, SERVER_MODULE, TARGET, server_env
+from .common import CPU, DRAFT, SERVER_MODULE, TARGET, server_env
 
 SPEC = [
     "--speculative-algorithm",
@@ -145,3 +149,12 @@ def test_a_tree_too_large_exits_64_at_launch() -> None:
         "candidates, so at most 7 tokens (the root included) to verify; use at most 7, or more "
         "steps or a larger topk"
     ]
+
+
+def test_the_feature_layer_override_reaches_the_drafter(target: Transformer) -> None:
+    args = _args(*SPEC, "--debug-eagle3-feature-layers", "4,2,1")
+    drafter = load_drafter(args, target, CPU, torch.float32, 1, GraphRunner())
+    assert drafter.feature_layers == (4, 2, 1)
+    args = _args(*SPEC, "--debug-eagle3-feature-layers", "4,2,9")
+    with pytest.raises(ConfigError, match=r"--debug-eagle3-feature-layers: \[9\]"):
+        load_drafter(args, target, CPU, torch.float32, 1, GraphRunner())
