@@ -23,7 +23,7 @@ from perfgate.engines.prometheus import (
 from perfgate.engines.validate import Preflight, preflight
 from perfgate.equivalence import compare_outputs
 from perfgate.fingerprint import collect_fingerprint, detect_gpus
-from perfgate.probe import probe_env
+from perfgate.probe import DIR_VARIABLE, probe_env
 from perfgate.probe.reader import (
     CycleRecord,
     phase_totals_by_pid,
@@ -60,16 +60,24 @@ def measure_mode(
     workdir: Path,
     timed_loop: TimedLoop = plain_loop,
     checked: Preflight | None = None,
+    *,
+    probe: bool = True,
 ) -> ModeResult:
     """Launch `scenario`'s server in `mode`, warm it up, time its repeats, and stop it.
 
     `checked` is the scenario's preflight (perfgate.engines.validate), run here if not given:
     it names the SGLang release (flags, probe targets) and the GPUs whose memory must be
-    released before the next server starts.
+    released before the next server starts. With `probe` False the server runs without the
+    probe (its variable set empty, so an inherited one cannot turn it on either): the result
+    then has no phases, which is what measuring the probe's own cost needs.
     """
     checked = checked or preflight(scenario)
     probe_dir = workdir / f"probe-{mode}"
-    env = probe_env(probe_dir, scenario.engine, engine_version=checked.engine_version, mode=mode)
+    env = (
+        probe_env(probe_dir, scenario.engine, engine_version=checked.engine_version, mode=mode)
+        if probe
+        else {DIR_VARIABLE: ""}
+    )
     command = server_command(scenario, mode, port=free_port(), extra_env=env, sglang=checked.sglang)
     log_path = workdir / f"server-{mode}.log"
     with (
@@ -87,13 +95,14 @@ def measure_mode(
             client.generate(scenario.prompts, scenario.max_new_tokens)
         metrics_before = _engine_counters(client, scenario)
         repeats: list[Repeat] = []
-        timed_loop(lambda: repeats.append(_timed_repeat(client, scenario)), scenario.repeats)
+        timed_loop(lambda: repeats.append(timed_repeat(client, scenario)), scenario.repeats)
         metrics_after = _engine_counters(client, scenario)
         ttft_ms = [_ttft_ms(client, scenario.prompts) for _ in repeats]
         outputs = tuple(c.output_ids for c in repeats[0].completions)
         top = reference_logprobs(client, scenario, outputs) if mode == "plain" else ()
-        wait_until_complete(probe_dir, repeats[-1].finished_at)
-    records = read_records(probe_dir)
+        if probe:
+            wait_until_complete(probe_dir, repeats[-1].finished_at)
+    records = read_records(probe_dir) if probe else []
     phases = summarize_phases(mode, records, repeats)
     samples = {**_repeat_samples(repeats, mode), "ttft_ms": tuple(ttft_ms), **phase_samples(phases)}
     return ModeResult(
@@ -167,7 +176,8 @@ def engine_metrics_summary(
     return summary
 
 
-def _timed_repeat(client: EngineClient, scenario: Scenario) -> Repeat:
+def timed_repeat(client: EngineClient, scenario: Scenario) -> Repeat:
+    """Flush the cache, then generate the scenario's prompts once, timed."""
     client.flush_cache()
     started_wall, started = time.time(), time.perf_counter()
     completions = client.generate(scenario.prompts, scenario.max_new_tokens)

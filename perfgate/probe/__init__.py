@@ -12,6 +12,8 @@ from pathlib import Path
 
 import perfgate
 
+DIR_VARIABLE = "PERFGATE_PROBE_DIR"  # set and non-empty: the probe is on in that server
+RANGES_VARIABLE = "PERFGATE_PROBE_RANGES"  # "1": mark the phases for profilers all along
 BOOT_DIR = Path(__file__).resolve().parent / "boot"
 PERFGATE_HOME = Path(perfgate.__file__).resolve().parent.parent
 
@@ -31,7 +33,7 @@ def probe_env(
     if env.get("PYTHONPATH"):
         pythonpath.append(env["PYTHONPATH"])
     variables = {
-        "PERFGATE_PROBE_DIR": str(out_dir),
+        DIR_VARIABLE: str(out_dir),
         "PERFGATE_PROBE_TABLE": table,
         "PERFGATE_PROBE_HOME": str(PERFGATE_HOME),
         "PYTHONPATH": os.pathsep.join(pythonpath),

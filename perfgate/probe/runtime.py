@@ -18,6 +18,13 @@ Only once the process has been quiet for a while does the writer thread resolve 
 (the last cycles before the server idles); SGLang captures its graphs before it serves, when
 there is nothing to resolve. Each mark costs about 10 us of CPU on that H200 (event record);
 a cycle of SGLang's spec v2 takes ten marks.
+
+For a profiler, the probe can also mark each timed call as a range named after its phase
+(``draft``, ``verify``, ``cycle``...): a ``torch.profiler.record_function`` range, and an
+NVTX range on CUDA (for Nsight Systems). The embedded server turns that on for the length
+of a profile (``set_phase_ranges``); ``PERFGATE_PROBE_RANGES=1`` turns it on for the whole
+life of a server whose profiler perfgate does not drive (SGLang's own ``/start_profile``).
+Off, the hot path pays one global lookup per call.
 """
 
 from __future__ import annotations
@@ -38,9 +45,9 @@ from types import ModuleType
 from typing import Any
 
 from perfgate import metrics
+from perfgate.probe import DIR_VARIABLE, RANGES_VARIABLE
 from perfgate.probe.targets import ProbeTarget, select_targets
 
-DIR_VARIABLE = "PERFGATE_PROBE_DIR"
 TABLE_VARIABLE = "PERFGATE_PROBE_TABLE"
 VERSION_VARIABLE = "PERFGATE_PROBE_ENGINE_VERSION"
 MODE_VARIABLE = "PERFGATE_PROBE_MODE"
@@ -155,6 +162,8 @@ class Probe:
         clock = self._clock or self._first_clock()
         if clock.capturing():
             return method(*args, **kwargs)
+        if _ranges is not None:  # a profiler is recording: mark the call as a named range
+            method = functools.partial(_ranges.run, role, method)
         if role in FRAMES:
             return self._run_frame(role, clock, method, args, kwargs)
         return self._run_phase(role, clock, method, args, kwargs)
@@ -256,6 +265,56 @@ class Probe:
             self.flush(final=True)
 
 
+# --- phase ranges, for profilers -------------------------------------------------------
+class PhaseRanges:
+    """Runs a call inside a range named after its phase: torch.profiler's, and NVTX's on CUDA.
+
+    torch is looked up at the first call, not before: the variable that turns ranges on is
+    read at interpreter start-up, before the server has imported torch or set up CUDA.
+    """
+
+    def __init__(self) -> None:
+        self._record_function: Any = None
+        self._nvtx: Any = None
+
+    def run(self, role: str, method: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        if self._record_function is None:
+            self._bind_torch()
+        if self._nvtx is not None:
+            self._nvtx.range_push(role)
+        try:
+            with self._record_function(role):
+                return method(*args, **kwargs)
+        finally:
+            if self._nvtx is not None:
+                self._nvtx.range_pop()
+
+    def _bind_torch(self) -> None:
+        import torch
+
+        self._record_function = torch.profiler.record_function
+        if torch.cuda.is_available() and torch.cuda.is_initialized():
+            self._nvtx = torch.cuda.nvtx
+
+
+_ranges: PhaseRanges | None = None
+
+
+def set_phase_ranges(on: bool) -> None:
+    """Mark every timed call as a range named after its phase (on), or stop marking (off).
+
+    Only calls the probe times are marked: in a process without an active probe this does
+    nothing visible.
+    """
+    global _ranges
+    _ranges = PhaseRanges() if on else None
+
+
+def phase_ranges_on() -> bool:
+    """Whether timed calls are marked as phase ranges right now."""
+    return _ranges is not None
+
+
 # --- installing the probe --------------------------------------------------------------
 _out_dir: Path | None = None
 _probe: Probe | None = None
@@ -355,6 +414,8 @@ def activate(environ: Mapping[str, str] | None = None) -> bool:
     )
     _out_dir = Path(env[DIR_VARIABLE])
     _out_dir.mkdir(parents=True, exist_ok=True)
+    if env.get(RANGES_VARIABLE) == "1":
+        set_phase_ranges(True)
     for module_name in {t.module for t in table}:
         if module_name in sys.modules:
             patch_class(sys.modules[module_name], table)
