@@ -147,6 +147,15 @@ class EngineClient:
     def flush_cache(self) -> None:
         self._request("POST", "/flush_cache")
 
+    def start_profile(self, request: Mapping[str, Any]) -> Any:
+        """POST SGLang's `/start_profile` with a `ProfileReqInput` body (output_dir, num_steps,
+        activities...); return the server's answer."""
+        return self._request("POST", "/start_profile", json=dict(request))
+
+    def stop_profile(self) -> Any:
+        """POST `/stop_profile`; return the server's answer."""
+        return self._request("POST", "/stop_profile")
+
     def metrics_text(self) -> str | None:
         """Return `/metrics` (Prometheus text), or None where the server has no such endpoint
         (SGLang without --enable-metrics, the embedded engine)."""

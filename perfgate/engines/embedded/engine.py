@@ -7,6 +7,7 @@ import importlib.metadata
 import platform
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -25,6 +26,7 @@ from perfgate.engines.embedded.loading import (
 )
 from perfgate.engines.embedded.model import BYTE_VOCAB, Transformer
 from perfgate.engines.embedded.params import SpecParams
+from perfgate.engines.embedded.profiling import StepProfiler
 from perfgate.engines.embedded.worker import EagleWorker, PlainWorker
 from perfgate.errors import ConfigError
 
@@ -43,6 +45,10 @@ class Engine:
         self.lock = threading.Lock()
         self._verify_ct = 0
         self._accept_tokens = 0
+        self.profiler = StepProfiler(worker.device, self._set_step_hook)
+
+    def _set_step_hook(self, hook: Callable[[], None] | None) -> None:
+        self.worker.step_hook = hook
 
     def generate(self, request: GenerateRequest, received: float) -> list[dict[str, Any]]:
         """Check every prompt, then decode them in batches of at most max_running_requests.
@@ -55,15 +61,21 @@ class Engine:
         size = self.max_running_requests or len(requests)
         responses = []
         with self.lock:
-            for first in range(0, len(requests), size):
-                chunk = requests[first : first + size]
-                generations = self.worker.generate(chunk)
-                latency_s = time.perf_counter() - received
-                for offset, (one, generation) in enumerate(zip(chunk, generations, strict=True)):
-                    self._verify_ct += generation.spec_verify_ct
-                    self._accept_tokens += generation.accept_tokens
-                    rid = request.rids[first + offset]
-                    responses.append(self._render(one, generation, rid, latency_s))
+            try:
+                for first in range(0, len(requests), size):
+                    chunk = requests[first : first + size]
+                    generations = self.worker.generate(chunk)
+                    latency_s = time.perf_counter() - received
+                    for offset, (one, generation) in enumerate(
+                        zip(chunk, generations, strict=True)
+                    ):
+                        self._verify_ct += generation.spec_verify_ct
+                        self._accept_tokens += generation.accept_tokens
+                        rid = request.rids[first + offset]
+                        responses.append(self._render(one, generation, rid, latency_s))
+            finally:
+                if self.profiler.busy:  # a profile ends with the request it ran in
+                    self.profiler.after_request()
         return responses
 
     def _render(

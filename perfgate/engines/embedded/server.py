@@ -9,7 +9,9 @@ decodes as one batch of up to ``--max-running-requests``; greedy only; ``return_
 ``top_logprobs_num`` for output tokens), ``GET /health``, ``GET /health_generate`` (after a
 one-token generation),
 ``GET /server_info`` (alias ``/get_server_info``: the args, the engine, the model identities and
-``internal_states[0].avg_spec_accept_length``) and ``POST /flush_cache`` (resets that average).
+``internal_states[0].avg_spec_accept_length``), ``POST /flush_cache`` (resets that average), and
+``POST /start_profile`` and ``POST /stop_profile`` (torch.profiler over a few decode cycles,
+with SGLang's request body: see ``profiling.py``).
 
 Models load before the port opens, so ``/health`` answers only once the server can generate.
 SIGTERM or SIGINT, or the death of the parent process, stops it with exit code 0.
@@ -36,6 +38,7 @@ from perfgate.engines.embedded.api import GenerateRequest, parse_generate
 from perfgate.engines.embedded.args import check_args, parse_args
 from perfgate.engines.embedded.batch import RequestError
 from perfgate.engines.embedded.engine import App, build_app
+from perfgate.engines.embedded.profiling import parse_profile_request
 from perfgate.errors import ExitCode, InfrastructureError, PerfgateError
 
 READY_LINE = "The server is fired up and ready to roll!"  # SGLang's words; launchers wait on it
@@ -75,6 +78,18 @@ def _flush_cache(app: App, body: bytes, received: float) -> tuple[int, Any]:
     return 200, FLUSHED
 
 
+def _start_profile(app: App, body: bytes, received: float) -> tuple[int, Any]:
+    try:
+        request = parse_profile_request(json.loads(body) if body else None)
+    except json.JSONDecodeError as error:
+        raise RequestError(f"the body is not JSON ({error})") from error
+    return 200, app.engine.profiler.start(request)
+
+
+def _stop_profile(app: App, body: bytes, received: float) -> tuple[int, Any]:
+    return 200, app.engine.profiler.stop()
+
+
 ROUTES: dict[tuple[str, str], Route] = {
     ("POST", "/generate"): _generate,
     ("GET", "/health"): _health,
@@ -83,6 +98,10 @@ ROUTES: dict[tuple[str, str], Route] = {
     ("GET", "/get_server_info"): _server_info,  # the name before SGLang v0.5.6
     ("GET", "/flush_cache"): _flush_cache,
     ("POST", "/flush_cache"): _flush_cache,
+    ("GET", "/start_profile"): _start_profile,
+    ("POST", "/start_profile"): _start_profile,
+    ("GET", "/stop_profile"): _stop_profile,
+    ("POST", "/stop_profile"): _stop_profile,
 }
 
 

@@ -17,7 +17,7 @@ phase's work inside its method, and ``EagleWorker.cycle`` around exactly one cyc
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import NamedTuple
 
 import torch
@@ -67,6 +67,7 @@ class PlainWorker:
         self.graphs = graphs or GraphRunner()
         self.device = target.output.weight.device
         self.lookahead = 1
+        self.step_hook: Callable[[], None] | None = None  # run before each decode step
 
     def prefill(self, batch: Batch, prompts: Prompts) -> None:
         """Run the target over the prompts; commit each sequence's first token."""
@@ -102,6 +103,8 @@ class PlainWorker:
         if not batch.done:
             self.prefill(batch, pad_prompts(requests, self.device))
         while not batch.done:
+            if self.step_hook is not None:
+                self.step_hook()
             self.decode_step(batch)
         return batch.generations()
 
@@ -195,6 +198,7 @@ class EagleWorker:
         )
         self.lookahead = params.lookahead
         self.path_len = params.num_steps + 1  # the root and one node per level, at most
+        self.step_hook: Callable[[], None] | None = None  # run before each decode cycle
 
     def prefill(self, batch: Batch, prompts: Prompts) -> None:
         """Run the target over the prompts, then the drafter; commit the first tokens."""
@@ -317,5 +321,7 @@ class EagleWorker:
         if not batch.done:
             self.prefill(batch, pad_prompts(requests, self.device))
         while not batch.done:
+            if self.step_hook is not None:  # a profiler's, while one is asked for
+                self.step_hook()
             self.cycle(batch)
         return batch.generations()
