@@ -8,10 +8,24 @@ from perfgate.commands import (
     embedded,
     gate,
     history,
+    profile,
     report,
     run,
     runner,
     servers,
 )
 
-COMMANDS = (run, servers, gate, baseline, report, history, db, doctor, ci, runner, embedded)
+COMMANDS = (
+    run,
+    servers,
+    profile,
+    gate,
+    baseline,
+    report,
+    history,
+    db,
+    doctor,
+    ci,
+    runner,
+    embedded,
+)

@@ -1,0 +1,135 @@
+"""`perfgate profile`: a torch.profiler trace of a few decode cycles, split by phase and kind."""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import json
+import shutil
+import sys
+from dataclasses import replace
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from perfgate import metrics
+from perfgate.config import ENGINES, Scenario, load_config
+from perfgate.engines.commands import MODES
+from perfgate.engines.validate import check_scenario, preflight
+from perfgate.errors import ConfigError
+from perfgate.profile.capture import capture_profile
+from perfgate.profile.render import profile_json, render_markdown
+from perfgate.profile.trace import GPU_KERNELS
+
+ACTIVITIES = ("CPU", "GPU")
+LOW_COVERAGE = 0.5  # of the cycle time, below which a GPU trace surely misses kernels
+TRACE_NAME = "trace.json.gz"
+
+
+def register(commands: Any) -> None:
+    parser = commands.add_parser(
+        "profile",
+        help="profile a few decode cycles with torch.profiler: work per phase and category",
+        description="Launch a scenario's server with the probe, time its repeats, then profile "
+        "the next --cycles decode cycles through the server's /start_profile (SGLang's API; "
+        "the embedded engine serves it too). Writes the trace (Chrome format, gzipped: "
+        "Perfetto and chrome://tracing open it), profile.md and profile.json to --out, and "
+        "prints the table: device time (GPU kernels; CPU operators on a CPU) per phase and "
+        "category (matmul, attention, communication, other), and the profiler's own cost.",
+    )
+    parser.add_argument("--config", metavar="PATH", help="perfgate.toml to read")
+    parser.add_argument("--scenario", metavar="NAME", help="default: the first default scenario")
+    parser.add_argument("--engine", choices=ENGINES, help="override the scenario's engine")
+    parser.add_argument("--mode", choices=MODES, default="spec", help="server to profile")
+    parser.add_argument(
+        "--cycles", type=int, default=5, help="decode cycles to profile (default 5; keep it small)"
+    )
+    parser.add_argument(
+        "--activities",
+        default="CPU,GPU",
+        help="what to record: CPU, GPU or both (default; GPU is ignored on a CPU server)",
+    )
+    parser.add_argument("--phase", default=metrics.VERIFY, help="phase to sum up (default verify)")
+    parser.add_argument("--repeats", type=int, help="unprofiled repeats (default: the scenario's)")
+    parser.add_argument(
+        "--disable-cuda-graph",
+        action="store_true",
+        help="run the server's forwards eagerly (both engines' flag): every kernel then has "
+        "its own launch in the trace",
+    )
+    parser.add_argument("--out", metavar="DIR", help="default: .perfgate/profiles/<time>")
+    parser.set_defaults(handler=handle)
+
+
+def handle(args: argparse.Namespace, _rest: list[str]) -> int:
+    config = load_config(args.config)
+    scenario = _scenario(args, config.select([args.scenario] if args.scenario else []))
+    activities = _activities(args.activities)
+    if args.cycles < 1:
+        raise ConfigError("must be >= 1", field="--cycles", fix="profile a few cycles, e.g. 5")
+    if args.phase not in metrics.NAMED_PHASES:
+        raise ConfigError(
+            f"unknown phase {args.phase!r}",
+            field="--phase",
+            fix=f"use one of {', '.join(metrics.NAMED_PHASES)}",
+        )
+    check_scenario(scenario, config.path)
+    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S")
+    out = Path(args.out) if args.out else config.path.parent / ".perfgate" / "profiles" / stamp
+    workdir = config.path.parent / ".perfgate" / "runs" / stamp / f"profile-{scenario.name}"
+    print(f"profiling {args.cycles} {args.mode} cycles of {scenario.name}...", file=sys.stderr)
+    result = capture_profile(
+        scenario,
+        workdir,
+        cycles=args.cycles,
+        mode=args.mode,
+        activities=activities,
+        checked=preflight(scenario, config.path),
+    )
+    report = profile_json(result, TRACE_NAME)
+    markdown = render_markdown(report, args.phase)
+    write_outputs(out, result.trace_path, report, markdown)
+    print(markdown)
+    if report["source"] == GPU_KERNELS and (report["coverage"] or 0.0) < LOW_COVERAGE:
+        print(
+            "perfgate: warning: the trace's kernels cover little of the cycle time: the "
+            "profiler may not see kernels replayed from CUDA graphs; try --disable-cuda-graph",
+            file=sys.stderr,
+        )
+    print(f"wrote {out / TRACE_NAME}, {out / 'profile.md'}, {out / 'profile.json'}")
+    return 0
+
+
+def _scenario(args: argparse.Namespace, selected: list[Scenario]) -> Scenario:
+    scenario = selected[0].with_engine(args.engine) if args.engine else selected[0]
+    if args.repeats is not None:
+        if args.repeats < 1:
+            raise ConfigError("must be >= 1", field="--repeats", fix="time at least one repeat")
+        scenario = replace(scenario, repeats=args.repeats)
+    if args.disable_cuda_graph:
+        scenario = replace(scenario, extra_args=(*scenario.extra_args, "--disable-cuda-graph"))
+    return scenario
+
+
+def _activities(text: str) -> tuple[str, ...]:
+    names = tuple(dict.fromkeys(part.strip().upper() for part in text.split(",") if part.strip()))
+    unknown = [n for n in names if n not in ACTIVITIES]
+    if not names or unknown:
+        raise ConfigError(
+            f"{text!r} names no activity or an unknown one",
+            field="--activities",
+            fix="use CPU, GPU or CPU,GPU",
+        )
+    return names
+
+
+def write_outputs(out: Path, trace: Path, report: dict[str, Any], markdown: str) -> None:
+    """Write the gzipped trace, profile.md and profile.json into `out`."""
+    out.mkdir(parents=True, exist_ok=True)
+    if trace.name.endswith(".gz"):
+        shutil.copyfile(trace, out / TRACE_NAME)
+    else:
+        with trace.open("rb") as source, gzip.open(out / TRACE_NAME, "wb") as target:
+            shutil.copyfileobj(source, target)
+    (out / "profile.json").write_text(json.dumps(report, indent=2) + "\n")
+    (out / "profile.md").write_text(markdown)

@@ -1,0 +1,171 @@
+"""Profile a few decode cycles inside a scenario's server, and what the profiler cost.
+
+One server, launched with the probe as a gate run launches it: warm up, time the scenario's
+repeats unprofiled, ask for a profile of the next ``cycles`` decode cycles through SGLang's
+``/start_profile``, time one more repeat (the profile covers its first cycles), then read the
+trace the server wrote and the probe's per-cycle records. The probe marks the phases in the
+trace (see perfgate.probe.runtime) and tells the profiled cycles' times, so the profiler's own
+cost is the profiled cycles' median time against that of the same cycles (the first
+``cycles`` of a repeat, same batch, same lengths) in the unprofiled repeats.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from perfgate import metrics
+from perfgate.config import Scenario
+from perfgate.engines.client import EngineClient
+from perfgate.engines.commands import Mode, server_command
+from perfgate.engines.launch import free_port, running_server
+from perfgate.engines.validate import Preflight, preflight
+from perfgate.errors import InfrastructureError
+from perfgate.measure import Repeat, timed_repeat
+from perfgate.probe import probe_env
+from perfgate.probe.reader import CycleRecord, read_records, wait_until_complete
+from perfgate.profile.trace import Breakdown, load_trace, parse_spans, phase_breakdown
+
+TRACE_WAIT_S = 120.0  # SGLang writes its traces after the profiled steps, in the background
+PROFILE_PREFIX = "perfgate"
+
+
+@dataclass(frozen=True)
+class ProfileResult:
+    """A profile of one server: its trace, the work per phase, and the profiler's cost."""
+
+    scenario: str
+    mode: str
+    command: str
+    server_info: dict[str, Any]
+    trace_path: Path  # as the server wrote it
+    window: dict[str, Any]  # the server's window file; empty where the engine writes none
+    breakdown: Breakdown
+    tok_s: tuple[float, ...]  # the unprofiled repeats
+    cycle_ms_outside: tuple[float, ...]  # the same cycles of the unprofiled repeats
+    cycle_ms_inside: tuple[float, ...]  # the profiled cycles, as the probe timed them
+
+    @property
+    def overhead(self) -> float | None:
+        """The profiled cycles' median time over the unprofiled ones', minus 1."""
+        if not self.cycle_ms_inside or not self.cycle_ms_outside:
+            return None
+        inside = statistics.median(self.cycle_ms_inside)
+        return inside / statistics.median(self.cycle_ms_outside) - 1.0
+
+
+def capture_profile(
+    scenario: Scenario,
+    workdir: Path,
+    *,
+    cycles: int = 5,
+    mode: Mode = "spec",
+    activities: Sequence[str] = ("CPU", "GPU"),
+    checked: Preflight | None = None,
+) -> ProfileResult:
+    """Launch the server, profile `cycles` decode cycles, and read what it wrote."""
+    checked = checked or preflight(scenario)
+    probe_dir, trace_dir = workdir / "probe", workdir / "trace"
+    env = probe_env(probe_dir, scenario.engine, engine_version=checked.engine_version, mode=mode)
+    command = server_command(scenario, mode, port=free_port(), extra_env=env, sglang=checked.sglang)
+    request = {
+        "output_dir": str(trace_dir.resolve()),
+        "num_steps": cycles,
+        "activities": list(activities),
+        "profile_prefix": PROFILE_PREFIX,
+    }
+    with (
+        running_server(
+            command,
+            workdir / f"server-{mode}.log",
+            scenario.startup_timeout_s,
+            gpus=checked.gpus,
+            release_timeout_s=scenario.gpu_release_timeout_s,
+        ) as server,
+        EngineClient(server.base_url, scenario.request_timeout_s) as client,
+    ):
+        info = client.server_info()
+        for _ in range(scenario.warmup):
+            client.generate(scenario.prompts, scenario.max_new_tokens)
+        repeats = [timed_repeat(client, scenario) for _ in range(scenario.repeats)]
+        client.start_profile(request)
+        profiled = timed_repeat(client, scenario)
+        trace = wait_for_trace(trace_dir, client)
+        wait_until_complete(probe_dir, profiled.finished_at)
+    window = read_window(trace)
+    records = [r for r in read_records(probe_dir) if r.kind == metrics.CYCLE]
+    inside = _in_window(records, window)
+    return ProfileResult(
+        scenario=scenario.name,
+        mode=mode,
+        command=command.shell(),
+        server_info=info,
+        trace_path=trace,
+        window=window,
+        breakdown=phase_breakdown(parse_spans(load_trace(trace))),
+        tok_s=tuple(_tok_s(r) for r in repeats),
+        cycle_ms_outside=_first_cycles(records, repeats, len(inside)),
+        cycle_ms_inside=tuple(r.ms[metrics.CYCLE] for r in inside),
+    )
+
+
+def wait_for_trace(trace_dir: Path, client: EngineClient, timeout_s: float = TRACE_WAIT_S) -> Path:
+    """The trace the server wrote; asks it to stop profiling if none is there yet.
+
+    The embedded engine writes its trace before the request that held the profile returns;
+    SGLang writes it after the profiled steps, or on /stop_profile if the steps ran out.
+    """
+    found = _traces(trace_dir)
+    if not found:
+        client.stop_profile()
+        deadline = time.monotonic() + timeout_s
+        while not found and time.monotonic() < deadline:
+            time.sleep(0.5)
+            found = _traces(trace_dir)
+    if not found:
+        raise InfrastructureError(
+            f"the server wrote no profiler trace into {trace_dir} within {timeout_s:.0f} s; "
+            "its log says why"
+        )
+    return found[0]
+
+
+def _traces(trace_dir: Path) -> list[Path]:
+    # Rank 0's first when several ranks wrote one (SGLang: <prefix>-<id>-TP-<rank>...).
+    if not trace_dir.is_dir():
+        return []
+    return sorted(trace_dir.glob("*.trace.json*"), key=lambda p: ("-TP-0" not in p.name, p.name))
+
+
+def read_window(trace: Path) -> dict[str, Any]:
+    """The window file the embedded engine writes beside its trace; empty if there is none."""
+    stem = trace.name.split("-TP-")[0]
+    path = trace.with_name(f"{stem}.window.json")
+    return json.loads(path.read_text()) if path.is_file() else {}
+
+
+def _in_window(records: Sequence[CycleRecord], window: dict[str, Any]) -> list[CycleRecord]:
+    if not window:
+        return []
+    start, stop = window["started_at"], window["stopped_at"]
+    return [r for r in records if start <= r.started_at <= stop]
+
+
+def _first_cycles(
+    records: Sequence[CycleRecord], repeats: Sequence[Repeat], count: int
+) -> tuple[float, ...]:
+    """The cycle times of the first `count` cycles of each repeat."""
+    times: list[float] = []
+    for repeat in repeats:
+        window = [r for r in records if repeat.started_at <= r.started_at <= repeat.finished_at]
+        times += [r.ms[metrics.CYCLE] for r in window[:count]]
+    return tuple(times)
+
+
+def _tok_s(repeat: Repeat) -> float:
+    return sum(c.completion_tokens for c in repeat.completions) / repeat.elapsed_s

@@ -1,0 +1,131 @@
+"""A profile as a table (markdown, printed as is) and as JSON. Pure."""
+
+from __future__ import annotations
+
+import statistics
+from typing import Any
+
+from perfgate import metrics
+from perfgate.profile.capture import ProfileResult
+from perfgate.profile.categories import CATEGORIES
+from perfgate.profile.trace import Breakdown
+
+PHASE_ORDER = (*metrics.NAMED_PHASES, metrics.OTHER, metrics.PREFILL)
+
+
+def phase_table(breakdown: Breakdown) -> dict[str, dict[str, Any]]:
+    """Per phase: ms per profiled cycle in each category, their total, and the count."""
+    per_cycle = max(breakdown.cycles, 1)
+    table = {}
+    for phase in sorted(breakdown.us, key=PHASE_ORDER.index):
+        row = breakdown.us[phase]
+        table[phase] = {
+            "ms_per_cycle": {c: row[c] / per_cycle / 1e3 for c in CATEGORIES},
+            "total_ms_per_cycle": sum(row.values()) / per_cycle / 1e3,
+            "count": breakdown.counts.get(phase, 0),
+        }
+    return table
+
+
+def profile_json(result: ProfileResult, trace_name: str) -> dict[str, Any]:
+    """Everything the profile found, as JSON-ready values."""
+    overhead = result.overhead
+    phases = phase_table(result.breakdown)
+    return {
+        "scenario": result.scenario,
+        "mode": result.mode,
+        "command": result.command,
+        "device_name": result.server_info.get("device_name"),
+        "torch_version": result.server_info.get("torch_version"),
+        "source": result.breakdown.source,
+        "cycles": result.breakdown.cycles,
+        "categories": list(CATEGORIES),
+        "phases": phases,
+        "unattributed_ms": result.breakdown.unattributed_us / 1e3,
+        "coverage": coverage(phases, result.cycle_ms_inside),
+        "overhead": {
+            "cycle_ms_outside": _median(result.cycle_ms_outside),
+            "cycle_ms_inside": _median(result.cycle_ms_inside),
+            "cycles_outside": len(result.cycle_ms_outside),
+            "cycles_inside": len(result.cycle_ms_inside),
+            "change": overhead,
+        },
+        "tok_s": list(result.tok_s),
+        "window": result.window,
+        "trace": trace_name,
+    }
+
+
+def coverage(phases: dict[str, dict[str, Any]], cycle_ms: tuple[float, ...]) -> float | None:
+    """The work the trace shows per cycle over the cycle time the probe measured.
+
+    Near 1 on a busy GPU; far below it, the trace misses work (kernels replayed from CUDA
+    graphs that the profiler did not see, say). On a CPU, Python's own time between
+    operators is not in the trace, so it stays well below 1.
+    """
+    if not cycle_ms:
+        return None
+    work = sum(row["total_ms_per_cycle"] for p, row in phases.items() if p != metrics.PREFILL)
+    return work / statistics.median(cycle_ms)
+
+
+def render_markdown(report: dict[str, Any], focus: str = metrics.VERIFY) -> str:
+    """The profile's tables: work per phase and category, the focus phase's split, the cost."""
+    unit = "kernel" if report["source"].startswith("GPU") else "op"
+    lines = [
+        f"# Profile of {report['scenario']} ({report['mode']} server) on {report['device_name']}",
+        "",
+        f"{report['cycles']} decode cycles profiled; {report['source']} per phase and category, "
+        "in ms per cycle; trace: `" + report["trace"] + "`.",
+        "",
+        f"| phase | {' | '.join(report['categories'])} | total | {unit}s in all |",
+        "| --- |" + " ---: |" * (len(report["categories"]) + 2),
+    ]
+    for phase, row in report["phases"].items():
+        cells = [
+            _ms_share(row["ms_per_cycle"][c], row["total_ms_per_cycle"])
+            for c in row["ms_per_cycle"]
+        ]
+        lines.append(
+            f"| {phase} | {' | '.join(cells)} | {row['total_ms_per_cycle']:.3f} | {row['count']} |"
+        )
+    lines += ["", _focus_line(report, focus), "", _overhead_line(report["overhead"])]
+    if report["coverage"] is not None:
+        lines.append(
+            f"The trace's work adds up to {report['coverage']:.0%} of the profiled cycles' time."
+        )
+    if report["unattributed_ms"]:
+        lines.append(f"Outside every phase range: {report['unattributed_ms']:.3f} ms in all.")
+    lines += ["", f"Server: `{report['command']}`"]
+    return "\n".join(lines) + "\n"
+
+
+def _ms_share(ms: float, total: float) -> str:
+    return f"{ms:.3f} ({ms / total:.0%})" if total else f"{ms:.3f}"
+
+
+def _focus_line(report: dict[str, Any], focus: str) -> str:
+    row = report["phases"].get(focus)
+    if row is None:
+        return f"No {focus} work in the profiled cycles."
+    total = row["total_ms_per_cycle"]
+    parts = sorted(row["ms_per_cycle"].items(), key=lambda item: -item[1])
+    split = ", ".join(f"{c} {ms / total:.0%}" for c, ms in parts if ms) if total else "nothing"
+    cycle = sum(r["total_ms_per_cycle"] for p, r in report["phases"].items() if p != "prefill")
+    share = f"{total / cycle:.0%} of the cycle's work; " if cycle else ""
+    return f"**{focus}**: {total:.3f} ms per cycle, {share}{split}."
+
+
+def _overhead_line(overhead: dict[str, Any]) -> str:
+    if overhead["change"] is None:
+        return "Profiler overhead: unknown (the engine gave no profiled window to compare)."
+    return (
+        f"Profiler overhead: profiled cycles took {overhead['cycle_ms_inside']:.3f} ms "
+        f"(median of {overhead['cycles_inside']}) against {overhead['cycle_ms_outside']:.3f} ms "
+        f"for the same cycles unprofiled (median of {overhead['cycles_outside']}): "
+        f"{overhead['change']:+.1%}."
+    )
+
+
+def _median(values: tuple[float, ...]) -> float | None:
+    return statistics.median(values) if values else None
