@@ -15,6 +15,8 @@ from perfgate import metrics
 from perfgate.equivalence import DEFAULT_MAX_NEAR_TIE_SHARE, DEFAULT_NEAR_TIE_MARGIN
 from perfgate.errors import ConfigError
 from perfgate.gate.judge import DEFAULT_ALPHA
+from perfgate.sweep.config import parse_sweep_table
+from perfgate.sweep.grid import SweepSpec
 
 ENGINES = ("embedded", "sglang")
 CONFIG_FILE = "perfgate.toml"
@@ -88,6 +90,7 @@ class Config:
     # The chance of any false alarm the gate allows per session, split among the scenarios
     # (see perfgate.gate.judge for what it bounds exactly).
     alpha: float = DEFAULT_ALPHA
+    sweeps: Mapping[str, SweepSpec] = field(default_factory=dict)  # `perfgate sweep --sweep`
 
     def select(self, names: tuple[str, ...] | list[str] = ()) -> list[Scenario]:
         """Return the named scenarios (or the defaults), refusing unknown names."""
@@ -130,9 +133,12 @@ def load_config(path: str | Path | None = None) -> Config:
             raise ConfigError(
                 "has no [tool.perfgate] table", file=config_path, fix="add one or use perfgate.toml"
             )
-        # [tool.perfgate] holds the settings itself, beside [tool.perfgate.scenarios.NAME].
-        settings = {k: v for k, v in table.items() if k != "scenarios"}
+        # [tool.perfgate] holds the settings itself, beside [tool.perfgate.scenarios.NAME]
+        # (and [tool.perfgate.sweeps.NAME]).
+        settings = {k: v for k, v in table.items() if k not in ("scenarios", "sweeps")}
         document = {"perfgate": settings, "scenarios": table.get("scenarios", {})}
+        if "sweeps" in table:
+            document["sweeps"] = table["sweeps"]
     return _parse_config(config_path, document)
 
 
@@ -146,7 +152,7 @@ def _read_toml(path: Path) -> dict[str, Any]:
         raise ConfigError(f"cannot be read ({error.strerror})", file=path) from None
 
 
-_TOP_KEYS = {"perfgate", "scenarios"}
+_TOP_KEYS = {"perfgate", "scenarios", "sweeps"}
 _SETTINGS_KEYS = {"default_scenarios", "baselines", "history", "alpha"}
 
 
@@ -179,6 +185,11 @@ def _parse_config(path: Path, document: Mapping[str, Any]) -> Config:
     baselines = _str(path, "perfgate.baselines", settings.get("baselines", "baselines"))
     history = _str(path, "perfgate.history", settings.get("history", DEFAULT_HISTORY))
     alpha = _fraction(path, "perfgate.alpha", settings.get("alpha", DEFAULT_ALPHA), open_=True)
+    raw_sweeps = _table(path, "sweeps", document.get("sweeps", {}))
+    sweeps = {
+        name: parse_sweep_table(path, name, raw, list(scenarios))
+        for name, raw in raw_sweeps.items()
+    }
     return Config(
         path=path,
         scenarios=scenarios,
@@ -186,6 +197,7 @@ def _parse_config(path: Path, document: Mapping[str, Any]) -> Config:
         baselines_dir=(path.parent / baselines).resolve(),
         history_url=resolve_sqlite_url(history, path.parent),
         alpha=alpha,
+        sweeps=sweeps,
     )
 
 

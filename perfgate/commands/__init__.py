@@ -13,11 +13,13 @@ from perfgate.commands import (
     run,
     runner,
     servers,
+    sweep,
 )
 
 COMMANDS = (
     run,
     servers,
+    sweep,
     profile,
     gate,
     baseline,

@@ -1,0 +1,151 @@
+"""`perfgate sweep`: a grid of speculative settings and environments, each point a recorded run."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from dataclasses import replace
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from perfgate.commands.common import history_url
+from perfgate.config import ENGINES, Config, load_config
+from perfgate.context import detect_context
+from perfgate.errors import ConfigError
+from perfgate.fingerprint import default_profile, detect_gpus
+from perfgate.store import check_history
+from perfgate.sweep.grid import SweepSpec, parse_env_flag, parse_int_list
+from perfgate.sweep.render import render_markdown, sweep_json
+from perfgate.sweep.run import SweepRunner
+
+
+def register(commands: Any) -> None:
+    parser = commands.add_parser(
+        "sweep",
+        help="measure a grid of steps/topk/draft tokens and environments; print the best",
+        description="Measure a scenario over a grid of speculative settings (--steps, --topk, "
+        "--draft-tokens) under every combination of environment values (--env), or a "
+        "[sweeps.NAME] table of the config (--sweep; flags override its fields). The plain twin "
+        "is measured once per environment point; every speculative point is a run recorded in "
+        "the history (under the sweep's name, no baseline judged) with its outputs checked "
+        "against the plain twin's. A branch (steps ascending at one topk and environment) stops "
+        "once two points in a row are clearly worse than its best (the gate's statistics; "
+        "--no-early-stop measures everything). Prints the table and the best configuration. "
+        "Exit code: 0; 1 if a point's outputs were not equivalent; 69 if a server failed; 75 "
+        "if the budget ran out before any point was measured.",
+    )
+    add = parser.add_argument
+    add("--config", metavar="PATH", help="perfgate.toml to read")
+    add("--sweep", metavar="NAME", help="a [sweeps.NAME] table of the config")
+    add("--scenario", metavar="NAME", help="the scenario to vary (default: the first default one)")
+    add(
+        "--name",
+        help="the sweep's name, its runs' scenario in the history (default SCENARIO-sweep)",
+    )
+    add("--steps", help="draft steps: a range or list, e.g. 1-10 or 1,2,4")
+    add("--topk", help="topk values, e.g. 1,2 (default 1: chains)")
+    add("--draft-tokens", help="draft tokens of trees (topk > 1), e.g. 4,8")
+    add("--env", action="append", default=[], metavar="NAME=V1,V2", help="an environment axis")
+    add("--repeats", type=int, help="repeats per server (default: the scenario's)")
+    add("--no-early-stop", action="store_true", help="measure every point of every branch")
+    add("--budget-s", type=float, help="launch no server after this many seconds")
+    add("--engine", choices=ENGINES, help="override the scenario's engine")
+    add("--db", metavar="URL", help="history database (default: the config's, or $PERFGATE_DB_URL)")
+    add(
+        "--profile",
+        metavar="NAME",
+        help="runner profile (default: $PERFGATE_PROFILE or the hardware's)",
+    )
+    add("--json", metavar="PATH", help="also write the sweep as JSON here")
+    add("--markdown", metavar="PATH", help="also write the table here")
+    parser.set_defaults(handler=handle)
+
+
+def handle(args: argparse.Namespace, _rest: list[str]) -> int:
+    config = load_config(args.config)
+    spec = sweep_spec(args, config)
+    (base,) = config.select([spec.scenario])
+    if args.engine:
+        base = base.with_engine(args.engine)
+    if args.budget_s is not None and args.budget_s <= 0:
+        raise ConfigError("must be > 0", field="--budget-s", fix="give seconds, e.g. 450")
+    url = history_url(args)
+    check_history(url)
+    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S")
+    runner = SweepRunner(
+        spec=spec,
+        base=base,
+        profile=args.profile
+        or os.environ.get("PERFGATE_PROFILE")
+        or default_profile(detect_gpus()),
+        history_url=url,
+        workdir=config.path.parent / ".perfgate" / "runs" / stamp / f"sweep-{spec.name}",
+        context=detect_context(config.path.parent),
+        config_file=config.path,
+        early_stop=spec.early_stop and not args.no_early_stop,
+        budget_s=args.budget_s,
+        progress=lambda line: print(line, file=sys.stderr, flush=True),
+    )
+    result = runner.run()
+    markdown = render_markdown(result)
+    print(markdown)
+    if args.markdown:
+        Path(args.markdown).write_text(markdown)
+    if args.json:
+        Path(args.json).write_text(json.dumps(sweep_json(result), indent=2) + "\n")
+    return int(result.exit_code())
+
+
+def sweep_spec(args: argparse.Namespace, config: Config) -> SweepSpec:
+    """The sweep the flags ask for: a config table with the flags over it, or the flags alone."""
+    if args.sweep:
+        if args.sweep not in config.sweeps:
+            known = ", ".join(sorted(config.sweeps)) or "none is defined ([sweeps.NAME])"
+            raise ConfigError(
+                f"unknown sweep {args.sweep!r}",
+                file=config.path,
+                field="--sweep",
+                fix=f"choose one of: {known}",
+            )
+        spec = config.sweeps[args.sweep]
+        if args.scenario and args.scenario != spec.scenario:
+            raise ConfigError(
+                f"sweep {spec.name!r} varies scenario {spec.scenario!r}, not {args.scenario!r}",
+                field="--scenario",
+                fix="drop --scenario, or leave out --sweep",
+            )
+    elif not args.steps:
+        raise ConfigError(
+            "nothing to sweep", field="--steps", fix="pass --steps (e.g. 1-10) or --sweep NAME"
+        )
+    else:
+        scenario = args.scenario or config.default_scenarios[0]
+        spec = SweepSpec(name=f"{scenario}-sweep", scenario=scenario, steps=())
+    spec = _with_flags(spec, args)
+    if spec.name in config.scenarios:
+        raise ConfigError(
+            f"the sweep's name {spec.name!r} is a scenario's: its runs would mix with the gate's",
+            field="--name",
+            fix="give the sweep another name",
+        )
+    return spec
+
+
+def _with_flags(spec: SweepSpec, args: argparse.Namespace) -> SweepSpec:
+    changes: dict[str, Any] = {}
+    if args.name:
+        changes["name"] = args.name
+    for flag in ("steps", "topk", "draft_tokens"):
+        text = getattr(args, flag)
+        if text:
+            changes[flag] = parse_int_list(text, "--" + flag.replace("_", "-"))
+    if args.env:
+        changes["env"] = dict(parse_env_flag(text) for text in args.env)
+    if args.repeats is not None:
+        if args.repeats < 1:
+            raise ConfigError("must be >= 1", field="--repeats", fix="time at least one repeat")
+        changes["repeats"] = args.repeats
+    return replace(spec, **changes)

@@ -1,0 +1,114 @@
+"""``[sweeps.NAME]`` tables of the config file, validated into SweepSpecs. Pure.
+
+::
+
+    [sweeps.steps]
+    scenario = "embedded-default"
+    steps = "1-10"            # or a list: [1, 2, 3]
+    topk = [1]                # default [1]
+    draft_tokens = [4, 8]     # trees only (topk > 1)
+    repeats = 3               # default: the scenario's
+    early_stop = true         # default true
+    [sweeps.steps.env]
+    NCCL_PROTO = ["LL", "Simple"]
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from perfgate.errors import ConfigError
+from perfgate.sweep.grid import SweepSpec, parse_int_list
+
+_KEYS = {"scenario", "steps", "topk", "draft_tokens", "repeats", "early_stop", "env"}
+
+
+def parse_sweep_table(path: Path, name: str, raw: Any, scenarios: Sequence[str]) -> SweepSpec:
+    """Validate one ``[sweeps.NAME]`` table of the config file."""
+    where = f"sweeps.{name}"
+    if not isinstance(raw, dict):
+        raise ConfigError("must be a table", file=path, field=where, fix=f"write [{where}]")
+    unknown = sorted(set(raw) - _KEYS)
+    if unknown:
+        raise ConfigError(
+            f"unknown key {unknown[0]!r}",
+            file=path,
+            field=where,
+            fix=f"use {', '.join(sorted(_KEYS))}",
+        )
+    scenario = raw.get("scenario")
+    if not isinstance(scenario, str) or scenario not in scenarios:
+        raise ConfigError(
+            f"names no scenario of this file ({scenario!r})",
+            file=path,
+            field=f"{where}.scenario",
+            fix=f"choose one of {', '.join(sorted(scenarios))}",
+        )
+    return SweepSpec(
+        name=name,
+        scenario=scenario,
+        steps=_ints(path, f"{where}.steps", raw.get("steps")),
+        topk=_ints(path, f"{where}.topk", raw.get("topk", [1])),
+        draft_tokens=_ints(path, f"{where}.draft_tokens", raw.get("draft_tokens", []), empty=True),
+        env=_env_table(path, f"{where}.env", raw.get("env", {})),
+        repeats=_optional_int(path, f"{where}.repeats", raw.get("repeats")),
+        early_stop=_bool(path, f"{where}.early_stop", raw.get("early_stop", True)),
+    )
+
+
+def _ints(path: Path, where: str, value: Any, *, empty: bool = False) -> tuple[int, ...]:
+    if isinstance(value, str):
+        return parse_int_list(value, where, file=path)
+    ok = isinstance(value, list) and all(
+        isinstance(v, int) and not isinstance(v, bool) and v >= 1 for v in value
+    )
+    if not ok or (not value and not empty):
+        raise ConfigError(
+            f'must be a list of ints >= 1 or a range like "1-10", not {value!r}',
+            file=path,
+            field=where,
+            fix='write e.g. [1, 2, 3] or "1-10"',
+        )
+    return tuple(dict.fromkeys(value))
+
+
+def _env_table(path: Path, where: str, value: Any) -> dict[str, tuple[str, ...]]:
+    if not isinstance(value, dict):
+        raise ConfigError("must be a table", file=path, field=where, fix=f"write [{where}]")
+    matrix = {}
+    for name, values in value.items():
+        if isinstance(values, str):
+            values = [values]
+        if (
+            not isinstance(values, list)
+            or not values
+            or not all(isinstance(v, str) for v in values)
+        ):
+            raise ConfigError(
+                "must be a non-empty list of strings",
+                file=path,
+                field=f"{where}.{name}",
+                fix='write ["LL", "Simple"]',
+            )
+        matrix[name] = tuple(values)
+    return matrix
+
+
+def _optional_int(path: Path, where: str, value: Any) -> int | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ConfigError(
+            f"must be an integer >= 1, not {value!r}", file=path, field=where, fix="fix it"
+        )
+    return value
+
+
+def _bool(path: Path, where: str, value: Any) -> bool:
+    if not isinstance(value, bool):
+        raise ConfigError(
+            f"must be true or false, not {value!r}", file=path, field=where, fix="write true"
+        )
+    return value

@@ -1,0 +1,232 @@
+"""Measure a sweep: the plain twin once per environment point, then every speculative point.
+
+Each point is measured and recorded the way a gate run is (perfgate.measure, perfgate.session,
+perfgate.store): the speculative server launched with the probe, its outputs checked against
+the plain twin's, the run recorded in the history in its own transaction as soon as it is
+measured, without verdicts (a sweep judges no baseline). The plain twin does not depend on
+steps, topk or draft tokens, so it is measured once per environment point and its figures
+are reused for every speculative point under it: the first point's run records it as
+measured, the others as reused from that run.
+
+The runs are recorded under the sweep's name as their scenario, so they never mix with the
+gate's own runs of the scenario (its trends, or "latest" in the baseline update), and with a
+``sweep`` entry in their config naming the sweep and the environment point, which is what
+the report groups a sweep's points by (perfgate.report.sweeps).
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime
+from pathlib import Path
+
+from sqlalchemy.orm import Session, sessionmaker
+
+from perfgate.config import Scenario
+from perfgate.engines.validate import Preflight, check_scenario, preflight
+from perfgate.errors import PerfgateError
+from perfgate.gate.judge import DEFAULT_TOLERANCE
+from perfgate.gate.verdict import overall_status
+from perfgate.measure import assemble_measurement, measure_mode
+from perfgate.results import Measurement, ModeResult, RunContext, RunRecord
+from perfgate.session import record_linked, reuse_key_for
+from perfgate.store import close_history, database_errors, open_history
+from perfgate.sweep.grid import EnvPoint, Point, SweepSpec, grid
+from perfgate.sweep.results import PointResult, SweepResult, median_tok_s
+from perfgate.sweep.stop import BranchTracker
+
+MeasureMode = Callable[..., ModeResult]  # perfgate.measure.measure_mode's signature
+Progress = Callable[[str], None]
+
+
+def point_scenario(base: Scenario, spec: SweepSpec, point: Point) -> Scenario:
+    """The scenario one point runs: the base scenario at the point's settings and env."""
+    return replace(
+        base,
+        name=spec.name,
+        steps=point.steps,
+        topk=point.topk,
+        draft_tokens=point.draft_tokens,
+        env={**base.env, **dict(point.env)},
+        repeats=spec.repeats or base.repeats,
+    )
+
+
+def sweep_label(spec: SweepSpec, env: EnvPoint) -> str:
+    """The `sweep` entry of a point's recorded config: the sweep, and its environment point."""
+    settings = " ".join(f"{k}={v}" for k, v in env)
+    return f"{spec.name} · {settings}" if settings else spec.name
+
+
+def check_points(base: Scenario, spec: SweepSpec, file: Path | None) -> int:
+    """Refuse, before any server starts, a point SGLang would refuse; return the point count."""
+    count = 0
+    for _env, branches in grid(spec):
+        for branch in branches:
+            for point in branch:
+                check_scenario(point_scenario(base, spec, point), file)
+                count += 1
+    return count
+
+
+@dataclass
+class _EnvState:
+    """One environment point being measured: its plain twin and the run that recorded it."""
+
+    label: str
+    plain: ModeResult | None = None
+    checked: Preflight | None = None
+    skip: str | None = None  # why none of its points can be measured
+    plain_run: int | None = None
+
+
+@dataclass
+class SweepRunner:
+    """One sweep, measured and recorded point by point, with a progress line per point."""
+
+    spec: SweepSpec
+    base: Scenario
+    profile: str
+    history_url: str
+    workdir: Path
+    context: RunContext
+    config_file: Path | None = None
+    early_stop: bool = True
+    budget_s: float | None = None
+    measure: MeasureMode = measure_mode
+    progress: Progress = print
+    _started: float = field(default_factory=time.monotonic)
+    _total: int = 0
+    _points: list[PointResult] = field(default_factory=list)
+    _plain: dict[str, float] = field(default_factory=dict)
+    _stops: list[str] = field(default_factory=list)
+    _failures: list[str] = field(default_factory=list)
+
+    def run(self) -> SweepResult:
+        """Measure every point, or skip it (early stop, budget, a failed plain twin)."""
+        self._total = check_points(self.base, self.spec, self.config_file)
+        self._started = time.monotonic()
+        sessions = open_history(self.history_url)
+        try:
+            for env, branches in grid(self.spec):
+                state = self._plain_twin(env, branches[0][0])
+                for branch in branches:
+                    self._branch(sessions, state, branch)
+        finally:
+            close_history(sessions)
+        return SweepResult(
+            spec=self.spec,
+            scenario=self.base.name,
+            points=tuple(self._points),
+            plain=dict(self._plain),
+            stops=tuple(self._stops),
+            failures=tuple(self._failures),
+        )
+
+    def _plain_twin(self, env: EnvPoint, first: Point) -> _EnvState:
+        state = _EnvState(sweep_label(self.spec, env))
+        if self._over_budget():
+            state.skip = self._budget_note()
+            return state
+        scenario, clock = point_scenario(self.base, self.spec, first), time.monotonic()
+        try:
+            state.checked = preflight(scenario, self.config_file)
+            plain = self.measure(
+                scenario, "plain", self._folder(state.label), checked=state.checked
+            )
+        except PerfgateError as error:
+            self._failures.append(f"plain twin ({state.label}): {error}")
+            self.progress(f"plain twin ({state.label}): failed: {error}")
+            state.skip = "the plain twin failed"
+            return state
+        state.plain = replace(plain, reuse_key=reuse_key_for(scenario, state.checked))
+        self._plain[state.label] = median_tok_s(plain)
+        took = time.monotonic() - clock
+        self.progress(
+            f"plain twin ({state.label}): {self._plain[state.label]:.1f} tok/s, {took:.0f} s"
+        )
+        return state
+
+    def _branch(
+        self, sessions: sessionmaker[Session], state: _EnvState, branch: list[Point]
+    ) -> None:
+        tolerance = self.base.tolerances.get("output_tok_s", DEFAULT_TOLERANCE)
+        tracker = BranchTracker(tolerance)
+        for point in branch:
+            skip = state.skip or self._skip_reason(tracker)
+            if skip:
+                self._add(PointResult(point, state.label, skipped=skip))
+            else:
+                self._measure_point(sessions, state, point, tracker)
+        if tracker.stop_index is not None:
+            self._stops.append(self._stop_note(branch, tracker.stop_index))
+
+    def _measure_point(
+        self,
+        sessions: sessionmaker[Session],
+        state: _EnvState,
+        point: Point,
+        tracker: BranchTracker,
+    ) -> None:
+        assert state.plain is not None
+        scenario = point_scenario(self.base, self.spec, point)
+        started, clock = datetime.now(UTC), time.monotonic()
+        folder = self._folder(state.label, point)
+        try:
+            spec = self.measure(scenario, "spec", folder, checked=state.checked)
+        except PerfgateError as error:
+            self._failures.append(f"{point.label()}: {error}")
+            self._add(PointResult(point, state.label, skipped=f"failed: {error}"))
+            return
+        plain = state.plain
+        if state.plain_run is not None:
+            plain = replace(plain, reused_from=state.plain_run)
+        measurement = assemble_measurement(scenario, self.profile, plain, spec, started)
+        measurement = replace(measurement, config={**measurement.config, "sweep": state.label})
+        run_id = self._record(sessions, measurement)
+        state.plain_run = state.plain_run or run_id
+        tok_s = measurement.spec.samples.get("output_tok_s", ())
+        worse = tracker.observe(tok_s, measurement.equivalence.ok)
+        self._add(PointResult(point, state.label, run_id, measurement, clearly_worse=worse), clock)
+
+    def _record(self, sessions: sessionmaker[Session], measurement: Measurement) -> int:
+        record = RunRecord(
+            measurement, self.context, (), overall_status((), measurement.equivalence.ok)
+        )
+        with database_errors(sessions), sessions.begin() as session:
+            (recorded,) = record_linked(session, [record])
+        assert recorded.id is not None
+        return recorded.id
+
+    def _skip_reason(self, tracker: BranchTracker) -> str | None:
+        if self.early_stop and tracker.stopped:
+            return "early stop: the branch is past its best"
+        return self._budget_note() if self._over_budget() else None
+
+    def _over_budget(self) -> bool:
+        return self.budget_s is not None and time.monotonic() - self._started > self.budget_s
+
+    def _budget_note(self) -> str:
+        return f"over the {self.budget_s:.0f} s budget"
+
+    def _add(self, result: PointResult, clock: float | None = None) -> None:
+        self._points.append(result)
+        took = f", {time.monotonic() - clock:.0f} s" if clock is not None else ""
+        self.progress(f"[{len(self._points)}/{self._total}] {result.describe()}{took}")
+
+    def _stop_note(self, branch: list[Point], index: int) -> str:
+        point, rest = branch[index], len(branch) - index - 1
+        where = f"topk={point.topk}" + (
+            f" draft_tokens={point.draft_tokens}" if point.topk > 1 else ""
+        )
+        where += "".join(f" {k}={v}" for k, v in point.env)
+        done = "skipped" if self.early_stop else "would have been skipped (--no-early-stop)"
+        return f"{where}: past its best after steps={point.steps}; {rest} later point(s) {done}"
+
+    def _folder(self, label: str, point: Point | None = None) -> Path:
+        """Where one server's log and probe files go: a folder per server."""
+        name = f"plain {label.partition(' · ')[2]}" if point is None else point.label()
+        return self.workdir / re.sub(r"[^A-Za-z0-9_.-]+", "_", name.strip().replace("=", "-"))
