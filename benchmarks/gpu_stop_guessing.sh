@@ -1,0 +1,139 @@
+#!/usr/bin/env bash
+# "Stop guessing" on one GPU: what the probe costs, a steps sweep, a profile of verify.
+#
+#   benchmarks/gpu_stop_guessing.sh OUTDIR           # CUDA: scenario embedded-large-gpu (~5-8 min)
+#   benchmarks/gpu_stop_guessing.sh --smoke OUTDIR   # CPU: the shipped tiny models (~1 min)
+#
+# Runs, on the embedded engine's large bf16 configuration (perfgate/llama-large with its
+# EAGLE-3 head, simulated acceptance 0.7; see perfgate.toml):
+#   1. benchmarks/probe_overhead.py: 5 pairs of fresh launches, probe on and off alternating;
+#   2. perfgate sweep: steps 1..10 (chains), every point measured (--no-early-stop; the
+#      table says where the early-stop rule would have ended the branch);
+#   3. perfgate profile: 3 decode cycles under torch.profiler, work per phase and category
+#      (again with --disable-cuda-graph if the trace misses the CUDA graphs' kernels).
+# OUTDIR gets 8 files at most: run.log, probe-overhead.{md,json}, sweep.{md,json},
+# profile/{profile.md,profile.json,trace.json.gz}. The history database and the work of the
+# probe benchmark go to a temporary folder (removed when all went well), the sweep's and the
+# profile's servers' logs to .perfgate/runs/ beside the config. Needs perfgate's dependencies
+# importable (an existing PYTHONPATH is kept); PYTHON picks the interpreter (default python3).
+# Exit code: 0 when every stage wrote its files, 1 otherwise.
+set -uo pipefail
+
+smoke=0
+if [[ "${1:-}" == "--smoke" ]]; then
+  smoke=1
+  shift
+fi
+if [[ $# -ne 1 ]]; then
+  echo "usage: $0 [--smoke] OUTDIR" >&2
+  exit 64
+fi
+out=$1
+repo=$(cd "$(dirname "$0")/.." && pwd)
+python=${PYTHON:-python3}
+work=$(mktemp -d "${TMPDIR:-/tmp}/stop-guessing.XXXXXX")
+mkdir -p "$out/profile"
+export PYTHONPATH="$repo${PYTHONPATH:+:$PYTHONPATH}"
+exec > >(tee "$out/run.log") 2>&1
+
+scenario=embedded-large-gpu
+if [[ $smoke -eq 1 ]]; then
+  # The same scenario's shape on the CPU: the trained tiny models, short requests.
+  config=$work/perfgate.toml
+  cat > "$config" <<'EOF'
+[perfgate]
+default_scenarios = ["embedded-large-gpu"]
+
+[scenarios.embedded-large-gpu]
+engine = "embedded"
+model = "perfgate/llama-tiny"
+draft = "perfgate/eagle3-llama-tiny"
+steps = 3
+topk = 1
+draft_tokens = 4
+dtype = "float32"
+device = "cpu"
+prompts = ["Return the number of items in the", "Create a new instance of the class with"]
+max_new_tokens = 16
+repeats = 2
+warmup = 1
+startup_timeout_s = 60
+extra_args = ["--num-threads", "1"]
+spec_extra_args = ["--debug-simulate-accept-rate", "0.7"]
+EOF
+  steps=1-2 pairs=5 repeats=2 budget_overhead=60 budget_sweep=60 limit=120
+else
+  config=$repo/perfgate.toml
+  steps=1-10 pairs=5 repeats=5 budget_overhead=150 budget_sweep=170 limit=210
+fi
+
+echo "== $(date -u +%FT%TZ) stop guessing: $scenario, config $config, work $work"
+(cd "$repo" && git rev-parse HEAD 2> /dev/null) || echo "commit: unknown (no git)"
+nvidia-smi -L 2> /dev/null || echo "no nvidia-smi"
+"$python" -c 'import sys, torch; print("python", sys.version.split()[0], "torch", torch.__version__, "cuda", torch.version.cuda, torch.cuda.is_available())'
+
+# stage NAME SECONDS COMMAND...: run with a time limit, log its exit code and duration.
+stage() {
+  local name=$1 seconds=$2 started rc
+  shift 2
+  started=$(date +%s)
+  echo "== $name"
+  timeout --signal=TERM --kill-after=30 "$seconds" "$@"
+  rc=$?
+  echo "== $name: exit $rc after $(($(date +%s) - started)) s"
+  return "$rc"
+}
+
+stage "probe overhead" "$limit" "$python" "$repo/benchmarks/probe_overhead.py" \
+  --config "$config" --scenario "$scenario" --pairs "$pairs" --repeats "$repeats" \
+  --budget-s "$budget_overhead" --out "$out" --workdir "$work/probe-overhead"
+
+# Exit 1 is expected here: simulated acceptance makes the speculative outputs differ.
+stage "sweep" "$limit" "$python" -m perfgate sweep --config "$config" --scenario "$scenario" \
+  --name stop-guessing-steps --steps "$steps" --no-early-stop --budget-s "$budget_sweep" \
+  --db "sqlite:///$work/history.db" --profile stop-guessing \
+  --json "$out/sweep.json" --markdown "$out/sweep.md"
+
+profile() {
+  stage "profile $*" 120 "$python" -m perfgate profile --config "$config" \
+    --scenario "$scenario" --cycles 3 --repeats 2 --out "$work/profile" "$@"
+}
+# The trace covers the verify phase if its kernels (or, on a CPU, its ops) are in it and add
+# up to at least half of the cycle time the probe measured.
+covers_verify() {
+  "$python" - "$work/profile/profile.json" <<'EOF'
+import json, sys
+report = json.load(open(sys.argv[1]))
+verify = report["phases"].get("verify", {})
+ok = verify.get("count", 0) > 0 and (report.get("coverage") or 0) >= 0.5
+print(f"verify work: {verify.get('count', 0)} events, coverage {report.get('coverage')}")
+sys.exit(0 if ok else 1)
+EOF
+}
+if profile && covers_verify; then
+  :
+elif [[ $smoke -eq 0 ]]; then
+  echo "== the trace misses the verify kernels (CUDA graph replays?); profiling eagerly"
+  rm -rf "$work/profile"
+  profile --disable-cuda-graph
+fi
+cp "$work/profile/profile.md" "$work/profile/profile.json" "$work/profile/trace.json.gz" \
+  "$out/profile/" 2> /dev/null
+
+status=0
+for file in probe-overhead.md probe-overhead.json sweep.md sweep.json \
+  profile/profile.md profile/profile.json profile/trace.json.gz; do
+  if [[ -s "$out/$file" ]]; then
+    echo "wrote $out/$file ($(wc -c < "$out/$file") bytes)"
+  else
+    echo "MISSING $out/$file"
+    status=1
+  fi
+done
+if [[ $status -eq 0 ]]; then
+  rm -rf "$work"
+else
+  echo "servers' logs and probe files kept in $work"
+fi
+echo "== $(date -u +%FT%TZ) done, exit $status"
+exit "$status"

@@ -1,0 +1,87 @@
+"""benchmarks/gpu_stop_guessing.sh, the GPU run, end to end on the CPU (--smoke), and the
+probe switch it measures: a server launched without the probe."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from perfgate.config import load_config
+from perfgate.measure import measure_mode
+
+from .ci.conftest import linter
+from .conftest import REPO, write_config
+
+SCRIPT = REPO / "benchmarks" / "gpu_stop_guessing.sh"
+FILES = [
+    "probe-overhead.json",
+    "probe-overhead.md",
+    "profile/profile.json",
+    "profile/profile.md",
+    "profile/trace.json.gz",
+    "run.log",
+    "sweep.json",
+    "sweep.md",
+]
+
+
+def test_the_script_passes_shellcheck() -> None:
+    done = subprocess.run(
+        [linter("shellcheck"), str(SCRIPT)], capture_output=True, text=True, check=False
+    )
+    assert done.returncode == 0, done.stdout
+
+
+@pytest.mark.slow
+def test_the_smoke_run_writes_every_table_and_the_trace(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    env = {**os.environ, "PYTHON": sys.executable, "TMPDIR": str(tmp_path)}
+    env.pop("PERFGATE_DB_URL", None)
+    done = subprocess.run(
+        ["bash", str(SCRIPT), "--smoke", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env=env,
+        check=False,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    written = sorted(str(p.relative_to(out)) for p in out.rglob("*") if p.is_file())
+    assert written == FILES
+    assert all((out / f).stat().st_size <= 16 << 20 for f in FILES)
+    overhead = json.loads((out / "probe-overhead.json").read_text())
+    assert len(overhead["pairs"]) == 5 and [p["first"] for p in overhead["pairs"]] == [
+        "on",
+        "off",
+        "on",
+        "off",
+        "on",
+    ]
+    assert overhead["ratio_low"] < overhead["ratio"] < overhead["ratio_high"]
+    assert overhead["goal_status"] in ("met", "not shown", "missed")
+    sweep = json.loads((out / "sweep.json").read_text())
+    assert [(p["steps"], p["equivalent"]) for p in sweep["points"]] == [(1, False), (2, False)]
+    assert sweep["best"] is None and sweep["fastest"] is not None  # simulated acceptance
+    assert all(p["verify_ms"] > 0 and p["accept_length"] > 1 for p in sweep["points"])
+    profile = json.loads((out / "profile" / "profile.json").read_text())
+    assert profile["phases"]["verify"]["count"] > 0 and profile["cycles"] == 3
+    log = (out / "run.log").read_text()
+    assert "== sweep: exit 1" in log and "== probe overhead: exit 0" in log
+    assert log.rstrip().endswith("done, exit 0")
+    assert list(tmp_path.glob("stop-guessing.*")) == []  # the work folder is removed
+
+
+@pytest.mark.slow
+def test_a_server_launched_without_the_probe_has_no_phases(tmp_path: Path) -> None:
+    scenario = load_config(write_config(tmp_path)).scenarios["tiny"]
+    result = measure_mode(scenario, "spec", tmp_path / "work", probe=False)
+    assert result.phases == () and "verify_ms" not in result.samples
+    assert result.samples["output_tok_s"] and result.samples["accept_length"]
+    assert result.command.startswith("PERFGATE_PROBE_DIR='' ")
+    assert "perfgate/probe/boot" not in result.command
+    assert not (tmp_path / "work" / "probe-spec").exists()
