@@ -27,7 +27,7 @@ from perfgate.engines.launch import free_port, running_server
 from perfgate.engines.validate import Preflight, preflight
 from perfgate.errors import InfrastructureError
 from perfgate.measure import Repeat, timed_repeat
-from perfgate.probe import probe_env
+from perfgate.probe import RANGES_VARIABLE, probe_env
 from perfgate.probe.reader import CycleRecord, read_records, wait_until_complete
 from perfgate.profile.trace import Breakdown, load_trace, parse_spans, phase_breakdown
 
@@ -72,6 +72,11 @@ def capture_profile(
     checked = checked or preflight(scenario)
     probe_dir, trace_dir = workdir / "probe", workdir / "trace"
     env = probe_env(probe_dir, scenario.engine, engine_version=checked.engine_version, mode=mode)
+    if scenario.engine != "embedded":
+        # SGLang starts its profiler itself: the probe marks the phases all along there. The
+        # embedded engine turns the marks on for its profile only, so the unprofiled cycles
+        # it is compared with carry none of their cost.
+        env[RANGES_VARIABLE] = "1"
     command = server_command(scenario, mode, port=free_port(), extra_env=env, sglang=checked.sglang)
     request = {
         "output_dir": str(trace_dir.resolve()),
