@@ -35,6 +35,7 @@ work=$(mktemp -d "${TMPDIR:-/tmp}/stop-guessing.XXXXXX")
 mkdir -p "$out/profile"
 export PYTHONPATH="$repo${PYTHONPATH:+:$PYTHONPATH}"
 exec > >(tee "$out/run.log") 2>&1
+tee_pid=$!
 
 scenario=embedded-large-gpu
 if [[ $smoke -eq 1 ]]; then
@@ -63,8 +64,10 @@ spec_extra_args = ["--debug-simulate-accept-rate", "0.7"]
 EOF
   steps=1-2 pairs=5 repeats=2 budget_overhead=60 budget_sweep=60 limit=120
 else
+  # Each stage's limit keeps the whole run under 9.5 minutes even if a stage hangs; an
+  # H200 needs about 11 s per server of this scenario, so the budgets leave room to spare.
   config=$repo/perfgate.toml
-  steps=1-10 pairs=5 repeats=5 budget_overhead=150 budget_sweep=170 limit=210
+  steps=1-10 pairs=5 repeats=5 budget_overhead=140 budget_sweep=160 limit=195
 fi
 
 echo "== $(date -u +%FT%TZ) stop guessing: $scenario, config $config, work $work"
@@ -95,7 +98,7 @@ stage "sweep" "$limit" "$python" -m perfgate sweep --config "$config" --scenario
   --json "$out/sweep.json" --markdown "$out/sweep.md"
 
 profile() {
-  stage "profile $*" 120 "$python" -m perfgate profile --config "$config" \
+  stage "profile${*:+ $*}" 80 "$python" -m perfgate profile --config "$config" \
     --scenario "$scenario" --cycles 3 --repeats 2 --out "$work/profile" "$@"
 }
 # The trace covers the verify phase if its kernels (or, on a CPU, its ops) are in it and add
@@ -136,4 +139,6 @@ else
   echo "servers' logs and probe files kept in $work"
 fi
 echo "== $(date -u +%FT%TZ) done, exit $status"
+exec 1>&- 2>&-
+wait "$tee_pid" # run.log is whole before the script ends
 exit "$status"
