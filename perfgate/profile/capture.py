@@ -22,7 +22,7 @@ from typing import Any
 from perfgate import metrics
 from perfgate.config import Scenario
 from perfgate.engines.client import EngineClient
-from perfgate.engines.commands import Mode, server_command
+from perfgate.engines.commands import Mode, ServerCommand, server_command
 from perfgate.engines.launch import free_port, running_server
 from perfgate.engines.validate import Preflight, preflight
 from perfgate.errors import InfrastructureError
@@ -71,13 +71,7 @@ def capture_profile(
     """Launch the server, profile `cycles` decode cycles, and read what it wrote."""
     checked = checked or preflight(scenario)
     probe_dir, trace_dir = workdir / "probe", workdir / "trace"
-    env = probe_env(probe_dir, scenario.engine, engine_version=checked.engine_version, mode=mode)
-    if scenario.engine != "embedded":
-        # SGLang starts its profiler itself: the probe marks the phases all along there. The
-        # embedded engine turns the marks on for its profile only, so the unprofiled cycles
-        # it is compared with carry none of their cost.
-        env[RANGES_VARIABLE] = "1"
-    command = server_command(scenario, mode, port=free_port(), extra_env=env, sglang=checked.sglang)
+    command = profiled_server(scenario, mode, probe_dir, checked)
     request = {
         "output_dir": str(trace_dir.resolve()),
         "num_steps": cycles,
@@ -95,13 +89,7 @@ def capture_profile(
         EngineClient(server.base_url, scenario.request_timeout_s) as client,
     ):
         info = client.server_info()
-        for _ in range(scenario.warmup):
-            client.generate(scenario.prompts, scenario.max_new_tokens)
-        repeats = [timed_repeat(client, scenario) for _ in range(scenario.repeats)]
-        client.start_profile(request)
-        profiled = timed_repeat(client, scenario)
-        trace = wait_for_trace(trace_dir, client)
-        wait_until_complete(probe_dir, profiled.finished_at)
+        repeats, trace = _repeats_then_profile(client, scenario, request, probe_dir)
     window = read_window(trace)
     records = [r for r in read_records(probe_dir) if r.kind == metrics.CYCLE]
     inside = _in_window(records, window)
@@ -117,6 +105,36 @@ def capture_profile(
         cycle_ms_outside=_first_cycles(records, repeats, len(inside)),
         cycle_ms_inside=tuple(r.ms[metrics.CYCLE] for r in inside),
     )
+
+
+def profiled_server(
+    scenario: Scenario, mode: Mode, probe_dir: Path, checked: Preflight
+) -> ServerCommand:
+    """The server's command: the probe on, and its phase marks on where the engine's own
+    profiler runs without perfgate's say.
+
+    SGLang starts its profiler itself, so the probe marks the phases all along there. The
+    embedded engine turns the marks on for its profile only: the unprofiled cycles the
+    profiled ones are compared with then carry none of their cost.
+    """
+    env = probe_env(probe_dir, scenario.engine, engine_version=checked.engine_version, mode=mode)
+    if scenario.engine != "embedded":
+        env[RANGES_VARIABLE] = "1"
+    return server_command(scenario, mode, port=free_port(), extra_env=env, sglang=checked.sglang)
+
+
+def _repeats_then_profile(
+    client: EngineClient, scenario: Scenario, request: dict[str, Any], probe_dir: Path
+) -> tuple[list[Repeat], Path]:
+    """Warm up, time the unprofiled repeats, then one repeat whose first cycles are profiled."""
+    for _ in range(scenario.warmup):
+        client.generate(scenario.prompts, scenario.max_new_tokens)
+    repeats = [timed_repeat(client, scenario) for _ in range(scenario.repeats)]
+    client.start_profile(request)
+    profiled = timed_repeat(client, scenario)
+    trace = wait_for_trace(Path(request["output_dir"]), client)
+    wait_until_complete(probe_dir, profiled.finished_at)
+    return repeats, trace
 
 
 def wait_for_trace(trace_dir: Path, client: EngineClient, timeout_s: float = TRACE_WAIT_S) -> Path:
