@@ -30,6 +30,14 @@ def parse_sweep_table(path: Path, name: str, raw: Any, scenarios: Sequence[str])
     where = f"sweeps.{name}"
     if not isinstance(raw, dict):
         raise ConfigError("must be a table", file=path, field=where, fix=f"write [{where}]")
+    if name in scenarios:
+        raise ConfigError(
+            "has a scenario's name: the sweep's runs are recorded under its name, and would "
+            "mix with the gate's runs of that scenario",
+            file=path,
+            field=where,
+            fix="name the sweep otherwise",
+        )
     unknown = sorted(set(raw) - _KEYS)
     if unknown:
         raise ConfigError(

@@ -150,3 +150,11 @@ def test_pyproject_holds_sweeps_too(tmp_path: Path) -> None:
     body += '\n[tool.perfgate.sweeps.s]\nscenario = "tiny"\nsteps = [1, 2]\n'
     (tmp_path / "pyproject.toml").write_text(body)
     assert load_config(tmp_path / "pyproject.toml").sweeps["s"].steps == (1, 2)
+
+
+def test_a_sweep_may_not_take_a_scenario_s_name(tmp_path: Path) -> None:
+    path = write_config(
+        tmp_path, TINY_SCENARIO + '\n[sweeps.tiny]\nscenario = "tiny"\nsteps = [1]\n'
+    )
+    with pytest.raises(ConfigError, match=r"sweeps\.tiny: has a scenario's name"):
+        load_config(path)
