@@ -53,7 +53,11 @@ def register(commands: Any) -> None:
     add("--no-early-stop", action="store_true", help="measure every point of every branch")
     add("--budget-s", type=float, help="launch no server after this many seconds")
     add("--engine", choices=ENGINES, help="override the scenario's engine")
-    add("--db", metavar="URL", help="history database (default: the config's, or $PERFGATE_DB_URL)")
+    add(
+        "--db",
+        metavar="URL",
+        help="history database (default: $PERFGATE_DB_URL, else the config's)",
+    )
     add(
         "--profile",
         metavar="NAME",
