@@ -278,6 +278,7 @@ def parse_scenario(path: Path, name: str, raw: Mapping[str, Any], base: Path) ->
             fix=f"use one of {', '.join(ENGINES)}",
         )
     values["env"] = _str_table(path, f"{where}.env", raw.get("env", {}))
+    _probe_stride(path, f"{where}.env", values["env"])
     values["tolerances"] = _tolerances(path, f"{where}.tolerances", raw.get("tolerances", {}))
     values["prompts"] = _prompts(path, where, raw, base)
     if "max_near_tie_share" in raw:
@@ -376,6 +377,15 @@ def _str_list(path: Path, where: str, value: Any) -> list[str]:
             "must be a list of strings", file=path, field=where, fix='write ["a", "b"]'
         )
     return value
+
+
+def _probe_stride(path: Path, where: str, env: Mapping[str, str]) -> None:
+    from perfgate.probe import EVERY_VARIABLE, parse_every
+
+    try:
+        parse_every(env.get(EVERY_VARIABLE))
+    except ValueError as error:
+        raise ConfigError(str(error), file=path, field=f"{where}.{EVERY_VARIABLE}") from None
 
 
 def _str_table(path: Path, where: str, value: Any) -> dict[str, str]:

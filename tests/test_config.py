@@ -72,6 +72,10 @@ def test_reads_tool_perfgate_from_pyproject(tmp_path: Path) -> None:
         (('model = "perfgate/llama-tiny"\n', ""), "scenarios.tiny.model: is required"),
         (('prompts = ["Return', 'prompts = "nonesuch"\n#'), "unknown prompt set 'nonesuch'"),
         (("[scenarios.tiny]", "[scenarios.tiny"), "is not valid TOML"),
+        (
+            ("repeats = 3", 'repeats = 3\nenv = { PERFGATE_PROBE_EVERY = "0" }'),
+            "scenarios.tiny.env.PERFGATE_PROBE_EVERY: PERFGATE_PROBE_EVERY='0' is not a whole",
+        ),
     ],
 )
 def test_mistakes_name_file_and_field(tmp_path: Path, edit: tuple[str, str], expected: str) -> None:

@@ -227,3 +227,103 @@ def test_the_server_s_probe_variables() -> None:
     env = probe_env(Path("/tmp/p"), "sglang", {}, engine_version="0.5.23", mode="spec")
     assert env["PERFGATE_PROBE_ENGINE_VERSION"] == "0.5.23" and env["PERFGATE_PROBE_MODE"] == "spec"
     assert env["PYTHONPATH"].endswith("boot")
+
+
+def test_a_stride_times_one_cycle_in_every_and_sums_scale_back(
+    probe_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(runtime, "_every", 3)
+    runtime.patch_class(sys.modules[__name__], TARGETS)
+    worker = Worker()
+    worker.prefill()
+    started = time.time()
+    for _ in range(9):
+        worker.cycle({"draft": 0.001, "verify": 0.002, "gap": 0.0})
+    reader.wait_until_complete(probe_dir, time.time(), timeout_s=5)
+    records = reader.read_records(probe_dir)
+    cycles = [r for r in records if r.kind == "cycle"]
+    (prefill,) = [r for r in records if r.kind == "prefill"]
+    assert len(cycles) == 3 and {r.every for r in cycles} == {3}
+    assert prefill.every == 1  # a prefill is always timed
+    (totals,) = reader.phase_totals_by_pid(records, started, time.time()).values()
+    assert totals["verify"] == pytest.approx(3 * sum(r.ms["verify"] for r in cycles))
+    assert totals["verify"] >= 9 * 2.0  # the nine cycles' verify, though three were timed
+
+
+def test_while_a_profiler_records_every_cycle_is_timed(
+    probe_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(runtime, "_every", 4)
+    runtime.patch_class(sys.modules[__name__], TARGETS)
+    runtime.set_phase_ranges(True)
+    try:
+        for _ in range(5):
+            Worker().cycle({"draft": 0.0, "verify": 0.0, "gap": 0.0})
+    finally:
+        runtime.set_phase_ranges(False)
+    reader.wait_until_complete(probe_dir, time.time(), timeout_s=5)
+    cycles = [r for r in reader.read_records(probe_dir) if r.kind == "cycle"]
+    assert len(cycles) == 5 and {r.every for r in cycles} == {1}
+
+
+class _FakeDeviceClock:
+    """Marks that finish when told to, counting the queries and the marks ever created."""
+
+    name = "cuda"
+
+    def __init__(self) -> None:
+        self.created = 0
+        self.queries = 0
+        self.done = False
+        self._free: list[list[float]] = []
+
+    def capturing(self) -> bool:
+        return False
+
+    def mark(self) -> list[float]:
+        if self._free:
+            mark = self._free.pop()
+        else:
+            self.created += 1
+            mark = [0.0]
+        mark[0] = time.perf_counter()
+        return mark
+
+    def release(self, marks: list[list[float]]) -> None:
+        self._free.extend(marks)
+
+    def ready(self, mark: list[float]) -> bool:
+        self.queries += 1
+        return self.done
+
+    def elapsed_ms(self, start: list[float], end: list[float]) -> float:
+        return (end[0] - start[0]) * 1e3
+
+
+def test_device_marks_are_reused_and_an_unfinished_cycle_costs_one_query(
+    probe_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    clock = _FakeDeviceClock()
+    monkeypatch.setattr(runtime, "_pick_clock", lambda: clock)
+    monkeypatch.setattr(runtime, "_every", 1)
+    runtime.patch_class(sys.modules[__name__], TARGETS)
+    worker = Worker()
+    worker.cycle({"draft": 0.0, "verify": 0.0, "gap": 0.0})
+    assert clock.queries == 1  # the cycle's last mark is not done: nothing else is asked
+    clock.done = True
+    for _ in range(20):
+        worker.cycle({"draft": 0.0, "verify": 0.0, "gap": 0.0})
+    reader.wait_until_complete(probe_dir, time.time(), timeout_s=5)
+    assert len([r for r in reader.read_records(probe_dir) if r.kind == "cycle"]) == 21
+    assert clock.created <= 12  # two cycles' worth of marks (six each), not 21 cycles' worth
+
+
+def test_a_bad_stride_names_the_variable(tmp_path: Path) -> None:
+    from perfgate.errors import ConfigError
+    from perfgate.probe import probe_env
+
+    with pytest.raises(ConfigError, match="PERFGATE_PROBE_EVERY='0' is not a whole number"):
+        probe_env(tmp_path, "embedded", {"PERFGATE_PROBE_EVERY": "0"})
+    with pytest.raises(ValueError, match="PERFGATE_PROBE_EVERY='four'"):
+        runtime.parse_every("four")
+    assert runtime.parse_every(None) is None and runtime.parse_every("8") == 8

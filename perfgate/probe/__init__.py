@@ -11,9 +11,11 @@ from collections.abc import Mapping
 from pathlib import Path
 
 import perfgate
+from perfgate.errors import ConfigError
 
 DIR_VARIABLE = "PERFGATE_PROBE_DIR"  # set and non-empty: the probe is on in that server
 RANGES_VARIABLE = "PERFGATE_PROBE_RANGES"  # "1": mark the phases for profilers all along
+EVERY_VARIABLE = "PERFGATE_PROBE_EVERY"  # time one decode cycle in this many
 BOOT_DIR = Path(__file__).resolve().parent / "boot"
 PERFGATE_HOME = Path(perfgate.__file__).resolve().parent.parent
 
@@ -29,6 +31,10 @@ def probe_env(
     """Return the variables that activate the probe in a server, with `table`'s targets for
     the engine's release and the server's mode ("spec" or "plain")."""
     env = os.environ if inherited is None else inherited
+    try:
+        parse_every(env.get(EVERY_VARIABLE))
+    except ValueError as error:
+        raise ConfigError(str(error)) from None
     pythonpath = [str(BOOT_DIR)]
     if env.get("PYTHONPATH"):
         pythonpath.append(env["PYTHONPATH"])
@@ -43,3 +49,20 @@ def probe_env(
     if mode:
         variables["PERFGATE_PROBE_MODE"] = mode
     return variables
+
+
+def parse_every(value: str | None) -> int | None:
+    """The stride `PERFGATE_PROBE_EVERY` asks for: None when unset, a ValueError when it is
+    not a whole number from 1 up."""
+    if value is None or value.strip() == "":
+        return None
+    try:
+        every = int(value)
+    except ValueError:
+        every = 0
+    if every < 1:
+        raise ValueError(
+            f"{EVERY_VARIABLE}={value!r} is not a whole number from 1 up; set it to the stride "
+            "of timed decode cycles (1 times every cycle) or unset it for the default"
+        )
+    return every

@@ -21,6 +21,7 @@ class CycleRecord:
     seq: int
     started_at: float  # wall clock, seconds since the epoch
     ms: dict[str, float]  # phase -> milliseconds spent in it during this cycle
+    every: int = 1  # the probe timed one cycle in this many: this record stands for `every`
 
 
 def _probe_files(out_dir: Path) -> list[Path]:
@@ -84,7 +85,14 @@ def read_records(out_dir: Path) -> list[CycleRecord]:
                 continue
             if item.get("kind") in ("cycle", "prefill"):
                 records.append(
-                    CycleRecord(item["kind"], item["pid"], item["seq"], item["t"], item["ms"])
+                    CycleRecord(
+                        item["kind"],
+                        item["pid"],
+                        item["seq"],
+                        item["t"],
+                        item["ms"],
+                        int(item.get("every", 1)),
+                    )
                 )
     return sorted(records, key=lambda r: (r.started_at, r.pid, r.seq))
 
@@ -92,11 +100,12 @@ def read_records(out_dir: Path) -> list[CycleRecord]:
 def phase_totals_by_pid(
     records: Sequence[CycleRecord], start: float, end: float
 ) -> dict[int, dict[str, float]]:
-    """Milliseconds per phase summed over the cycles of each process that began in [start, end]."""
+    """Milliseconds per phase summed over the cycles of each process that began in [start, end]:
+    a record of a cycle timed one in `every` counts `every` times, standing for the untimed."""
     totals: dict[int, dict[str, float]] = {}
     for record in records:
         if record.kind == "cycle" and start <= record.started_at <= end:
             per_phase = totals.setdefault(record.pid, {})
             for phase, ms in record.ms.items():
-                per_phase[phase] = per_phase.get(phase, 0.0) + ms
+                per_phase[phase] = per_phase.get(phase, 0.0) + ms * record.every
     return totals

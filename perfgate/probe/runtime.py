@@ -16,8 +16,17 @@ global mode invalidates the capture (seen on an H200, torch 2.11: `cudaErrorStre
 Unsupported` in the querying thread, `cudaErrorStreamCaptureInvalidated` in the capturing one).
 Only once the process has been quiet for a while does the writer thread resolve what is left
 (the last cycles before the server idles); SGLang captures its graphs before it serves, when
-there is nothing to resolve. Each mark costs about 10 us of CPU on that H200 (event record);
-a cycle of SGLang's spec v2 takes ten marks.
+there is nothing to resolve.
+
+What the probe costs is measured (``benchmarks/probe_overhead.py``), not assumed. On a GPU a
+timed cycle pays for its CUDA events on the CPU: with ten marks a cycle, every cycle timed
+cost the embedded engine's large bf16 configuration 2.3% of its tok/s on an H200 (5 ms
+cycles). So events come from a pool (no create and destroy per mark), a record is resolved
+with one query while its last mark is not done, and on a GPU the probe times one decode cycle
+in `PERFGATE_PROBE_EVERY` (default 4; 1 on the CPU clock, whose marks cost well under a
+microsecond). The cycles in between run unwrapped but for a counter. Every cycle record
+carries the stride as ``every``, so sums over cycles scale back to all of them; medians need
+no scaling. A profile times every cycle (`perfgate profile` sets the stride to 1).
 
 For a profiler, the probe can also mark each timed call as a range named after its phase
 (``draft``, ``verify``, ``cycle``...): a ``torch.profiler.record_function`` range, and an
@@ -45,7 +54,7 @@ from types import ModuleType
 from typing import Any
 
 from perfgate import metrics
-from perfgate.probe import DIR_VARIABLE, RANGES_VARIABLE
+from perfgate.probe import DIR_VARIABLE, EVERY_VARIABLE, RANGES_VARIABLE, parse_every
 from perfgate.probe.targets import ProbeTarget, select_targets
 
 TABLE_VARIABLE = "PERFGATE_PROBE_TABLE"
@@ -55,6 +64,7 @@ FLUSH_INTERVAL_S = 0.05
 HEARTBEAT_INTERVAL_S = 1.0  # an idle process still says, this often, that its file is complete
 QUIET_S = 0.2  # after this long without a cycle, the writer thread resolves what is left
 FRAMES = (metrics.CYCLE, metrics.PREFILL)
+DEFAULT_EVERY = {"cpu": 1, "cuda": 4}  # the stride of timed decode cycles, per clock
 
 
 class _CpuClock:
@@ -69,6 +79,9 @@ class _CpuClock:
     def ready(self, mark: Any) -> bool:
         return True
 
+    def release(self, marks: Sequence[Any]) -> None:
+        pass
+
     def elapsed_ms(self, start: Any, end: Any) -> float:
         return float(end - start) * 1e3
 
@@ -81,6 +94,7 @@ class _CudaClock:
 
         self._event = torch.cuda.Event
         self._capturing = torch.cuda.is_current_stream_capturing
+        self._free: deque[Any] = deque()  # events whose times have been read, for reuse
 
     def capturing(self) -> bool:
         # A method run while a CUDA graph is captured is not a real cycle; recording an
@@ -88,9 +102,15 @@ class _CudaClock:
         return bool(self._capturing())
 
     def mark(self) -> Any:
-        event = self._event(enable_timing=True)
+        try:
+            event = self._free.pop()
+        except IndexError:
+            event = self._event(enable_timing=True)
         event.record()  # on the current stream; no synchronisation
         return event
+
+    def release(self, marks: Sequence[Any]) -> None:
+        self._free.extend(marks)
 
     def ready(self, mark: Any) -> bool:
         return bool(mark.query())
@@ -112,11 +132,12 @@ Span = tuple[Any, Any]
 class _Frame:
     """One decode cycle (or prefill) being timed: its own span and its phases' spans."""
 
-    __slots__ = ("kind", "nested", "spans", "stack", "start", "wall")
+    __slots__ = ("end", "kind", "nested", "spans", "stack", "start", "wall")
 
     def __init__(self, kind: str, start: Any, wall: float) -> None:
         self.kind = kind
         self.start = start
+        self.end: Any = None  # the frame's closing mark, the last one it records
         self.wall = wall
         self.spans: dict[str, list[Span]] = {}
         self.nested: dict[str, list[Span]] = {}  # phase -> spans of phases run inside it
@@ -133,6 +154,8 @@ class Probe:
         self._pending: deque[dict[str, Any]] = deque()  # records whose marks may not be done
         self._ready: deque[dict[str, Any]] = deque()  # resolved records, to be written
         self._seq = 0
+        self._every = 1  # the stride of timed decode cycles, set with the clock
+        self._cycles_seen = 0
         self._last_frame_end = 0.0
         self._last_heartbeat = 0.0
         self._resolve_lock = threading.Lock()
@@ -169,20 +192,26 @@ class Probe:
         return self._run_phase(role, clock, method, args, kwargs)
 
     def _first_clock(self) -> _CpuClock | _CudaClock:
-        self._clock = _pick_clock()
-        return self._clock
+        clock = _pick_clock()
+        self._every = _every if _every is not None else DEFAULT_EVERY[clock.name]
+        self._clock = clock
+        return clock
 
     def _run_frame(self, kind: str, clock: Any, method: Any, args: Any, kwargs: Any) -> Any:
         if getattr(self._local, "frame", None) is not None:
             return method(*args, **kwargs)  # a frame inside a frame belongs to the outer one
+        if kind == metrics.CYCLE and self._every > 1 and _ranges is None:
+            self._cycles_seen += 1
+            if self._cycles_seen % self._every:
+                return method(*args, **kwargs)  # not this cycle's turn: nothing timed in it
         frame = _Frame(kind, clock.mark(), time.time())
         self._local.frame = frame
         try:
             return method(*args, **kwargs)
         finally:
-            end = clock.mark()
+            frame.end = clock.mark()
             self._local.frame = None
-            self._finish(frame, end)
+            self._finish(frame)
 
     def _run_phase(self, phase: str, clock: Any, method: Any, args: Any, kwargs: Any) -> Any:
         frame = getattr(self._local, "frame", None)
@@ -199,11 +228,14 @@ class Probe:
             if frame.stack:
                 frame.nested.setdefault(frame.stack[-1], []).append(span)
 
-    def _finish(self, frame: _Frame, end: Any) -> None:
+    def _finish(self, frame: _Frame) -> None:
         self._seq += 1
-        frame.spans[frame.kind] = [(frame.start, end)]
-        record = {"kind": frame.kind, "seq": self._seq, "t": frame.wall}
-        self._pending.append({**record, "spans": frame.spans, "nested": frame.nested})
+        frame.spans[frame.kind] = [(frame.start, frame.end)]
+        every = self._every if frame.kind == metrics.CYCLE and _ranges is None else 1
+        record = {"kind": frame.kind, "seq": self._seq, "t": frame.wall, "every": every}
+        self._pending.append(
+            {**record, "spans": frame.spans, "nested": frame.nested, "last": frame.end}
+        )
         self._last_frame_end = time.monotonic()
         self._resolve_ready()
 
@@ -218,8 +250,14 @@ class Probe:
             self._resolve_lock.release()
 
     def _resolved(self, record: dict[str, Any]) -> bool:
+        # The frame's last mark first: while it is not done (the usual answer for the cycle
+        # just ended) one query settles it. Once it is, the others are checked too, since a
+        # phase may have recorded on another stream.
         assert self._clock is not None
-        return all(self._clock.ready(end) for spans in record["spans"].values() for _, end in spans)
+        ready = self._clock.ready
+        if not ready(record["last"]):
+            return False
+        return all(ready(end) for spans in record["spans"].values() for _, end in spans)
 
     def _resolve(self, record: dict[str, Any]) -> dict[str, Any]:
         assert self._clock is not None
@@ -229,11 +267,15 @@ class Probe:
             - sum(total(s, e) for s, e in record["nested"].get(phase, ()))
             for phase, spans in record["spans"].items()
         }
+        self._clock.release(
+            [mark for spans in record["spans"].values() for span in spans for mark in span]
+        )
         return {
             "kind": record["kind"],
             "pid": os.getpid(),
             "seq": record["seq"],
             "t": record["t"],
+            "every": record["every"],
             "clock": self._clock.name,
             "ms": phases_ms,
         }
@@ -317,6 +359,7 @@ def phase_ranges_on() -> bool:
 
 # --- installing the probe --------------------------------------------------------------
 _out_dir: Path | None = None
+_every: int | None = None  # PERFGATE_PROBE_EVERY, read at activation
 _probe: Probe | None = None
 _probe_lock = threading.Lock()
 
@@ -403,12 +446,13 @@ def activate(environ: Mapping[str, str] | None = None) -> bool:
 
     Idempotent. Nothing is timed, and no thread starts, until a wrapped method runs.
     """
-    global _out_dir
+    global _out_dir, _every
     env = os.environ if environ is None else environ
     if _out_dir is not None:
         return True
     if not env.get(DIR_VARIABLE):
         return False
+    _every = parse_every(env.get(EVERY_VARIABLE))
     table = select_targets(
         env.get(TABLE_VARIABLE, "embedded"), env.get(VERSION_VARIABLE), env.get(MODE_VARIABLE)
     )

@@ -27,7 +27,7 @@ from perfgate.engines.launch import free_port, running_server
 from perfgate.engines.validate import Preflight, preflight
 from perfgate.errors import InfrastructureError
 from perfgate.measure import Repeat, timed_repeat
-from perfgate.probe import RANGES_VARIABLE, probe_env
+from perfgate.probe import EVERY_VARIABLE, RANGES_VARIABLE, probe_env
 from perfgate.probe.reader import CycleRecord, read_records, wait_until_complete
 from perfgate.profile.trace import Breakdown, load_trace, parse_spans, phase_breakdown
 
@@ -111,13 +111,14 @@ def profiled_server(
     scenario: Scenario, mode: Mode, probe_dir: Path, checked: Preflight
 ) -> ServerCommand:
     """The server's command: the probe on, and its phase marks on where the engine's own
-    profiler runs without perfgate's say.
+    profiler runs without perfgate's say. Every cycle is timed, on a GPU too.
 
     SGLang starts its profiler itself, so the probe marks the phases all along there. The
     embedded engine turns the marks on for its profile only: the unprofiled cycles the
     profiled ones are compared with then carry none of their cost.
     """
     env = probe_env(probe_dir, scenario.engine, engine_version=checked.engine_version, mode=mode)
+    env[EVERY_VARIABLE] = "1"  # every cycle timed: the profiled ones and those compared with them
     if scenario.engine != "embedded":
         env[RANGES_VARIABLE] = "1"
     return server_command(scenario, mode, port=free_port(), extra_env=env, sglang=checked.sglang)
