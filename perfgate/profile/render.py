@@ -11,6 +11,8 @@ from perfgate.profile.categories import CATEGORIES
 from perfgate.profile.trace import Breakdown
 
 PHASE_ORDER = (*metrics.NAMED_PHASES, metrics.OTHER, metrics.PREFILL)
+TOP_N = 8  # kernels (or ops) listed per phase: what each category is made of
+NAME_CHARS = 100  # a C++ kernel name is cut here; the trace has it whole
 
 
 def phase_table(breakdown: Breakdown) -> dict[str, dict[str, Any]]:
@@ -23,6 +25,10 @@ def phase_table(breakdown: Breakdown) -> dict[str, dict[str, Any]]:
             "ms_per_cycle": {c: row[c] / per_cycle / 1e3 for c in CATEGORIES},
             "total_ms_per_cycle": sum(row.values()) / per_cycle / 1e3,
             "count": breakdown.counts.get(phase, 0),
+            "top": [
+                {"name": name, "category": category, "ms_per_cycle": us / per_cycle / 1e3}
+                for name, category, us in breakdown.top(phase, TOP_N)
+            ],
         }
     return table
 
@@ -89,7 +95,8 @@ def render_markdown(report: dict[str, Any], focus: str = metrics.VERIFY) -> str:
         lines.append(
             f"| {phase} | {' | '.join(cells)} | {row['total_ms_per_cycle']:.3f} | {row['count']} |"
         )
-    lines += ["", _focus_line(report, focus), "", _overhead_line(report["overhead"])]
+    lines += ["", _focus_line(report, focus), *_top_lines(report, focus, unit)]
+    lines += ["", _overhead_line(report["overhead"])]
     if report["coverage"] is not None:
         lines.append(
             f"The trace's work adds up to {report['coverage']:.0%} of the profiled cycles' time."
@@ -114,6 +121,25 @@ def _focus_line(report: dict[str, Any], focus: str) -> str:
     cycle = sum(r["total_ms_per_cycle"] for p, r in report["phases"].items() if p != "prefill")
     share = f"{total / cycle:.0%} of the cycle's work; " if cycle else ""
     return f"**{focus}**: {total:.3f} ms per cycle, {share}{split}."
+
+
+def _top_lines(report: dict[str, Any], focus: str, unit: str) -> list[str]:
+    top = report["phases"].get(focus, {}).get("top") or []
+    if not top:
+        return []
+    lines = [
+        "",
+        f"The {unit}s that took longest in {focus}:",
+        "",
+        "| ms per cycle | category | name |",
+    ]
+    lines.append("| ---: | --- | --- |")
+    for item in top:
+        name = item["name"].replace("|", "\\|").replace("`", "'")
+        if len(name) > NAME_CHARS:
+            name = name[: NAME_CHARS - 3] + "..."
+        lines.append(f"| {item['ms_per_cycle']:.3f} | {item['category']} | `{name}` |")
+    return lines
 
 
 def _overhead_line(overhead: dict[str, Any]) -> str:

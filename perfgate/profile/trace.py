@@ -65,14 +65,24 @@ class Breakdown:
     us: dict[str, dict[str, float]] = field(default_factory=dict)
     counts: dict[str, int] = field(default_factory=dict)  # kernels or ops per phase
     unattributed_us: float = 0.0  # work outside every phase range
+    # phase -> (kernel or op name, category) -> microseconds: what a category is made of
+    by_name: dict[str, dict[tuple[str, str], float]] = field(default_factory=dict)
 
-    def add(self, phase: str | None, category: str, dur_us: float) -> None:
+    def add(self, phase: str | None, category: str, dur_us: float, name: str = "") -> None:
         if phase is None:
             self.unattributed_us += dur_us
             return
         row = self.us.setdefault(phase, dict.fromkeys(CATEGORIES, 0.0))
         row[category] += dur_us
         self.counts[phase] = self.counts.get(phase, 0) + 1
+        names = self.by_name.setdefault(phase, {})
+        names[(name, category)] = names.get((name, category), 0.0) + dur_us
+
+    def top(self, phase: str, n: int) -> list[tuple[str, str, float]]:
+        """The `n` kernels (or ops) that took longest in `phase`: name, category, microseconds."""
+        found = self.by_name.get(phase, {})
+        ranked = sorted(found.items(), key=lambda item: -item[1])[:n]
+        return [(name, category, us) for (name, category), us in ranked]
 
 
 def load_trace(path: Path) -> list[dict[str, Any]]:
@@ -188,7 +198,7 @@ def _charge_kernels(spans: Sequence[Span], cpu_phases: PhaseLookup, out: Breakdo
             phase = cpu_phases.phase_at(launch.pid, launch.tid, launch.start_us)
         else:
             phase = gpu_phases.phase_at(span.pid, span.tid, span.start_us)
-        out.add(phase, categorize(span.name), span.dur_us)
+        out.add(phase, categorize(span.name), span.dur_us, span.name)
 
 
 def _charge_cpu_ops(spans: Sequence[Span], cpu_phases: PhaseLookup, out: Breakdown) -> None:
@@ -198,7 +208,8 @@ def _charge_cpu_ops(spans: Sequence[Span], cpu_phases: PhaseLookup, out: Breakdo
             ops.setdefault((span.pid, span.tid), []).append(span)
     for thread_ops in ops.values():
         for op, self_us, category in _self_times(thread_ops):
-            out.add(cpu_phases.phase_at(op.pid, op.tid, op.start_us), category, self_us)
+            phase = cpu_phases.phase_at(op.pid, op.tid, op.start_us)
+            out.add(phase, category, self_us, op.name)
 
 
 def _self_times(ops: Sequence[Span]) -> list[tuple[Span, float, str]]:

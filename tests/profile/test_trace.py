@@ -78,6 +78,34 @@ def test_kernels_belong_to_the_phase_that_launched_them() -> None:
     assert breakdown.us["other"]["other"] == pytest.approx(4)
     assert breakdown.us["draft"]["other"] == pytest.approx(10)
     assert breakdown.unattributed_us == pytest.approx(5)
+    # What each category is made of, longest first.
+    assert breakdown.top("verify", 5) == [
+        ("nvjet_tst_128x64", "matmul", 30.0),
+        ("flash_fwd_kernel", "attention", 10.0),
+    ]
+
+
+def test_the_profile_table_names_the_focus_phase_s_longest_kernels() -> None:
+    from perfgate.profile.render import phase_table, render_markdown
+
+    spans = [
+        *ranges(),
+        event("cudaLaunchKernel", "cuda_runtime", 50, 2, correlation=7),
+        event("nvjet_tst_128x64", "kernel", 200, 30, correlation=7, pid=0, tid=7),
+        event("cudaLaunchKernel", "cuda_runtime", 52, 2, correlation=8),
+        event("void at::native::elementwise_kernel<a|b>", "kernel", 230, 40, correlation=8),
+    ]
+    phases = phase_table(phase_breakdown(parse_spans(spans)))
+    report = {
+        "scenario": "s", "mode": "spec", "device_name": "GPU", "source": GPU_KERNELS,
+        "cycles": 1, "categories": ["matmul", "attention", "communication", "other"],
+        "phases": phases, "unattributed_ms": 0.0, "coverage": None, "trace": "t.json.gz",
+        "command": "server", "overhead": {"change": None},
+    }  # fmt: skip
+    text = render_markdown(report)
+    top = text.split("The kernels that took longest in verify:")[1].splitlines()
+    assert top[4] == "| 0.040 | other | `void at::native::elementwise_kernel<a\\|b>` |"
+    assert top[5] == "| 0.030 | matmul | `nvjet_tst_128x64` |"
 
 
 def span(name: str, start: float, dur: float) -> Span:
