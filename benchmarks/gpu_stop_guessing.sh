@@ -6,7 +6,9 @@
 #
 # Runs, on the embedded engine's large bf16 configuration (perfgate/llama-large with its
 # EAGLE-3 head, simulated acceptance 0.7; see perfgate.toml):
-#   1. benchmarks/probe_overhead.py: 5 pairs of fresh launches, probe on and off alternating;
+#   1. benchmarks/probe_overhead.py: 5 pairs of fresh launches, probe on and off alternating,
+#      the probe as a gate run has it (on a GPU it times one decode cycle in 4); then 3 pairs
+#      with every cycle timed (PERFGATE_PROBE_EVERY=1), its table in run.log only;
 #   2. perfgate sweep: steps 1..10 (chains), every point measured (--no-early-stop; the
 #      table says where the early-stop rule would have ended the branch);
 #   3. perfgate profile: 3 decode cycles under torch.profiler, work per phase and category
@@ -62,12 +64,12 @@ startup_timeout_s = 60
 extra_args = ["--num-threads", "1"]
 spec_extra_args = ["--debug-simulate-accept-rate", "0.7"]
 EOF
-  steps=1-2 pairs=5 repeats=2 budget_overhead=60 budget_sweep=60 limit=120
+  steps=1-2 pairs=5 repeats=2 budget_overhead=60 budget_sweep=60 limit=120 every_limit=60
 else
   # Each stage's limit keeps the whole run under 9.5 minutes even if a stage hangs; an
   # H200 needs about 11 s per server of this scenario, so the budgets leave room to spare.
   config=$repo/perfgate.toml
-  steps=1-10 pairs=5 repeats=5 budget_overhead=140 budget_sweep=160 limit=195
+  steps=1-10 pairs=5 repeats=5 budget_overhead=130 budget_sweep=150 limit=170 every_limit=90
 fi
 
 echo "== $(date -u +%FT%TZ) stop guessing: $scenario, config $config, work $work"
@@ -90,6 +92,11 @@ stage() {
 stage "probe overhead" "$limit" "$python" "$repo/benchmarks/probe_overhead.py" \
   --config "$config" --scenario "$scenario" --pairs "$pairs" --repeats "$repeats" \
   --budget-s "$budget_overhead" --out "$out" --workdir "$work/probe-overhead"
+
+PERFGATE_PROBE_EVERY=1 stage "probe overhead, every cycle timed" "$every_limit" "$python" \
+  "$repo/benchmarks/probe_overhead.py" --config "$config" --scenario "$scenario" --pairs 3 \
+  --repeats "$repeats" --budget-s $((every_limit - 40)) --out "$work/probe-every-cycle" \
+  --workdir "$work/probe-every-cycle-work"
 
 # Exit 1 is expected here: simulated acceptance makes the speculative outputs differ.
 stage "sweep" "$limit" "$python" -m perfgate sweep --config "$config" --scenario "$scenario" \
