@@ -6,9 +6,10 @@
 #
 # Runs, on the embedded engine's large bf16 configuration (perfgate/llama-large with its
 # EAGLE-3 head, simulated acceptance 0.7; see perfgate.toml):
-#   1. benchmarks/probe_overhead.py: 5 pairs of fresh launches, probe on and off alternating,
-#      the probe as a gate run has it (on a GPU it times one decode cycle in 4); then 3 pairs
-#      with every cycle timed (PERFGATE_PROBE_EVERY=1), its table in run.log only;
+#   1. benchmarks/probe_overhead.py: 10 pairs of blocks in one engine process, the probe's
+#      wrappers on and off alternating, the probe as a gate run has it (on a GPU it times one
+#      decode cycle in 4); then 10 pairs with every cycle timed (PERFGATE_PROBE_EVERY=1), its
+#      table in run.log only;
 #   2. perfgate sweep: steps 1..10 (chains), every point measured (--no-early-stop; the
 #      table says where the early-stop rule would have ended the branch);
 #   3. perfgate profile: 3 decode cycles under torch.profiler, work per phase and category
@@ -69,11 +70,10 @@ else
   # Each stage's limit keeps the whole run under 9.5 minutes even if a stage hangs; an
   # H200 needs about 11 s per server of this scenario, so the budgets leave room to spare.
   config=$repo/perfgate.toml
-  steps=1-10 pairs=5 repeats=5 budget_overhead=130 budget_sweep=150 limit=170 every_limit=90
+  steps=1-10 pairs=10 repeats=5 budget_overhead=100 budget_sweep=140 limit=160 every_limit=120
 fi
 
 echo "== $(date -u +%FT%TZ) stop guessing: $scenario, config $config, work $work"
-(cd "$repo" && git rev-parse HEAD 2> /dev/null) || echo "commit: unknown (no git)"
 nvidia-smi -L 2> /dev/null || echo "no nvidia-smi"
 "$python" -c 'import sys, torch; print("python", sys.version.split()[0], "torch", torch.__version__, "cuda", torch.version.cuda, torch.cuda.is_available())'
 
@@ -94,7 +94,7 @@ stage "probe overhead" "$limit" "$python" "$repo/benchmarks/probe_overhead.py" \
   --budget-s "$budget_overhead" --out "$out" --workdir "$work/probe-overhead"
 
 PERFGATE_PROBE_EVERY=1 stage "probe overhead, every cycle timed" "$every_limit" "$python" \
-  "$repo/benchmarks/probe_overhead.py" --config "$config" --scenario "$scenario" --pairs 3 \
+  "$repo/benchmarks/probe_overhead.py" --config "$config" --scenario "$scenario" --pairs "$pairs" \
   --repeats "$repeats" --budget-s $((every_limit - 40)) --out "$work/probe-every-cycle" \
   --workdir "$work/probe-every-cycle-work"
 

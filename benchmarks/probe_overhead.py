@@ -3,13 +3,23 @@
     python benchmarks/probe_overhead.py --scenario embedded-large-gpu --out results/probe
     python benchmarks/probe_overhead.py --smoke --out /tmp/probe   # tiny models, CPU, seconds
 
-Fresh server launches alternate, probe on and probe off, in pairs whose order alternates too
-(on-off, off-on, on-off, ...: drift over the session cancels within a pair and between
-pairs). Each launch is measured as a gate run measures a server (``perfgate.measure``: warm
-up, then the scenario's repeats); the probe-off launches run with ``PERFGATE_PROBE_DIR``
-empty, so nothing of the probe loads in them. Each pair gives one ratio of median tok/s; their
-geometric mean and its 95% interval (Student's t over the pairs' log ratios) say what the
-probe costs, against the design's goal of at most 0.5% of tok/s.
+The probe goes on and off in pairs of blocks whose order alternates too (on-off, off-on,
+on-off, ...: drift over the session cancels within a pair and between pairs). Each pair gives
+one ratio of median tok/s; their geometric mean and its 95% interval (Student's t over the
+pairs' log ratios) say what the probe costs, against the design's goal of at most 0.5%.
+
+Two ways to switch it (``--how``):
+
+- ``process`` (the default for the embedded engine): one engine, loaded once in this process
+  as its server loads it, the probe's wrappers put on its worker's methods and taken off
+  between blocks; a block is the scenario's repeats of its prompts. Launch-to-launch
+  variation (on an H200, +-3% of tok/s between fresh launches of the same server) stays out,
+  so a cost of a few tenths of a percent can be seen at all.
+- ``launches`` (any engine, SGLang's too): fresh server launches, each measured as a gate run
+  measures a server (``perfgate.measure``); the probe-off launches run with
+  ``PERFGATE_PROBE_DIR`` empty, so nothing of the probe loads in them.
+
+``PERFGATE_PROBE_EVERY`` in the environment sets the probe's stride in both.
 
 Writes ``probe-overhead.json`` and ``probe-overhead.md`` to --out. Needs perfgate importable
 (``PYTHONPATH=.`` from a checkout).
@@ -19,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import sys
 import time
@@ -28,11 +39,13 @@ from pathlib import Path
 from typing import Any
 
 from perfgate.config import Scenario, load_config
+from perfgate.engines.commands import Mode, server_command
 from perfgate.engines.validate import preflight
-from perfgate.errors import ExitCode, PerfgateError
+from perfgate.errors import ConfigError, ExitCode, InfrastructureError, PerfgateError
 from perfgate.measure import measure_mode
 from perfgate.profile.overhead import paired_ratio
 
+SERVER_MODULE = "perfgate.engines.embedded.server"
 GOAL = 0.005  # the probe may take at most 0.5% of tok/s
 MIN_PAIRS = 2  # a budget may cut the pairs short, never below this
 
@@ -44,6 +57,12 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--scenario", help="default: the config's first default scenario")
     parser.add_argument("--mode", choices=("spec", "plain"), default="spec")
     parser.add_argument("--pairs", type=int, default=5, help="on/off pairs (default 5)")
+    parser.add_argument(
+        "--how",
+        choices=("process", "launches"),
+        help="switch the probe in one engine process or between launches "
+        "(default: process for the embedded engine, launches otherwise)",
+    )
     parser.add_argument("--repeats", type=int, help="repeats per launch (default: scenario's)")
     parser.add_argument("--budget-s", type=float, help="start no pair after this many seconds")
     parser.add_argument("--workdir", type=Path, help="servers' logs (default: OUT/../work)")
@@ -71,7 +90,7 @@ def pick_scenario(args: argparse.Namespace) -> Scenario:
 
 
 def measure_pairs(
-    scenario: Scenario, mode: str, pairs: int, workdir: Path, budget_s: float | None
+    scenario: Scenario, mode: Mode, pairs: int, workdir: Path, budget_s: float | None
 ) -> list[dict[str, Any]]:
     """Launch the servers; return each pair's median tok/s with and without the probe.
 
@@ -102,7 +121,91 @@ def measure_pairs(
     return results
 
 
-def summarize(scenario: Scenario, mode: str, pairs: list[dict[str, Any]]) -> dict[str, Any]:
+def measure_in_process(
+    scenario: Scenario, mode: Mode, pairs: int, workdir: Path, budget_s: float | None
+) -> list[dict[str, Any]]:
+    """One embedded engine in this process; the probe's wrappers on and off between blocks."""
+    from perfgate.engines.embedded import worker as worker_module
+    from perfgate.engines.embedded.api import GenerateRequest, encode_text
+    from perfgate.engines.embedded.args import check_args
+    from perfgate.engines.embedded.args import parse_args as parse_server_args
+    from perfgate.engines.embedded.engine import build_app
+    from perfgate.probe import EVERY_VARIABLE, parse_every, runtime
+    from perfgate.probe.reader import read_records
+    from perfgate.probe.targets import EMBEDDED_TARGETS
+
+    argv = server_command(scenario, mode, port=1).argv  # the port is never opened
+    args = parse_server_args(list(argv[argv.index(SERVER_MODULE) + 1 :]))
+    app = build_app(args, check_args(args))
+    device_name = app.server_info()["device_name"]
+    prompts = [encode_text(p) for p in scenario.prompts]
+    request = GenerateRequest(
+        prompts, [scenario.max_new_tokens] * len(prompts), [str(i) for i in range(len(prompts))],
+        is_batch=True,
+    )  # fmt: skip
+    probe_dir = workdir / "probe"
+    probe_dir.mkdir(parents=True, exist_ok=True)
+    runtime._out_dir = probe_dir  # as activate() does in a server
+    runtime._every = parse_every(os.environ.get(EVERY_VARIABLE))
+    owners = {t.qualname: getattr(worker_module, t.qualname) for t in EMBEDDED_TARGETS}
+    originals = {
+        (t.qualname, t.method): owners[t.qualname].__dict__[t.method] for t in EMBEDDED_TARGETS
+    }
+
+    def switch(on: bool) -> None:
+        if on:
+            runtime.patch_class(worker_module, EMBEDDED_TARGETS)
+        else:
+            for (owner, method), original in originals.items():
+                setattr(owners[owner], method, original)
+
+    def block() -> float:
+        rates = []
+        for _ in range(scenario.repeats):
+            app.engine.flush()
+            started = time.perf_counter()
+            responses = app.engine.generate(request, started)
+            elapsed = time.perf_counter() - started
+            tokens = sum(r["meta_info"]["completion_tokens"] for r in responses)
+            rates.append(tokens / elapsed)
+        return statistics.median(rates)
+
+    for _ in range(scenario.warmup):
+        block()
+    started = time.monotonic()
+    results = []
+    for pair in range(pairs):
+        if budget_s is not None and pair >= MIN_PAIRS and time.monotonic() - started > budget_s:
+            print(f"over the {budget_s:.0f} s budget after {pair} pairs", file=sys.stderr)
+            break
+        first = pair % 2 == 0
+        row: dict[str, Any] = {"pair": pair + 1, "first": "on" if first else "off"}
+        for probe in (first, not first):
+            switch(probe)
+            row["on" if probe else "off"] = block()
+            print(
+                f"pair {pair + 1}/{pairs} probe {'on ' if probe else 'off'}: "
+                f"{row['on' if probe else 'off']:.1f} tok/s at {time.monotonic() - started:.0f} s",
+                file=sys.stderr,
+                flush=True,
+            )
+        row["device_name"] = device_name
+        results.append(row)
+    switch(False)
+    if runtime._probe is not None:
+        runtime._probe.close()
+    cycles = [r for r in read_records(probe_dir) if r.kind == "cycle"]
+    if not cycles:
+        raise InfrastructureError(f"the probe timed no cycle (nothing in {probe_dir})")
+    for row in results:
+        row["cycles_timed"] = len(cycles)  # over the whole session
+        row["every"] = cycles[0].every
+    return results
+
+
+def summarize(
+    scenario: Scenario, mode: str, pairs: list[dict[str, Any]], how: str
+) -> dict[str, Any]:
     """The pairs, their ratio estimate and the goal."""
     estimate = paired_ratio([p["on"] for p in pairs], [p["off"] for p in pairs])
     return {
@@ -114,6 +217,8 @@ def summarize(scenario: Scenario, mode: str, pairs: list[dict[str, Any]]) -> dic
         "prompts": len(scenario.prompts),
         "max_new_tokens": scenario.max_new_tokens,
         "repeats": scenario.repeats,
+        "how": how,
+        "every": pairs[0].get("every"),
         "pairs": pairs,
         "ratio": estimate.ratio,
         "ratio_low": estimate.low,
@@ -132,9 +237,15 @@ def render_markdown(summary: dict[str, Any]) -> str:
         f"{summary['device_name']}",
         "",
         f"Target `{summary['model']}`, draft `{summary['draft']}`; {summary['prompts']} prompts, "
-        f"{summary['max_new_tokens']} new tokens, {summary['repeats']} repeats per launch "
-        f"(median); {len(summary['pairs'])} pairs of fresh launches, probe on and off "
-        "alternating.",
+        f"{summary['max_new_tokens']} new tokens, {summary['repeats']} repeats per "
+        f"{'block' if summary['how'] == 'process' else 'launch'} (median); "
+        f"{len(summary['pairs'])} pairs, probe on and off alternating, "
+        + (
+            "in one engine process (the probe's wrappers put on and taken off); the probe "
+            f"timed one decode cycle in {summary['every']}."
+            if summary["how"] == "process"
+            else "fresh server launches."
+        ),
         "",
         "| pair | first | probe on tok/s | probe off tok/s | on / off |",
         "| --- | --- | ---: | ---: | ---: |",
@@ -163,11 +274,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         scenario = pick_scenario(args)
         workdir = args.workdir or args.out.parent / f"{args.out.name}-work"
-        pairs = measure_pairs(scenario, args.mode, args.pairs, workdir, args.budget_s)
+        how = args.how or ("process" if scenario.engine == "embedded" else "launches")
+        if how == "process" and scenario.engine != "embedded":
+            raise ConfigError(
+                f"--how process needs the embedded engine, not {scenario.engine!r}",
+                fix="use --how launches",
+            )
+        measure = measure_in_process if how == "process" else measure_pairs
+        mode: Mode = "plain" if args.mode == "plain" else "spec"
+        pairs = measure(scenario, mode, args.pairs, workdir, args.budget_s)
     except PerfgateError as error:
         print(f"probe_overhead: error: {error}", file=sys.stderr)
         return int(error.exit_code)
-    summary = summarize(scenario, args.mode, pairs)
+    summary = summarize(scenario, args.mode, pairs, how)
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "probe-overhead.json").write_text(json.dumps(summary, indent=2) + "\n")
     markdown = render_markdown(summary)

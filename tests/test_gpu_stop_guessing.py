@@ -15,7 +15,7 @@ from perfgate.config import load_config
 from perfgate.measure import measure_mode
 
 from .ci.conftest import linter
-from .conftest import REPO, write_config
+from .conftest import REPO, TINY_SCENARIO, write_config
 
 SCRIPT = REPO / "benchmarks" / "gpu_stop_guessing.sh"
 FILES = [
@@ -62,6 +62,8 @@ def test_the_smoke_run_writes_every_table_and_the_trace(tmp_path: Path) -> None:
         "off",
         "on",
     ]
+    assert overhead["how"] == "process" and overhead["every"] == 1  # the CPU clock: every cycle
+    assert all(p["cycles_timed"] > 0 for p in overhead["pairs"])
     assert overhead["ratio_low"] < overhead["ratio"] < overhead["ratio_high"]
     assert overhead["goal_status"] in ("met", "not shown", "missed")
     sweep = json.loads((out / "sweep.json").read_text())
@@ -72,6 +74,7 @@ def test_the_smoke_run_writes_every_table_and_the_trace(tmp_path: Path) -> None:
     assert profile["phases"]["verify"]["count"] > 0 and profile["cycles"] == 3
     log = (out / "run.log").read_text()
     assert "== sweep: exit 1" in log and "== probe overhead: exit 0" in log
+    assert "== probe overhead, every cycle timed: exit 0" in log
     assert log.rstrip().endswith("done, exit 0")
     assert list(tmp_path.glob("stop-guessing.*")) == []  # the work folder is removed
 
@@ -85,3 +88,35 @@ def test_a_server_launched_without_the_probe_has_no_phases(tmp_path: Path) -> No
     assert result.command.startswith("PERFGATE_PROBE_DIR='' ")
     assert "perfgate/probe/boot" not in result.command
     assert not (tmp_path / "work" / "probe-spec").exists()
+
+
+@pytest.mark.slow
+def test_the_probe_s_cost_between_fresh_launches(tmp_path: Path) -> None:
+    # The way that works for any engine: fresh servers, the probe on in every other one.
+    config = write_config(tmp_path)
+    done = subprocess.run(
+        [sys.executable, str(REPO / "benchmarks" / "probe_overhead.py"), "--config", str(config),
+         "--scenario", "tiny", "--how", "launches", "--pairs", "2", "--repeats", "2",
+         "--out", str(tmp_path / "out")],
+        capture_output=True, text=True, timeout=300, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    overhead = json.loads((tmp_path / "out" / "probe-overhead.json").read_text())
+    assert overhead["how"] == "launches" and len(overhead["pairs"]) == 2
+    assert "fresh server launches" in (tmp_path / "out" / "probe-overhead.md").read_text()
+
+
+def test_switching_the_probe_in_process_needs_the_embedded_engine(tmp_path: Path) -> None:
+    config = write_config(
+        tmp_path, TINY_SCENARIO.replace('engine = "embedded"', 'engine = "sglang"')
+    )
+    done = subprocess.run(
+        [sys.executable, str(REPO / "benchmarks" / "probe_overhead.py"), "--config", str(config),
+         "--scenario", "tiny", "--how", "process", "--out", str(tmp_path / "out")],
+        capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert done.returncode == 64
+    assert "--how process needs the embedded engine, not 'sglang'; use --how launches" in (
+        done.stderr
+    )
+    assert not (tmp_path / "out").exists()
