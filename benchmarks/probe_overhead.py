@@ -14,7 +14,9 @@ Two ways to switch it (``--how``):
   as its server loads it, the probe's wrappers put on its worker's methods and taken off
   between blocks; a block is the scenario's repeats of its prompts. Launch-to-launch
   variation (on an H200, +-3% of tok/s between fresh launches of the same server) stays out,
-  so a cost of a few tenths of a percent can be seen at all.
+  so a cost of a few tenths of a percent can be seen at all. Simulated acceptance
+  (``--debug-simulate-accept-rate``) draws the same numbers in every repeat, so every block
+  decodes the same tokens in the same cycles.
 - ``launches`` (any engine, SGLang's too): fresh server launches, each measured as a gate run
   measures a server (``perfgate.measure``); the probe-off launches run with
   ``PERFGATE_PROBE_DIR`` empty, so nothing of the probe loads in them.
@@ -159,10 +161,14 @@ def measure_in_process(
             for (owner, method), original in originals.items():
                 setattr(owners[owner], method, original)
 
+    simulated = getattr(app.engine.worker, "simulate", None)
+
     def block() -> float:
         rates = []
         for _ in range(scenario.repeats):
             app.engine.flush()
+            if simulated is not None:  # the same simulated acceptance in every repeat
+                simulated.generator.manual_seed(args.random_seed)
             started = time.perf_counter()
             responses = app.engine.generate(request, started)
             elapsed = time.perf_counter() - started
