@@ -327,3 +327,18 @@ def test_a_bad_stride_names_the_variable(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="PERFGATE_PROBE_EVERY='four'"):
         runtime.parse_every("four")
     assert runtime.parse_every(None) is None and runtime.parse_every("8") == 8
+
+
+def test_a_cuda_mark_follows_the_current_stream_when_it_changes() -> None:
+    # The stream object is kept while the raw handle of the current stream stays the same;
+    # a new handle (a side stream entered) means a new lookup.
+    clock = object.__new__(runtime._CudaClock)
+    handles = iter([7, 7, 9, 9, 7])
+    lookups: list[str] = []
+    clock._raw_stream = lambda: next(handles)
+    clock._current_stream = lambda: lookups.append("looked up") or f"stream {len(lookups)}"
+    clock._raw = -1
+    clock._stream = None
+    seen = [clock._stream_now() for _ in range(5)]
+    assert seen == ["stream 1", "stream 1", "stream 2", "stream 2", "stream 3"]
+    assert len(lookups) == 3

@@ -18,15 +18,16 @@ Only once the process has been quiet for a while does the writer thread resolve 
 (the last cycles before the server idles); SGLang captures its graphs before it serves, when
 there is nothing to resolve.
 
-What the probe costs is measured (``benchmarks/probe_overhead.py``), not assumed. On a GPU a
-timed cycle pays for its CUDA events on the CPU: with ten marks a cycle, every cycle timed
-cost the embedded engine's large bf16 configuration 2.3% of its tok/s on an H200 (5 ms
-cycles). So events come from a pool (no create and destroy per mark), a record is resolved
-with one query while its last mark is not done, and on a GPU the probe times one decode cycle
-in `PERFGATE_PROBE_EVERY` (default 4; 1 on the CPU clock, whose marks cost well under a
-microsecond). The cycles in between run unwrapped but for a counter. Every cycle record
-carries the stride as ``every``, so sums over cycles scale back to all of them; medians need
-no scaling. A profile times every cycle (`perfgate profile` sets the stride to 1).
+What the probe costs is measured (``benchmarks/probe_cost.py`` per cycle,
+``benchmarks/probe_overhead.py`` in tok/s), not assumed. On an H200 a CUDA event's record
+took 7.4 us of CPU, 4.3 of them looking up the current stream; a timed cycle shaped like the
+embedded engine's (ten marks) cost 158 us. So the stream is kept until the current one changes (a mark
+costs 2.1 us), events come from a pool, a record is resolved with one query while its last
+mark is not done, and on a GPU the probe times one decode cycle in `PERFGATE_PROBE_EVERY`
+(default 4; 1 on the CPU clock): 22.6 us per cycle on average, at most 0.43% of a 5.2 ms
+cycle. The cycles in between run unwrapped but for a counter. Every cycle record carries the
+stride as ``every``, so sums over cycles scale back to all of them; medians need no scaling.
+A profile times every cycle (`perfgate profile` sets the stride to 1).
 
 For a profiler, the probe can also mark each timed call as a range named after its phase
 (``draft``, ``verify``, ``cycle``...): a ``torch.profiler.record_function`` range, and an
@@ -94,7 +95,19 @@ class _CudaClock:
 
         self._event = torch.cuda.Event
         self._capturing = torch.cuda.is_current_stream_capturing
+        self._current_stream = torch.cuda.current_stream
         self._free: deque[Any] = deque()  # events whose times have been read, for reuse
+        # `Event.record()` looks the current stream up as a new Python object, 4.5 of its
+        # 7.5 us on an H200: the stream is kept and looked up again only when the raw handle
+        # of the current stream changes (torch's private, C-level getters; without them,
+        # the plain lookup).
+        getter = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+        device = getattr(torch._C, "_cuda_getDevice", None)
+        self._raw_stream: Callable[[], int] | None = (
+            (lambda: getter(device())) if getter is not None and device is not None else None
+        )
+        self._raw = -1
+        self._stream: Any = None
 
     def capturing(self) -> bool:
         # A method run while a CUDA graph is captured is not a real cycle; recording an
@@ -106,8 +119,16 @@ class _CudaClock:
             event = self._free.pop()
         except IndexError:
             event = self._event(enable_timing=True)
-        event.record()  # on the current stream; no synchronisation
+        event.record(self._stream_now())  # on the current stream; no synchronisation
         return event
+
+    def _stream_now(self) -> Any:
+        if self._raw_stream is None:
+            return self._current_stream()
+        raw = self._raw_stream()
+        if raw != self._raw:
+            self._stream, self._raw = self._current_stream(), raw
+        return self._stream
 
     def release(self, marks: Sequence[Any]) -> None:
         self._free.extend(marks)
@@ -181,15 +202,33 @@ class Probe:
 
     # --- hot path -----------------------------------------------------------------------
     def call(self, method: Callable[..., Any], role: str, args: Any, kwargs: Any) -> Any:
-        """Run `method` timed as `role` (a phase, `cycle` or `prefill`)."""
+        """Run `method` timed as `role` (a phase, `cycle` or `prefill`).
+
+        The cheap questions come first: most calls on a GPU are in cycles the stride skips,
+        and pay for little more than the lookups that say so.
+        """
         clock = self._clock or self._first_clock()
-        if clock.capturing():
-            return method(*args, **kwargs)
         if _ranges is not None:  # a profiler is recording: mark the call as a named range
             method = functools.partial(_ranges.run, role, method)
+        frame = getattr(self._local, "frame", None)
         if role in FRAMES:
+            if frame is not None or self._skip(role) or clock.capturing():
+                # A frame inside a frame belongs to the outer one; a skipped cycle and one run
+                # while a CUDA graph is captured (not a real cycle) are not timed.
+                return method(*args, **kwargs)
             return self._run_frame(role, clock, method, args, kwargs)
-        return self._run_phase(role, clock, method, args, kwargs)
+        if frame is None or frame.kind != metrics.CYCLE:
+            return method(*args, **kwargs)  # outside a timed decode cycle
+        # A cycle that began outside a CUDA graph capture is a real one: its phases are not
+        # asked again (on an H200 each question is a CUDA call of a few microseconds).
+        return self._run_phase(frame, role, clock, method, args, kwargs)
+
+    def _skip(self, kind: str) -> bool:
+        """Whether the stride leaves this decode cycle untimed (never while ranges are on)."""
+        if kind != metrics.CYCLE or self._every == 1 or _ranges is not None:
+            return False
+        self._cycles_seen += 1
+        return self._cycles_seen % self._every != 0
 
     def _first_clock(self) -> _CpuClock | _CudaClock:
         clock = _pick_clock()
@@ -198,12 +237,6 @@ class Probe:
         return clock
 
     def _run_frame(self, kind: str, clock: Any, method: Any, args: Any, kwargs: Any) -> Any:
-        if getattr(self._local, "frame", None) is not None:
-            return method(*args, **kwargs)  # a frame inside a frame belongs to the outer one
-        if kind == metrics.CYCLE and self._every > 1 and _ranges is None:
-            self._cycles_seen += 1
-            if self._cycles_seen % self._every:
-                return method(*args, **kwargs)  # not this cycle's turn: nothing timed in it
         frame = _Frame(kind, clock.mark(), time.time())
         self._local.frame = frame
         try:
@@ -213,10 +246,9 @@ class Probe:
             self._local.frame = None
             self._finish(frame)
 
-    def _run_phase(self, phase: str, clock: Any, method: Any, args: Any, kwargs: Any) -> Any:
-        frame = getattr(self._local, "frame", None)
-        if frame is None or frame.kind != metrics.CYCLE:
-            return method(*args, **kwargs)  # outside a decode cycle: prefill or start-up work
+    def _run_phase(
+        self, frame: _Frame, phase: str, clock: Any, method: Any, args: Any, kwargs: Any
+    ) -> Any:
         frame.stack.append(phase)
         start = clock.mark()
         try:
