@@ -21,13 +21,14 @@ there is nothing to resolve.
 What the probe costs is measured (``benchmarks/probe_cost.py`` per cycle,
 ``benchmarks/probe_overhead.py`` in tok/s), not assumed. On an H200 a CUDA event's record
 took 7.4 us of CPU, 4.3 of them looking up the current stream; a timed cycle shaped like the
-embedded engine's (ten marks) cost 158 us. So the stream is kept until the current one changes (a mark
-costs 2.1 us), events come from a pool, a record is resolved with one query while its last
-mark is not done, and on a GPU the probe times one decode cycle in `PERFGATE_PROBE_EVERY`
-(default 4; 1 on the CPU clock): 22.6 us per cycle on average, at most 0.43% of a 5.2 ms
-cycle. The cycles in between run unwrapped but for a counter. Every cycle record carries the
-stride as ``every``, so sums over cycles scale back to all of them; medians need no scaling.
-A profile times every cycle (`perfgate profile` sets the stride to 1).
+embedded engine's (ten marks) cost 158 us. So the stream is kept until the current one
+changes (a mark costs 2.1 us), events come from a pool, a record is resolved with one query
+while its last mark is not done, and on a GPU the probe times one decode cycle in
+`PERFGATE_PROBE_EVERY` (default 4; 1 on the CPU clock): 22.6 us per cycle on average, at
+most 0.43% of a 5.2 ms cycle. The cycles in between run unwrapped but for a counter. Every
+cycle record carries the stride as ``every``, so sums over cycles scale back to all of them;
+medians need no scaling. A profile times every cycle (`perfgate profile` sets the stride
+to 1).
 
 For a profiler, the probe can also mark each timed call as a range named after its phase
 (``draft``, ``verify``, ``cycle``...): a ``torch.profiler.record_function`` range, and an
