@@ -14,7 +14,7 @@ def register(commands: Any) -> None:
         "train",
         help="train the shipped tiny target and its EAGLE-3 head from the stdlib docstrings",
         description="Train perfgate/llama-tiny and perfgate/eagle3-llama-tiny from this "
-        "interpreter's standard-library docstrings, on the CPU (about an hour on 2 cores), and "
+        "interpreter's standard-library docstrings, on the CPU (about 20 minutes on 2 cores), and "
         "write them with a training.json recording the corpus, the recipe and the losses. The "
         "same as `python -m perfgate.engines.embedded.train`.",
     )
