@@ -202,7 +202,10 @@ def measure_in_process(
         runtime._probe.close()
     cycles = [r for r in read_records(probe_dir) if r.kind == "cycle"]
     if not cycles:
-        raise InfrastructureError(f"the probe timed no cycle (nothing in {probe_dir})")
+        raise InfrastructureError(
+            f"the probe timed no cycle (nothing in {probe_dir}); with {EVERY_VARIABLE} set, "
+            "is its stride above the number of cycles the blocks ran?"
+        )
     for row in results:
         row["cycles_timed"] = len(cycles)  # over the whole session
         row["every"] = cycles[0].every
