@@ -35,7 +35,7 @@ import os
 import statistics
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -91,15 +91,14 @@ def pick_scenario(args: argparse.Namespace) -> Scenario:
     return scenario
 
 
-def measure_pairs(
-    scenario: Scenario, mode: Mode, pairs: int, workdir: Path, budget_s: float | None
+def alternate(
+    measure_block: Callable[[int, bool], float], pairs: int, budget_s: float | None
 ) -> list[dict[str, Any]]:
-    """Launch the servers; return each pair's median tok/s with and without the probe.
+    """Each pair's tok/s with and without the probe, from `measure_block(pair, probe_on)`.
 
     Pairs go on-off, off-on, on-off...; past the budget no new pair starts (at least
     MIN_PAIRS are measured).
     """
-    checked = preflight(scenario)
     started = time.monotonic()
     results = []
     for pair in range(pairs):
@@ -109,17 +108,34 @@ def measure_pairs(
         first = pair % 2 == 0
         row: dict[str, Any] = {"pair": pair + 1, "first": "on" if first else "off"}
         for probe in (first, not first):
-            folder = workdir / f"pair-{pair + 1}-{'on' if probe else 'off'}"
-            result = measure_mode(scenario, mode, folder, checked=checked, probe=probe)
-            row["on" if probe else "off"] = statistics.median(result.samples["output_tok_s"])
-            row["device_name"] = result.server_info.get("device_name")
+            side = "on" if probe else "off"
+            row[side] = measure_block(pair + 1, probe)
             print(
-                f"pair {pair + 1}/{pairs} probe {'on ' if probe else 'off'}: "
-                f"{row['on' if probe else 'off']:.1f} tok/s at {time.monotonic() - started:.0f} s",
+                f"pair {pair + 1}/{pairs} probe {side:3}: {row[side]:.1f} tok/s "
+                f"at {time.monotonic() - started:.0f} s",
                 file=sys.stderr,
                 flush=True,
             )
         results.append(row)
+    return results
+
+
+def measure_pairs(
+    scenario: Scenario, mode: Mode, pairs: int, workdir: Path, budget_s: float | None
+) -> list[dict[str, Any]]:
+    """Fresh server launches, the probe on in every other one."""
+    checked = preflight(scenario)
+    device: dict[str, Any] = {}
+
+    def launch(pair: int, probe: bool) -> float:
+        folder = workdir / f"pair-{pair}-{'on' if probe else 'off'}"
+        result = measure_mode(scenario, mode, folder, checked=checked, probe=probe)
+        device["name"] = result.server_info.get("device_name")
+        return statistics.median(result.samples["output_tok_s"])
+
+    results = alternate(launch, pairs, budget_s)
+    for row in results:
+        row["device_name"] = device["name"]
     return results
 
 
@@ -176,27 +192,15 @@ def measure_in_process(
             rates.append(tokens / elapsed)
         return statistics.median(rates)
 
+    def switched_block(pair: int, probe: bool) -> float:
+        switch(probe)
+        return block()
+
     for _ in range(scenario.warmup):
         block()
-    started = time.monotonic()
-    results = []
-    for pair in range(pairs):
-        if budget_s is not None and pair >= MIN_PAIRS and time.monotonic() - started > budget_s:
-            print(f"over the {budget_s:.0f} s budget after {pair} pairs", file=sys.stderr)
-            break
-        first = pair % 2 == 0
-        row: dict[str, Any] = {"pair": pair + 1, "first": "on" if first else "off"}
-        for probe in (first, not first):
-            switch(probe)
-            row["on" if probe else "off"] = block()
-            print(
-                f"pair {pair + 1}/{pairs} probe {'on ' if probe else 'off'}: "
-                f"{row['on' if probe else 'off']:.1f} tok/s at {time.monotonic() - started:.0f} s",
-                file=sys.stderr,
-                flush=True,
-            )
+    results = alternate(switched_block, pairs, budget_s)
+    for row in results:
         row["device_name"] = device_name
-        results.append(row)
     switch(False)
     if runtime._probe is not None:
         runtime._probe.close()
