@@ -32,6 +32,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from portable_paths import default_names, portable
+
 from perfgate.config import Scenario
 from perfgate.engines.commands import Mode
 from perfgate.errors import PerfgateError
@@ -306,6 +308,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     plan = make_plan(args)
     results = run_plan(plan, args.out)
+    # The servers' commands are quoted with this machine's paths: a record names them portably.
+    names = {**default_names(), str(args.out.resolve()): "OUT"}
+    results = json.loads(portable(json.dumps(results), names))
     (args.out / "results.json").write_text(json.dumps(results, indent=2) + "\n")
     markdown = render_markdown(results)
     (args.out / "results.md").write_text(markdown)

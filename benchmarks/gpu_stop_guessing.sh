@@ -19,7 +19,9 @@
 # probe benchmark go to a temporary folder (removed when all went well), the sweep's and the
 # profile's servers' logs to .perfgate/runs/ beside the config. Needs perfgate's dependencies
 # importable (an existing PYTHONPATH is kept); PYTHON picks the interpreter (default python3).
-# Exit code: 0 when every stage wrote its files, 1 otherwise.
+# Paths of this machine in the files (the checkout, the interpreter, OUTDIR, the work folder)
+# are written as ., python3, OUT and WORK. Exit code: 0 when every stage wrote its files, 1
+# otherwise.
 set -uo pipefail
 
 smoke=0
@@ -36,6 +38,7 @@ repo=$(cd "$(dirname "$0")/.." && pwd)
 python=${PYTHON:-python3}
 work=$(mktemp -d "${TMPDIR:-/tmp}/stop-guessing.XXXXXX")
 mkdir -p "$out/profile"
+out=$(cd "$out" && pwd)
 export PYTHONPATH="$repo${PYTHONPATH:+:$PYTHONPATH}"
 exec > >(tee "$out/run.log") 2>&1
 tee_pid=$!
@@ -148,4 +151,7 @@ fi
 echo "== $(date -u +%FT%TZ) done, exit $status"
 exec 1>&- 2>&-
 wait "$tee_pid" # run.log is whole before the script ends
+# The record is read on other machines: this one's paths become names (., python3, OUT, WORK).
+find "$out" -type f -exec "$python" "$repo/benchmarks/portable_paths.py" \
+  --replace "$work=WORK" --replace "$out=OUT" {} +
 exit "$status"

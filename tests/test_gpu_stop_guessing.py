@@ -3,6 +3,7 @@ probe switch it measures: a server launched without the probe."""
 
 from __future__ import annotations
 
+import gzip
 import json
 import os
 import subprocess
@@ -77,6 +78,13 @@ def test_the_smoke_run_writes_every_table_and_the_trace(tmp_path: Path) -> None:
     assert "== probe overhead, every cycle timed: exit 0" in log
     assert log.rstrip().endswith("done, exit 0")
     assert list(tmp_path.glob("stop-guessing.*")) == []  # the work folder is removed
+    # Nothing in the record names this machine's folders; the trace's own path is relative.
+    for name in FILES:
+        opener = gzip.open if name.endswith(".gz") else open
+        with opener(out / name, "rt", encoding="utf-8") as handle:
+            text = handle.read()
+        assert str(tmp_path) not in text and str(REPO) not in text, name
+    assert "PYTHONPATH=./perfgate/probe/boot" in profile["command"]
 
 
 @pytest.mark.slow
@@ -120,3 +128,22 @@ def test_switching_the_probe_in_process_needs_the_embedded_engine(tmp_path: Path
         done.stderr
     )
     assert not (tmp_path / "out").exists()
+
+
+def test_a_record_names_paths_portably_longest_first(tmp_path: Path) -> None:
+    sys.path.insert(0, str(REPO / "benchmarks"))
+    try:
+        from portable_paths import main
+    finally:
+        sys.path.remove(str(REPO / "benchmarks"))
+    record = tmp_path / "out" / "r.json"
+    record.parent.mkdir()
+    record.write_text(f"{tmp_path}/out/probe {tmp_path}/x {REPO}/perfgate {sys.executable} -m")
+    trace = tmp_path / "out" / "t.json.gz"
+    with gzip.open(trace, "wt") as handle:
+        handle.write(f'{{"traceName": "{tmp_path}/out/t.json"}}')
+    main(["--replace", f"{tmp_path}=WORK", "--replace", f"{tmp_path}/out=OUT", str(record),
+          str(trace)])  # fmt: skip
+    assert record.read_text() == "OUT/probe WORK/x ./perfgate python3 -m"
+    with gzip.open(trace, "rt") as handle:
+        assert handle.read() == '{"traceName": "OUT/t.json"}'

@@ -1,0 +1,65 @@
+"""Make a benchmark record portable: this machine's paths replaced by names that hold anywhere.
+
+    python benchmarks/portable_paths.py --replace /tmp/work.x1=WORK OUT/*.json OUT/run.log
+
+A record is committed and read on other machines, so the server commands it quotes should
+not carry the checkout's absolute path, the interpreter's or a temporary folder's. Always
+replaced: the checkout (``.``) and this interpreter (``python3``); ``--replace PATH=NAME``
+adds more (the output folder, a work folder). Files are rewritten in place, ``.gz`` ones
+too; the longest path is replaced first, so a folder inside another keeps its own name.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import sys
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def default_names() -> dict[str, str]:
+    """This checkout and this interpreter, by the names a reader would type."""
+    return {str(REPO): ".", sys.executable: "python3"}
+
+
+def portable(text: str, names: Mapping[str, str]) -> str:
+    """`text` with every path of `names` replaced by its name, longest path first."""
+    for path in sorted(names, key=len, reverse=True):
+        text = text.replace(path, names[path])
+    return text
+
+
+def rewrite(file: Path, names: Mapping[str, str]) -> None:
+    """Rewrite `file` (gzipped if it ends in .gz) with the paths replaced."""
+    if file.name.endswith(".gz"):
+        with gzip.open(file, "rt", encoding="utf-8") as handle:
+            text = handle.read()
+        with gzip.open(file, "wt", encoding="utf-8") as handle:
+            handle.write(portable(text, names))
+    else:
+        file.write_text(portable(file.read_text("utf-8"), names), "utf-8")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("files", nargs="+", type=Path)
+    parser.add_argument(
+        "--replace", action="append", default=[], metavar="PATH=NAME", help="also replace PATH"
+    )
+    args = parser.parse_args(argv)
+    names = default_names()
+    for item in args.replace:
+        path, sep, name = item.partition("=")
+        if not sep or not path:
+            parser.error(f"--replace {item!r}: expected PATH=NAME")
+        names[path] = name
+    for file in args.files:
+        rewrite(file, names)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
