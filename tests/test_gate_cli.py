@@ -152,3 +152,20 @@ def test_bad_input_is_named(project: Path, capsys) -> None:  # type: ignore[no-u
     assert approve(project, 1) == 0
     assert cli(project, "gate", "--run", "1", "--alpha", "2") == 64
     assert "--alpha: is 2.0" in capsys.readouterr().err
+
+
+def test_runs_of_two_scenarios_are_neither_judged_nor_approved_together(
+    project: Path, capsys
+) -> None:  # type: ignore[no-untyped-def]
+    other = replace(noisy(7), scenario="other")
+    (foreign,) = record(project, [RunRecord(other, RunContext(), (), Status.PASS)])
+    capsys.readouterr()
+    assert cli(project, "gate", "--run", "1", "--run", str(foreign)) == 64
+    assert "--run: the runs belong to different scenarios (other on cpu, tiny on cpu); judge " in (
+        capsys.readouterr().err
+    )
+    assert approve(project, 1, foreign) == 64
+    assert "--run: the runs belong to different baselines (other on cpu, tiny on cpu); approve" in (
+        capsys.readouterr().err
+    )
+    assert not (project / "baselines").exists()  # nothing written

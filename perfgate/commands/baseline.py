@@ -20,7 +20,7 @@ from perfgate.baselines import (
     load_baseline,
     write_baseline,
 )
-from perfgate.commands.common import history_url
+from perfgate.commands.common import history_url, one_scenario
 from perfgate.config import Config, load_config
 from perfgate.errors import ConfigError
 from perfgate.fingerprint import default_profile, detect_gpus, diff_fingerprints
@@ -109,15 +109,9 @@ def _load_records(args: argparse.Namespace) -> list[RunRecord]:
     sessions = open_history(history_url(args))
     with sessions() as session:
         records = [load_run(session, run_id) for run_id in args.run]
-    targets = {(r.measurement.profile, r.measurement.scenario) for r in records}
-    if len(targets) > 1:
-        listed = ", ".join(f"{scenario} on {profile}" for profile, scenario in sorted(targets))
-        raise ConfigError(
-            f"the runs belong to different baselines ({listed})",
-            field="--run",
-            fix="approve the runs of one scenario and profile at a time",
-        )
-    return records
+    return one_scenario(
+        records, "different baselines", "approve the runs of one scenario and profile at a time"
+    )
 
 
 def _gating(

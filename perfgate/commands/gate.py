@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from perfgate.baselines import Baseline, baseline_path, load_baseline
-from perfgate.commands.common import history_url
+from perfgate.commands.common import history_url, one_scenario
 from perfgate.config import Config, load_config
 from perfgate.errors import ConfigError
 from perfgate.gate import DEFAULT_ALPHA
@@ -103,15 +103,9 @@ def _records(args: argparse.Namespace) -> list[RunRecord]:
         if len(records) == 1:
             earlier = next((v.with_runs for v in records[0].verdicts if v.with_runs), ())
             records = [load_run(session, run_id) for run_id in earlier] + records
-    scenarios = {(r.measurement.profile, r.measurement.scenario) for r in records}
-    if len(scenarios) > 1:
-        listed = ", ".join(f"{scenario} on {profile}" for profile, scenario in sorted(scenarios))
-        raise ConfigError(
-            f"the runs belong to different scenarios ({listed})",
-            field="--run",
-            fix="judge the runs of one scenario and profile together",
-        )
-    return records
+    return one_scenario(
+        records, "different scenarios", "judge the runs of one scenario and profile together"
+    )
 
 
 def _baseline(args: argparse.Namespace, config: Config | None, record: RunRecord) -> Baseline:
