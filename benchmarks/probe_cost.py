@@ -72,15 +72,11 @@ TARGETS = [
         ("draft_extend", metrics.DRAFT_EXTEND),
     )
 ]
-ORIGINALS = {t.method: StandInWorker.__dict__[t.method] for t in TARGETS}
 
 
 def switch(on: bool) -> None:
-    if on:
-        runtime.patch_class(sys.modules[__name__], TARGETS)
-    else:
-        for method, original in ORIGINALS.items():
-            setattr(StandInWorker, method, original)
+    module = sys.modules[__name__]
+    (runtime.patch_class if on else runtime.unpatch_class)(module, TARGETS)
 
 
 def us_per_cycle(worker: StandInWorker, cycles: int) -> float:

@@ -165,17 +165,9 @@ def measure_in_process(
     probe_dir.mkdir(parents=True, exist_ok=True)
     runtime._out_dir = probe_dir  # as activate() does in a server
     runtime._every = parse_every(os.environ.get(EVERY_VARIABLE))
-    owners = {t.qualname: getattr(worker_module, t.qualname) for t in EMBEDDED_TARGETS}
-    originals = {
-        (t.qualname, t.method): owners[t.qualname].__dict__[t.method] for t in EMBEDDED_TARGETS
-    }
 
     def switch(on: bool) -> None:
-        if on:
-            runtime.patch_class(worker_module, EMBEDDED_TARGETS)
-        else:
-            for (owner, method), original in originals.items():
-                setattr(owners[owner], method, original)
+        (runtime.patch_class if on else runtime.unpatch_class)(worker_module, EMBEDDED_TARGETS)
 
     simulated = getattr(app.engine.worker, "simulate", None)
 

@@ -342,3 +342,14 @@ def test_a_cuda_mark_follows_the_current_stream_when_it_changes() -> None:
     seen = [clock._stream_now() for _ in range(5)]
     assert seen == ["stream 1", "stream 1", "stream 2", "stream 2", "stream 3"]
     assert len(lookups) == 3
+
+
+def test_unpatching_puts_the_original_methods_back(probe_dir: Path) -> None:
+    original = Worker.__dict__["verify"]
+    runtime.patch_class(sys.modules[__name__], TARGETS)
+    assert Worker.__dict__["verify"] is not original
+    assert len(runtime.unpatch_class(sys.modules[__name__], TARGETS)) == 4
+    assert Worker.__dict__["verify"] is original
+    assert runtime.unpatch_class(sys.modules[__name__], TARGETS) == []
+    Worker().cycle({"draft": 0.0, "verify": 0.0, "gap": 0.0})
+    assert runtime._probe is None  # nothing timed, no probe started

@@ -449,6 +449,21 @@ def patch_class(module: ModuleType, targets: Sequence[ProbeTarget]) -> list[str]
     return wrapped
 
 
+def unpatch_class(module: ModuleType, targets: Sequence[ProbeTarget]) -> list[str]:
+    """Put back the methods `patch_class` wrapped in `module`; return what was unwrapped.
+
+    For measuring the probe against itself in one process (``benchmarks/probe_*.py``).
+    """
+    unwrapped = []
+    for target in targets:
+        owner = getattr(module, target.qualname, None) if target.module == module.__name__ else None
+        method = owner.__dict__.get(target.method) if isinstance(owner, type) else None
+        if method is not None and hasattr(method, "__perfgate_probe__"):
+            setattr(owner, target.method, method.__wrapped__)
+            unwrapped.append(f"{target.module}.{target.qualname}.{target.method}")
+    return unwrapped
+
+
 class _PatchOnImport(importlib.abc.MetaPathFinder):
     """Patches a target module right after it is first imported."""
 
