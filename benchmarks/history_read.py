@@ -17,10 +17,12 @@ import argparse
 import statistics
 import sys
 import time
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from sqlalchemy import func, insert, select, text
+from sqlalchemy.orm import Session
 
 from perfgate.store import close_history, metric_history, open_history
 from perfgate.store.models import PhaseRow, RunRow, SampleRow
@@ -36,49 +38,56 @@ def metric_names(count: int) -> list[str]:
     return (known + [f"metric_{i:02d}" for i in range(count)])[:count]
 
 
-def fill(url: str, runs: int, metrics: int, repeats: int, batch: int = 500) -> None:
-    """Write `runs` runs of synthetic samples (skipped when the history already has them)."""
+def fill_in_batches(
+    url: str, runs: int, write: Callable[[Session, range], None], batch: int = 500
+) -> None:
+    """Bring the history at `url` up to `runs` runs: `write(session, indexes)` adds the runs
+    of each batch in one transaction. A history that has them already is left as it is."""
     sessions = open_history(url)
     with sessions() as session:
         have = session.scalar(select(func.count()).select_from(RunRow)) or 0
-    if have >= runs:
-        close_history(sessions)
-        return
-    names = metric_names(metrics)
-    start = datetime(2026, 1, 1, tzinfo=UTC)
     for first in range(have, runs, batch):
         with sessions.begin() as session:
-            ids = [
-                _insert_run(session, start + timedelta(hours=i))
-                for i in range(first, min(runs, first + batch))
-            ]
-            session.execute(insert(SampleRow), [
-                {"run_id": run_id, "mode": "spec", "metric": name, "repeat": r,
-                 "value": 100.0 + (run_id % 17) + r * 0.1}
-                for run_id in ids for name in names for r in range(repeats)
-            ])  # fmt: skip
-            session.execute(insert(PhaseRow), [
-                {"run_id": run_id, "mode": "spec", "phase": phase, "repeat": r, "cycles": 40,
-                 "median_ms": 5.0, "mean_ms": 5.1, "p90_ms": 5.5}
-                for run_id in ids for phase in PHASES for r in range(repeats)
-            ])  # fmt: skip
+            write(session, range(first, min(runs, first + batch)))
         print(f"  filled {min(runs, first + batch)}/{runs} runs", file=sys.stderr, end="\r")
-    print(file=sys.stderr)
-    if sessions.kw["bind"].dialect.name == "postgresql":
+    if have < runs:
+        print(file=sys.stderr)
+    if have < runs and sessions.kw["bind"].dialect.name == "postgresql":
         with sessions.begin() as session:
             session.execute(text("ANALYZE"))  # as autovacuum would after a bulk load
     close_history(sessions)
 
 
-def _insert_run(session: object, started: datetime) -> int:
+def fill(url: str, runs: int, metrics: int, repeats: int) -> None:
+    """Write `runs` runs of synthetic samples (skipped when the history already has them)."""
+    names = metric_names(metrics)
+    start = datetime(2026, 1, 1, tzinfo=UTC)
+
+    def write(session: Session, indexes: range) -> None:
+        ids = [_insert_run(session, start + timedelta(hours=i)) for i in indexes]
+        session.execute(insert(SampleRow), [
+            {"run_id": run_id, "mode": "spec", "metric": name, "repeat": r,
+             "value": 100.0 + (run_id % 17) + r * 0.1}
+            for run_id in ids for name in names for r in range(repeats)
+        ])  # fmt: skip
+        session.execute(insert(PhaseRow), [
+            {"run_id": run_id, "mode": "spec", "phase": phase, "repeat": r, "cycles": 40,
+             "median_ms": 5.0, "mean_ms": 5.1, "p90_ms": 5.5}
+            for run_id in ids for phase in PHASES for r in range(repeats)
+        ])  # fmt: skip
+
+    fill_in_batches(url, runs, write)
+
+
+def _insert_run(session: Session, started: datetime) -> int:
     row = RunRow(
         scenario=SCENARIO, profile=PROFILE, engine="sglang", status="pass",
         started_at=started, finished_at=started + timedelta(minutes=3), commit="0" * 40,
         branch="main", pr=None, ci_url=None, dirty=False, equivalent=True,
         fingerprint={"gpu": "H200", "gpu_count": "8"}, config={"steps": 2}, servers={},
     )  # fmt: skip
-    session.add(row)  # type: ignore[attr-defined]
-    session.flush()  # type: ignore[attr-defined]
+    session.add(row)
+    session.flush()
     return row.id
 
 

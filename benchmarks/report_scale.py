@@ -26,7 +26,8 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import func, insert, select
+from history_read import fill_in_batches
+from sqlalchemy import insert
 from sqlalchemy.orm import Session
 
 from perfgate.store import close_history, open_history
@@ -88,23 +89,16 @@ def central_values(verify: float, accept: float) -> dict[str, float]:
             "output_tok_s": tok_s, "speedup": tok_s / PLAIN["output_tok_s"]}  # fmt: skip
 
 
-def fill(url: str, runs: int, metrics: int, repeats: int, batch: int = 500) -> None:
+def fill(url: str, runs: int, metrics: int, repeats: int) -> None:
     """Write `runs` synthetic runs (skipped when the history already has them)."""
-    sessions = open_history(url)
-    with sessions() as session:
-        have = session.scalar(select(func.count()).select_from(RunRow)) or 0
-    if have >= runs:
-        close_history(sessions)
-        return
     rng = random.Random(7)
     names = metric_names(metrics)
-    for first in range(have, runs, batch):
-        with sessions.begin() as session:
-            for i in range(first, min(runs, first + batch)):
-                _insert(session, i, synthetic_run(i, runs, rng), names, repeats, rng)
-        print(f"  filled {min(runs, first + batch)}/{runs} runs", file=sys.stderr, end="\r")
-    print(file=sys.stderr)
-    close_history(sessions)
+
+    def write(session: Session, indexes: range) -> None:
+        for i in indexes:
+            _insert(session, i, synthetic_run(i, runs, rng), names, repeats, rng)
+
+    fill_in_batches(url, runs, write)
 
 
 def _insert(
