@@ -66,15 +66,35 @@ def detect_gpus() -> GpuInfo | None:
     )
 
 
-def default_profile(gpus: GpuInfo | None) -> str:
-    """Name the runner profile from the hardware: `cpu`, or e.g. `h200x8`."""
+def default_profile(
+    gpus: GpuInfo | None, cpu: str | None = None, cpu_count: int | None = None
+) -> str:
+    """Name the runner profile from the hardware: e.g. `h200x8`, or `cpu-amd-epyc-2c`.
+
+    A baseline file is found by its profile, so the name carries what sets a machine's speed:
+    the GPU model and count, or (without a GPU) the CPU model and core count. A baseline then
+    never stands for hardware it was not measured on; its fingerprint says the rest.
+    """
     if gpus is None:
-        return "cpu"
+        count = cpu_count if cpu_count is not None else os.cpu_count() or 0
+        return f"cpu-{cpu_slug(cpu if cpu is not None else cpu_model())}-{count}c"
     model = gpus.name.split()[-1].lower()
     return f"{re.sub(r'[^a-z0-9]+', '-', model)}x{gpus.count}"
 
 
+# Words of CPU model names that say nothing about the model: trademarks, filler, the clock.
+_CPU_NOISE = re.compile(r"\((r|tm)\)|\bcpu\b|\bprocessor\b|\bwith\b.*|@.*", re.IGNORECASE)
+
+
+def cpu_slug(model: str) -> str:
+    """A CPU model as a profile name part: `Intel(R) Xeon(R) Gold 6338 CPU @ 2.00GHz` ->
+    `intel-xeon-gold-6338`."""
+    words = re.sub(r"[^a-z0-9]+", "-", _CPU_NOISE.sub(" ", model).lower()).strip("-")
+    return words[:40].rstrip("-") or "unknown"
+
+
 def cpu_model() -> str:
+    """The CPU's model name: /proc/cpuinfo on Linux, sysctl on macOS."""
     try:
         with open("/proc/cpuinfo", encoding="utf-8") as handle:
             for line in handle:
@@ -82,6 +102,19 @@ def cpu_model() -> str:
                     return line.split(":", 1)[1].strip()
     except OSError:
         pass
+    if platform.system() == "Darwin":
+        try:
+            brand = subprocess.run(
+                ["sysctl", "-n", "machdep.cpu.brand_string"],
+                capture_output=True,
+                text=True,
+                timeout=10,
+                check=False,
+            ).stdout.strip()
+        except (OSError, subprocess.SubprocessError):
+            brand = ""
+        if brand:
+            return brand
     return platform.processor() or platform.machine()
 
 
