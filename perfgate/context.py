@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import re
 import subprocess
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from perfgate.results import RunContext
@@ -21,8 +21,16 @@ def _git(args: list[str], cwd: Path) -> str | None:
     return done.stdout.strip() if done.returncode == 0 else None
 
 
-def detect_context(cwd: Path | None = None, environ: Mapping[str, str] | None = None) -> RunContext:
-    """Read the run's origin from GitHub Actions' variables, falling back to git."""
+def detect_context(
+    cwd: Path | None = None,
+    environ: Mapping[str, str] | None = None,
+    clean_paths: Sequence[Path] = (),
+) -> RunContext:
+    """Read the run's origin from GitHub Actions' variables, falling back to git.
+
+    Changes under ``clean_paths`` (the baselines folder: `perfgate baseline update` writes it,
+    and it shapes no measurement) do not make the tree dirty.
+    """
     env = os.environ if environ is None else environ
     where = cwd or Path.cwd()
     commit = env.get("GITHUB_SHA") or _git(["rev-parse", "HEAD"], where)
@@ -36,7 +44,8 @@ def detect_context(cwd: Path | None = None, environ: Mapping[str, str] | None = 
     if env.get("GITHUB_RUN_ID") and env.get("GITHUB_REPOSITORY"):
         server = env.get("GITHUB_SERVER_URL", "https://github.com")
         ci_url = f"{server}/{env['GITHUB_REPOSITORY']}/actions/runs/{env['GITHUB_RUN_ID']}"
-    status = _git(["status", "--porcelain", "--untracked-files=no"], where)
+    excluded = [f":(exclude){path.resolve()}" for path in clean_paths]
+    status = _git(["status", "--porcelain", "--untracked-files=no", "--", ":/", *excluded], where)
     return RunContext(
         commit=commit or None,
         branch=branch or None,

@@ -87,7 +87,7 @@ def handle(args: argparse.Namespace, _rest: list[str]) -> int:
         or default_profile(detect_gpus()),
         history_url=url,
         workdir=config.path.parent / ".perfgate" / "runs" / stamp / f"sweep-{spec.name}",
-        context=detect_context(config.path.parent),
+        context=detect_context(config.path.parent, clean_paths=[config.baselines_dir]),
         config_file=config.path,
         early_stop=spec.early_stop and not args.no_early_stop,
         budget_s=args.budget_s,
