@@ -57,6 +57,13 @@ OPTIONS: tuple[Option, ...] = (
         {"action": "store_true", "default": False},
     ),
     Option(
+        "require-baseline",
+        "judge only against a matching reviewed baseline: a missing or non-matching one is "
+        "exit 64 with the commands that make one (the default where CI=true); without it, a "
+        "machine with no reviewed baseline is judged against its own recorded runs",
+        {"action": "store_true", "default": False},
+    ),
+    Option(
         "refresh-plain",
         "measure the plain twin even where the history has reusable figures for it "
         "(scenarios with plain_max_age_h; runs on main always refresh)",
@@ -93,6 +100,7 @@ def gate_options(
         report=value("report"),
         gate=not value("no-gate"),
         refresh_plain=bool(value("refresh-plain")),
+        require_baseline=bool(value("require-baseline")),
     )
 
 
@@ -115,4 +123,6 @@ def option_flags(options: GateOptions, flag_prefix: str = "--perfgate-") -> list
         flags.append(f"{flag_prefix}no-gate")
     if options.refresh_plain:
         flags.append(f"{flag_prefix}refresh-plain")
+    if options.require_baseline:
+        flags.append(f"{flag_prefix}require-baseline")
     return flags

@@ -105,3 +105,4 @@ class RunRecord:
     verdicts: tuple[Verdict, ...]
     status: Status
     id: int | None = None  # assigned by the store
+    judged_against: str | None = None  # in words: a baseline file, earlier runs here, or none

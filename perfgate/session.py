@@ -6,6 +6,7 @@ code by running the suites.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
@@ -29,11 +30,20 @@ from perfgate.measure import (
     plain_loop,
 )
 from perfgate.plain_reuse import find_reusable_plain, plain_reuse_key, refresh_reason
+from perfgate.reference import (
+    LOCAL_KEEP,
+    REFERENCE_STATUSES,
+    Reference,
+    choose_reference,
+    missing_baseline,
+    requires_baseline,
+)
 from perfgate.report import write_history_report
 from perfgate.results import Measurement, ModeResult, RunContext, RunRecord
 from perfgate.store import (
     check_history,
     close_history,
+    comparable_runs,
     database_errors,
     open_history,
     record_run,
@@ -53,6 +63,7 @@ class GateOptions:
     report: str | None = None  # "" writes no report
     gate: bool = True  # False: measure and record, judge nothing (to make a first baseline)
     refresh_plain: bool = False  # measure the plain twin even where the history has one
+    require_baseline: bool = False  # only a matching reviewed baseline judges (CI=true too)
 
 
 @dataclass
@@ -78,6 +89,7 @@ class ScenarioRun:
     plain_source: Callable[[Scenario, Preflight], ModeResult | None] | None = None
     plain_note: str | None = None  # why the plain twin was measured although it may be reused
     config_file: Path | None = None
+    reference: Reference | None = None  # what the verdicts were judged against
     _checked: Preflight | None = None
     _measurement: Measurement | None = None
 
@@ -165,7 +177,8 @@ class ScenarioRun:
         for index, measurement in enumerate(self.measurements()):
             verdicts = tuple(self.looks[index]) if index < len(self.looks) else ()
             status = overall_status(verdicts, measurement.equivalence.ok)
-            records.append(RunRecord(measurement, context, verdicts, status))
+            against = self.reference.description if self.reference else None
+            records.append(RunRecord(measurement, context, verdicts, status, None, against))
         return records
 
 
@@ -190,13 +203,11 @@ class GateSession:
             resolve_sqlite_url(options.db, self.cwd) if options.db else self.config.history_url
         )
         check_history(self.history_url)  # a wrong or unreachable history fails before measuring
-        self.baselines: dict[str, Baseline] = {}
-        if options.gate:
-            for name in self.scenarios:
-                self.baselines[name] = load_baseline(self.baseline_file(name))
+        self.require_baseline = requires_baseline(options.require_baseline, os.environ)
+        self.baselines = self._reviewed_baselines() if options.gate else {}
         # The session's false-alarm level, split evenly among the gated scenarios (Bonferroni);
         # inside a scenario, Holm's procedure splits it among the gated metrics.
-        self.alpha = self.config.alpha / max(len(self.baselines), 1)
+        self.alpha = self.config.alpha / max(len(self.scenarios) if options.gate else 1, 1)
         self.report_path = _report_path(options.report, self.config.path.parent)
         stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S")
         self.workdir = self.config.path.parent / ".perfgate" / "runs" / stamp
@@ -206,6 +217,21 @@ class GateSession:
 
     def baseline_file(self, scenario: str) -> Path:
         return baseline_path(self.baselines_dir, self.profile, scenario)
+
+    def _reviewed_baselines(self) -> dict[str, Baseline]:
+        """The reviewed baseline of each scenario that has one for this runner profile.
+
+        A file that exists must be valid; a missing one is fine locally (the run is judged
+        against this machine's history) and bad input where a reviewed baseline is required.
+        """
+        found = {}
+        for name in self.scenarios:
+            path = self.baseline_file(name)
+            if path.exists():
+                found[name] = load_baseline(path)
+            elif self.require_baseline:
+                raise missing_baseline(path, name, self.profile)
+        return found
 
     def run_for(self, name: str) -> ScenarioRun:
         if name not in self.runs:
@@ -239,15 +265,50 @@ class GateSession:
         return reusable
 
     def verdicts(self, name: str) -> list[Verdict]:
-        """Judge the scenario against its baseline (once; later calls reuse the verdicts).
+        """Judge the scenario against its reference (once; later calls reuse the verdicts).
 
         Inconclusive verdicts make the scenario measure again, up to its ``max_runs``.
         """
         run = self.run_for(name)
         if run.verdicts is None:
-            baseline = self.baselines.get(name)
-            run.verdicts = run.judge(baseline, self.alpha) if baseline else []
+            if not self.options.gate:
+                run.reference, run.verdicts = Reference(NOT_JUDGED), []
+                return run.verdicts
+            run.reference = self.reference_for(run)
+            baseline = run.reference.baseline
+            if baseline is not None:
+                run.verdicts = run.judge(baseline, self.alpha)
+            else:
+                run.verdicts = list(run.reference.verdicts)
+                run.looks.append(run.verdicts)
         return run.verdicts
+
+    def reference_for(self, run: ScenarioRun) -> Reference:
+        """The reviewed baseline if it matches, else (locally) this machine's earlier runs."""
+        measurement = run.measurement()
+
+        def earlier_runs() -> list[RunRecord]:
+            sessions = open_history(self.history_url)
+            try:
+                with database_errors(sessions), sessions() as session:
+                    return comparable_runs(
+                        session,
+                        measurement.scenario,
+                        measurement.profile,
+                        measurement.fingerprint,
+                        LOCAL_KEEP,
+                        statuses=[s.value for s in REFERENCE_STATUSES],
+                    )
+            finally:
+                close_history(sessions)
+
+        return choose_reference(
+            measurement,
+            self.baselines.get(run.scenario.name),
+            earlier_runs,
+            run.scenario,
+            require_baseline=self.require_baseline,
+        )
 
     def finish(self) -> ExitCode:
         """Record every measured run in one transaction, write the report, return the code.
@@ -255,7 +316,7 @@ class GateSession:
         The code follows each scenario's last run (its verdicts are the final ones) and any
         run whose outputs were not equivalent.
         """
-        context = detect_context(self.config.path.parent)
+        context = detect_context(self.config.path.parent, clean_paths=[self.baselines_dir])
         for name, run in self.runs.items():
             if len(run.results) == 2:
                 if run.error is None:
@@ -285,6 +346,9 @@ class GateSession:
                     write_history_report(self.report_path, session)
         finally:
             close_history(sessions)
+
+
+NOT_JUDGED = "not judged (--no-gate): recorded only"
 
 
 def reuse_key_for(scenario: Scenario, checked: Preflight) -> str:

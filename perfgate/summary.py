@@ -66,7 +66,11 @@ def render_record(record: RunRecord, plain_note: str | None = None) -> list[str]
     if earlier:
         head += f" (judged with run {', '.join(f'#{i}' for i in earlier)})"
     lines = [head]
-    lines += render_verdicts(record.verdicts) if record.verdicts else ["  no verdicts (not gated)"]
+    if record.verdicts:
+        lines += [f"  {record.judged_against}"] if record.judged_against else []
+        lines += render_verdicts(record.verdicts)
+    else:
+        lines.append(f"  {record.judged_against or 'no verdicts'}")
     lines.append(f"  equivalence: {m.equivalence.summary()}")
     if m.plain.reused_from is not None:
         lines.append(

@@ -30,6 +30,7 @@ from perfgate.store.database import (
 from perfgate.store.queries import (
     MetricPoint,
     RunFilter,
+    comparable_runs,
     iter_runs,
     last_runs,
     list_runs,
@@ -54,6 +55,7 @@ __all__ = [
     "SchemaState",
     "check_history",
     "close_history",
+    "comparable_runs",
     "database_errors",
     "history_columns",
     "inspect_history",

@@ -36,6 +36,8 @@ class RunRow(Base):
     fingerprint: Mapped[dict[str, Any]] = mapped_column(JSON)
     config: Mapped[dict[str, Any]] = mapped_column(JSON)
     servers: Mapped[dict[str, Any]] = mapped_column(JSON)  # mode -> command, info, log
+    # What the run was judged against, in words (perfgate.reference.Reference.description).
+    judged_against: Mapped[str | None] = mapped_column(Text)
 
     samples: Mapped[list[SampleRow]] = relationship(cascade="all, delete-orphan")
     phases: Mapped[list[PhaseRow]] = relationship(cascade="all, delete-orphan")

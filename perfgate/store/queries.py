@@ -7,7 +7,7 @@ by pull request; samples by (run, metric, mode).
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
@@ -106,6 +106,39 @@ def last_runs(
     query = RunFilter(scenario, profile, status=status).apply(_full_runs())
     query = query.order_by(RunRow.started_at.desc(), RunRow.id.desc()).limit(k)
     return [to_record(row) for row in reversed(session.scalars(query).all())]
+
+
+SCAN_LIMIT = 500  # runs looked at, newest first, for ones of a given fingerprint
+
+
+def comparable_runs(
+    session: Session,
+    scenario: str,
+    profile: str,
+    fingerprint: Mapping[str, str],
+    k: int,
+    *,
+    statuses: Sequence[str],
+    before: int | None = None,
+) -> list[RunRecord]:
+    """The newest `k` runs of a scenario on a profile with exactly this fingerprint and one of
+    these statuses (recorded before run `before`, if given), oldest first."""
+    query = (
+        RunFilter(scenario, profile)
+        .apply(select(RunRow.id, RunRow.fingerprint))
+        .where(RunRow.status.in_(list(statuses)))
+        .order_by(RunRow.id.desc())
+    )
+    if before is not None:
+        query = query.where(RunRow.id < before)
+    wanted = dict(fingerprint)
+    ids: list[int] = []
+    for run_id, found in session.execute(query.limit(SCAN_LIMIT)):
+        if found == wanted:
+            ids.append(run_id)
+            if len(ids) == k:
+                break
+    return load_runs(session, ids)
 
 
 def run_ids(session: Session, where: RunFilter | None = None) -> list[int]:

@@ -46,6 +46,7 @@ def record_run(session: Session, record: RunRecord) -> int:
         fingerprint=dict(m.fingerprint),
         config=dict(m.config),
         servers={r.mode: _server_dict(r) for r in (m.plain, m.spec)},
+        judged_against=record.judged_against,
     )
     for result in (m.plain, m.spec):
         row.samples += _sample_rows(result.mode, result.samples)
@@ -151,6 +152,7 @@ def to_record(row: RunRow) -> RunRecord:
         verdicts=tuple(_verdict(v) for v in row.verdicts),
         status=Status(row.status),
         id=row.id,
+        judged_against=row.judged_against,
     )
 
 

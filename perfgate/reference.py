@@ -1,0 +1,165 @@
+"""What a run is judged against: the reviewed baseline, or this machine's own earlier runs.
+
+A reviewed baseline (`baselines/<profile>/<scenario>.json`) judges a run whose environment
+fingerprint matches its own. Where there is none for this machine's runner profile, or its
+fingerprint differs, a local run is judged against the newest earlier runs of the same scenario
+with the same fingerprint in the history (as asv compares with earlier results of one machine);
+the first such run becomes the reference for the next. CI (`CI=true`, or `--require-baseline`)
+accepts only a matching reviewed baseline. Pure: the history's runs come in as a callable.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from perfgate import metrics
+from perfgate.baselines import DEFAULT_KEEP, Baseline, BaselineRun
+from perfgate.config import Scenario
+from perfgate.errors import ConfigError
+from perfgate.fingerprint import diff_fingerprints
+from perfgate.gate import DEFAULT_TOLERANCE, Status, Verdict
+from perfgate.results import Measurement, RunRecord
+
+# Statuses of earlier runs that may stand as a local reference: a regression or an error
+# never does (the next run would be judged against the slow state it flagged).
+REFERENCE_STATUSES = (Status.PASS, Status.IMPROVEMENT, Status.INCONCLUSIVE)
+CI_VALUES = ("true", "1", "yes")
+
+
+@dataclass(frozen=True)
+class Reference:
+    """What one scenario's run was judged against, and the words that say so.
+
+    ``baseline`` is None when there is nothing to judge against (the first run here); then
+    ``verdicts`` holds what was decided without judging (``incomparable`` in CI), if anything.
+    """
+
+    description: str
+    baseline: Baseline | None = None
+    verdicts: tuple[Verdict, ...] = ()
+
+
+def requires_baseline(flag: bool, environ: Mapping[str, str]) -> bool:
+    """Whether only a matching reviewed baseline may judge: `--require-baseline`, or CI."""
+    return flag or environ.get("CI", "").strip().lower() in CI_VALUES
+
+
+def fix_commands(scenario: str, profile: str) -> str:
+    """The commands that give a runner profile its first reviewed baseline."""
+    return (
+        f"record on this runner with `perfgate run --no-gate --scenario {scenario}` "
+        "(a few times), then approve those runs through the baseline-update workflow or "
+        "`perfgate baseline update --run ID [--run ID ...] --approved-by NAME --reason TEXT` "
+        f"(it writes baselines/{profile}/{scenario}.json; commit that file)"
+    )
+
+
+def missing_baseline(path: Path, scenario: str, profile: str) -> ConfigError:
+    """The error for a run that requires a reviewed baseline where there is none."""
+    return ConfigError(
+        f"no reviewed baseline for scenario {scenario!r} on runner profile {profile!r}, "
+        "and CI (or --require-baseline) requires one",
+        file=path,
+        fix=fix_commands(scenario, profile),
+    )
+
+
+def scenario_gating(scenario: Scenario | None) -> tuple[dict[str, float], tuple[str, ...]]:
+    """Tolerances and gated metrics from a scenario's config (the defaults without one)."""
+    gated = scenario.gated if scenario else metrics.DEFAULT_GATED
+    tolerances = dict(scenario.tolerances) if scenario else {}
+    return {m: tolerances.get(m, DEFAULT_TOLERANCE) for m in gated}, tuple(gated)
+
+
+def choose_reference(
+    measurement: Measurement,
+    reviewed: Baseline | None,
+    earlier_runs: Callable[[], Sequence[RunRecord]],
+    scenario: Scenario | None,
+    *,
+    require_baseline: bool,
+) -> Reference:
+    """The reference for ``measurement``: the reviewed baseline if it matches, else (outside
+    CI) this machine's earlier runs of the same fingerprint, which ``earlier_runs`` returns."""
+    if reviewed is not None:
+        differences = diff_fingerprints(reviewed.fingerprint, measurement.fingerprint)
+        if not differences:
+            return Reference(_reviewed_words(reviewed), reviewed)
+        shown = _shown(reviewed.path)
+        fields = ", ".join(
+            f"{name} ({old or 'unset'} -> {new or 'unset'})" for name, old, new in differences
+        )
+        if require_baseline:
+            return _mismatch(reviewed, shown, fields, measurement)
+        why = f"the reviewed baseline {shown} was measured elsewhere: {fields}"
+    else:
+        why = f"no reviewed baseline for runner profile {measurement.profile}"
+    records = list(earlier_runs())
+    if not records:
+        return Reference(
+            f"first run of {measurement.scenario} on this machine ({why}): recorded as the "
+            "local reference; the next run will be compared with it"
+        )
+    baseline = history_baseline(records, scenario)
+    ids = ", ".join(f"#{r.id}" for r in records)
+    count = f"{len(records)} earlier run{'s' if len(records) > 1 else ''}"
+    return Reference(f"judged against {count} on this machine ({ids}); {why}", baseline)
+
+
+def history_baseline(records: Sequence[RunRecord], scenario: Scenario | None) -> Baseline:
+    """A baseline made of earlier recorded runs (one fingerprint), for judging locally."""
+    tolerances, gated = scenario_gating(scenario)
+    first = records[0].measurement
+    runs = tuple(
+        BaselineRun(
+            run_id=record.id,
+            approved_by="",
+            approved_at=record.measurement.started_at.isoformat(timespec="seconds"),
+            reason="an earlier run on this machine",
+            commit=record.context.commit,
+            samples=record.measurement.samples(),
+            phase_ms=record.measurement.phase_ms(),
+        )
+        for record in records
+    )
+    return Baseline(
+        profile=first.profile,
+        scenario=first.scenario,
+        fingerprint=dict(first.fingerprint),
+        tolerances=tolerances,
+        gated=gated,
+        runs=runs,
+        keep=max(len(runs), 1),
+    )
+
+
+def _reviewed_words(baseline: Baseline) -> str:
+    count = len(baseline.runs)
+    shown = _shown(baseline.path)
+    return f"judged against the reviewed baseline {shown} ({count} approved run(s))"
+
+
+def _shown(path: Path | None) -> str:
+    """A baseline's path as a user would type it: relative to the current folder if inside."""
+    if path is None:
+        return "(no file)"
+    try:
+        return str(path.resolve().relative_to(Path.cwd().resolve()))
+    except ValueError:
+        return str(path)
+
+
+def _mismatch(reviewed: Baseline, shown: str, fields: str, measurement: Measurement) -> Reference:
+    message = f"environment differs from the reviewed baseline's: {fields}"
+    verdicts = tuple(Verdict(m, Status.INCOMPARABLE, message) for m in reviewed.gated)
+    words = (
+        f"not judged: the reviewed baseline {shown} was measured elsewhere ({fields}), "
+        "and CI (or --require-baseline) judges only against a matching reviewed baseline; "
+        + fix_commands(measurement.scenario, measurement.profile)
+    )
+    return Reference(words, None, verdicts)
+
+
+LOCAL_KEEP = DEFAULT_KEEP  # earlier runs a local reference holds, newest first
