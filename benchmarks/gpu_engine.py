@@ -181,6 +181,7 @@ def scenario(plan: Plan, steps: int) -> Scenario:
         warmup=1,
         extra_args=plan.extra_args,
         spec_extra_args=spec_args,
+        equivalence="report" if plan.accept_rate is not None else "gate",
         startup_timeout_s=300.0,
     )
 

@@ -67,6 +67,7 @@ warmup = 1
 startup_timeout_s = 60
 extra_args = ["--num-threads", "1"]
 spec_extra_args = ["--debug-simulate-accept-rate", "0.7"]
+equivalence = "report"
 EOF
   steps=1-2 pairs=5 repeats=2 budget_overhead=60 budget_sweep=60 limit=120 every_limit=60
 else

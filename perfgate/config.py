@@ -59,6 +59,9 @@ class Scenario:
     # near tie, allowed for up to this share of the prompts.
     near_tie_margin: float = DEFAULT_NEAR_TIE_MARGIN
     max_near_tie_share: float = DEFAULT_MAX_NEAR_TIE_SHARE
+    # "gate": outputs that are not equivalent fail the run; "report": they are compared and
+    # reported but decide nothing (a scenario whose acceptance is simulated, say).
+    equivalence: str = "gate"
     # SGLang only: --enable-metrics (and its GPU timer per forward category) on both servers.
     engine_metrics: bool = False
     # Reuse the plain twin's figures from the history when a run with the same plain
@@ -220,7 +223,16 @@ _SCENARIO_INTS = (
     "warmup",
     "max_runs",
 )
-_SCENARIO_STRS = ("engine", "model", "draft", "algorithm", "dtype", "device", "python")
+_SCENARIO_STRS = (
+    "engine",
+    "model",
+    "draft",
+    "algorithm",
+    "dtype",
+    "device",
+    "python",
+    "equivalence",
+)
 _SCENARIO_LISTS = ("extra_args", "spec_extra_args", "plain_extra_args")
 _SCENARIO_FLOATS = (
     "startup_timeout_s",
@@ -230,6 +242,9 @@ _SCENARIO_FLOATS = (
     "gpu_release_timeout_s",
 )
 _SCENARIO_BOOLS = ("engine_metrics",)
+EQUIVALENCE_MODES = ("gate", "report")
+# The embedded engine's flag that accepts draft tokens at random instead of by the target.
+SIMULATED_ACCEPTANCE = "--debug-simulate-accept-rate"
 _SCENARIO_KEYS = {
     *_SCENARIO_INTS,
     *_SCENARIO_STRS,
@@ -286,7 +301,30 @@ def parse_scenario(path: Path, name: str, raw: Mapping[str, Any], base: Path) ->
         values["max_near_tie_share"] = _fraction(path, field_name, raw["max_near_tie_share"])
     if "gated" in raw:
         values["gated"] = _metric_list(path, f"{where}.gated", raw["gated"])
+    _check_equivalence_mode(path, where, values)
     return Scenario(**values)
+
+
+def _check_equivalence_mode(path: Path, where: str, values: Mapping[str, Any]) -> None:
+    """`equivalence` is "gate" or "report"; simulated acceptance cannot be gated."""
+    mode = values.get("equivalence", "gate")
+    if mode not in EQUIVALENCE_MODES:
+        raise ConfigError(
+            f"is {mode!r}",
+            file=path,
+            field=f"{where}.equivalence",
+            fix='write "gate" (outputs must be equivalent) or "report" (compared, not gated)',
+        )
+    flags = (*values.get("extra_args", ()), *values.get("spec_extra_args", ()))
+    simulated = any(flag.startswith(SIMULATED_ACCEPTANCE) for flag in flags)
+    if simulated and mode == "gate":
+        raise ConfigError(
+            f"{SIMULATED_ACCEPTANCE} makes the speculative outputs differ from plain decoding "
+            "by design, so its equivalence can only fail",
+            file=path,
+            field=f"{where}.equivalence",
+            fix='set equivalence = "report" (the outputs are compared and reported, not gated)',
+        )
 
 
 def _prompts(path: Path, where: str, raw: Mapping[str, Any], base: Path) -> tuple[str, ...]:

@@ -80,6 +80,22 @@ class Measurement:
             )
         return result
 
+    @property
+    def equivalence_gated(self) -> bool:
+        """Whether the outputs' equivalence decides the run (the scenario's `equivalence`)."""
+        return self.config.get("equivalence", "gate") == "gate"
+
+    @property
+    def outputs_pass(self) -> bool:
+        """The outputs are equivalent, or their equivalence is reported only."""
+        return self.equivalence.ok or not self.equivalence_gated
+
+    def equivalence_line(self) -> str:
+        """The equivalence summary, saying when it is reported and not gated."""
+        if self.equivalence_gated:
+            return self.equivalence.summary()
+        return f'reported, not gated (equivalence = "report"): {self.equivalence.summary()}'
+
     def phase_ms(self) -> dict[str, dict[str, tuple[float, ...]]]:
         """Per server mode, per phase, the mean ms per cycle of each repeat."""
         return {mode.mode: mode.phase_ms() for mode in (self.spec, self.plain) if mode.phases}

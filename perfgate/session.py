@@ -176,7 +176,7 @@ class ScenarioRun:
         records = []
         for index, measurement in enumerate(self.measurements()):
             verdicts = tuple(self.looks[index]) if index < len(self.looks) else ()
-            status = overall_status(verdicts, measurement.equivalence.ok)
+            status = overall_status(verdicts, measurement.outputs_pass)
             against = self.reference.description if self.reference else None
             records.append(RunRecord(measurement, context, verdicts, status, None, against))
         return records
@@ -326,7 +326,7 @@ class GateSession:
             self._record_and_report()
         errors = [run.error for run in self.runs.values() if run.error is not None]
         codes = [e.exit_code for e in errors] + [exit_code(r.status) for r in self.final_records()]
-        if any(not r.measurement.equivalence.ok for r in self.records):
+        if any(not r.measurement.outputs_pass for r in self.records):
             codes.append(ExitCode.REGRESSION)
         self.exit_code = max(codes, key=_severity, default=ExitCode.PASS)
         return self.exit_code

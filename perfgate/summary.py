@@ -71,7 +71,7 @@ def render_record(record: RunRecord, plain_note: str | None = None) -> list[str]
         lines += render_verdicts(record.verdicts)
     else:
         lines.append(f"  {record.judged_against or 'no verdicts'}")
-    lines.append(f"  equivalence: {m.equivalence.summary()}")
+    lines.append(f"  equivalence: {m.equivalence_line()}")
     if m.plain.reused_from is not None:
         lines.append(
             f"  plain twin: figures reused from run #{m.plain.reused_from} (same plain "
@@ -134,6 +134,7 @@ def verdicts_document(
             {
                 "run": r.id,
                 "ok": r.measurement.equivalence.ok,
+                "gated": r.measurement.equivalence_gated,
                 "summary": r.measurement.equivalence.summary(),
             }
             for r in records

@@ -10,7 +10,11 @@ from pathlib import Path
 
 import pytest
 
+from perfgate.fingerprint import default_profile
+
 REPO = Path(__file__).resolve().parent.parent
+# This machine's runner profile, as a gate run names it (the tests run without a GPU).
+HERE_PROFILE = default_profile(None)
 
 TINY_SCENARIO = """
 [perfgate]
@@ -40,6 +44,13 @@ speedup = 0.6
 accept_length = 0.05
 verify_ms = 0.6
 """
+
+
+@pytest.fixture(autouse=True)
+def _developer_machine(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Run each test as on a developer's machine: `.ci/run` sets CI=true, which makes every
+    gate run demand a reviewed baseline. The tests of that behaviour set CI themselves."""
+    monkeypatch.delenv("CI", raising=False)
 
 
 def write_config(folder: Path, text: str = TINY_SCENARIO) -> Path:

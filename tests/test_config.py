@@ -25,6 +25,10 @@ def test_loads_the_repository_config() -> None:
     assert len(default.prompts) == 8
     tp8 = config.scenarios["llama33-70b-eagle3-tp8"]
     assert tp8.tp == 8 and tp8.env["NCCL_PROTO"] == "LL"
+    # Every shipped scenario can pass: only the one with simulated acceptance reports its
+    # equivalence instead of gating it.
+    reported = [s.name for s in config.scenarios.values() if s.equivalence == "report"]
+    assert reported == ["embedded-large-gpu"]
 
 
 def test_paths_resolve_against_the_config_folder(tmp_path: Path) -> None:
@@ -72,6 +76,19 @@ def test_reads_tool_perfgate_from_pyproject(tmp_path: Path) -> None:
         (('model = "perfgate/llama-tiny"\n', ""), "scenarios.tiny.model: is required"),
         (('prompts = ["Return', 'prompts = "nonesuch"\n#'), "unknown prompt set 'nonesuch'"),
         (("[scenarios.tiny]", "[scenarios.tiny"), "is not valid TOML"),
+        (
+            ("repeats = 3", 'repeats = 3\nequivalence = "maybe"'),
+            "scenarios.tiny.equivalence: is 'maybe'",
+        ),
+        (
+            (
+                "repeats = 3",
+                'repeats = 3\nspec_extra_args = ["--debug-simulate-accept-rate", "0.7"]',
+            ),
+            "scenarios.tiny.equivalence: --debug-simulate-accept-rate makes the speculative "
+            "outputs differ from plain decoding by design, so its equivalence can only fail; set "
+            'equivalence = "report"',
+        ),
         (
             ("repeats = 3", 'repeats = 3\nenv = { PERFGATE_PROBE_EVERY = "0" }'),
             "scenarios.tiny.env.PERFGATE_PROBE_EVERY: PERFGATE_PROBE_EVERY='0' is not a whole",

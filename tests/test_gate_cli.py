@@ -93,7 +93,8 @@ def test_the_same_code_passes_and_a_rerun_verdict_brings_its_runs(project: Path,
     capsys.readouterr()
     assert cli(project, "gate", "--run", str(ids[1])) == 0
     out = capsys.readouterr().out
-    assert f"judging run #{ids[0]}, #{ids[1]} against" in out
+    assert f"judging run #{ids[0]}, #{ids[1]} again" in out
+    assert "judged against the reviewed baseline " in out
     assert f"(judged with run #{ids[0]})" in out
     assert "  output_tok_s" in out and " 2/5  pass" in out
 
@@ -147,8 +148,6 @@ def test_show_and_migrate_a_schema_1_file(project: Path, capsys) -> None:  # typ
 def test_bad_input_is_named(project: Path, capsys) -> None:  # type: ignore[no-untyped-def]
     assert cli(project, "gate", "--run", "99") == 64
     assert "--run: no run 99 in the history" in capsys.readouterr().err
-    assert cli(project, "gate", "--run", "1") == 64
-    assert "tiny.json: no such baseline" in capsys.readouterr().err
     assert approve(project, 1) == 0
     assert cli(project, "gate", "--run", "1", "--alpha", "2") == 64
     assert "--alpha: is 2.0" in capsys.readouterr().err
@@ -169,3 +168,20 @@ def test_runs_of_two_scenarios_are_neither_judged_nor_approved_together(
         capsys.readouterr().err
     )
     assert not (project / "baselines").exists()  # nothing written
+
+
+def test_a_run_without_a_reviewed_baseline_is_judged_again_against_its_machine(
+    project: Path, capsys, monkeypatch: pytest.MonkeyPatch
+) -> None:  # type: ignore[no-untyped-def]
+    assert cli(project, "gate", "--run", "5") == 0
+    out = capsys.readouterr().out
+    assert "judged against 4 earlier runs on this machine (#1, #2, #3, #4); no reviewed " in out
+    assert "output_tok_s" in out and "pass" in out
+    assert cli(project, "gate", "--run", "1") == 0
+    assert "first run of tiny on this machine" in capsys.readouterr().out
+    monkeypatch.setenv("CI", "true")
+    assert cli(project, "gate", "--run", "5") == 64
+    err = capsys.readouterr().err
+    assert "tiny.json: no reviewed baseline for scenario 'tiny' on runner profile 'cpu'" in err
+    assert "perfgate run --no-gate --scenario tiny" in err
+    assert "perfgate baseline update --run ID" in err

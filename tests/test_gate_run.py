@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from .conftest import TINY_SCENARIO, run_perfgate, write_config
+from .conftest import HERE_PROFILE, TINY_SCENARIO, run_perfgate, write_config
 
 pytestmark = pytest.mark.slow
 
@@ -29,20 +29,23 @@ def test_record_approve_pass_then_catch_a_slower_verify(tmp_path: Path) -> None:
 
     first = run_perfgate("run", "--no-gate", cwd=tmp_path)
     assert first.returncode == 0, first.stdout + first.stderr
-    assert "tiny on cpu: run #1 PASS" in first.stdout
+    assert f"tiny on {HERE_PROFILE}: run #1 PASS" in first.stdout
     assert "equivalence: 2/2 prompts token-identical" in first.stdout
 
     approved = run_perfgate(
         "baseline", "update", "--run", "1", "--approved-by", "ci", "--reason", "first", cwd=tmp_path
     )
     assert approved.returncode == 0, approved.stderr
-    baseline = json.loads((tmp_path / "baselines" / "cpu" / "tiny.json").read_text())
+    baseline = json.loads((tmp_path / "baselines" / HERE_PROFILE / "tiny.json").read_text())
     assert baseline["runs"][0]["run_id"] == 1 and baseline["tolerances"]["verify_ms"] == 0.6
 
     # The same code passes; a run the gate found inconclusive is measured again (new run ids).
     second = run_perfgate("run", cwd=tmp_path)
     assert second.returncode == 0, second.stdout + second.stderr
-    assert re.search(r"^tiny on cpu: run #\d+ PASS", second.stdout, re.MULTILINE), second.stdout
+    assert re.search(rf"^tiny on {HERE_PROFILE}: run #\d+ PASS", second.stdout, re.M), second.stdout
+    assert (
+        f"judged against the reviewed baseline baselines/{HERE_PROFILE}/tiny.json" in second.stdout
+    )
     for metric in ("output_tok_s", "verify_ms", "accept_length", "speedup"):
         assert metric in second.stdout
     before_slow = len(_runs(db))
@@ -74,13 +77,12 @@ def test_record_approve_pass_then_catch_a_slower_verify(tmp_path: Path) -> None:
     [
         (
             lambda p: (
-                (p / "baselines" / "cpu").mkdir(parents=True)
-                or (p / "baselines" / "cpu" / "tiny.json").write_text("{")
+                (p / "baselines" / HERE_PROFILE).mkdir(parents=True)
+                or (p / "baselines" / HERE_PROFILE / "tiny.json").write_text("{")
             ),
             64,
             "tiny.json: is not valid JSON",
         ),
-        (lambda p: None, 64, "tiny.json: no such baseline"),
         (
             lambda p: write_config(p, TINY_SCENARIO.replace("repeats = 3", "repeats = -1")),
             64,
@@ -88,7 +90,7 @@ def test_record_approve_pass_then_catch_a_slower_verify(tmp_path: Path) -> None:
         ),
         (lambda p: (p / "history.db").write_bytes(FOREIGN), 64, "history.db"),
     ],
-    ids=["malformed-baseline", "missing-baseline", "bad-config", "foreign-history"],
+    ids=["malformed-baseline", "bad-config", "foreign-history"],
 )
 def test_bad_input_fails_before_any_server_starts(
     tmp_path: Path, setup, expected_code: int, expected: str

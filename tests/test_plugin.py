@@ -9,7 +9,7 @@ import pytest
 
 from perfgate.commands.run import SUITES
 
-from .conftest import TINY_SCENARIO, write_config
+from .conftest import HERE_PROFILE, TINY_SCENARIO, write_config
 
 pytestmark = pytest.mark.slow
 
@@ -31,7 +31,7 @@ def test_suites_run_under_pytest_with_benchmark_json(
     result.assert_outcomes(passed=6)
     assert result.ret == 0
     result.stdout.fnmatch_lines(
-        ["*perfgate*", "tiny on cpu: run #1 PASS", "*perfgate exit code: 0"]
+        ["*perfgate*", f"tiny on {HERE_PROFILE}: run #1 PASS", "*perfgate exit code: 0"]
     )
     names = sorted(b["name"] for b in json.loads(bench.read_text())["benchmarks"])
     assert names == ["test_throughput[tiny-plain]", "test_throughput[tiny-spec]"]

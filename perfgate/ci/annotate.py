@@ -30,7 +30,7 @@ def record_annotations(record: RunRecord, baseline_file: str | None = None) -> l
     m = record.measurement
     where = {"file": baseline_file} if baseline_file else {}
     found = []
-    if not m.equivalence.ok:
+    if not m.outputs_pass:
         found.append(
             Annotation(
                 "error",

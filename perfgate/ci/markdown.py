@@ -113,9 +113,7 @@ def scenario_section(record: RunRecord) -> str:
     else:
         lines += ["No verdicts: the scenario is not gated (`--no-gate`).", ""]
     lines += _explanations(record.verdicts)
-    lines.append(
-        f"- equivalence: {'✅' if m.equivalence.ok else '❌'} {cell(m.equivalence.summary())}"
-    )
+    lines.append(f"- equivalence: {'✅' if m.outputs_pass else '❌'} {cell(m.equivalence_line())}")
     lines.append(f"- plain twin: {_plain_line(record)}")
     return "\n".join(lines) + "\n"
 
@@ -132,7 +130,7 @@ def overview(pointer: SessionPointer, finals: Sequence[RunRecord]) -> list[str]:
             m = r.measurement
             rows.append(
                 f"| {cell(m.scenario)} | {cell(m.profile)} | #{r.id} | {r.status.value} | "
-                f"{'✅' if m.equivalence.ok else '❌'} {cell(m.equivalence.summary())} | "
+                f"{'✅' if m.outputs_pass else '❌'} {cell(m.equivalence_line())} | "
                 f"{_plain_line(r)} |"
             )
         blocks.append("\n".join(rows) + "\n")

@@ -24,11 +24,11 @@ from perfgate.commands.common import history_url, one_scenario
 from perfgate.config import Config, load_config
 from perfgate.errors import ConfigError
 from perfgate.fingerprint import default_profile, detect_gpus, diff_fingerprints
-from perfgate.gate import DEFAULT_TOLERANCE
 from perfgate.gate.attribution import cycle_profile
 from perfgate.gate.estimate import clean_runs
 from perfgate.gate.stats import median, pooled_pairwise_sd
 from perfgate.gate.verdict import Status
+from perfgate.reference import scenario_gating
 from perfgate.results import RunRecord
 from perfgate.store import load_run, open_history
 
@@ -87,7 +87,7 @@ def _baselines_dir(args: argparse.Namespace, config: Config) -> Path:
 
 def _refusals(record: RunRecord, current_fingerprint: dict[str, str] | None) -> list[str]:
     reasons = []
-    if not record.measurement.equivalence.ok:
+    if not record.measurement.outputs_pass:
         reasons.append(
             f"its outputs failed equivalence ({record.measurement.equivalence.summary()})"
         )
@@ -119,13 +119,9 @@ def _gating(
 ) -> tuple[dict[str, float], tuple[str, ...]]:
     """Tolerances and gated metrics: the scenario's config, else the existing file's."""
     found = config.scenarios.get(scenario)
-    if found is not None:
-        tolerances, gated = dict(found.tolerances), found.gated
-    elif existing is not None:
-        tolerances, gated = dict(existing.tolerances), existing.gated
-    else:
-        tolerances, gated = {}, metrics.DEFAULT_GATED
-    return {m: tolerances.get(m, DEFAULT_TOLERANCE) for m in gated}, tuple(gated)
+    if found is None and existing is not None:
+        return dict(existing.tolerances), existing.gated
+    return scenario_gating(found)
 
 
 def handle_update(args: argparse.Namespace, _rest: list[str]) -> int:

@@ -4,19 +4,28 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from perfgate.baselines import Baseline, baseline_path, load_baseline
+from perfgate.baselines import baseline_path, load_baseline
 from perfgate.commands.common import history_url, one_scenario
 from perfgate.config import Config, load_config
 from perfgate.errors import ConfigError
 from perfgate.gate import DEFAULT_ALPHA
 from perfgate.gate.verdict import exit_code, overall_status
 from perfgate.judging import judge_measurements
+from perfgate.reference import (
+    LOCAL_KEEP,
+    REFERENCE_STATUSES,
+    Reference,
+    choose_reference,
+    missing_baseline,
+    requires_baseline,
+)
 from perfgate.results import RunRecord
-from perfgate.store import load_run, open_history
+from perfgate.store import close_history, comparable_runs, load_run, open_history
 from perfgate.summary import render_record, verdicts_document
 
 
@@ -24,8 +33,10 @@ def register(commands: Any) -> None:
     parser = commands.add_parser(
         "gate",
         help="judge recorded runs again against a baseline (records nothing)",
-        description="Judge recorded runs against their scenario's baseline, or --baseline FILE, "
-        "and print the verdicts (--json: as JSON). One --run whose verdicts were judged "
+        description="Judge recorded runs against their scenario's reviewed baseline (or, "
+        "without one for their machine, the earlier runs of that machine, as the run itself "
+        "was judged), or --baseline FILE, and print the verdicts (--json: as JSON). One --run "
+        "whose verdicts were judged "
         "together with earlier runs (measured again while inconclusive) brings those runs "
         "along. The exit code is the gate's.",
     )
@@ -45,6 +56,12 @@ def register(commands: Any) -> None:
         metavar="A",
         help="the false-alarm level for the scenario's gated metrics; default: the config's",
     )
+    parser.add_argument(
+        "--require-baseline",
+        action="store_true",
+        help="judge only against a matching reviewed baseline (the default where CI=true); "
+        "without it, a run with none is judged against the earlier runs of its machine",
+    )
     parser.add_argument("--config", metavar="PATH")
     parser.add_argument("--db", metavar="URL")
     parser.add_argument("--baselines", metavar="DIR")
@@ -54,24 +71,30 @@ def register(commands: Any) -> None:
 def handle(args: argparse.Namespace, _rest: list[str]) -> int:
     config = _config(args)
     records = _records(args)
-    baseline = _baseline(args, config, records[-1])
+    reference = _reference(args, config, records)
     alpha = _alpha(args, config)
     measurements = [r.measurement for r in records]
-    verdicts = judge_measurements(measurements, baseline, alpha=alpha, final=True)
-    status = overall_status(verdicts, all(m.equivalence.ok for m in measurements))
+    baseline = reference.baseline
+    if baseline is not None:
+        verdicts = judge_measurements(measurements, baseline, alpha=alpha, final=True)
+    else:
+        verdicts = list(reference.verdicts)
+    status = overall_status(verdicts, all(m.outputs_pass for m in measurements))
     code = int(exit_code(status))
     if args.json:
-        path = str(baseline.path) if baseline.path else None
+        path = str(baseline.path) if baseline is not None and baseline.path else None
         document = verdicts_document(records, verdicts, status, code, path)
+        document["judged_against"] = reference.description
         print(json.dumps(document, indent=2, sort_keys=True))
         return code
     ids = ", ".join(f"#{r.id}" for r in records)
-    print(f"judging run {ids} against {baseline.path} ({len(baseline.runs)} approved run(s))")
+    print(f"judging run {ids} again")
     earlier = tuple(r.id for r in records[:-1] if r.id is not None)
     judged = replace(
         records[-1],
         verdicts=tuple(replace(v, with_runs=earlier) for v in verdicts),
         status=status,
+        judged_against=reference.description,
     )
     for line in render_record(judged):
         print(line)
@@ -108,12 +131,40 @@ def _records(args: argparse.Namespace) -> list[RunRecord]:
     )
 
 
-def _baseline(args: argparse.Namespace, config: Config | None, record: RunRecord) -> Baseline:
+def _reference(
+    args: argparse.Namespace, config: Config | None, records: list[RunRecord]
+) -> Reference:
+    """What to judge against: --baseline, else what the recording session would choose."""
     if args.baseline:
-        return load_baseline(Path(args.baseline))
+        baseline = load_baseline(Path(args.baseline))
+        return Reference(f"judged against {args.baseline} ({len(baseline.runs)} run(s))", baseline)
     directory = Path(args.baselines) if args.baselines else None
     if directory is None:
         assert config is not None  # _config only returns None when --baseline is given
         directory = config.baselines_dir
-    m = record.measurement
-    return load_baseline(baseline_path(directory, m.profile, m.scenario))
+    m = records[-1].measurement
+    path = baseline_path(directory, m.profile, m.scenario)
+    require = requires_baseline(args.require_baseline, os.environ)
+    if not path.exists() and require:
+        raise missing_baseline(path, m.scenario, m.profile)
+    reviewed = load_baseline(path) if path.exists() else None
+    first = records[0].id
+
+    def earlier_runs() -> list[RunRecord]:
+        sessions = open_history(history_url(args))
+        try:
+            with sessions() as session:
+                return comparable_runs(
+                    session,
+                    m.scenario,
+                    m.profile,
+                    m.fingerprint,
+                    LOCAL_KEEP,
+                    statuses=[s.value for s in REFERENCE_STATUSES],
+                    before=first,
+                )
+        finally:
+            close_history(sessions)
+
+    scenario = config.scenarios.get(m.scenario) if config else None
+    return choose_reference(m, reviewed, earlier_runs, scenario, require_baseline=require)

@@ -154,7 +154,7 @@ def render_run(run: RunRecord) -> list[str]:
         f"  started {m.started_at:%Y-%m-%d %H:%M:%S} UTC, finished {m.finished_at:%H:%M:%S}",
         f"  commit {c.commit or '-'}{' (dirty)' if c.dirty else ''}, branch {c.branch or '-'}, "
         f"PR {c.pr or '-'}, CI {c.ci_url or '-'}",
-        f"  equivalence: {m.equivalence.summary()}",
+        f"  equivalence: {m.equivalence_line()}",
         "  fingerprint:",
         *(f"    {key} = {value}" for key, value in sorted(m.fingerprint.items())),
         "  samples (median of repeats; all repeats):",

@@ -7,6 +7,6 @@ from perfgate.session import ScenarioRun
 
 def test_outputs_equivalent(scenario_run: ScenarioRun) -> None:
     # Every run of the scenario: the first, and any measured again for an inconclusive verdict.
+    # A scenario with `equivalence = "report"` (simulated acceptance) is compared, not gated.
     for index, measurement in enumerate(scenario_run.measurements(), start=1):
-        report = measurement.equivalence
-        assert report.ok, f"run {index}: {report.summary()}"
+        assert measurement.outputs_pass, f"run {index}: {measurement.equivalence.summary()}"

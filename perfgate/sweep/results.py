@@ -49,7 +49,7 @@ class PointResult:
 
     @property
     def equivalent(self) -> bool:
-        return self.measurement is not None and self.measurement.equivalence.ok
+        return self.measurement is not None and self.measurement.outputs_pass
 
     def figures(self) -> dict[str, float]:
         """tok/s, speedup, accept length, verify and cycle ms, verify share (medians)."""

@@ -189,12 +189,12 @@ class SweepRunner:
         run_id = self._record(sessions, measurement)
         state.plain_run = state.plain_run or run_id
         tok_s = measurement.spec.samples.get("output_tok_s", ())
-        worse = tracker.observe(tok_s, measurement.equivalence.ok)
+        worse = tracker.observe(tok_s, measurement.outputs_pass)
         self._add(PointResult(point, state.label, run_id, measurement, clearly_worse=worse), clock)
 
     def _record(self, sessions: sessionmaker[Session], measurement: Measurement) -> int:
         record = RunRecord(
-            measurement, self.context, (), overall_status((), measurement.equivalence.ok)
+            measurement, self.context, (), overall_status((), measurement.outputs_pass)
         )
         with database_errors(sessions), sessions.begin() as session:
             (recorded,) = record_linked(session, [record])

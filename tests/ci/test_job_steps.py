@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from ..conftest import REPO, run_perfgate, write_config
+from ..conftest import HERE_PROFILE, REPO, run_perfgate, write_config
 from . import fake_gh
 from .conftest import load_workflow
 from .job_runner import JobRunner, StepResult
@@ -167,7 +167,7 @@ def test_the_gate_job_passes_then_catches_a_regression(workspace: Path, tmp_path
         line for line in slow["Annotations"].output.splitlines() if line.startswith("::error ")
     ]
     assert any("title=perfgate%3A tiny verify_ms regression::" in line for line in errors), errors
-    assert all("file=baselines/cpu/tiny.json" in line for line in errors), errors
+    assert all(f"file=baselines/{HERE_PROFILE}/tiny.json" in line for line in errors), errors
     second = _comment(
         workspace, tmp_path / "comment-2", gh_env, workspace / ".perfgate/comment/comment.md"
     )
