@@ -103,6 +103,8 @@ def scenario_section(record: RunRecord) -> str:
         f"{record.status.value}",
         "",
     ]
+    if record.judged_against:
+        lines += [cell(record.judged_against[0].upper() + record.judged_against[1:]) + ".", ""]
     if record.verdicts:
         lines += [
             "| metric | baseline | current | change | interval | tolerance | runs | verdict |",
@@ -110,8 +112,8 @@ def scenario_section(record: RunRecord) -> str:
             *(verdict_row(v) for v in record.verdicts),
             "",
         ]
-    else:
-        lines += ["No verdicts: the scenario is not gated (`--no-gate`).", ""]
+    elif not record.judged_against:
+        lines += ["No verdicts.", ""]
     lines += _explanations(record.verdicts)
     lines.append(f"- equivalence: {'✅' if m.outputs_pass else '❌'} {cell(m.equivalence_line())}")
     lines.append(f"- plain twin: {_plain_line(record)}")

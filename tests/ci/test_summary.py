@@ -119,3 +119,24 @@ def test_the_pointer_round_trips_and_refuses_what_it_cannot_read(tmp_path: Path)
     path.write_text(json.dumps({"schema": 99}))
     with pytest.raises(ConfigError, match="is not a schema-1 session pointer"):
         load_pointer(path)
+
+
+def test_each_scenario_says_what_it_was_judged_against() -> None:
+    first = replace(
+        record(measurement("tiny"), Status.PASS),
+        id=1,
+        verdicts=(),
+        judged_against="first run of tiny on this machine (no reviewed baseline for runner "
+        "profile cpu): recorded as the local reference; the next run will be compared with it",
+    )
+    later = replace(
+        record(measurement("other"), Status.PASS),
+        id=2,
+        judged_against="judged against 1 earlier run on this machine (#1); no reviewed baseline",
+    )
+    summary = render_markdown(_pointer([first, later], 0), [first, later], Links(), 10_000)
+    assert "First run of tiny on this machine (no reviewed baseline for runner profile cpu)" in (
+        summary
+    )
+    assert "Judged against 1 earlier run on this machine (#1); no reviewed baseline." in summary
+    assert "No verdicts" not in summary
