@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from perfgate.errors import ConfigError
 from perfgate.options import add_options, gate_options, option_flags
 from perfgate.session import GateSession
 
@@ -26,9 +27,15 @@ def register(commands: Any) -> None:
 
 
 def handle(args: argparse.Namespace, pytest_args: list[str]) -> int:
+    if pytest_args and pytest_args[0] != "--":
+        raise ConfigError(
+            f"unknown flag {pytest_args[0]!r}",
+            field=pytest_args[0],
+            fix="see `perfgate run --help`; pytest's own flags go after `--`",
+        )
     options = gate_options(lambda name: getattr(args, name))
     GateSession(options)  # refuse bad config or baselines before pytest starts anything
-    extra = pytest_args[1:] if pytest_args[:1] == ["--"] else pytest_args
+    extra = pytest_args[1:]
     # A fresh interpreter, as `pytest perfgate/suites` would be: pytest must import (and
     # assertion-rewrite) the suites itself. Its exit code is the gate's.
     command = [sys.executable, "-m", "pytest", str(SUITES), *option_flags(options), *extra]

@@ -52,7 +52,8 @@ def _row(point: PointResult, with_env: bool, is_best: bool) -> list[str]:
     if not point.measured:
         return [*cells, "", "", f"skipped: {point.skipped}"]
     note = "**best**" if is_best else ("clearly worse" if point.clearly_worse else "")
-    return [*cells, "yes" if point.equivalent else "**no**", f"#{point.run_id}", note]
+    shown = "yes" if point.equivalent else "no (not gated)" if point.outputs_pass else "**no**"
+    return [*cells, shown, f"#{point.run_id}", note]
 
 
 def best_line(result: SweepResult) -> str:

@@ -49,6 +49,11 @@ class PointResult:
 
     @property
     def equivalent(self) -> bool:
+        return self.measurement is not None and self.measurement.equivalence.ok
+
+    @property
+    def outputs_pass(self) -> bool:
+        """Equivalent, or the scenario only reports its equivalence (`equivalence = "report"`)."""
         return self.measurement is not None and self.measurement.outputs_pass
 
     def figures(self) -> dict[str, float]:
@@ -96,7 +101,7 @@ class SweepResult:
 
     def best(self) -> PointResult | None:
         """The fastest point whose outputs were equivalent to the plain twin's."""
-        return _fastest([p for p in self.points if p.equivalent])
+        return _fastest([p for p in self.points if p.outputs_pass])
 
     def fastest(self) -> PointResult | None:
         """The fastest measured point, equivalent or not."""
@@ -109,7 +114,7 @@ class SweepResult:
             return ExitCode.INFRASTRUCTURE
         if not any(p.measured for p in self.points):
             return ExitCode.INCONCLUSIVE
-        if any(p.measured and not p.equivalent for p in self.points):
+        if any(p.measured and not p.outputs_pass for p in self.points):
             return ExitCode.REGRESSION
         return ExitCode.PASS
 

@@ -139,7 +139,7 @@ def test_the_gate_job_passes_then_catches_a_regression(workspace: Path, tmp_path
         f"commit `{SHA[:12]}` · [run, report and logs](https://github.com/acme/gate/actions/runs/4242)"
         in summary
     )
-    assert "| tiny | cpu | #" in summary and "✅ 2/2 prompts token-identical" in summary
+    assert f"| tiny | {HERE_PROFILE} | #" in summary and "✅ 2/2 prompts token-identical" in summary
     assert "| `verify_ms` |" in summary and len(summary.encode()) < 1_000_000
     assert "::error" not in passed["Annotations"].output
     uploaded = {p.relative_to(workspace).as_posix() for s in passed.values() for p in s.uploaded}
