@@ -7,7 +7,7 @@ counted step one line per logged item: no carriage returns, no escape codes, not
 second. ``NO_COLOR`` (any non-empty value, https://no-color.org) keeps escape codes off a
 terminal too: the live line is then erased with spaces.
 
-Under pytest, `pytest_reporter` writes through pytest's terminal with capture suspended, the
+Under pytest, `reporter_for_pytest` writes through pytest's terminal with capture suspended, the
 way pytest's own live logging does; commands write to stderr (`stderr_reporter`), never to a
 stdout that carries data.
 """
@@ -337,7 +337,7 @@ class PytestTerminal:
         return bool(self._terminal.isatty)
 
 
-def pytest_reporter(config: Any) -> Reporter:
+def reporter_for_pytest(config: Any) -> Reporter:
     """A reporter on pytest's terminal; silent without one (`-p no:terminal`)."""
     plugins = config.pluginmanager
     terminal = plugins.get_plugin("terminalreporter")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import os
 import subprocess
 import sys
@@ -40,6 +41,17 @@ speedup = 0.6
 accept_length = 0.05
 verify_ms = 0.6
 """
+
+
+class FakeStream(io.StringIO):
+    """A text stream that says it is (or is not) a terminal."""
+
+    def __init__(self, tty: bool) -> None:
+        super().__init__()
+        self.tty = tty
+
+    def isatty(self) -> bool:
+        return self.tty
 
 
 def write_config(folder: Path, text: str = TINY_SCENARIO) -> Path:

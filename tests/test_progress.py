@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import io
 import re
 
 import pytest
@@ -17,18 +16,9 @@ from perfgate.progress import (
     render_bar,
 )
 
+from .conftest import FakeStream
+
 TTY = {"TERM": "xterm"}
-
-
-class FakeStream(io.StringIO):
-    """A text stream that says it is (or is not) a terminal."""
-
-    def __init__(self, tty: bool) -> None:
-        super().__init__()
-        self.tty = tty
-
-    def isatty(self) -> bool:
-        return self.tty
 
 
 class FakeClock:
@@ -271,16 +261,16 @@ def test_progress_reaches_pytests_terminal_through_capture(pytester: pytest.Pyte
     pytester.makepyfile(
         """
         import pytest
-        from perfgate.progress import pytest_reporter
+        from perfgate.progress import reporter_for_pytest
 
         @pytest.fixture
         def started(request):
-            with pytest_reporter(request.config).step("tiny: starting spec server") as step:
+            with reporter_for_pytest(request.config).step("tiny: starting spec server") as step:
                 print("captured, not shown")
                 step.done("ready in 1 s")
 
         def test_repeats(request, started):
-            progress = pytest_reporter(request.config)
+            progress = reporter_for_pytest(request.config)
             with progress.step("tiny spec", total=2, unit="repeat") as step:
                 step.advance()
                 step.advance()
