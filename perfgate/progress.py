@@ -7,8 +7,8 @@ counted step one line per logged item: no carriage returns, no escape codes, not
 second. ``NO_COLOR`` (any non-empty value, https://no-color.org) keeps escape codes off a
 terminal too: the live line is then erased with spaces.
 
-Under pytest, `reporter_for_pytest` writes through pytest's terminal with capture suspended, the
-way pytest's own live logging does; commands write to stderr (`stderr_reporter`), never to a
+Under pytest, `reporter_for_pytest` writes through pytest's terminal with capture suspended,
+as pytest's own live logging does; commands write to stderr (`stderr_reporter`), never to a
 stdout that carries data.
 """
 
@@ -79,7 +79,7 @@ def fit(text: str, width: int) -> str:
     """Cut `text` to at most `width` characters, ending in '...' where it was cut."""
     if len(text) <= width:
         return text
-    return text[: max(width - 3, 0)] + "..."[: max(width, 0)]
+    return text[: width - 3] + "..." if width > 3 else text[: max(width, 0)]
 
 
 def render_bar(done: int, total: int, width: int = BAR_WIDTH) -> str:
