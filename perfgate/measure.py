@@ -30,6 +30,7 @@ from perfgate.probe.reader import (
     read_records,
     wait_until_complete,
 )
+from perfgate.progress import SILENT, Reporter
 from perfgate.results import Measurement, ModeResult, PhaseSummary
 
 # The plain twin's top tokens asked for at every output position, for the equivalence rule.
@@ -62,6 +63,7 @@ def measure_mode(
     checked: Preflight | None = None,
     *,
     probe: bool = True,
+    progress: Reporter = SILENT,
 ) -> ModeResult:
     """Launch `scenario`'s server in `mode`, warm it up, time its repeats, and stop it.
 
@@ -69,7 +71,8 @@ def measure_mode(
     it names the SGLang release (flags, probe targets) and the GPUs whose memory must be
     released before the next server starts. With `probe` False the server runs without the
     probe (its variable set empty, so an inherited one cannot turn it on either): the result
-    then has no phases, which is what measuring the probe's own cost needs.
+    then has no phases, which is what measuring the probe's own cost needs. `progress`
+    shows the server's start, the warm-up and the repeats.
     """
     checked = checked or preflight(scenario)
     probe_dir = workdir / f"probe-{mode}"
@@ -87,15 +90,14 @@ def measure_mode(
             scenario.startup_timeout_s,
             gpus=checked.gpus,
             release_timeout_s=scenario.gpu_release_timeout_s,
+            progress=progress,
         ) as server,
         EngineClient(server.base_url, scenario.request_timeout_s) as client,
     ):
         info = client.server_info()
-        for _ in range(scenario.warmup):
-            client.generate(scenario.prompts, scenario.max_new_tokens)
+        warm_up(client, scenario, mode, progress)
         metrics_before = _engine_counters(client, scenario)
-        repeats: list[Repeat] = []
-        timed_loop(lambda: repeats.append(timed_repeat(client, scenario)), scenario.repeats)
+        repeats = run_repeats(client, scenario, mode, timed_loop, progress)
         metrics_after = _engine_counters(client, scenario)
         ttft_ms = [_ttft_ms(client, scenario.prompts) for _ in repeats]
         outputs = tuple(c.output_ids for c in repeats[0].completions)
@@ -116,6 +118,31 @@ def measure_mode(
         top_logprobs=top,
         engine_metrics=engine_metrics_summary(metrics_before, metrics_after, records, repeats),
     )
+
+
+def warm_up(client: EngineClient, scenario: Scenario, mode: Mode, progress: Reporter) -> None:
+    """Generate the prompts `scenario.warmup` times, untimed, counting them on `progress`."""
+    if not scenario.warmup:
+        return
+    with progress.step(f"{scenario.name} {mode}", total=scenario.warmup, unit="warmup") as step:
+        for _ in range(scenario.warmup):
+            step.advance()
+            client.generate(scenario.prompts, scenario.max_new_tokens)
+
+
+def run_repeats(
+    client: EngineClient, scenario: Scenario, mode: Mode, timed_loop: TimedLoop, progress: Reporter
+) -> list[Repeat]:
+    """Time `scenario.repeats` repeats through `timed_loop`, counting them on `progress`."""
+    repeats: list[Repeat] = []
+    with progress.step(f"{scenario.name} {mode}", total=scenario.repeats, unit="repeat") as step:
+
+        def one_repeat() -> None:
+            step.advance()  # before the repeat's own clock starts (timed_repeat)
+            repeats.append(timed_repeat(client, scenario))
+
+        timed_loop(one_repeat, scenario.repeats)
+    return repeats
 
 
 def reference_logprobs(

@@ -17,6 +17,7 @@ import pytest
 from perfgate.ci.pointer import clear_pointer, failed_pointer, session_pointer, write_pointer
 from perfgate.errors import ExitCode, PerfgateError
 from perfgate.options import add_options, gate_options
+from perfgate.progress import reporter_for_pytest
 from perfgate.session import GateSession, ScenarioRun
 from perfgate.summary import render_terminal_summary
 
@@ -34,7 +35,8 @@ def gate_session(config: pytest.Config) -> GateSession:
     value = config.stash.get(GATE_SESSION, None)
     if value is None:
         try:
-            value = GateSession(gate_options(lambda name: config.getoption(f"perfgate_{name}")))
+            options = gate_options(lambda name: config.getoption(f"perfgate_{name}"))
+            value = GateSession(options, progress=reporter_for_pytest(config))
         except PerfgateError as error:
             value = error
         clear_pointer(_pointer_root(value))  # an older session's must not pass for this one's

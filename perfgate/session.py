@@ -30,6 +30,7 @@ from perfgate.measure import (
     plain_loop,
 )
 from perfgate.plain_reuse import find_reusable_plain, plain_reuse_key, refresh_reason
+from perfgate.progress import SILENT, Reporter
 from perfgate.reference import (
     LOCAL_KEEP,
     REFERENCE_STATUSES,
@@ -90,6 +91,7 @@ class ScenarioRun:
     plain_note: str | None = None  # why the plain twin was measured although it may be reused
     config_file: Path | None = None
     reference: Reference | None = None  # what the verdicts were judged against
+    progress: Reporter = SILENT  # the servers' start and the repeats, as they go
     _checked: Preflight | None = None
     _measurement: Measurement | None = None
 
@@ -123,7 +125,14 @@ class ScenarioRun:
         self, mode: Mode, timed_loop: TimedLoop, workdir: Path | None = None
     ) -> ModeResult:
         checked = self.checked()
-        result = measure_mode(self.scenario, mode, workdir or self.workdir, timed_loop, checked)
+        result = measure_mode(
+            self.scenario,
+            mode,
+            workdir or self.workdir,
+            timed_loop,
+            checked,
+            progress=self.progress,
+        )
         if mode == "plain":
             result = replace(result, reuse_key=reuse_key_for(self.scenario, checked))
         return result
@@ -185,8 +194,11 @@ class ScenarioRun:
 class GateSession:
     """Loads config and baselines up front, so bad input fails before any server starts."""
 
-    def __init__(self, options: GateOptions, cwd: Path | None = None) -> None:
+    def __init__(
+        self, options: GateOptions, cwd: Path | None = None, progress: Reporter = SILENT
+    ) -> None:
         self.options = options
+        self.progress = progress
         self.cwd = cwd or Path.cwd()
         self.config: Config = load_config(options.config)
         selected = self.config.select(options.scenarios)
@@ -240,6 +252,7 @@ class GateSession:
                 self.profile,
                 self.workdir / name,
                 config_file=self.config.path,
+                progress=self.progress,
             )
             run.plain_source = self._plain_source(run)
             self.runs[name] = run

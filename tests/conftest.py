@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import os
 import subprocess
 import sys
@@ -51,6 +52,17 @@ def _developer_machine(monkeypatch: pytest.MonkeyPatch) -> None:
     """Run each test as on a developer's machine: `.ci/run` sets CI=true, which makes every
     gate run demand a reviewed baseline. The tests of that behaviour set CI themselves."""
     monkeypatch.delenv("CI", raising=False)
+
+
+class FakeStream(io.StringIO):
+    """A text stream that says it is (or is not) a terminal."""
+
+    def __init__(self, tty: bool) -> None:
+        super().__init__()
+        self.tty = tty
+
+    def isatty(self) -> bool:
+        return self.tty
 
 
 def write_config(folder: Path, text: str = TINY_SCENARIO) -> Path:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import sys
 import textwrap
 import time
@@ -13,6 +14,9 @@ import pytest
 from perfgate.engines.commands import ServerCommand
 from perfgate.engines.launch import free_port, running_server, start_server
 from perfgate.errors import ConfigError, InfrastructureError
+from perfgate.progress import Reporter
+
+from .conftest import FakeStream
 
 # A stand-in server: a child process that also forks a grandchild, as SGLang's schedulers do.
 SERVER = textwrap.dedent(
@@ -27,6 +31,9 @@ SERVER = textwrap.dedent(
         print("--speculative-num-steps must be >= 1", flush=True); sys.exit(64)
     if mode == "hang":
         time.sleep(600)
+    if mode == "slow":
+        print("loading shard 1 of 2", flush=True); time.sleep(0.6)
+        print("\x1b[32mloading\x1b[0m shard 2 of 2", flush=True); time.sleep(0.6)
     class Ok(http.server.BaseHTTPRequestHandler):
         def do_GET(self):
             self.send_response(200); self.end_headers()
@@ -109,3 +116,42 @@ def test_missing_interpreter(tmp_path: Path) -> None:
     )
     with pytest.raises(InfrastructureError, match="cannot start the spec server"):
         start_server(command, tmp_path / "log", startup_timeout_s=1)
+
+
+def test_a_terminal_sees_the_start_and_the_servers_last_log_line(tmp_path: Path) -> None:
+    command, pids = _command(tmp_path, "slow")
+    stream = FakeStream(tty=True)
+    progress = Reporter(stream, width=lambda: 200, environ={"TERM": "xterm"}, interval_s=0.05)
+    with running_server(command, tmp_path / "log", 30, progress=progress):
+        pass
+    _assert_all_gone(pids)
+    shown = stream.getvalue()
+    assert "\r\x1b[Ktiny: starting spec server: " in shown
+    assert ", loading shard 1 of 2" in shown and ", loading shard 2 of 2" in shown
+    assert "$ " not in shown, "the command line perfgate logged is not the server's"
+    (last,) = re.findall(r"tiny: starting spec server: ready in [\d.]+ s", shown)
+    assert shown.endswith(last + "\x1b[0m\n")
+
+
+def test_a_log_gets_one_line_at_the_start_and_one_at_the_end(tmp_path: Path) -> None:
+    command, _ = _command(tmp_path, "slow")
+    stream = FakeStream(tty=False)
+    with running_server(command, tmp_path / "log", 30, progress=Reporter(stream)):
+        pass
+    start, ready = stream.getvalue().splitlines()
+    assert start == "tiny: starting spec server"
+    assert re.fullmatch(r"tiny: starting spec server: ready in [\d.]+ s", ready)
+
+
+def test_a_log_gets_the_failure_of_a_start(tmp_path: Path) -> None:
+    command, _ = _command(tmp_path, "crash")
+    stream = FakeStream(tty=False)
+    with pytest.raises(InfrastructureError):
+        start_server(command, tmp_path / "log", 30, Reporter(stream))
+    start, failed = stream.getvalue().splitlines()
+    assert start == "tiny: starting spec server"
+    assert re.fullmatch(
+        r"tiny: starting spec server: failed after [\d.]+ s: the spec server of scenario "
+        r"'tiny' exited with code 3 before it was healthy; .*",
+        failed,
+    )

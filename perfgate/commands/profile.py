@@ -20,6 +20,7 @@ from perfgate.errors import ConfigError
 from perfgate.profile.capture import capture_profile
 from perfgate.profile.render import profile_json, render_markdown
 from perfgate.profile.trace import GPU_KERNELS
+from perfgate.progress import stderr_reporter
 
 ACTIVITIES = ("CPU", "GPU")
 LOW_COVERAGE = 0.5  # of the cycle time, below which a GPU trace surely misses kernels
@@ -85,6 +86,7 @@ def handle(args: argparse.Namespace, _rest: list[str]) -> int:
         mode=args.mode,
         activities=activities,
         checked=preflight(scenario, config.path),
+        progress=stderr_reporter(),  # stdout carries the breakdown
     )
     report = profile_json(result, TRACE_NAME)
     markdown = render_markdown(report, args.phase)

@@ -16,6 +16,7 @@ from perfgate.engines.launch import free_port, running_server
 from perfgate.engines.validate import check_scenario, preflight
 from perfgate.errors import ConfigError
 from perfgate.probe import probe_env
+from perfgate.progress import stderr_reporter
 
 
 def register(commands: Any) -> None:
@@ -95,6 +96,7 @@ def _serve(scenario: Scenario, mode: Mode, file: Path, probe_root: Path) -> int:
         scenario.startup_timeout_s,
         gpus=checked.gpus,
         release_timeout_s=scenario.gpu_release_timeout_s,
+        progress=stderr_reporter(),
     ) as server:
         print(f"{scenario.name} ({mode}) is up at {server.base_url}; log: {log}; Ctrl-C stops it")
         while server.process.poll() is None:

@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import sys
 from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
@@ -16,6 +15,7 @@ from perfgate.config import ENGINES, Config, load_config
 from perfgate.context import detect_context
 from perfgate.errors import ConfigError
 from perfgate.fingerprint import default_profile, detect_gpus
+from perfgate.progress import stderr_reporter
 from perfgate.store import check_history
 from perfgate.sweep.grid import SweepSpec, parse_env_flag, parse_int_list
 from perfgate.sweep.render import render_markdown, sweep_json
@@ -91,7 +91,7 @@ def handle(args: argparse.Namespace, _rest: list[str]) -> int:
         config_file=config.path,
         early_stop=spec.early_stop and not args.no_early_stop,
         budget_s=args.budget_s,
-        progress=lambda line: print(line, file=sys.stderr, flush=True),
+        progress=stderr_reporter(),  # stdout carries the table
     )
     result = runner.run()
     markdown = render_markdown(result)

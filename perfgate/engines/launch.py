@@ -20,8 +20,10 @@ from perfgate.engines import supervise
 from perfgate.engines.commands import ServerCommand
 from perfgate.engines.gpus import Gpu, GpuWatch
 from perfgate.errors import ConfigError, ExitCode, InfrastructureError
+from perfgate.progress import SILENT, Reporter, Step, clean_line, format_duration
 
 LOG_TAIL_LINES = 20
+LAST_LINE_BYTES = 4096  # enough for a status line; a server's log may grow to megabytes
 STOP_GRACE_S = 10.0
 # Run as a script, not `-m`: it needs nothing but the standard library, wherever perfgate is.
 SUPERVISOR = Path(supervise.__file__).resolve()
@@ -76,6 +78,19 @@ class Server:
             return ""
         return "\n".join(text.splitlines()[-lines:])
 
+    def last_log_line(self) -> str:
+        """Return the last line the server logged, fit for a status line."""
+        try:
+            with self.log_path.open("rb") as log:
+                start = max(log.seek(0, os.SEEK_END) - LAST_LINE_BYTES, 0)
+                log.seek(start)
+                text = log.read().decode("utf-8", errors="replace")
+        except OSError:
+            return ""
+        if start == 0:  # the first line is the command line start_server wrote, not the server's
+            text = text.partition("\n")[2]
+        return clean_line(text)
+
     def stop(self, grace_s: float = STOP_GRACE_S) -> int | None:
         """End the whole process group: SIGTERM, then SIGKILL after `grace_s`."""
         if self.process.poll() is None:
@@ -107,11 +122,17 @@ def supervised_argv(command: ServerCommand, lifeline: int) -> list[str]:
     return [sys.executable, str(SUPERVISOR), "--lifeline", str(lifeline), "--", *command.argv]
 
 
-def start_server(command: ServerCommand, log_path: Path, startup_timeout_s: float) -> Server:
+def start_server(
+    command: ServerCommand,
+    log_path: Path,
+    startup_timeout_s: float,
+    progress: Reporter = SILENT,
+) -> Server:
     """Launch `command`, wait until `/health` answers, and return the running server.
 
     The server runs under `perfgate.engines.supervise`, in its own process group, so that it
-    is ended with everything it spawned however this process ends.
+    is ended with everything it spawned however this process ends. While it starts,
+    `progress` shows the time so far and the last line of its log.
     """
     check_port_free(command.host, command.port)
     log_path.parent.mkdir(parents=True, exist_ok=True)
@@ -129,7 +150,9 @@ def start_server(command: ServerCommand, log_path: Path, startup_timeout_s: floa
         os.close(read_end)
     server = Server(command, process, log_path, write_end)
     try:
-        _wait_healthy(server, startup_timeout_s)
+        with progress.step(f"{command.scenario}: starting {command.mode} server") as step:
+            _wait_healthy(server, startup_timeout_s, step)
+            step.done(f"ready in {format_duration(step.elapsed_s)}")
     except BaseException:
         server.stop()
         raise
@@ -170,6 +193,7 @@ def running_server(
     *,
     gpus: Sequence[Gpu] = (),
     release_timeout_s: float = 300.0,
+    progress: Reporter = SILENT,
 ) -> Iterator[Server]:
     """Run a server for the duration of a `with` block; it is stopped however the block ends.
 
@@ -178,7 +202,7 @@ def running_server(
     """
     watch = GpuWatch.snapshot(gpus) if gpus else None
     try:
-        server = start_server(command, log_path, startup_timeout_s)
+        server = start_server(command, log_path, startup_timeout_s, progress)
         try:
             yield server
         finally:
@@ -199,7 +223,7 @@ def _wait_released(watch: GpuWatch, command: ServerCommand, timeout_s: float) ->
         in_flight.add_note(f"also: {error}")  # the first failure stays the one reported
 
 
-def _wait_healthy(server: Server, timeout_s: float) -> None:
+def _wait_healthy(server: Server, timeout_s: float, step: Step) -> None:
     deadline = time.monotonic() + timeout_s
     url = server.base_url + "/health"
     with httpx.Client(timeout=2.0) as client:
@@ -217,6 +241,7 @@ def _wait_healthy(server: Server, timeout_s: float) -> None:
                     "if it is only slow, raise the scenario's startup_timeout_s",
                     detail=server.log_tail(),
                 )
+            step.update(server.last_log_line)
             time.sleep(0.1)
 
 

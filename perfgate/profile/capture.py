@@ -26,10 +26,11 @@ from perfgate.engines.commands import Mode, ServerCommand, server_command
 from perfgate.engines.launch import free_port, running_server
 from perfgate.engines.validate import Preflight, preflight
 from perfgate.errors import InfrastructureError
-from perfgate.measure import Repeat, timed_repeat
+from perfgate.measure import Repeat, plain_loop, run_repeats, timed_repeat, warm_up
 from perfgate.probe import EVERY_VARIABLE, RANGES_VARIABLE, probe_env
 from perfgate.probe.reader import CycleRecord, read_records, wait_until_complete
 from perfgate.profile.trace import Breakdown, load_trace, parse_spans, phase_breakdown
+from perfgate.progress import SILENT, Reporter
 
 TRACE_WAIT_S = 120.0  # SGLang writes its traces after the profiled steps, in the background
 PROFILE_PREFIX = "perfgate"
@@ -67,8 +68,12 @@ def capture_profile(
     mode: Mode = "spec",
     activities: Sequence[str] = ("CPU", "GPU"),
     checked: Preflight | None = None,
+    progress: Reporter = SILENT,
 ) -> ProfileResult:
-    """Launch the server, profile `cycles` decode cycles, and read what it wrote."""
+    """Launch the server, profile `cycles` decode cycles, and read what it wrote.
+
+    `progress` shows the server's start, the repeats and the wait for the trace.
+    """
     checked = checked or preflight(scenario)
     probe_dir, trace_dir = workdir / "probe", workdir / "trace"
     command = profiled_server(scenario, mode, probe_dir, checked)
@@ -85,11 +90,12 @@ def capture_profile(
             scenario.startup_timeout_s,
             gpus=checked.gpus,
             release_timeout_s=scenario.gpu_release_timeout_s,
+            progress=progress,
         ) as server,
         EngineClient(server.base_url, scenario.request_timeout_s) as client,
     ):
         info = client.server_info()
-        repeats, trace = _repeats_then_profile(client, scenario, request, probe_dir)
+        repeats, trace = _repeats_then_profile(client, scenario, mode, request, probe_dir, progress)
     window = read_window(trace)
     records = [r for r in read_records(probe_dir) if r.kind == metrics.CYCLE]
     inside = _in_window(records, window)
@@ -125,15 +131,20 @@ def profiled_server(
 
 
 def _repeats_then_profile(
-    client: EngineClient, scenario: Scenario, request: dict[str, Any], probe_dir: Path
+    client: EngineClient,
+    scenario: Scenario,
+    mode: Mode,
+    request: dict[str, Any],
+    probe_dir: Path,
+    progress: Reporter,
 ) -> tuple[list[Repeat], Path]:
     """Warm up, time the unprofiled repeats, then one repeat whose first cycles are profiled."""
-    for _ in range(scenario.warmup):
-        client.generate(scenario.prompts, scenario.max_new_tokens)
-    repeats = [timed_repeat(client, scenario) for _ in range(scenario.repeats)]
-    client.start_profile(request)
-    profiled = timed_repeat(client, scenario)
-    trace = wait_for_trace(Path(request["output_dir"]), client)
+    warm_up(client, scenario, mode, progress)
+    repeats = run_repeats(client, scenario, mode, plain_loop, progress)
+    with progress.step(f"{scenario.name} {mode}: profiled repeat and its trace"):
+        client.start_profile(request)
+        profiled = timed_repeat(client, scenario)
+        trace = wait_for_trace(Path(request["output_dir"]), client)
     wait_until_complete(probe_dir, profiled.finished_at)
     return repeats, trace
 

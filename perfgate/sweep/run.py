@@ -31,6 +31,7 @@ from perfgate.errors import PerfgateError
 from perfgate.gate.judge import DEFAULT_TOLERANCE
 from perfgate.gate.verdict import overall_status
 from perfgate.measure import assemble_measurement, measure_mode
+from perfgate.progress import SILENT, Reporter
 from perfgate.results import Measurement, ModeResult, RunContext, RunRecord
 from perfgate.session import record_linked, reuse_key_for
 from perfgate.store import close_history, database_errors, open_history
@@ -39,7 +40,6 @@ from perfgate.sweep.results import PointResult, SweepResult, median_tok_s
 from perfgate.sweep.stop import BranchTracker
 
 MeasureMode = Callable[..., ModeResult]  # perfgate.measure.measure_mode's signature
-Progress = Callable[[str], None]
 
 
 def point_scenario(base: Scenario, spec: SweepSpec, point: Point) -> Scenario:
@@ -85,7 +85,11 @@ class _EnvState:
 
 @dataclass
 class SweepRunner:
-    """One sweep, measured and recorded point by point, with a progress line per point."""
+    """One sweep, measured and recorded point by point, with a progress line per point.
+
+    `progress` gets a line per point and per plain twin, and shows each server's start and
+    repeats as they go.
+    """
 
     spec: SweepSpec
     base: Scenario
@@ -97,7 +101,7 @@ class SweepRunner:
     early_stop: bool = True
     budget_s: float | None = None
     measure: MeasureMode = measure_mode
-    progress: Progress = print
+    progress: Reporter = SILENT
     _started: float = field(default_factory=time.monotonic)
     _total: int = 0
     _points: list[PointResult] = field(default_factory=list)
@@ -135,17 +139,21 @@ class SweepRunner:
         try:
             state.checked = preflight(scenario, self.config_file)
             plain = self.measure(
-                scenario, "plain", self._folder(state.label), checked=state.checked
+                scenario,
+                "plain",
+                self._folder(state.label),
+                checked=state.checked,
+                progress=self.progress,
             )
         except PerfgateError as error:
             self._failures.append(f"plain twin ({state.label}): {error}")
-            self.progress(f"plain twin ({state.label}): failed: {error}")
+            self.progress.note(f"plain twin ({state.label}): failed: {error}")
             state.skip = "the plain twin failed"
             return state
         state.plain = replace(plain, reuse_key=reuse_key_for(scenario, state.checked))
         self._plain[state.label] = median_tok_s(plain)
         took = time.monotonic() - clock
-        self.progress(
+        self.progress.note(
             f"plain twin ({state.label}): {self._plain[state.label]:.1f} tok/s, {took:.0f} s"
         )
         return state
@@ -176,7 +184,9 @@ class SweepRunner:
         started, clock = datetime.now(UTC), time.monotonic()
         folder = self._folder(state.label, point)
         try:
-            spec = self.measure(scenario, "spec", folder, checked=state.checked)
+            spec = self.measure(
+                scenario, "spec", folder, checked=state.checked, progress=self.progress
+            )
         except PerfgateError as error:
             self._failures.append(f"{point.label()}: {error}")
             self._add(PointResult(point, state.label, skipped=f"failed: {error}"))
@@ -215,7 +225,7 @@ class SweepRunner:
     def _add(self, result: PointResult, clock: float | None = None) -> None:
         self._points.append(result)
         took = f", {time.monotonic() - clock:.0f} s" if clock is not None else ""
-        self.progress(f"[{len(self._points)}/{self._total}] {result.describe()}{took}")
+        self.progress.note(f"[{len(self._points)}/{self._total}] {result.describe()}{took}")
 
     def _stop_note(self, branch: list[Point], index: int) -> str:
         point, rest = branch[index], len(branch) - index - 1

@@ -8,8 +8,10 @@ losses agree closely; on another version the docstrings differ a little, and so 
 
 from __future__ import annotations
 
+import itertools
 import json
-from dataclasses import asdict
+import re
+from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
 
@@ -27,7 +29,9 @@ from perfgate.engines.embedded.corpus import (
 )
 from perfgate.engines.embedded.loading import MODELS_DIR, load_draft, load_target
 from perfgate.engines.embedded.model import Eagle3Draft, Transformer
+from perfgate.progress import Reporter
 
+from ..conftest import FakeStream
 from .common import CPU
 
 CHECK_STEPS = 20
@@ -107,9 +111,69 @@ def test_unrolled_steps_see_the_prefix_and_their_own_drafts() -> None:
     ]
 
 
-def test_the_command_trains_and_writes_loadable_models(tmp_path: Path) -> None:
+def test_a_log_gets_the_first_last_and_every_tenth_step_with_its_loss() -> None:
+    weight = torch.nn.Parameter(torch.zeros(3))
+    spec = replace(train.phase("finetune"), steps=30, warmup=1)
+    stream = FakeStream(tty=False)
+    losses = train.train_loop(
+        [weight],
+        lambda batch: ((weight - batch) ** 2).sum(),
+        itertools.repeat(torch.ones(3)),
+        spec,
+        progress=Reporter(stream),
+    )
+    lines = stream.getvalue().splitlines()
+    found = [re.fullmatch(r"finetune: step (\d+) of 30, [\d.]+ s, loss [\d.]+", s) for s in lines]
+    assert [int(m[1]) if m else None for m in found] == [
+        1,
+        3,
+        6,
+        9,
+        12,
+        15,
+        18,
+        21,
+        24,
+        27,
+        30,
+        None,
+    ]
+    assert re.fullmatch(r"finetune: 30 steps in [\d.]+ s", lines[-1])
+    last = float(lines[-2].rpartition(" ")[2])
+    assert last == pytest.approx(
+        sum(losses[-train.SHOWN_LOSS_STEPS :]) / train.SHOWN_LOSS_STEPS, abs=1e-4
+    )
+
+
+def test_a_terminal_gets_a_bar_of_the_steps() -> None:
+    weight = torch.nn.Parameter(torch.zeros(3))
+    spec = replace(train.phase("draft"), steps=5, warmup=1)
+    stream = FakeStream(tty=True)
+    progress = Reporter(stream, interval_s=0.0, width=lambda: 120, environ={"TERM": "xterm"})
+    batches = itertools.repeat(torch.ones(3))
+    train.train_loop(
+        [weight], lambda b: ((weight - b) ** 2).sum(), batches, spec, progress=progress
+    )
+    shown = stream.getvalue()
+    assert "\r\x1b[Kdraft: [============>       ] step 3 of 5, " in shown
+    assert re.search(r"\x1b\[32mdraft: 5 steps in [\d.]+ s\x1b\[0m\n$", shown)
+
+
+def test_the_command_trains_and_writes_loadable_models(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     flags = ["--out", str(tmp_path), "--scale", "0.001", "--skip-quality"]
     assert cli_main(["embedded", "train", *flags]) == 0
+    out, err = capsys.readouterr()
+    assert not out, "progress goes to stderr"
+    for line in (
+        "pretrain: step 1 of 1, ",
+        "finetune: 1 step in ",
+        "draft: 1 step in ",
+        "evaluation: done in ",
+    ):
+        assert line in err
+    assert "\r" not in err
     target = load_target(str(tmp_path / train.TARGET_NAME), CPU, torch.float32)
     load_draft(str(tmp_path / train.DRAFT_NAME), target, CPU, torch.float32)
     written = json.loads((tmp_path / train.TARGET_NAME / train.RECORD_FILE).read_text())

@@ -25,6 +25,13 @@ def test_a_profile_of_the_default_scenario(project: Path) -> None:
         *("profile", "--cycles", "2", "--repeats", "2", "--out", "prof"), cwd=project
     )
     assert done.returncode == 0, done.stdout + done.stderr
+    # The server's start, the repeats and the profiled one go to stderr: stdout is the report.
+    for line in (
+        "embedded-default: starting spec server\n",
+        "embedded-default spec: repeat 2 of 2, ",
+        "embedded-default spec: profiled repeat and its trace: done in ",
+    ):
+        assert line in done.stderr and line not in done.stdout
     assert sorted(p.name for p in (project / "prof").iterdir()) == [
         "profile.json",
         "profile.md",

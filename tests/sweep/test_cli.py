@@ -73,6 +73,10 @@ def test_each_environment_point_reaches_its_servers(tmp_path: Path) -> None:
     )
     assert done.returncode == 0, done.stdout + done.stderr
     assert done.stderr.count("plain twin (tiny-sweep · PERFGATE_SWEEP_PROBE=") == 2
+    # Each server's start and repeats go to stderr, a line per step: stdout is the table.
+    assert done.stderr.count("tiny-sweep: starting spec server\n") == 2
+    assert done.stderr.count("tiny-sweep spec: repeat 1 of 1, ") == 2
+    assert "\r" not in done.stderr and "starting" not in done.stdout
     runs = runs_in(tmp_path / "history.db")
     commands = [(r.measurement.plain.command, r.measurement.spec.command) for r in runs]
     assert [

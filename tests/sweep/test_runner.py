@@ -17,6 +17,7 @@ import pytest
 
 from perfgate.config import Scenario, load_config
 from perfgate.errors import ExitCode, InfrastructureError
+from perfgate.progress import Reporter
 from perfgate.report.model import sweeps_of
 from perfgate.results import ModeResult, RunContext
 from perfgate.store import close_history, history_columns, list_runs, open_history
@@ -25,7 +26,7 @@ from perfgate.sweep.render import render_markdown, sweep_json
 from perfgate.sweep.results import SweepResult
 from perfgate.sweep.run import SweepRunner
 
-from ..conftest import write_config
+from ..conftest import FakeStream, write_config
 from ..factories import mode_result
 
 Curve = Callable[[Scenario], float]
@@ -38,9 +39,11 @@ class FakeServers:
         self.curve = curve
         self.fail = fail or (lambda scenario, mode: False)
         self.calls: list[tuple[str, int, dict[str, str]]] = []
+        self.reporters: list[object] = []  # where each server's start and repeats are shown
 
     def __call__(self, scenario: Scenario, mode: str, folder: Path, **kwargs: Any) -> ModeResult:
         self.calls.append((mode, scenario.steps, dict(scenario.env)))
+        self.reporters.append(kwargs.get("progress"))
         if self.fail(scenario, mode):
             raise InfrastructureError(f"the {mode} server exited")
         tok_s = 100.0 if mode == "plain" else self.curve(scenario)
@@ -65,7 +68,7 @@ def run_sweep(project: Path, servers: FakeServers, **changes: Any) -> tuple[Swee
     config = load_config(project)
     spec = SweepSpec("tiny-steps", "tiny", steps=(1, 2, 3, 4, 5, 6), repeats=5)
     spec = replace(spec, **{k: v for k, v in changes.items() if k in ("steps", "env")})
-    lines: list[str] = []
+    stream = FakeStream(tty=False)
     # The tiny scenario's 60% tok/s tolerance suits a noisy CPU; these curves are clean.
     base = replace(config.scenarios["tiny"], tolerances={"output_tok_s": 0.03})
     runner = SweepRunner(
@@ -79,9 +82,9 @@ def run_sweep(project: Path, servers: FakeServers, **changes: Any) -> tuple[Swee
         early_stop=changes.get("early_stop", True),
         budget_s=changes.get("budget_s"),
         measure=servers,
-        progress=lines.append,
+        progress=Reporter(stream),
     )
-    return runner.run(), lines
+    return runner.run(), stream.getvalue().splitlines()
 
 
 def recorded(project: Path) -> list[Any]:
@@ -144,6 +147,14 @@ def test_a_branch_stops_after_two_clearly_worse_points(project: Path) -> None:
         lines[-1]
         == "[6/6] steps=6 topk=1 draft_tokens=7: skipped (early stop: the branch is past its best)"
     )
+
+
+def test_every_server_shows_its_progress_on_the_sweeps_reporter(project: Path) -> None:
+    servers = FakeServers(peak_at_3)
+    run_sweep(project, servers, steps=(1, 2))
+    first = servers.reporters[0]
+    assert isinstance(first, Reporter) and first.stream is not None  # the runner's, not SILENT
+    assert servers.reporters == [first] * 3
 
 
 def test_without_early_stop_every_point_runs_and_the_rule_is_still_told(project: Path) -> None:

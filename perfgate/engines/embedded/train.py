@@ -61,11 +61,13 @@ from perfgate.engines.embedded.model import (
     init_weights,
 )
 from perfgate.errors import ConfigError
+from perfgate.progress import SILENT, Reporter, stderr_reporter
 
 TARGET_NAME = "llama-tiny"
 DRAFT_NAME = "eagle3-llama-tiny"
 RECORD_FILE = "training.json"
 CHECKPOINT_STEPS = (10, 20, 30, 100)  # mean loss of the 10 steps up to each is recorded
+SHOWN_LOSS_STEPS = 20  # progress shows the mean loss of this many steps: one step's is noisy
 EVAL_WINDOWS = 64
 MIN_CORPUS_BYTES = 500_000  # the stdlib's docstrings are about 1.6 MB
 
@@ -126,30 +128,25 @@ def train_loop(
     batches: Iterator[Tensor],
     spec: Phase,
     max_steps: int | None = None,
+    progress: Reporter = SILENT,
 ) -> list[float]:
     """Run AdamW over the phase's steps (or the first max_steps); return the loss per step."""
     optimizer = torch.optim.AdamW(
         params, lr=spec.lr, betas=(0.9, 0.95), weight_decay=spec.weight_decay
     )
     losses: list[float] = []
-    started = time.perf_counter()
-    for step in range(spec.steps if max_steps is None else min(max_steps, spec.steps)):
-        for group in optimizer.param_groups:
-            group["lr"] = lr_at(step, spec)
-        loss = loss_fn(next(batches))
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(params, 1.0)
-        optimizer.step()
-        losses.append(float(loss.detach()))
-        if (step + 1) % 100 == 0:
-            elapsed = time.perf_counter() - started
-            print(
-                f"{spec.name} {step + 1}/{spec.steps} loss {_mean(losses[-100:]):.4f} "
-                f"({elapsed:.0f} s)",
-                file=sys.stderr,
-                flush=True,
-            )
+    steps = spec.steps if max_steps is None else min(max_steps, spec.steps)
+    with progress.step(spec.name, total=steps, unit="step") as shown:
+        for step in range(steps):
+            for group in optimizer.param_groups:
+                group["lr"] = lr_at(step, spec)
+            loss = loss_fn(next(batches))
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(params, 1.0)
+            optimizer.step()
+            losses.append(float(loss.detach()))
+            shown.advance(lambda: f"loss {_mean(losses[-SHOWN_LOSS_STEPS:]):.4f}")
     return losses
 
 
@@ -288,13 +285,18 @@ def build_draft(target: Transformer) -> Eagle3Draft:
 
 
 def run_target_phase(
-    model: Transformer, spec: Phase, sources: Sequence[Tensor], max_steps: int | None = None
+    model: Transformer,
+    spec: Phase,
+    sources: Sequence[Tensor],
+    max_steps: int | None = None,
+    progress: Reporter = SILENT,
 ) -> list[float]:
     """Train the target for one phase; return the loss per step."""
     model.train()
     params = list(model.parameters())
     batches = iter_windows(sources, spec)
-    return train_loop(params, lambda batch: target_loss(model, batch), batches, spec, max_steps)
+    loss_fn = lambda batch: target_loss(model, batch)  # noqa: E731
+    return train_loop(params, loss_fn, batches, spec, max_steps, progress)
 
 
 def run_draft_phase(
@@ -303,6 +305,7 @@ def run_draft_phase(
     spec: Phase,
     sources: Sequence[Tensor],
     max_steps: int | None = None,
+    progress: Reporter = SILENT,
 ) -> list[float]:
     """Distil the head from the frozen target; return the loss per step."""
     target.eval().requires_grad_(False)
@@ -310,7 +313,7 @@ def run_draft_phase(
     params = list(head.parameters())  # the shared embedding and LM head stay the target's
     batches = iter_windows(sources, spec)
     loss_fn = lambda batch: draft_loss(head, target, batch, spec.unroll)  # noqa: E731
-    return train_loop(params, loss_fn, batches, spec, max_steps)
+    return train_loop(params, loss_fn, batches, spec, max_steps, progress)
 
 
 def eval_windows(data: Tensor, seq_len: int = 128) -> Tensor:
@@ -344,7 +347,7 @@ def sources_of(corpus: Corpus, spec: Phase) -> list[Tensor]:
 
 
 def train_models(
-    corpus: Corpus, recipe: Sequence[Phase], quality: bool = True
+    corpus: Corpus, recipe: Sequence[Phase], quality: bool = True, progress: Reporter = SILENT
 ) -> tuple[Transformer, Eagle3Draft, dict]:
     """Run the recipe; return the trained target, head and the training record."""
     target = build_target()
@@ -352,14 +355,18 @@ def train_models(
     seconds: dict[str, float] = {}
     for spec in recipe:
         started = time.perf_counter()
+        sources = sources_of(corpus, spec)
         if spec.name == "draft":
             head = build_draft(target)
-            curve = run_draft_phase(head, target, spec, sources_of(corpus, spec))
+            curve = run_draft_phase(head, target, spec, sources, progress=progress)
         else:
-            curve = run_target_phase(target, spec, sources_of(corpus, spec))
+            curve = run_target_phase(target, spec, sources, progress=progress)
         losses[spec.name] = checkpoints(curve)
         seconds[spec.name] = round(time.perf_counter() - started, 1)
     eval_data = as_tokens(corpus.split(EVAL_BUCKET))
+    with progress.step("evaluation and quality" if quality else "evaluation"):
+        judged = evaluate(target, head, eval_data, phase("draft").unroll)
+        measured = measure_quality(target.eval(), head.eval()) if quality else None
     record = {
         "python_version": corpus.python_version,
         "corpus_sha256": corpus.digest,
@@ -370,8 +377,8 @@ def train_models(
         "recipe": [asdict(spec) for spec in recipe],
         "losses": losses,
         "seconds": seconds,
-        "eval": evaluate(target, head, eval_data, phase("draft").unroll),
-        "quality": measure_quality(target.eval(), head.eval()) if quality else None,
+        "eval": judged,
+        "quality": measured,
     }
     return target, head, record
 
@@ -419,7 +426,8 @@ def run(args: argparse.Namespace) -> int:
         f"sha256 {corpus.digest[:16]}",
         file=sys.stderr,
     )
-    target, head, record = train_models(corpus, scaled(RECIPE, args.scale), not args.skip_quality)
+    recipe = scaled(RECIPE, args.scale)
+    target, head, record = train_models(corpus, recipe, not args.skip_quality, stderr_reporter())
     record["command"] = "python -m perfgate.engines.embedded.train --out DIR" + (
         f" --scale {args.scale}" if args.scale != 1.0 else ""
     )
