@@ -1,12 +1,13 @@
-"""README command 1 on a fresh clone, on a machine the committed baselines were not measured on.
+"""README command 1 on a fresh clone, on a machine no committed baseline was measured on.
 
 The machine is faked where it counts: the clone's runs read another CPU model from a
 /proc/cpuinfo bind-mounted in a private mount namespace (root and `unshare` needed; CI has both),
-so the committed CPU baseline's runner profile and fingerprint are not this machine's.
+so its runner profile and fingerprint are not those of any machine a baseline came from.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -77,7 +78,6 @@ def _command_1(clone: Path, cpuinfo: Path, **env: str) -> subprocess.CompletedPr
 def test_command_1_passes_twice_on_a_foreign_machine_and_says_what_it_judged_against(
     clone: Path, cpuinfo: Path
 ) -> None:
-    assert (clone / "baselines" / "cpu-amd-epyc-2c" / "embedded-default.json").is_file()
     first = _command_1(clone, cpuinfo)
     out = first.stdout + first.stderr
     assert first.returncode == 0, out
@@ -112,3 +112,42 @@ def test_command_1_in_ci_demands_a_reviewed_baseline_with_the_fix(
     assert "`perfgate run --no-gate --scenario embedded-default`" in line
     assert "`perfgate baseline update --run ID [--run ID ...] --approved-by NAME" in line
     assert not (clone / path).exists()
+
+
+def test_a_reviewed_baseline_from_another_cpu_falls_back_locally_and_fails_in_ci(
+    clone: Path, cpuinfo: Path
+) -> None:
+    """A reviewed baseline filed under this profile but measured on another CPU model."""
+    runs = _command_1(clone, cpuinfo)  # one run at least, to take a real fingerprint from
+    assert runs.returncode == 0, runs.stdout + runs.stderr
+    history = f"sqlite:///{clone / '.perfgate' / 'history.db'}"
+    last = subprocess.run(
+        [str(clone / ".venv/bin/perfgate"), "history", "show", "1", "--json", "--db", history],
+        cwd=clone, capture_output=True, text=True, timeout=120, check=True,
+    )  # fmt: skip
+    fingerprint = {**json.loads(last.stdout)["fingerprint"], "cpu": "AMD EPYC"}
+    path = clone / "baselines" / FOREIGN_PROFILE / "embedded-default.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(_baseline(fingerprint)))
+
+    local = _command_1(clone, cpuinfo)
+    out = local.stdout + local.stderr
+    assert local.returncode == 0, out
+    assert (
+        f"the reviewed baseline baselines/{FOREIGN_PROFILE}/embedded-default.json was measured "
+        f"elsewhere: cpu (AMD EPYC -> {FOREIGN_CPU})"
+    ) in out
+    ci = _command_1(clone, cpuinfo, CI="true")
+    out = ci.stdout + ci.stderr
+    assert ci.returncode == 64, out
+    assert "incomparable" in out and "`perfgate run --no-gate --scenario embedded-default`" in out
+
+
+def _baseline(fingerprint: dict[str, str]) -> dict[str, object]:
+    samples = {"output_tok_s": [100.0] * 3, "verify_ms": [2.0] * 3, "accept_length": [2.8] * 3,
+               "speedup": [0.8] * 3}  # fmt: skip
+    run = {"run_id": 1, "approved_by": "a", "approved_at": "2026-11-30T00:00:00+00:00",
+           "reason": "r", "commit": None, "samples": samples, "phase_ms": {}}  # fmt: skip
+    return {"schema_version": 2, "profile": FOREIGN_PROFILE, "scenario": "embedded-default",
+            "keep": 5, "gated": list(samples), "tolerances": {m: 0.25 for m in samples},
+            "fingerprint": fingerprint, "runs": [run]}  # fmt: skip
