@@ -12,8 +12,10 @@ from perfgate.runner.doctor import DoctorOptions, doctor_exit_code, run_checks
 
 EPILOG = """exit codes:
   0   every check ok (warnings allowed)
-  64  something to fix in the config, the baselines or the engine's install
-  69  the machine: no, busy or unhealthy GPUs, no free port, history unreachable
+  64  something to fix: the config, a baseline file, the engine's install, a history that
+      cannot be written, or (CI=true, --require-baseline) no matching reviewed baseline
+  69  the machine: no, busy or unhealthy GPUs for a GPU scenario, no free port, the history's
+      server unreachable
 """
 
 
@@ -22,8 +24,11 @@ def register(commands: Any) -> None:
         "doctor",
         help="check GPUs, driver, CUDA, torch, engines, ports, history and baselines",
         description="Check that this machine can run the gate on the selected scenarios: "
-        "GPUs (idle and healthy), driver, CUDA, torch, the engines' installs, free ports, the "
-        "history database and the baseline files. Starts no server, writes nothing.",
+        "GPUs (idle and healthy), driver, CUDA, torch, the engines' installs, free ports, that "
+        "the history takes writes (a write transaction, rolled back), and what each run will "
+        "be judged against: the reviewed baseline, with every fingerprint field that differs "
+        "on this machine, or this machine's own history. Every failure names its fix. Starts "
+        "no server, writes nothing that persists.",
         epilog=EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
@@ -34,6 +39,12 @@ def register(commands: Any) -> None:
     parser.add_argument("--baselines", metavar="DIR")
     parser.add_argument("--profile", metavar="NAME")
     parser.add_argument("--no-gate", action="store_true", help="baselines are not needed")
+    parser.add_argument(
+        "--require-baseline",
+        action="store_true",
+        help="as `perfgate run --require-baseline` (the default where CI=true): a missing or "
+        "non-matching reviewed baseline fails",
+    )
     parser.add_argument("--json", action="store_true", help="print the checks as JSON")
     parser.set_defaults(handler=handle)
 
@@ -47,6 +58,7 @@ def handle(args: argparse.Namespace, _rest: list[str]) -> int:
         baselines=args.baselines,
         profile=args.profile or os.environ.get("PERFGATE_PROFILE") or None,
         gate=not args.no_gate,
+        require_baseline=args.require_baseline,
     )
     checks = run_checks(options)
     code = int(doctor_exit_code(checks))
@@ -57,6 +69,8 @@ def handle(args: argparse.Namespace, _rest: list[str]) -> int:
     width = max(len(c.name) for c in checks)
     for check in checks:
         print(f"  {check.status.upper():<5} {check.name:<{width}}  {check.detail}")
+        if check.fix and check.status != "ok":
+            print(f"  {'':<5} {'':<{width}}  fix: {check.fix}")
     failed = sum(c.status == "fail" for c in checks)
     print(f"perfgate doctor: {failed} problem(s), exit {code}" if failed else "perfgate doctor: ok")
     return code

@@ -1,8 +1,10 @@
-"""`perfgate doctor`: can this machine run the gate? Each check says ok, warn or fail, and why.
+"""`perfgate doctor`: can this machine run the gate, and what will a run be judged against?
 
-A failed check carries perfgate's exit code for it: 64 for what the user must fix (config,
-baseline files, an unsupported engine), 69 for the machine (no or busy or unhealthy GPUs, no
-free port, an unreachable history). Nothing is launched and nothing is written.
+Each check says ok, warn or fail, and why; a failed check names the fix and carries perfgate's
+exit code for it: 64 for what the user must fix (config, baseline files, a history that cannot
+be written, an engine's install, CI without a matching reviewed baseline), 69 for the machine
+(no, busy or unhealthy GPUs for a GPU scenario, no free port, an unreachable history server).
+Nothing is launched and nothing that persists is written.
 """
 
 from __future__ import annotations
@@ -10,26 +12,34 @@ from __future__ import annotations
 import os
 import platform
 import socket
-import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from perfgate.baselines import baseline_path, load_baseline
+from perfgate.baselines import Baseline, baseline_path, load_baseline
 from perfgate.config import Config, Scenario, load_config, resolve_sqlite_url
-from perfgate.engines import sglang as sglang_facts
 from perfgate.engines.launch import free_port
-from perfgate.errors import ExitCode, PerfgateError
+from perfgate.errors import ConfigError, ExitCode, PerfgateError
 from perfgate.fingerprint import GpuInfo, default_profile, detect_gpus, perfgate_version
-from perfgate.runner.gpus import Limits, find_problems, read_gpus
+from perfgate.reference import fix_commands, missing_baseline, requires_baseline
+from perfgate.runner.gpus import (
+    GpuProblem,
+    GpuReport,
+    Limits,
+    find_problems,
+    read_gpus,
+    select_visible,
+)
+from perfgate.runner.predict import PredictedServer, predict_fingerprint, predict_server
 from perfgate.runner.state import STATE_VARIABLE
-from perfgate.store import check_history
-from perfgate.store.database import parse_history_url, sqlite_path
+from perfgate.store import probe_write
+from perfgate.store.database import describe, parse_history_url, sqlite_path
 
 SGLANG_DEFAULT_PORT = 30000  # where a hand-started SGLang server listens
-COMPARED = ("gpu", "gpu_count", "driver", "cuda", "torch", "engine_version")  # baseline vs here
+FAIL, WARN, OK = "fail", "warn", "ok"
+ELSEWHERE = "--db or PERFGATE_DB_URL"
 
 
 @dataclass(frozen=True)
@@ -38,6 +48,7 @@ class Check:
     status: str  # "ok", "warn" or "fail"
     detail: str
     exit_code: int = 0
+    fix: str = ""  # what to do: every fail has one, a warning may
 
     def to_dict(self) -> dict[str, Any]:
         return vars(self).copy()
@@ -52,21 +63,41 @@ class DoctorOptions:
     baselines: str | None = None
     profile: str | None = None
     gate: bool = True  # False: baselines are not needed (a first run)
+    require_baseline: bool = False  # as `perfgate run --require-baseline` (CI=true does too)
 
 
 @dataclass
 class Machine:
-    """What the checks share: the config, the scenarios and what nvidia-smi shows."""
+    """What the checks share: the config, the scenarios, the GPUs and the servers' facts."""
 
     options: DoctorOptions
     environ: Mapping[str, str]
     config: Config | None = None
     scenarios: list[Scenario] = field(default_factory=list)
     gpus: GpuInfo | None = None
+    servers: dict[str, PredictedServer] = field(default_factory=dict)  # by scenario name
 
 
-def _fail(name: str, error: PerfgateError) -> Check:
-    return Check(name, "fail", str(error), int(error.exit_code))
+# The fix of each check's failures that carry none of their own.
+FIXES = {
+    "config": "correct the file or field named (README.md, Configuration), or pass --config PATH",
+    "perfgate": "reinstall perfgate with its dependencies (scripts/bootstrap, or pip install .)",
+    "engines": "fix the engine's install in the scenario's interpreter (scenarios.NAME.python)",
+    "gpus": "run `nvidia-smi` by hand to see the driver's own error, and repair the driver",
+    "ports": "free a port on 127.0.0.1 (the loopback interface must be up)",
+    "history": f"point {ELSEWHERE} at a history perfgate can use",
+    "baselines": "correct that field, restore the file from git, or write it again with "
+    "`perfgate baseline update`",
+    "machine state": "run `perfgate runner job-started`, which writes it",
+}
+
+
+def _fail(name: str, error: PerfgateError, fix: str) -> Check:
+    """A failed check from an error: its own fix where it names one, else ``fix``."""
+    detail, own = str(error), ""
+    if isinstance(error, ConfigError) and error.fix:
+        detail, own = detail.removesuffix(f"; {error.fix}"), error.fix
+    return Check(name, FAIL, detail, int(error.exit_code), own or fix)
 
 
 def check_config(machine: Machine) -> list[Check]:
@@ -75,75 +106,135 @@ def check_config(machine: Machine) -> list[Check]:
     chosen = machine.config.select(options.scenarios)
     machine.scenarios = [s.with_engine(options.engine) if options.engine else s for s in chosen]
     names = ", ".join(s.name for s in machine.scenarios)
-    return [Check("config", "ok", f"{machine.config.path}: checking {names}")]
+    return [Check("config", OK, f"{machine.config.path}: checking {names}")]
 
 
 def check_python(machine: Machine) -> list[Check]:
     try:
         torch = metadata.version("torch")
     except metadata.PackageNotFoundError:
-        return [
-            Check("torch", "fail", "torch is not installed for perfgate", int(ExitCode.BAD_INPUT))
-        ]
+        fix = "pip install torch (CPU wheels: --index-url https://download.pytorch.org/whl/cpu)"
+        detail = "torch is not installed for perfgate"
+        return [Check("torch", FAIL, detail, int(ExitCode.BAD_INPUT), fix)]
     return [
         Check(
-            "perfgate", "ok", f"perfgate {perfgate_version()} on Python {platform.python_version()}"
+            "perfgate", OK, f"perfgate {perfgate_version()} on Python {platform.python_version()}"
         ),
-        Check("torch", "ok", f"torch {torch}"),
+        Check("torch", OK, f"torch {torch}"),
     ]
 
 
-def _needs_gpu(scenario: Scenario) -> bool:
-    return scenario.device != "cpu" and (scenario.engine == "sglang" or scenario.device == "cuda")
-
-
 def check_engines(machine: Machine) -> list[Check]:
+    """Each scenario's engine as its server will report it: release, torch, model identity."""
     checks = []
     for scenario in machine.scenarios:
         name = f"engine {scenario.name}"
-        if scenario.engine != "sglang":
-            checks.append(Check(name, "ok", f"{scenario.engine} (perfgate {perfgate_version()})"))
-            continue
-        where = f"scenarios.{scenario.name}.python"
         try:
-            python = scenario.python or sys.executable
-            installed = sglang_facts.installed_versions(python, {**machine.environ, **scenario.env})
-            release = sglang_facts.require_sglang(installed, where)
+            server = predict_server(scenario, machine.environ)
         except PerfgateError as error:
-            checks.append(_fail(name, error))
+            checks.append(_fail(name, error, FIXES["engines"]))
             continue
-        checks.append(
-            Check(name, "ok", f"sglang {release.version} (torch {installed.torch}) in {python}")
-        )
+        machine.servers[scenario.name] = server
+        checks.append(Check(name, OK, _describe_server(scenario, server)))
     return checks
+
+
+def _describe_server(scenario: Scenario, server: PredictedServer) -> str:
+    if server.installed is not None:
+        installed = server.installed
+        return f"sglang {installed.sglang} (torch {installed.torch}) in {installed.python}"
+    if "version" not in server.info:
+        return f"embedded, in {scenario.python} (its own perfgate)"
+    models = [
+        f"{role} {server.info[key]}"
+        for role, key in (("model", "model_identity"), ("draft", "draft_model_identity"))
+        if key in server.info
+    ]
+    shown = f": {', '.join(models)}" if models else ""
+    return f"embedded (perfgate {server.info['version']}){shown}"
+
+
+def _needs_gpu(scenario: Scenario) -> bool:
+    if scenario.engine == "sglang":
+        return scenario.device != "cpu"
+    return (scenario.device or "").startswith("cuda")
 
 
 def check_gpus(machine: Machine) -> list[Check]:
-    report = read_gpus()
     needing = [s for s in machine.scenarios if _needs_gpu(s)]
-    if report is None:
+    try:
+        report = read_gpus()
+    except PerfgateError as error:
         if needing:
-            detail = f"no nvidia-smi on PATH, but {needing[0].name} needs GPUs"
-            return [Check("gpus", "fail", detail, int(ExitCode.INFRASTRUCTURE))]
-        return [Check("gpus", "ok", "none (the selected scenarios run on the CPU)")]
+            raise
+        detail = f"{error}; the selected scenarios run on the CPU"
+        return [Check("gpus", WARN, detail, 0, FIXES["gpus"])]
+    if report is None or not report.gpus:
+        why = "no nvidia-smi on PATH" if report is None else "nvidia-smi lists no GPU"
+        if needing:
+            return [_no_gpu(machine, scenario, why) for scenario in needing]
+        return [Check("gpus", OK, f"none ({why}; the selected scenarios run on the CPU)")]
     machine.gpus = detect_gpus()
     cuda = machine.gpus.cuda if machine.gpus else "unknown"
-    first = report.gpus[0] if report.gpus else None
-    shown = (
-        f"{len(report.gpus)} x {first.name}, driver {first.driver}, CUDA {cuda}"
-        if first
-        else "none"
-    )
-    checks = [Check("gpus", "ok", shown)]
+    first = report.gpus[0]
+    shown = f"{len(report.gpus)} x {first.name}, driver {first.driver}, CUDA {cuda}"
+    checks = [Check("gpus", OK, shown)]
     # A busy or unhealthy GPU fails only scenarios that use one; CPU scenarios get a warning.
-    status, code = ("fail", int(ExitCode.INFRASTRUCTURE)) if needing else ("warn", 0)
+    status, code = (FAIL, int(ExitCode.INFRASTRUCTURE)) if needing else (WARN, 0)
     for problem in find_problems(report, Limits()):
-        checks.append(Check("gpus", status, problem.describe(), code))
+        checks.append(Check("gpus", status, problem.describe(), code, _gpu_fix(problem)))
     for scenario in needing:
-        if scenario.tp > len(report.gpus):
-            detail = f"{scenario.name} needs tp = {scenario.tp} GPUs; {len(report.gpus)} visible"
-            checks.append(Check("gpus", "fail", detail, int(ExitCode.INFRASTRUCTURE)))
+        checks += _check_gpu_count(machine, scenario, report)
     return checks
+
+
+def _no_gpu(machine: Machine, scenario: Scenario, why: str) -> Check:
+    """A GPU scenario on a machine without GPUs: the scenario, and the CPU ones to pick."""
+    needs = 'engine = "sglang"' if scenario.engine == "sglang" else f'device = "{scenario.device}"'
+    detail = f"scenario {scenario.name} needs a GPU ({needs}), and this machine has none ({why})"
+    assert machine.config is not None
+    engine = machine.options.engine
+    on_cpu = [
+        name
+        for name, other in machine.config.scenarios.items()
+        if not _needs_gpu(other.with_engine(engine) if engine else other)
+    ]
+    if on_cpu:
+        fix = "run it on a GPU machine, or select a CPU scenario with `--scenario NAME` "
+        fix += f"({', '.join(on_cpu)} in {machine.config.path.name})"
+    elif engine:
+        fix = f"run it on a GPU machine, or without `--engine {engine}`"
+    else:
+        fix = 'run it on a GPU machine, or add a CPU scenario (engine = "embedded", '
+        fix += f'device = "cpu") to {machine.config.path}'
+    return Check("gpus", FAIL, detail, int(ExitCode.INFRASTRUCTURE), fix)
+
+
+def _gpu_fix(problem: GpuProblem) -> str:
+    index = problem.gpu.index
+    if problem.kind == "busy":
+        return (
+            f"wait for the work on GPU {index} to end, or stop it (`nvidia-smi` lists the "
+            "processes; `perfgate runner job-completed` ends servers a perfgate job left behind)"
+        )
+    return (
+        f"take this runner out of service until GPU {index} is healthy (`nvidia-smi -q -i "
+        f"{index}` tells more; pending remaps and retirements clear with a GPU reset)"
+    )
+
+
+def _check_gpu_count(machine: Machine, scenario: Scenario, report: GpuReport) -> list[Check]:
+    env = {**machine.environ, **scenario.env}
+    visible = select_visible(report.gpus, env.get("CUDA_VISIBLE_DEVICES"))
+    if scenario.tp <= len(visible):
+        return []
+    detail = f"{scenario.name} needs tp = {scenario.tp} GPUs; {len(visible)} visible"
+    assert machine.config is not None
+    fix = (
+        f"run it on a machine with {scenario.tp} GPUs, widen CUDA_VISIBLE_DEVICES, or lower "
+        f"scenarios.{scenario.name}.tp in {machine.config.path}"
+    )
+    return [Check("gpus", FAIL, detail, int(ExitCode.INFRASTRUCTURE), fix)]
 
 
 def check_ports(machine: Machine) -> list[Check]:
@@ -151,18 +242,16 @@ def check_ports(machine: Machine) -> list[Check]:
         port = free_port()
     except OSError as error:
         detail = f"no free TCP port on 127.0.0.1 ({error.strerror}); the servers need one each"
-        return [Check("ports", "fail", detail, int(ExitCode.INFRASTRUCTURE))]
-    checks = [Check("ports", "ok", f"free ports on 127.0.0.1 (e.g. {port})")]
+        return [Check("ports", FAIL, detail, int(ExitCode.INFRASTRUCTURE), FIXES["ports"])]
+    checks = [Check("ports", OK, f"free ports on 127.0.0.1 (e.g. {port})")]
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         if sock.connect_ex(("127.0.0.1", SGLANG_DEFAULT_PORT)) == 0:
-            checks.append(
-                Check(
-                    "ports",
-                    "warn",
-                    f"something listens on {SGLANG_DEFAULT_PORT}, SGLang's default port: a server "
-                    "left behind? (`perfgate runner job-completed` ends this runner's)",
-                )
+            detail = (
+                f"something listens on {SGLANG_DEFAULT_PORT}, SGLang's default port: a server "
+                "left behind?"
             )
+            fix = "`perfgate runner job-completed` ends this runner's"
+            checks.append(Check("ports", WARN, detail, 0, fix))
     return checks
 
 
@@ -174,75 +263,114 @@ def _history_url(machine: Machine) -> str:
 
 
 def check_history_db(machine: Machine) -> list[Check]:
+    """The history must take a run's writes: proven by a write that is rolled back."""
     url = _history_url(machine)
-    check_history(url)
-    checks = [Check("history", "ok", f"{url}: reachable, perfgate's schema or new")]
-    path = sqlite_path(parse_history_url(url))
+    parsed = parse_history_url(url)
+    path = sqlite_path(parsed)
+    try:
+        done = probe_write(url)
+    except PerfgateError as error:
+        # The store's own errors name a fix where the fix is the user's (a file, a URL, a
+        # permission); what is left is a server that does not answer, or a file held locked.
+        held = "wait for the process that holds the file locked, or stop it"
+        down = "start the history's database server, or fix the host and port in the URL"
+        fix = f"{held if path is not None else down}; or point {ELSEWHERE} at another history"
+        return [_fail("history", error, fix)]
+    checks = [Check("history", OK, f"{describe(parsed)}: writable ({done})")]
     workspace = machine.environ.get("GITHUB_WORKSPACE")
     if path is not None and workspace and path.resolve().is_relative_to(Path(workspace).resolve()):
-        detail = (
-            f"{path} is inside the job's checkout, which the next checkout cleans: set "
-            "PERFGATE_DB_URL in the runner's environment (docs/runner-setup.md, History)"
-        )
-        checks.append(Check("history", "warn", detail))
+        detail = f"{path} is inside the job's checkout, which the next checkout cleans"
+        fix = "set PERFGATE_DB_URL in the runner's environment (docs/runner-setup.md, History)"
+        checks.append(Check("history", WARN, detail, 0, fix))
     return checks
 
 
-def _profile(machine: Machine) -> str:
-    return machine.options.profile or default_profile(machine.gpus or detect_gpus())
-
-
 def check_baselines(machine: Machine) -> list[Check]:
+    """What each scenario's run will be judged against here, as `perfgate.reference` decides."""
     if not machine.options.gate:
-        return [Check("baselines", "ok", "not needed (--no-gate)")]
+        return [Check("baselines", OK, "not needed (--no-gate: runs are recorded, not judged)")]
     assert machine.config is not None
     folder = machine.config.baselines_dir
     if machine.options.baselines:
         folder = Path(machine.options.baselines).resolve()
+    gpus = machine.gpus or detect_gpus()
+    profile = machine.options.profile or default_profile(gpus)
+    strict = requires_baseline(machine.options.require_baseline, machine.environ)
     checks = []
     for scenario in machine.scenarios:
+        name = f"baseline {scenario.name}"
+        path = baseline_path(folder, profile, scenario.name)
         try:
-            baseline = load_baseline(baseline_path(folder, _profile(machine), scenario.name))
+            if not path.exists():
+                checks.append(_no_baseline(name, path, scenario.name, profile, strict))
+                continue
+            baseline = load_baseline(path)
         except PerfgateError as error:
-            checks.append(_fail("baselines", error))
+            checks.append(_fail(name, error, FIXES["baselines"]))
             continue
-        checks.append(
-            Check("baselines", "ok", f"{baseline.path}: {len(baseline.runs)} approved run(s)")
-        )
-        checks += _fingerprint_hints(machine, baseline.path, baseline.fingerprint)
+        judged = _judge_baseline(machine, name, scenario, baseline, gpus, strict, profile)
+        checks.append(judged)
     return checks
 
 
-def _fingerprint_hints(
-    machine: Machine, path: object, fingerprint: Mapping[str, str]
-) -> list[Check]:
-    here = {"gpu": machine.gpus.name if machine.gpus else "none"}
-    if machine.gpus:
-        here |= {
-            "gpu_count": str(machine.gpus.count),
-            "driver": machine.gpus.driver,
-            "cuda": machine.gpus.cuda,
-        }
-    differing = [
-        f"{k} {fingerprint[k]} -> {here[k]}"
-        for k in COMPARED
-        if k in here and k in fingerprint and fingerprint[k] != here[k]
-    ]
-    if not differing:
-        return []
-    detail = f"{path}: this machine differs ({'; '.join(differing)}): its runs will be incomparable"
-    return [Check("baselines", "warn", detail)]
+def _no_baseline(name: str, path: Path, scenario: str, profile: str, strict: bool) -> Check:
+    if strict:
+        return _fail(name, missing_baseline(path, scenario, profile), "")
+    detail = (
+        f"no reviewed baseline for runner profile {profile} ({path}): the run will be judged "
+        "against this machine's own history (earlier runs with the same fingerprint; the "
+        "first one becomes the reference)"
+    )
+    return Check(name, OK, detail)
+
+
+def _judge_baseline(
+    machine: Machine,
+    name: str,
+    scenario: Scenario,
+    baseline: Baseline,
+    gpus: GpuInfo | None,
+    strict: bool,
+    profile: str,
+) -> Check:
+    """Whether a run here will match the reviewed baseline's fingerprint, field by field."""
+    server = machine.servers.get(scenario.name)
+    prediction = predict_fingerprint(scenario, server, gpus, machine.environ)
+    differing = prediction.differences(baseline.fingerprint)
+    fix = fix_commands(scenario.name, profile)
+    if differing:
+        fields = "; ".join(
+            f"{f}: {old or 'unset'} -> {new or 'unset'}" for f, old, new in differing
+        )
+        measured = f"{baseline.path} was measured in another environment ({fields})"
+        if strict:
+            detail = (
+                f"{measured}, and CI (or --require-baseline) judges only against a matching "
+                "reviewed baseline"
+            )
+            return Check(name, FAIL, detail, int(ExitCode.BAD_INPUT), fix)
+        detail = f"{measured}: the run will be judged against this machine's own history"
+        return Check(name, WARN, detail, 0, f"for a reviewed baseline of this machine, {fix}")
+    detail = (
+        f"the run will be judged against the reviewed baseline {baseline.path} "
+        f"({len(baseline.runs)} approved run(s)): its fingerprint matches this machine's"
+    )
+    if prediction.unchecked:
+        unchecked = "; ".join(f"{f} ({why})" for f, why in prediction.unchecked.items())
+        detail += f", but for fields a running server tells: {unchecked}"
+    return Check(name, OK, detail)
 
 
 def check_machine_state(machine: Machine) -> list[Check]:
     path = machine.environ.get(STATE_VARIABLE)
     if not path:
         return [
-            Check("machine state", "ok", f"{STATE_VARIABLE} unset (the job-started hook sets it)")
+            Check("machine state", OK, f"{STATE_VARIABLE} unset (the job-started hook sets it)")
         ]
     if not os.path.isfile(path):
-        return [Check("machine state", "warn", f"{STATE_VARIABLE}={path}: no such file")]
-    return [Check("machine state", "ok", f"{path}: GPU settings go into the fingerprint")]
+        detail = f"{STATE_VARIABLE}={path}: no such file"
+        return [Check("machine state", WARN, detail, 0, FIXES["machine state"])]
+    return [Check("machine state", OK, f"{path}: GPU settings go into the fingerprint")]
 
 
 CHECKS: Sequence[tuple[str, Callable[[Machine], list[Check]]]] = (
@@ -267,13 +395,13 @@ def run_checks(options: DoctorOptions, environ: Mapping[str, str] | None = None)
         try:
             checks += check(machine)
         except PerfgateError as error:
-            checks.append(_fail(name, error))
+            checks.append(_fail(name, error, FIXES[name]))
     return checks
 
 
 def doctor_exit_code(checks: Sequence[Check]) -> ExitCode:
     """64 if any check needs the user to fix something, else 69 for the machine, else 0."""
-    codes = {check.exit_code for check in checks if check.status == "fail"}
+    codes = {check.exit_code for check in checks if check.status == FAIL}
     for code in (ExitCode.BAD_INPUT, ExitCode.INFRASTRUCTURE):
         if code in codes:
             return code

@@ -20,6 +20,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from perfgate.errors import PerfgateError
 from perfgate.store.columns import HistoryColumns, history_columns
 from perfgate.store.database import (
+    WRITE_LOCK,
     create_history_engine,
     describe,
     enable_wal,
@@ -27,6 +28,7 @@ from perfgate.store.database import (
     parse_history_url,
     sqlite_path,
 )
+from perfgate.store.probe import probe_file, probe_folder, write_and_roll_back, write_error
 from perfgate.store.queries import (
     MetricPoint,
     RunFilter,
@@ -66,6 +68,7 @@ __all__ = [
     "load_runs",
     "metric_history",
     "open_history",
+    "probe_write",
     "record_run",
     "run_ids",
     "upgrade_history",
@@ -122,6 +125,34 @@ def check_history(url: str) -> None:
         return
     engine, _ = _connect(url)
     engine.dispose()
+
+
+def probe_write(url: str) -> str:
+    """Prove that a run can write to the history at `url`, leaving nothing behind; say how.
+
+    A SQLite file is opened for writing and a temporary file is made in its folder (for a file
+    that does not exist yet, in the folder it would be created in: nothing more is tried).
+    Then a real write transaction is rolled back: on SQLite it begins IMMEDIATE, taking the
+    write lock (see perfgate.store.probe.write_and_roll_back for the statement).
+
+    Raises ConfigError (exit 64) for a file, folder or database user that refuses writing and
+    for a history perfgate must not touch; InfrastructureError (exit 69) for a server that
+    cannot be reached or a history that another process holds locked.
+    """
+    path = sqlite_path(parse_history_url(url))
+    if path is not None and not path.exists():
+        folder = probe_folder(path)
+        return f"not created yet; {folder} is writable, so the first run creates it"
+    if path is not None:
+        probe_file(path)
+    engine, state = _connect(url)
+    try:
+        with engine.execution_options(**WRITE_LOCK).connect() as connection:
+            return write_and_roll_back(connection, state)
+    except SQLAlchemyError as error:
+        raise write_error(engine.url, error) from None
+    finally:
+        engine.dispose()
 
 
 @contextmanager

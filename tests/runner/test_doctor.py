@@ -1,35 +1,105 @@
-"""`perfgate doctor`: every check with its status, human and JSON, and the documented exit codes."""
+"""`perfgate doctor`: every check with its status, human and JSON, the documented exit codes,
+and its predictions of what `perfgate run` will meet: the reference a run is judged against
+(with every fingerprint field that differs), a history it cannot write, a GPU it lacks."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
+import os
+import shutil
+import subprocess
+import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from ..conftest import TINY_SCENARIO, write_config
+from perfgate.store import close_history, open_history
+
+from ..conftest import REPO, TINY_SCENARIO, run_perfgate, write_config
+from ..lockdown import FAKE_CPU, fake_cpuinfo, immutable, require_unshare, with_mounts
 from . import fake_smi
 from .conftest import run_cli
 
 ON_CUDA = TINY_SCENARIO.replace('device = "cpu"', 'device = "cuda"')
+NO_GPU_PATH = "/usr/bin:/bin"
+ON_CPU_TOO = """
+[scenarios.tiny-cpu]
+engine = "embedded"
+model = "perfgate/llama-tiny"
+draft = "perfgate/eagle3-llama-tiny"
+device = "cpu"
+"""
+LOCAL = {"CI": "", "GITHUB_WORKSPACE": ""}  # as on a laptop, also when the tests run in CI
 
 
-def _doctor(tmp_path: Path, *args: str, env: dict[str, str] | None = None) -> tuple[int, dict]:  # type: ignore[type-arg]
-    result = run_cli(
-        "doctor",
-        "--json",
-        *args,
-        env={"PATH": str(tmp_path / "none") + ":/usr/bin:/bin", **(env or {})},
-        cwd=tmp_path,
+def _doctor(
+    tmp_path: Path,
+    *args: str,
+    env: dict[str, str] | None = None,
+    read_only: tuple[Path, ...] = (),
+    cpuinfo: Path | None = None,
+) -> tuple[int, dict[str, Any]]:
+    """`perfgate doctor --json ARGS` in tmp_path; every failed check must name its fix."""
+    env = {"PATH": f"{tmp_path / 'none'}:{NO_GPU_PATH}", **LOCAL, **(env or {})}
+    if read_only or cpuinfo:
+        result = _cli_with_mounts(tmp_path, ["doctor", "--json", *args], env, read_only, cpuinfo)
+    else:
+        result = run_cli("doctor", "--json", *args, env=env, cwd=tmp_path)
+    document = json.loads(result.stdout)
+    for check in document["checks"]:
+        if check["status"] == "fail":
+            assert check["fix"] and check["exit_code"] in (64, 69), check
+    return result.returncode, document
+
+
+def _cli_with_mounts(
+    cwd: Path,
+    args: list[str],
+    env: dict[str, str],
+    read_only: tuple[Path, ...],
+    cpuinfo: Path | None,
+) -> subprocess.CompletedProcess[str]:
+    require_unshare()
+    full = {**os.environ, "PYTHONPATH": str(REPO), **env}
+    for name in ("PERFGATE_DB_URL", "PERFGATE_PROFILE", "PERFGATE_MACHINE_STATE"):
+        full.pop(name, None)
+    argv = with_mounts(
+        [sys.executable, "-m", "perfgate", *args], read_only=read_only, cpuinfo=cpuinfo
     )
-    return result.returncode, json.loads(result.stdout)
+    return subprocess.run(
+        argv, cwd=cwd, env=full, capture_output=True, text=True, timeout=120, check=False
+    )
 
 
-def _checks(document: dict, status: str) -> list[str]:  # type: ignore[type-arg]
+def _checks(document: dict[str, Any], status: str) -> list[str]:
     return [f"{c['name']}: {c['detail']}" for c in document["checks"] if c["status"] == status]
 
 
+def _check(document: dict[str, Any], name: str) -> dict[str, Any]:
+    (found,) = [c for c in document["checks"] if c["name"] == name]
+    return dict(found)
+
+
+def _require_no_gpu() -> None:
+    if shutil.which("nvidia-smi", path=NO_GPU_PATH):
+        pytest.skip(
+            f"this machine has nvidia-smi in {NO_GPU_PATH}: it is not a machine without GPUs"
+        )
+
+
+def _repo_config(folder: Path) -> Path:
+    """This repository's config and its committed CPU baseline, copied into `folder`."""
+    shutil.copy(REPO / "perfgate.toml", folder / "perfgate.toml")
+    shutil.copytree(
+        REPO / "baselines" / "cpu-amd-epyc-2c", folder / "baselines" / "cpu-amd-epyc-2c"
+    )
+    return folder / "baselines" / "cpu-amd-epyc-2c" / "embedded-default.json"
+
+
 def test_a_cpu_machine_ready_for_a_first_run(tmp_path: Path) -> None:
+    _require_no_gpu()
     write_config(tmp_path)
     code, document = _doctor(tmp_path, "--no-gate")
     assert code == 0 and document["ok"], document
@@ -45,15 +115,168 @@ def test_a_cpu_machine_ready_for_a_first_run(tmp_path: Path) -> None:
         "baselines",
         "machine state",
     ]
-    assert "gpus: none (the selected scenarios run on the CPU)" in _checks(document, "ok")
+    ok = _checks(document, "ok")
+    assert "gpus: none (no nvidia-smi on PATH; the selected scenarios run on the CPU)" in ok
+    engine = _check(document, "engine tiny")["detail"]
+    assert (
+        "model perfgate/llama-tiny@sha256:" in engine
+        and "draft perfgate/eagle3-llama-tiny@sha256:" in engine
+    )
+    history = _check(document, "history")["detail"]
+    assert (
+        history
+        == f"sqlite:///{tmp_path}/history.db: writable (not created yet; {tmp_path} is writable, so the first run creates it)"
+    )
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["perfgate.toml"]  # nothing written
 
 
-def test_a_missing_baseline_is_bad_input(tmp_path: Path) -> None:
+def test_without_a_reviewed_baseline_a_local_run_is_judged_against_its_own_history(
+    tmp_path: Path,
+) -> None:
     write_config(tmp_path)
-    code, document = _doctor(tmp_path)
-    assert code == 64
-    (failed,) = _checks(document, "fail")
-    assert failed.startswith("baselines: ") and "tiny.json: no such baseline" in failed
+    code, document = _doctor(tmp_path, "--profile", "laptop")
+    assert code == 0, document
+    check = _check(document, "baseline tiny")
+    assert check["status"] == "ok"
+    assert check["detail"].startswith(
+        f"no reviewed baseline for runner profile laptop ({tmp_path}/baselines/laptop/tiny.json): "
+        "the run will be judged against this machine's own history"
+    )
+
+
+@pytest.mark.parametrize(("args", "env"), [((), {"CI": "true"}), (("--require-baseline",), {})])
+def test_ci_requires_a_reviewed_baseline(
+    tmp_path: Path, args: tuple[str, ...], env: dict[str, str]
+) -> None:
+    write_config(tmp_path)
+    code, document = _doctor(tmp_path, "--profile", "laptop", *args, env=env)
+    assert code == 64, document
+    (failed,) = [c for c in document["checks"] if c["status"] == "fail"]
+    assert failed["name"] == "baseline tiny" and failed["exit_code"] == 64
+    assert "no reviewed baseline for scenario 'tiny' on runner profile 'laptop'" in failed["detail"]
+    assert "`perfgate run --no-gate --scenario tiny`" in failed["fix"]
+    assert "`perfgate baseline update --run ID" in failed["fix"]
+    assert "baselines/laptop/tiny.json" in failed["fix"]
+
+
+def test_a_baseline_measured_on_another_cpu(tmp_path: Path) -> None:
+    """The committed CPU baseline, on this machine made to show another CPU model."""
+    baseline = _repo_config(tmp_path)
+    recorded_cpu = json.loads(baseline.read_text())["fingerprint"]["cpu"]
+    cpuinfo = fake_cpuinfo(tmp_path)
+    args = ("--profile", "cpu-amd-epyc-2c", "--scenario", "embedded-default")
+    code, document = _doctor(tmp_path, *args, cpuinfo=cpuinfo)
+    assert code == 0, document
+    check = _check(document, "baseline embedded-default")
+    assert check["status"] == "warn"
+    assert check["detail"].startswith(f"{baseline} was measured in another environment (")
+    assert f"cpu: {recorded_cpu} -> {FAKE_CPU}" in check["detail"]
+    assert check["detail"].endswith("): the run will be judged against this machine's own history")
+    assert "perfgate baseline update" in check["fix"]
+
+    code, document = _doctor(tmp_path, *args, env={"CI": "true"}, cpuinfo=cpuinfo)
+    assert code == 64, document
+    check = _check(document, "baseline embedded-default")
+    assert check["status"] == "fail" and f"cpu: {recorded_cpu} -> {FAKE_CPU}" in check["detail"]
+    assert (
+        "CI (or --require-baseline) judges only against a matching reviewed baseline"
+        in check["detail"]
+    )
+    assert "`perfgate run --no-gate --scenario embedded-default`" in check["fix"]
+
+    # Without --profile, the profile names the CPU: no baseline is looked for under AMD's.
+    code, document = _doctor(tmp_path, "--scenario", "embedded-default", cpuinfo=cpuinfo)
+    profile = f"cpu-intel-xeon-{os.cpu_count()}c"
+    assert code == 0 and _check(document, "baseline embedded-default")["detail"].startswith(
+        f"no reviewed baseline for runner profile {profile} "
+    )
+
+
+def test_a_baseline_measured_with_another_driver(tmp_path: Path) -> None:
+    write_config(tmp_path)
+    smi = fake_smi.install(tmp_path / "bin", fake_smi.gpus(2))
+    document = json.loads(
+        (REPO / "baselines" / "cpu-amd-epyc-2c" / "embedded-default.json").read_text()
+    )
+    document |= {"profile": "h200x2", "scenario": "tiny"}
+    document["fingerprint"] = {
+        "gpu": "NVIDIA H200",
+        "gpu_count": "2",
+        "driver": "570.86.15",
+        "cuda": "12.8",
+    }
+    path = tmp_path / "baselines" / "h200x2" / "tiny.json"
+    path.parent.mkdir(parents=True)
+    path.write_text(json.dumps(document))
+    code, document = _doctor(tmp_path, env=smi)
+    assert code == 0, document
+    check = _check(document, "baseline tiny")
+    assert check["status"] == "warn" and "driver: 570.86.15 -> 580.159.04" in check["detail"]
+    assert "engine: unset -> embedded" in check["detail"]  # a field the baseline lacks differs too
+    assert "gpu:" not in check["detail"] and "cuda:" not in check["detail"]
+
+
+@pytest.mark.slow
+def test_the_predicted_fingerprint_is_the_one_a_run_records(tmp_path: Path) -> None:
+    """A real run, approved as the baseline: doctor finds every field equal; under another CPU,
+    exactly that field differs."""
+    require_unshare()
+    write_config(tmp_path)
+    env = {**LOCAL, "PATH": f"{tmp_path / 'none'}:{os.environ['PATH']}"}
+    recorded = run_perfgate("run", "--no-gate", cwd=tmp_path, env=env)
+    assert recorded.returncode == 0, recorded.stdout + recorded.stderr
+    approve = ("baseline", "update", "--run", "1", "--approved-by", "ci", "--reason", "first")
+    approved = run_perfgate(*approve, cwd=tmp_path, env=env)
+    assert approved.returncode == 0, approved.stdout + approved.stderr
+    (baseline,) = (tmp_path / "baselines").glob("*/tiny.json")
+
+    code, document = _doctor(tmp_path, env={"CI": "true", "PATH": env["PATH"]})
+    check = _check(document, "baseline tiny")
+    assert code == 0 and check["status"] == "ok", document
+    assert check["detail"] == (
+        f"the run will be judged against the reviewed baseline {baseline} (1 approved run(s)): "
+        "its fingerprint matches this machine's"
+    )
+    recorded_cpu = json.loads(baseline.read_text())["fingerprint"]["cpu"]
+    profile = ("--profile", baseline.parent.name)
+    code, document = _doctor(tmp_path, *profile, cpuinfo=fake_cpuinfo(tmp_path))
+    assert _check(document, "baseline tiny")["detail"].startswith(
+        f"{baseline} was measured in another environment (cpu: {recorded_cpu} -> {FAKE_CPU}): "
+    )
+
+
+def _history(folder: Path) -> Path:
+    folder.mkdir()
+    close_history(open_history(f"sqlite:///{folder / 'history.db'}"))
+    return folder / "history.db"
+
+
+def test_a_history_on_a_read_only_mount(tmp_path: Path) -> None:
+    write_config(tmp_path)
+    db = _history(tmp_path / "mounted")
+    code, document = _doctor(
+        tmp_path, "--no-gate", "--db", f"sqlite:///{db}", read_only=(db.parent,)
+    )
+    assert code == 64, document
+    check = _check(document, "history")
+    assert check["status"] == "fail" and check["exit_code"] == 64
+    assert check["detail"] == f"{db}: cannot be opened for writing (Read-only file system)"
+    assert check["fix"].startswith("it lies on a read-only mount: remount it read-write")
+    assert check["fix"].endswith("or point the history elsewhere with --db or PERFGATE_DB_URL")
+
+
+def test_an_immutable_history_file(tmp_path: Path) -> None:
+    write_config(tmp_path)
+    db = _history(tmp_path / "runs")
+    before = sorted(p.name for p in db.parent.iterdir())
+    with immutable(db):
+        code, document = _doctor(tmp_path, "--no-gate", "--db", f"sqlite:///{db}")
+    assert code == 64, document
+    check = _check(document, "history")
+    assert check["status"] == "fail"
+    assert check["detail"] == f"{db}: cannot be opened for writing (Operation not permitted)"
+    assert "`chattr -i -a` it" in check["fix"] and "--db or PERFGATE_DB_URL" in check["fix"]
+    assert sorted(p.name for p in db.parent.iterdir()) == before
 
 
 def test_gpus_busy_for_a_gpu_scenario_are_an_infrastructure_failure(tmp_path: Path) -> None:
@@ -62,20 +285,56 @@ def test_gpus_busy_for_a_gpu_scenario_are_an_infrastructure_failure(tmp_path: Pa
     code, document = _doctor(tmp_path, "--no-gate", env=smi)
     assert code == 69, document
     assert "gpus: 2 x NVIDIA H200, driver 580.159.04, CUDA 12.8" in _checks(document, "ok")
-    assert _checks(document, "fail") == [
-        "gpus: GPU 1 (NVIDIA H200) is busy: 9000 of 143771 MiB in use (an idle GPU shows at most 1024)"
-    ]
+    (failed,) = [c for c in document["checks"] if c["status"] == "fail"]
+    assert (
+        failed["detail"]
+        == "GPU 1 (NVIDIA H200) is busy: 9000 of 143771 MiB in use (an idle GPU shows at most 1024)"
+    )
+    assert failed["fix"].startswith("wait for the work on GPU 1 to end, or stop it")
     write_config(tmp_path)  # the same GPUs only warn when the scenario runs on the CPU
     code, document = _doctor(tmp_path, "--no-gate", env=smi)
     assert code == 0 and len(_checks(document, "warn")) == 1
 
 
-def test_no_gpu_for_a_gpu_scenario(tmp_path: Path) -> None:
+def test_a_gpu_scenario_on_this_machine_without_gpus(tmp_path: Path) -> None:
+    _require_no_gpu()
+    write_config(tmp_path, ON_CUDA + ON_CPU_TOO)
+    code, document = _doctor(tmp_path, "--no-gate", "--scenario", "tiny")
+    assert code == 69, document
+    (failed,) = [c for c in document["checks"] if c["status"] == "fail"]
+    assert failed["name"] == "gpus" and failed["exit_code"] == 69
+    assert (
+        failed["detail"]
+        == 'scenario tiny needs a GPU (device = "cuda"), and this machine has none (no nvidia-smi on PATH)'
+    )
+    assert failed["fix"] == (
+        "run it on a GPU machine, or select a CPU scenario with `--scenario NAME` (tiny-cpu in perfgate.toml)"
+    )
+    code, document = _doctor(tmp_path, "--no-gate", "--scenario", "tiny-cpu")
+    assert code == 0, document
+
+
+def test_sglang_where_it_is_not_installed(tmp_path: Path) -> None:
+    """Without SGLang its release is unknown: the baseline is compared on what is known."""
+    _require_no_gpu()
+    if importlib.util.find_spec("sglang") is not None:
+        pytest.skip("SGLang is installed here")
     write_config(tmp_path, ON_CUDA)
-    code, document = _doctor(tmp_path, "--no-gate")
-    assert code == 69 and _checks(document, "fail") == [
-        "gpus: no nvidia-smi on PATH, but tiny needs GPUs"
-    ]
+    baseline = tmp_path / "baselines" / "laptop" / "tiny.json"
+    baseline.parent.mkdir(parents=True)
+    shutil.copy(REPO / "baselines" / "cpu-amd-epyc-2c" / "embedded-default.json", baseline)
+    code, document = _doctor(tmp_path, "--engine", "sglang", "--profile", "laptop")
+    assert code == 64, document
+    engine = _check(document, "engine tiny")
+    assert engine["status"] == "fail" and engine["exit_code"] == 64
+    assert engine["detail"].startswith("scenarios.tiny.python: SGLang is not installed in ")
+    assert engine["fix"].startswith("pip install sglang==")
+    gpus = _check(document, "gpus")
+    assert gpus["detail"].startswith('scenario tiny needs a GPU (engine = "sglang")')
+    assert gpus["fix"] == "run it on a GPU machine, or without `--engine sglang`"
+    check = _check(document, "baseline tiny")
+    assert check["status"] == "warn" and "engine: embedded -> sglang" in check["detail"]
+    assert "engine_version" not in check["detail"] and "torch:" not in check["detail"]
 
 
 def test_an_unreachable_history_and_a_bad_config(tmp_path: Path) -> None:
@@ -86,7 +345,8 @@ def test_an_unreachable_history_and_a_bad_config(tmp_path: Path) -> None:
     )
     assert code == 69, document
     (failed,) = _checks(document, "fail")
-    assert failed.startswith("history: ")
+    assert failed.startswith("history: cannot reach the history database")
+    assert "PERFGATE_DB_URL" in _check(document, "history")["fix"]
     write_config(tmp_path, TINY_SCENARIO.replace("repeats = 3", "repeats = -1"))
     code, document = _doctor(tmp_path)
     assert code == 64 and _checks(document, "fail")[0].startswith("config: ")
@@ -101,15 +361,20 @@ def test_an_unreachable_history_and_a_bad_config(tmp_path: Path) -> None:
 
 def test_the_human_output(tmp_path: Path) -> None:
     write_config(tmp_path)
-    result = run_cli("doctor", env={}, cwd=tmp_path)
+    result = run_cli("doctor", "--profile", "laptop", env={**LOCAL, "CI": "true"}, cwd=tmp_path)
     assert result.returncode == 64
-    assert result.stdout.splitlines()[-1] == "perfgate doctor: 1 problem(s), exit 64"
-    assert any(line.startswith("  FAIL  baselines") for line in result.stdout.splitlines())
+    lines = result.stdout.splitlines()
+    assert lines[-1] == "perfgate doctor: 1 problem(s), exit 64"
+    (at,) = [i for i, line in enumerate(lines) if line.startswith("  FAIL  baseline tiny")]
+    assert (
+        lines[at + 1].strip().startswith("fix: record on this runner with `perfgate run --no-gate")
+    )
 
 
 def test_a_history_inside_the_checkout_is_a_warning_in_ci(tmp_path: Path) -> None:
     write_config(tmp_path)
     code, document = _doctor(tmp_path, "--no-gate", env={"GITHUB_WORKSPACE": str(tmp_path)})
     assert code == 0
-    (warned,) = _checks(document, "warn")
-    assert "history.db is inside the job's checkout" in warned and "PERFGATE_DB_URL" in warned
+    (warned,) = [c for c in document["checks"] if c["status"] == "warn"]
+    assert "history.db is inside the job's checkout" in warned["detail"]
+    assert "PERFGATE_DB_URL" in warned["fix"]

@@ -1,0 +1,120 @@
+"""The fingerprint `perfgate run` will record on this machine, told before any server starts.
+
+A run's fingerprint is `collect_fingerprint` over the speculative server's /server_info. Most of
+what that server reports is known without launching it: the embedded engine reports perfgate's
+version, its interpreter's torch and `model_identity` of the model folders it loads; SGLang
+reports its release (read from the scenario's interpreter) and no model identity, so the
+fingerprint keeps the scenario's model names and perfgate's own torch. The prediction is that
+same function over the predicted /server_info, so the two cannot drift apart. A field that only
+a running server can tell is named as unchecked, never guessed.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from perfgate.config import Scenario
+from perfgate.engines import sglang as sglang_facts
+from perfgate.engines.sglang import InstalledVersions
+from perfgate.fingerprint import GpuInfo, collect_fingerprint, diff_fingerprints, perfgate_version
+
+# A model folder whose weights are larger is not hashed before the run (the server hashes it).
+MAX_HASHED_WEIGHTS_BYTES = 512 * 2**20
+# What a server tells that doctor cannot, field by field, when it cannot be told.
+_SERVER_FIELDS = ("engine_version", "model", "draft", "torch")
+
+
+@dataclass(frozen=True)
+class PredictedServer:
+    """What a scenario's speculative server will report, as far as it is known before launch.
+
+    ``info`` holds /server_info's keys that the fingerprint reads; ``unchecked`` maps each
+    fingerprint field that cannot be known yet to why.
+    """
+
+    info: Mapping[str, Any]
+    unchecked: Mapping[str, str]
+    installed: InstalledVersions | None = None  # the scenario's interpreter, where it was asked
+
+
+@dataclass(frozen=True)
+class Prediction:
+    """The fingerprint a run will record here, less the fields only a running server tells."""
+
+    fingerprint: Mapping[str, str]
+    unchecked: Mapping[str, str]
+
+    def differences(self, recorded: Mapping[str, str]) -> list[tuple[str, str | None, str | None]]:
+        """(field, recorded value, value here) for every field that is known and differs.
+
+        An empty list means a run here will match ``recorded`` on every checked field; the
+        unchecked ones are told after the server starts.
+        """
+        return [
+            d for d in diff_fingerprints(recorded, self.fingerprint) if d[0] not in self.unchecked
+        ]
+
+
+def predict_server(scenario: Scenario, environ: Mapping[str, str]) -> PredictedServer:
+    """The /server_info facts of ``scenario``'s speculative server, read without launching it.
+
+    Raises ConfigError where the run would refuse the scenario: SGLang missing or unsupported in
+    its interpreter, an embedded model that does not exist.
+    """
+    if scenario.engine == "sglang":
+        python = scenario.python or sys.executable
+        installed = sglang_facts.installed_versions(python, {**environ, **scenario.env})
+        release = sglang_facts.require_sglang(installed, f"scenarios.{scenario.name}.python")
+        return PredictedServer({"version": release.version}, {}, installed)
+    if scenario.python and not _same_file(scenario.python, sys.executable):
+        why = f"the embedded server runs in {scenario.python}, with its own perfgate"
+        return PredictedServer({}, dict.fromkeys(_SERVER_FIELDS, why))
+    info: dict[str, Any] = {"version": perfgate_version()}
+    unchecked = {}
+    for key, field, name in (
+        ("model_identity", "model", scenario.model),
+        ("draft_model_identity", "draft", scenario.draft),
+    ):
+        identity, why = _embedded_identity(name)
+        if identity is None:
+            unchecked[field] = why
+        else:
+            info[key] = identity
+    return PredictedServer(info, unchecked)
+
+
+def predict_fingerprint(
+    scenario: Scenario,
+    server: PredictedServer | None,
+    gpus: GpuInfo | None,
+    environ: Mapping[str, str],
+) -> Prediction:
+    """The fingerprint a run of ``scenario`` will record here (``server`` None: not known)."""
+    if server is None:
+        server = PredictedServer({}, dict.fromkeys(_SERVER_FIELDS, "the engine check failed"))
+    fingerprint = collect_fingerprint(scenario, server.info, gpus, environ)
+    for field in server.unchecked:
+        fingerprint.pop(field, None)
+    return Prediction(fingerprint, dict(server.unchecked))
+
+
+def _embedded_identity(name: str) -> tuple[str | None, str]:
+    """The identity the embedded server will report for a model, or None and why not."""
+    from perfgate.engines.embedded.loading import model_identity, resolve_model  # torch: lazily
+
+    weights = resolve_model(name).weights
+    if weights is not None and weights.stat().st_size > MAX_HASHED_WEIGHTS_BYTES:
+        size_mib = weights.stat().st_size // 2**20
+        return None, f"{weights} ({size_mib} MiB) is hashed by the server, not before it starts"
+    return model_identity(name), ""
+
+
+def _same_file(first: str, second: str) -> bool:
+    try:
+        return os.path.samefile(first, second)
+    except OSError:
+        return False
