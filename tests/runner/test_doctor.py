@@ -33,6 +33,9 @@ device = "cpu"
 """
 LOCAL = {"CI": "", "GITHUB_WORKSPACE": ""}  # as on a laptop, also when the tests run in CI
 
+# A reviewed baseline of embedded-default, as approved on a 2-core AMD EPYC machine.
+AMD_BASELINE = Path(__file__).resolve().parent.parent / "data" / "baseline-cpu-amd-epyc-2c.json"
+
 
 def _doctor(
     tmp_path: Path,
@@ -90,12 +93,12 @@ def _require_no_gpu() -> None:
 
 
 def _repo_config(folder: Path) -> Path:
-    """This repository's config and its committed CPU baseline, copied into `folder`."""
+    """This repository's config, and a baseline of its default scenario from a 2-core AMD EPYC."""
     shutil.copy(REPO / "perfgate.toml", folder / "perfgate.toml")
-    shutil.copytree(
-        REPO / "baselines" / "cpu-amd-epyc-2c", folder / "baselines" / "cpu-amd-epyc-2c"
-    )
-    return folder / "baselines" / "cpu-amd-epyc-2c" / "embedded-default.json"
+    baseline = folder / "baselines" / "cpu-amd-epyc-2c" / "embedded-default.json"
+    baseline.parent.mkdir(parents=True)
+    shutil.copy(AMD_BASELINE, baseline)
+    return baseline
 
 
 def test_a_cpu_machine_ready_for_a_first_run(tmp_path: Path) -> None:
@@ -160,7 +163,7 @@ def test_ci_requires_a_reviewed_baseline(
 
 
 def test_a_baseline_measured_on_another_cpu(tmp_path: Path) -> None:
-    """The committed CPU baseline, on this machine made to show another CPU model."""
+    """An AMD EPYC baseline, on this machine made to show another CPU model."""
     baseline = _repo_config(tmp_path)
     recorded_cpu = json.loads(baseline.read_text())["fingerprint"]["cpu"]
     cpuinfo = fake_cpuinfo(tmp_path)
@@ -195,9 +198,7 @@ def test_a_baseline_measured_on_another_cpu(tmp_path: Path) -> None:
 def test_a_baseline_measured_with_another_driver(tmp_path: Path) -> None:
     write_config(tmp_path)
     smi = fake_smi.install(tmp_path / "bin", fake_smi.gpus(2))
-    document = json.loads(
-        (REPO / "baselines" / "cpu-amd-epyc-2c" / "embedded-default.json").read_text()
-    )
+    document = json.loads(AMD_BASELINE.read_text())
     document |= {"profile": "h200x2", "scenario": "tiny"}
     document["fingerprint"] = {
         "gpu": "NVIDIA H200",
@@ -322,7 +323,7 @@ def test_sglang_where_it_is_not_installed(tmp_path: Path) -> None:
     write_config(tmp_path, ON_CUDA)
     baseline = tmp_path / "baselines" / "laptop" / "tiny.json"
     baseline.parent.mkdir(parents=True)
-    shutil.copy(REPO / "baselines" / "cpu-amd-epyc-2c" / "embedded-default.json", baseline)
+    shutil.copy(AMD_BASELINE, baseline)
     code, document = _doctor(tmp_path, "--engine", "sglang", "--profile", "laptop")
     assert code == 64, document
     engine = _check(document, "engine tiny")
