@@ -39,6 +39,15 @@ class Reference:
     description: str
     baseline: Baseline | None = None
     verdicts: tuple[Verdict, ...] = ()
+    # Judged against this machine's own runs: a few local runs cannot bound the machine's
+    # noise, so an inconclusive verdict says so and does not fail the run.
+    local: bool = False
+
+    def blocks(self, verdict: Verdict) -> bool:
+        """Whether this verdict fails the run, judged against this reference."""
+        if verdict.status in (Status.PASS, Status.IMPROVEMENT):
+            return False
+        return not (self.local and verdict.status is Status.INCONCLUSIVE)
 
 
 def requires_baseline(flag: bool, environ: Mapping[str, str]) -> bool:
@@ -100,12 +109,13 @@ def choose_reference(
     if not records:
         return Reference(
             f"first run of {measurement.scenario} on this machine ({why}): recorded as the "
-            "local reference; the next run will be compared with it"
+            "local reference; the next run will be compared with it",
+            local=True,
         )
     baseline = history_baseline(records, scenario)
     ids = ", ".join(f"#{r.id}" for r in records)
     count = f"{len(records)} earlier run{'s' if len(records) > 1 else ''}"
-    return Reference(f"judged against {count} on this machine ({ids}); {why}", baseline)
+    return Reference(f"judged against {count} on this machine ({ids}); {why}", baseline, local=True)
 
 
 def history_baseline(records: Sequence[RunRecord], scenario: Scenario | None) -> Baseline:

@@ -296,6 +296,12 @@ class GateSession:
                 run.looks.append(run.verdicts)
         return run.verdicts
 
+    def failing_verdicts(self, name: str) -> list[Verdict]:
+        """The scenario's verdicts that fail the run (see Reference.blocks)."""
+        verdicts = self.verdicts(name)
+        reference = self.run_for(name).reference
+        return [v for v in verdicts if reference is None or reference.blocks(v)]
+
     def reference_for(self, run: ScenarioRun) -> Reference:
         """The reviewed baseline if it matches, else (locally) this machine's earlier runs."""
         measurement = run.measurement()
@@ -338,11 +344,19 @@ class GateSession:
         if self.records:
             self._record_and_report()
         errors = [run.error for run in self.runs.values() if run.error is not None]
-        codes = [e.exit_code for e in errors] + [exit_code(r.status) for r in self.final_records()]
+        codes = [e.exit_code for e in errors] + [self._code(r) for r in self.final_records()]
         if any(not r.measurement.outputs_pass for r in self.records):
             codes.append(ExitCode.REGRESSION)
         self.exit_code = max(codes, key=_severity, default=ExitCode.PASS)
         return self.exit_code
+
+    def _code(self, record: RunRecord) -> ExitCode:
+        """A final record's exit code; locally, an inconclusive verdict fails nothing."""
+        run = self.runs.get(record.measurement.scenario)
+        reference = run.reference if run else None
+        if reference is not None and reference.local and record.status is Status.INCONCLUSIVE:
+            return ExitCode.PASS
+        return exit_code(record.status)
 
     def final_records(self) -> list[RunRecord]:
         """Each scenario's last recorded run: the one whose verdicts are final."""

@@ -94,6 +94,8 @@ def render_terminal_summary(session: GateSession, error: PerfgateError | None) -
         if id(record) in final:
             run = session.runs.get(record.measurement.scenario)
             lines += render_record(record, run.plain_note if run else None)
+            if run and run.reference and run.reference.local:
+                lines += _local_inconclusive(record)
         else:
             m = record.measurement
             lines.append(
@@ -111,6 +113,16 @@ def render_terminal_summary(session: GateSession, error: PerfgateError | None) -
         lines.append(f"history: {session.history_url}")
     lines.append(f"perfgate exit code: {int(session.exit_code)}")
     return lines
+
+
+def _local_inconclusive(record: RunRecord) -> list[str]:
+    if record.status is not Status.INCONCLUSIVE:
+        return []
+    return [
+        "  inconclusive against this machine's own runs, which cannot yet bound its noise: "
+        "that does not fail a local run (exit 0); each run adds to the reference, and CI "
+        "judges only against a reviewed baseline"
+    ]
 
 
 def verdicts_document(

@@ -61,8 +61,13 @@ def cpuinfo(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def _command_1(clone: Path, cpuinfo: Path, **env: str) -> subprocess.CompletedProcess[str]:
-    """`scripts/gate` as the README gives it, on the faked machine."""
-    script = f"mount --bind {cpuinfo} /proc/cpuinfo && exec scripts/gate"
+    """`scripts/gate` as the README gives it, on the faked machine.
+
+    At a raised priority: the runs compare each other's speed, and this machine's other work
+    (the rest of the test suite, say) must not decide that comparison. The gate's statistics
+    under noise are tested on their own (tests/test_gate.py, benchmarks/gate_quality.py).
+    """
+    script = f"mount --bind {cpuinfo} /proc/cpuinfo && exec nice -n -10 scripts/gate"
     environ = {k: v for k, v in os.environ.items() if k not in ("CI", "VIRTUAL_ENV")}
     return subprocess.run(
         ["unshare", "-m", "sh", "-c", script],

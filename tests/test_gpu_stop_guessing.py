@@ -69,12 +69,13 @@ def test_the_smoke_run_writes_every_table_and_the_trace(tmp_path: Path) -> None:
     assert overhead["goal_status"] in ("met", "not shown", "missed")
     sweep = json.loads((out / "sweep.json").read_text())
     assert [(p["steps"], p["equivalent"]) for p in sweep["points"]] == [(1, False), (2, False)]
-    assert sweep["best"] is None and sweep["fastest"] is not None  # simulated acceptance
+    # Simulated acceptance: outputs differ by design, compared but not gated, so a best exists.
+    assert sweep["best"] == sweep["fastest"] and sweep["best"] is not None
     assert all(p["verify_ms"] > 0 and p["accept_length"] > 1 for p in sweep["points"])
     profile = json.loads((out / "profile" / "profile.json").read_text())
     assert profile["phases"]["verify"]["count"] > 0 and profile["cycles"] == 3
     log = (out / "run.log").read_text()
-    assert "== sweep: exit 1" in log and "== probe overhead: exit 0" in log
+    assert "== sweep: exit 0" in log and "== probe overhead: exit 0" in log
     assert "== probe overhead, every cycle timed: exit 0" in log
     assert log.rstrip().endswith("done, exit 0")
     assert list(tmp_path.glob("stop-guessing.*")) == []  # the work folder is removed

@@ -12,7 +12,7 @@ from perfgate.baselines import approve_run
 from perfgate.config import Scenario
 from perfgate.context import detect_context
 from perfgate.fingerprint import cpu_slug, default_profile
-from perfgate.gate import Status
+from perfgate.gate import Status, Verdict
 from perfgate.reference import choose_reference, fix_commands, requires_baseline
 from perfgate.results import RunContext, RunRecord
 
@@ -152,3 +152,20 @@ def test_baseline_changes_do_not_make_the_tree_dirty(tmp_path: Path) -> None:
 
 def _must_not_ask() -> list[RunRecord]:
     raise AssertionError("the history must not be asked when a reviewed baseline decides")
+
+
+def test_locally_an_inconclusive_verdict_does_not_fail_the_run() -> None:
+    local = choose_reference(noisy(9), None, lambda: _earlier(0), SCENARIO, require_baseline=False)
+    reviewed = choose_reference(
+        noisy(1), _reviewed(dict(noisy(1).fingerprint)), list, SCENARIO, require_baseline=False
+    )
+    for status, fails_locally, fails_reviewed in [
+        (Status.PASS, False, False),
+        (Status.IMPROVEMENT, False, False),
+        (Status.INCONCLUSIVE, False, True),
+        (Status.REGRESSION, True, True),
+        (Status.INCOMPARABLE, True, True),
+    ]:
+        verdict = Verdict("output_tok_s", status, "")
+        assert local.blocks(verdict) is fails_locally, status
+        assert reviewed.blocks(verdict) is fails_reviewed, status

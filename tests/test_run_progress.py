@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from .conftest import run_perfgate, write_config
+from .conftest import HERE_PROFILE, run_perfgate, write_config
 
 pytestmark = pytest.mark.slow
 
@@ -77,7 +77,7 @@ def test_a_log_gets_one_line_per_step_and_no_carriage_return(tmp_path: Path) -> 
         assert len(found) == 2, out  # one line at the start, one at the end
         shown = lines[found[0] : found[0] + len(expected)]
         assert all(re.fullmatch(e, line) for e, line in zip(expected, shown, strict=True)), out
-    assert "tiny on cpu: run #1 PASS" in out
+    assert f"tiny on {HERE_PROFILE}: run #1 PASS" in out
 
 
 def test_a_terminal_gets_a_live_line_and_no_colour_under_no_color(tmp_path: Path) -> None:
@@ -85,7 +85,7 @@ def test_a_terminal_gets_a_live_line_and_no_colour_under_no_color(tmp_path: Path
     shown = run_in_terminal(
         "run", "--no-gate", cwd=tmp_path, env={"TERM": "xterm", "NO_COLOR": "1"}
     )
-    assert "tiny on cpu: run #1 PASS" in shown
+    assert f"tiny on {HERE_PROFILE}: run #1 PASS" in shown
     assert "\x1b" not in shown, "NO_COLOR: no escape codes at all"
     for mode in ("plain", "spec"):
         # A live line, then erased (a carriage return, spaces, a carriage return)...
