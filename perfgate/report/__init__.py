@@ -49,7 +49,10 @@ def render_history_report(
     The charts come from column queries; only each group's newest run is loaded whole.
     """
     columns = history_columns(session, where)
-    return _render(columns, lambda ids: load_runs(session, ids), repository, generated_at)
+    selection = where.describe() if where is not None else ""
+    return _render(
+        columns, lambda ids: load_runs(session, ids), repository, generated_at, selection
+    )
 
 
 def write_report(path: Path, runs: Sequence[RunRecord]) -> Path:
@@ -72,6 +75,7 @@ def _render(
     load: Callable[[list[int]], Sequence[RunRecord]],
     repository: str | None,
     generated_at: datetime | None,
+    selection: str = "",
 ) -> str:
     groups = group_runs(columns)
     repository = repository_url([run.ci_url for run in columns.runs], repository)
@@ -85,6 +89,7 @@ def _render(
         sweeps=sweeps,
         repository=repository,
         generated_at=generated_at or datetime.now(UTC),
+        selection=selection,
     )
     return render_page(page)
 

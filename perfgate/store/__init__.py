@@ -36,6 +36,7 @@ from perfgate.store.queries import (
     load_run,
     load_runs,
     metric_history,
+    recorded_names,
     run_ids,
 )
 from perfgate.store.records import record_run
@@ -65,6 +66,7 @@ __all__ = [
     "metric_history",
     "open_history",
     "record_run",
+    "recorded_names",
     "run_ids",
     "upgrade_history",
 ]
