@@ -16,7 +16,7 @@ from perfgate.gate import DEFAULT_ALPHA
 from perfgate.gate.verdict import exit_code, overall_status
 from perfgate.judging import judge_measurements
 from perfgate.results import RunRecord
-from perfgate.store import load_run, open_history
+from perfgate.store import load_run, open_existing_history
 from perfgate.summary import render_record, verdicts_document
 
 
@@ -97,7 +97,7 @@ def _alpha(args: argparse.Namespace, config: Config | None) -> float:
 
 def _records(args: argparse.Namespace) -> list[RunRecord]:
     """The runs named, preceded by the earlier runs a single run was judged with."""
-    sessions = open_history(history_url(args))
+    sessions = open_existing_history(history_url(args))
     with sessions() as session:
         records = [load_run(session, run_id) for run_id in args.run]
         if len(records) == 1:

@@ -21,7 +21,7 @@ from perfgate.store import (
     iter_runs,
     list_runs,
     load_run,
-    open_history,
+    open_existing_history,
 )
 from perfgate.store.export import run_to_dict
 
@@ -74,7 +74,7 @@ def _filter(args: argparse.Namespace) -> RunFilter:
 
 
 def handle_list(args: argparse.Namespace, _rest: list[str]) -> int:
-    sessions = open_history(history_url(args))
+    sessions = open_existing_history(history_url(args))
     try:
         with database_errors(sessions), sessions() as session:
             runs = list_runs(session, limit=args.limit or None, where=_filter(args))
@@ -94,7 +94,7 @@ def handle_list(args: argparse.Namespace, _rest: list[str]) -> int:
 
 
 def handle_show(args: argparse.Namespace, _rest: list[str]) -> int:
-    sessions = open_history(history_url(args))
+    sessions = open_existing_history(history_url(args))
     try:
         with database_errors(sessions), sessions() as session:
             run = load_run(session, args.run)
@@ -108,7 +108,7 @@ def handle_show(args: argparse.Namespace, _rest: list[str]) -> int:
 
 
 def handle_export(args: argparse.Namespace, _rest: list[str]) -> int:
-    sessions = open_history(history_url(args))
+    sessions = open_existing_history(history_url(args))
     count = 0
     try:
         with database_errors(sessions), sessions() as session, _output(args.out) as out:

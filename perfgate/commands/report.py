@@ -15,7 +15,7 @@ from perfgate.store import (
     RunFilter,
     close_history,
     database_errors,
-    open_history,
+    open_existing_history,
     recorded_names,
 )
 
@@ -49,7 +49,7 @@ def handle(args: argparse.Namespace, _rest: list[str]) -> int:
             fix="give the repository's web address, e.g. https://github.com/OWNER/REPO",
         )
     where = RunFilter(scenario=args.scenario, profile=args.profile, branch=args.branch)
-    sessions = open_history(history_url(args))
+    sessions = open_existing_history(history_url(args))
     try:
         with database_errors(sessions), sessions() as session:
             recorded = recorded_names(session)
