@@ -50,3 +50,18 @@ def test_printing_draws_every_chart_at_once(report_file: Path, printing: str) ->
             assert chart["drawn"] and int(chart["inked"]) > 2000, chart  # type: ignore[call-overload]
         assert paused.page.evaluate("window.scrollY") == 0 and paused.errors == []
 
+
+def test_a_printed_chart_fits_the_page_it_is_printed_on(report_file: Path) -> None:
+    require_chromium()
+    # Drawn for a 1280 px screen; timers stopped, so no resize handler draws them again.
+    with open_report(report_file, prepare=stop_timers) as report:
+        report.page.emulate_media(media="print")
+        report.page.wait_for_function("window.perfgateReport.complete", timeout=20_000)
+        report.page.set_viewport_size({"width": 700, "height": 1000})  # a page's width
+        overflowing = report.page.evaluate(
+            """() => [...document.querySelectorAll('[data-chart] canvas')]
+                .map(canvas => canvas.getBoundingClientRect())
+                .filter(box => box.width < 100 || box.right > document.documentElement.clientWidth)
+                .length"""
+        )
+        assert overflowing == 0 and report.errors == []
