@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from perfgate.commands.common import history_url
+from perfgate.files import write_atomically
 from perfgate.gate.verdict import Status
 from perfgate.results import RunRecord
 from perfgate.store import (
@@ -136,14 +137,8 @@ def _output(path: str | None) -> Iterator[IO[str]]:
     if path is None:
         yield sys.stdout
         return
-    target = Path(path)
-    partial = target.with_name(target.name + ".partial")
-    try:
-        with partial.open("w", encoding="utf-8") as out:
-            yield out
-        partial.replace(target)
-    finally:
-        partial.unlink(missing_ok=True)
+    with write_atomically(Path(path)) as out:
+        yield out
 
 
 def render_run(run: RunRecord) -> list[str]:
