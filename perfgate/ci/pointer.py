@@ -129,13 +129,20 @@ def load_pointer(path: Path) -> SessionPointer | None:
             file=path,
             fix="run the gate suites again with this perfgate",
         )
-    return SessionPointer(
-        exit_code=int(document["exit_code"]),
-        history=document.get("history"),
-        report=document.get("report"),
-        profile=document.get("profile"),
-        runs=tuple(int(i) for i in document.get("runs", [])),
-        final_runs={str(k): int(v) for k, v in document.get("final_runs", {}).items()},
-        errors=tuple(SessionError(**e) for e in document.get("errors", [])),
-        finished_at=document.get("finished_at"),
-    )
+    try:
+        return SessionPointer(
+            exit_code=int(document["exit_code"]),
+            history=document.get("history"),
+            report=document.get("report"),
+            profile=document.get("profile"),
+            runs=tuple(int(i) for i in document.get("runs", [])),
+            final_runs={str(k): int(v) for k, v in document.get("final_runs", {}).items()},
+            errors=tuple(SessionError(**e) for e in document.get("errors", [])),
+            finished_at=document.get("finished_at"),
+        )
+    except (KeyError, TypeError, ValueError, AttributeError) as error:
+        raise ConfigError(
+            f"is not a usable session pointer ({type(error).__name__}: {error})",
+            file=path,
+            fix="run the gate suites again with this perfgate",
+        ) from None
