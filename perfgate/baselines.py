@@ -21,8 +21,6 @@ them as before and says attribution is unavailable; `perfgate baseline update` o
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
@@ -31,6 +29,7 @@ from typing import Any
 
 from perfgate import metrics
 from perfgate.errors import ConfigError
+from perfgate.files import write_text_atomically
 
 SCHEMA_VERSION = 2
 READABLE_VERSIONS = (1, 2)
@@ -297,15 +296,7 @@ def _dumps(value: Any, depth: int = 0) -> str:
 
 def write_baseline(baseline: Baseline, path: Path) -> None:
     """Write atomically: a reader sees the old file or the new one, never half of one."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as out:
-            out.write(dump_baseline(baseline))
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    write_text_atomically(path, dump_baseline(baseline))
 
 
 def approve_run(

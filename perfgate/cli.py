@@ -10,6 +10,7 @@ from typing import NoReturn
 
 from perfgate.commands import COMMANDS
 from perfgate.errors import ExitCode, PerfgateError
+from perfgate.fingerprint import perfgate_version
 
 EPILOG = """exit codes:
   0   pass            every verdict pass or improvement, outputs equivalent
@@ -34,6 +35,7 @@ def build_parser() -> argparse.ArgumentParser:
         epilog=EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
+    parser.add_argument("--version", action="version", version=f"perfgate {perfgate_version()}")
     commands = parser.add_subparsers(title="commands", metavar="COMMAND", parser_class=_Parser)
     commands.required = True
     for command in COMMANDS:

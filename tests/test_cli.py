@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import re
 import shlex
+from importlib import metadata
 from pathlib import Path
 
 from perfgate.cli import main
@@ -19,6 +21,13 @@ def test_help_lists_the_commands(capsys) -> None:  # type: ignore[no-untyped-def
     for command in ("run", "servers", "baseline", "report", "history"):
         assert f"    {command} " in out
     assert "75  inconclusive" in out
+
+
+def test_version_prints_the_installed_version() -> None:
+    result = run_perfgate("--version", cwd=REPO)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == f"perfgate {metadata.version('perfgate')}\n"
+    assert re.fullmatch(r"perfgate \d+\.\d+\.\d+\S*\n", result.stdout)
 
 
 def test_dry_run_prints_both_servers_of_each_scenario() -> None:

@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from perfgate.errors import ConfigError, PerfgateError
+from perfgate.files import write_text_atomically
 from perfgate.store.database import describe, parse_history_url
 
 if TYPE_CHECKING:
@@ -107,13 +108,9 @@ def failed_pointer(error: PerfgateError) -> SessionPointer:
 
 def write_pointer(root: Path, pointer: SessionPointer) -> Path:
     """Write the pointer (whole, or not at all) and return its path."""
-    path = pointer_path(root)
-    path.parent.mkdir(parents=True, exist_ok=True)
     document = pointer.to_dict() | {"finished_at": datetime.now(UTC).isoformat(timespec="seconds")}
-    partial = path.with_name(path.name + ".partial")
-    partial.write_text(json.dumps(document, indent=2, sort_keys=True) + "\n", "utf-8")
-    partial.replace(path)
-    return path
+    text = json.dumps(document, indent=2, sort_keys=True) + "\n"
+    return write_text_atomically(pointer_path(root), text)
 
 
 def load_pointer(path: Path) -> SessionPointer | None:
@@ -132,13 +129,20 @@ def load_pointer(path: Path) -> SessionPointer | None:
             file=path,
             fix="run the gate suites again with this perfgate",
         )
-    return SessionPointer(
-        exit_code=int(document["exit_code"]),
-        history=document.get("history"),
-        report=document.get("report"),
-        profile=document.get("profile"),
-        runs=tuple(int(i) for i in document.get("runs", [])),
-        final_runs={str(k): int(v) for k, v in document.get("final_runs", {}).items()},
-        errors=tuple(SessionError(**e) for e in document.get("errors", [])),
-        finished_at=document.get("finished_at"),
-    )
+    try:
+        return SessionPointer(
+            exit_code=int(document["exit_code"]),
+            history=document.get("history"),
+            report=document.get("report"),
+            profile=document.get("profile"),
+            runs=tuple(int(i) for i in document.get("runs", [])),
+            final_runs={str(k): int(v) for k, v in document.get("final_runs", {}).items()},
+            errors=tuple(SessionError(**e) for e in document.get("errors", [])),
+            finished_at=document.get("finished_at"),
+        )
+    except (KeyError, TypeError, ValueError, AttributeError) as error:
+        raise ConfigError(
+            f"is not a usable session pointer ({type(error).__name__}: {error})",
+            file=path,
+            fix="run the gate suites again with this perfgate",
+        ) from None

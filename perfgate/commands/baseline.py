@@ -30,7 +30,7 @@ from perfgate.gate.stats import median, pooled_pairwise_sd
 from perfgate.gate.verdict import Status
 from perfgate.reference import scenario_gating
 from perfgate.results import RunRecord
-from perfgate.store import load_run, open_history
+from perfgate.store import load_run, open_existing_history
 
 
 def register(commands: Any) -> None:
@@ -106,7 +106,7 @@ def _refusals(record: RunRecord, current_fingerprint: dict[str, str] | None) -> 
 
 
 def _load_records(args: argparse.Namespace) -> list[RunRecord]:
-    sessions = open_history(history_url(args))
+    sessions = open_existing_history(history_url(args))
     with sessions() as session:
         records = [load_run(session, run_id) for run_id in args.run]
     return one_scenario(
@@ -220,7 +220,7 @@ def handle_migrate(args: argparse.Namespace, _rest: list[str]) -> int:
     if not old:
         print(f"{directory}: every baseline file is schema {SCHEMA_VERSION} already")
         return 0
-    sessions = open_history(history_url(args))
+    sessions = open_existing_history(history_url(args))
     with sessions() as session:
         for baseline in old:
             migrated, found = _with_history_phases(session, baseline)

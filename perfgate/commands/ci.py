@@ -37,7 +37,7 @@ from perfgate.config import Config, load_config
 from perfgate.errors import ConfigError, PerfgateError
 from perfgate.fingerprint import default_profile, detect_gpus
 from perfgate.results import RunRecord
-from perfgate.store import RunFilter, close_history, list_runs, load_runs, open_history
+from perfgate.store import RunFilter, close_history, list_runs, load_runs, open_existing_history
 
 LATEST = "latest"
 
@@ -119,7 +119,7 @@ def load_session(
     if pointer is None or not pointer.final_runs or not url:
         return pointer, [], []
     try:
-        sessions = open_history(url)
+        sessions = open_existing_history(url)
         try:
             with sessions() as session:
                 loaded = load_runs(session, list(pointer.final_runs.values()))
@@ -186,7 +186,7 @@ def handle_annotations(args: argparse.Namespace, _rest: list[str]) -> int:
 
 def _approval_targets(args: argparse.Namespace, config: Config) -> list[RunRecord]:
     """The runs to approve: those named, or the newest pushed run of each scenario."""
-    sessions = open_history(history_url(args))
+    sessions = open_existing_history(history_url(args))
     try:
         with sessions() as session:
             if args.runs.strip() != LATEST:

@@ -6,7 +6,7 @@ import argparse
 from typing import Any
 
 from perfgate.commands.common import history_url
-from perfgate.store import inspect_history, upgrade_history
+from perfgate.store import inspect_history, missing_history, upgrade_history
 from perfgate.store.database import describe, parse_history_url
 from perfgate.store.schema import check_schema
 
@@ -47,8 +47,8 @@ def handle_current(args: argparse.Namespace, _rest: list[str]) -> int:
     where = describe(parse_history_url(url))
     check_schema(state, where)  # a newer perfgate's, or not perfgate's: one line, exit 64
     if state.current is None and not state.tables:
-        note = "empty: any perfgate command creates it"
-    elif state.current is None:
+        raise missing_history(url)
+    if state.current is None:
         note = f"created before schema versions: `perfgate db upgrade` brings it to {state.head}"
     elif state.is_current:
         note = "the newest this perfgate knows"

@@ -25,7 +25,7 @@ from perfgate.reference import (
     requires_baseline,
 )
 from perfgate.results import RunRecord
-from perfgate.store import close_history, comparable_runs, load_run, open_history
+from perfgate.store import close_history, comparable_runs, load_run, open_existing_history
 from perfgate.summary import render_record, verdicts_document
 
 
@@ -120,7 +120,7 @@ def _alpha(args: argparse.Namespace, config: Config | None) -> float:
 
 def _records(args: argparse.Namespace) -> list[RunRecord]:
     """The runs named, preceded by the earlier runs a single run was judged with."""
-    sessions = open_history(history_url(args))
+    sessions = open_existing_history(history_url(args))
     with sessions() as session:
         records = [load_run(session, run_id) for run_id in args.run]
         if len(records) == 1:
@@ -151,7 +151,7 @@ def _reference(
     first = records[0].id
 
     def earlier_runs() -> list[RunRecord]:
-        sessions = open_history(history_url(args))
+        sessions = open_existing_history(history_url(args))
         try:
             with sessions() as session:
                 return comparable_runs(

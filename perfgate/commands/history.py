@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from perfgate.commands.common import history_url
+from perfgate.files import write_atomically
 from perfgate.gate.verdict import Status
 from perfgate.results import RunRecord
 from perfgate.store import (
@@ -21,7 +22,7 @@ from perfgate.store import (
     iter_runs,
     list_runs,
     load_run,
-    open_history,
+    open_existing_history,
 )
 from perfgate.store.export import run_to_dict
 
@@ -74,7 +75,7 @@ def _filter(args: argparse.Namespace) -> RunFilter:
 
 
 def handle_list(args: argparse.Namespace, _rest: list[str]) -> int:
-    sessions = open_history(history_url(args))
+    sessions = open_existing_history(history_url(args))
     try:
         with database_errors(sessions), sessions() as session:
             runs = list_runs(session, limit=args.limit or None, where=_filter(args))
@@ -94,7 +95,7 @@ def handle_list(args: argparse.Namespace, _rest: list[str]) -> int:
 
 
 def handle_show(args: argparse.Namespace, _rest: list[str]) -> int:
-    sessions = open_history(history_url(args))
+    sessions = open_existing_history(history_url(args))
     try:
         with database_errors(sessions), sessions() as session:
             run = load_run(session, args.run)
@@ -108,7 +109,7 @@ def handle_show(args: argparse.Namespace, _rest: list[str]) -> int:
 
 
 def handle_export(args: argparse.Namespace, _rest: list[str]) -> int:
-    sessions = open_history(history_url(args))
+    sessions = open_existing_history(history_url(args))
     count = 0
     try:
         with database_errors(sessions), sessions() as session, _output(args.out) as out:
@@ -136,14 +137,8 @@ def _output(path: str | None) -> Iterator[IO[str]]:
     if path is None:
         yield sys.stdout
         return
-    target = Path(path)
-    partial = target.with_name(target.name + ".partial")
-    try:
-        with partial.open("w", encoding="utf-8") as out:
-            yield out
-        partial.replace(target)
-    finally:
-        partial.unlink(missing_ok=True)
+    with write_atomically(Path(path)) as out:
+        yield out
 
 
 def render_run(run: RunRecord) -> list[str]:

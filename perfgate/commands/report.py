@@ -7,10 +7,17 @@ from pathlib import Path
 from typing import Any
 
 from perfgate.commands.common import history_url
+from perfgate.config import Config, find_config, load_config
 from perfgate.errors import ConfigError
 from perfgate.report import write_history_report
 from perfgate.report.links import safe_url
-from perfgate.store import RunFilter, close_history, database_errors, open_history
+from perfgate.store import (
+    RunFilter,
+    close_history,
+    database_errors,
+    open_existing_history,
+    recorded_names,
+)
 
 
 def register(commands: Any) -> None:
@@ -42,11 +49,83 @@ def handle(args: argparse.Namespace, _rest: list[str]) -> int:
             fix="give the repository's web address, e.g. https://github.com/OWNER/REPO",
         )
     where = RunFilter(scenario=args.scenario, profile=args.profile, branch=args.branch)
-    sessions = open_history(history_url(args))
+    sessions = open_existing_history(history_url(args))
     try:
         with database_errors(sessions), sessions() as session:
+            recorded = recorded_names(session)
+            check_names(where, recorded, args.config)
             path = write_history_report(Path(args.out), session, where, args.repo_url)
     finally:
         close_history(sessions)
-    print(f"wrote {path}")
+    if selects_a_run(where, recorded):
+        print(f"wrote {path}")
+    elif where.describe():
+        print(f"wrote {path}: no recorded run matches {where.describe()}")
+    else:
+        print(f"wrote {path}: the history holds no run yet")
     return 0
+
+
+def check_names(
+    where: RunFilter, recorded: set[tuple[str, str, str | None]], config_path: str | None
+) -> None:
+    """Refuse a --scenario, --profile or --branch that neither the history nor the config has.
+
+    The config is read only for a name the history lacks: a scenario it defines, or a runner
+    profile it holds baselines for, exists before its first run.
+    """
+    branches = {branch for _, _, branch in recorded if branch is not None}
+    if where.branch is not None and where.branch not in branches:
+        problem = f"no run on branch {where.branch!r} in the history"
+        raise _unknown("--branch", problem, branches)
+    scenarios = {scenario for scenario, _, _ in recorded}
+    if where.scenario is not None and where.scenario not in scenarios:
+        config = _optional_config(config_path)
+        if config is None:
+            raise _unknown(
+                "--scenario", f"no scenario {where.scenario!r} in the history", scenarios
+            )
+        scenarios |= set(config.scenarios)
+        if where.scenario not in scenarios:
+            problem = f"no scenario {where.scenario!r} in the config or the history"
+            raise _unknown("--scenario", problem, scenarios)
+    profiles = {profile for _, profile, _ in recorded}
+    if where.profile is not None and where.profile not in profiles:
+        config = _optional_config(config_path)
+        if config is None:
+            problem = f"no runner profile {where.profile!r} in the history"
+            raise _unknown("--profile", problem, profiles)
+        profiles |= baseline_profiles(config.baselines_dir)
+        if where.profile not in profiles:
+            problem = f"no runner profile {where.profile!r} in the history or the baselines"
+            raise _unknown("--profile", problem, profiles)
+
+
+def selects_a_run(where: RunFilter, recorded: set[tuple[str, str, str | None]]) -> bool:
+    """True when the history holds a run of the scenario, profile and branch `where` names."""
+    wanted = (where.scenario, where.profile, where.branch)
+    return any(
+        all(want is None or want == have for want, have in zip(wanted, names, strict=True))
+        for names in recorded
+    )
+
+
+def baseline_profiles(baselines_dir: Path) -> set[str]:
+    """The runner profiles with a folder of baselines (baselines/<profile>/)."""
+    if not baselines_dir.is_dir():
+        return set()
+    return {entry.name for entry in baselines_dir.iterdir() if entry.is_dir()}
+
+
+def _optional_config(path: str | None) -> Config | None:
+    """The config given or found here; None when there is none (the report needs none)."""
+    try:
+        found = Path(path) if path else find_config()
+    except ConfigError:
+        return None
+    return load_config(found)
+
+
+def _unknown(flag: str, problem: str, known: set[str]) -> ConfigError:
+    fix = f"choose one of: {', '.join(sorted(known))}" if known else f"leave {flag} out"
+    return ConfigError(problem, field=flag, fix=fix)

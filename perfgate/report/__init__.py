@@ -9,14 +9,13 @@ The page draws its charts with uPlot, inlined from perfgate/report/static/ (no n
 
 from __future__ import annotations
 
-import os
-import tempfile
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 
 from sqlalchemy.orm import Session
 
+from perfgate.files import write_text_atomically
 from perfgate.report.links import repository_url
 from perfgate.report.model import build_payload, group_runs, sweeps_of
 from perfgate.report.page import Page, render_page
@@ -49,12 +48,15 @@ def render_history_report(
     The charts come from column queries; only each group's newest run is loaded whole.
     """
     columns = history_columns(session, where)
-    return _render(columns, lambda ids: load_runs(session, ids), repository, generated_at)
+    selection = where.describe() if where is not None else ""
+    return _render(
+        columns, lambda ids: load_runs(session, ids), repository, generated_at, selection
+    )
 
 
 def write_report(path: Path, runs: Sequence[RunRecord]) -> Path:
     """Render the report for runs held in memory and write it atomically; return its path."""
-    return _write(path, render_report(runs))
+    return write_text_atomically(path, render_report(runs))
 
 
 def write_history_report(
@@ -64,7 +66,7 @@ def write_history_report(
     repository: str | None = None,
 ) -> Path:
     """Render the report from the history and write it atomically; return its path."""
-    return _write(path, render_history_report(session, where, repository))
+    return write_text_atomically(path, render_history_report(session, where, repository))
 
 
 def _render(
@@ -72,6 +74,7 @@ def _render(
     load: Callable[[list[int]], Sequence[RunRecord]],
     repository: str | None,
     generated_at: datetime | None,
+    selection: str = "",
 ) -> str:
     groups = group_runs(columns)
     repository = repository_url([run.ci_url for run in columns.runs], repository)
@@ -85,23 +88,10 @@ def _render(
         sweeps=sweeps,
         repository=repository,
         generated_at=generated_at or datetime.now(UTC),
+        selection=selection,
     )
     return render_page(page)
 
 
 def _ordered(runs: Sequence[RunRecord]) -> list[RunRecord]:
     return sorted(runs, key=lambda r: (r.measurement.started_at, r.id or 0))
-
-
-def _write(path: Path, html: str) -> Path:
-    """Write through a temporary file in the same folder: a reader never sees half a report."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as out:
-            out.write(html)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return path

@@ -77,6 +77,7 @@ class Page:
     sweeps: Sequence[Sweep]
     repository: str | None
     generated_at: datetime
+    selection: str = ""  # which runs the report is narrowed to, in words; "" for all
 
 
 def render_page(page: Page) -> str:
@@ -89,6 +90,7 @@ def render_page(page: Page) -> str:
         branches=page.payload["branches"],
         sweeps=page.sweeps,
         repository=page.repository,
+        selection=page.selection,
         generated_at=page.generated_at.isoformat(timespec="seconds"),
         data=script_json(page.payload),
         uplot_js=static_text("uPlot.iife.min.js"),

@@ -22,6 +22,7 @@ from pathlib import Path
 
 from perfgate.ci.workflow_commands import Annotation
 from perfgate.errors import ExitCode
+from perfgate.files import write_text_atomically
 from perfgate.runner.gpus import GpuReport, Limits, find_problems, fingerprint_fields, read_gpus
 from perfgate.runner.gpus import select_visible as visible
 from perfgate.runner.leftovers import (
@@ -182,11 +183,7 @@ def save_state(result: HookResult, path: Path, environ: Mapping[str, str]) -> Pa
         "ended": [leftover.describe() for leftover in result.ended],
         "problems": result.problems,
     }
-    path.parent.mkdir(parents=True, exist_ok=True)
-    partial = path.with_name(path.name + ".partial")
-    partial.write_text(json.dumps(document, indent=2, sort_keys=True) + "\n", "utf-8")
-    partial.replace(path)
-    return path
+    return write_text_atomically(path, json.dumps(document, indent=2, sort_keys=True) + "\n")
 
 
 def export_variable(environ: Mapping[str, str], name: str, value: str) -> None:

@@ -4,7 +4,8 @@ Transactions are framed at the edge (`with sessions.begin() as session:` in the 
 plugin), so a run is recorded whole or not at all. Opening a history brings its schema to this
 perfgate's revision first (see schema.py); failures become one-line perfgate errors with the
 documented exit codes: 64 for a URL, file or database that is wrong (not a database, not
-perfgate's, from a newer perfgate), 69 for a server that cannot be reached.
+perfgate's, from a newer perfgate), 69 for a server that cannot be reached. Only the commands
+that record runs create a history; those that read it open an existing one, or say there is none.
 """
 
 from __future__ import annotations
@@ -17,9 +18,10 @@ from sqlalchemy import Engine
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
 
-from perfgate.errors import PerfgateError
+from perfgate.errors import ConfigError, PerfgateError
 from perfgate.store.columns import HistoryColumns, history_columns
 from perfgate.store.database import (
+    URL_FIELD,
     WRITE_LOCK,
     create_history_engine,
     describe,
@@ -39,6 +41,7 @@ from perfgate.store.queries import (
     load_run,
     load_runs,
     metric_history,
+    recorded_names,
     run_ids,
 )
 from perfgate.store.records import record_run
@@ -67,9 +70,12 @@ __all__ = [
     "load_run",
     "load_runs",
     "metric_history",
+    "missing_history",
+    "open_existing_history",
     "open_history",
     "probe_write",
     "record_run",
+    "recorded_names",
     "run_ids",
     "upgrade_history",
 ]
@@ -80,10 +86,47 @@ T = TypeVar("T")
 def open_history(url: str) -> sessionmaker[Session]:
     """Open (creating if needed) the history at a SQLAlchemy URL; return a session factory.
 
+    For the commands that record runs (and their tests); a command that only reads opens the
+    history with `open_existing_history`.
+
     The schema is brought to this perfgate's revision first. Raises ConfigError (exit 64) for a
     wrong URL, file or database, InfrastructureError (exit 69) for an unreachable server.
     """
     engine, state = _connect(url)
+    return _sessions(engine, state)
+
+
+def open_existing_history(url: str) -> sessionmaker[Session]:
+    """Open the history at a URL for a command that only reads it: create no file nor table.
+
+    Raises ConfigError (exit 64) when there is no history there (see `missing_history`), and
+    otherwise as `open_history` does; an older schema is still brought to this revision.
+    """
+    path = sqlite_path(parse_history_url(url))
+    if path is not None and not path.exists():
+        raise missing_history(url)  # before connecting: SQLite would create the file
+    engine, state = _connect(url)
+    if state.current is None and not state.tables:
+        engine.dispose()
+        raise missing_history(url)
+    return _sessions(engine, state)
+
+
+def missing_history(url: str) -> ConfigError:
+    """The error for reading a history that is not there: no file, or a database of no table."""
+    parsed = parse_history_url(url)
+    path = sqlite_path(parsed)
+    where = str(path) if path is not None else describe(parsed)
+    empty = "" if path is not None and not path.exists() else " (it holds no table yet)"
+    return ConfigError(
+        f"no history at {where}{empty}",
+        field=URL_FIELD,
+        fix="point it at an existing history, or record one first with `perfgate run`",
+    )
+
+
+def _sessions(engine: Engine, state: SchemaState) -> sessionmaker[Session]:
+    """A session factory on `engine`, the schema brought to this perfgate's revision first."""
     if not state.is_current:
         _guarded(engine, lambda: upgrade_schema(engine, _where(engine)))
     _guarded(engine, lambda: enable_wal(engine))

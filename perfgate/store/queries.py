@@ -44,6 +44,17 @@ class RunFilter:
                 query = query.where(column == value)
         return query
 
+    def describe(self) -> str:
+        """The selection in words, e.g. "scenario 'tiny', branch 'main'"; "" when it is all."""
+        named = (
+            ("scenario", self.scenario),
+            ("runner profile", self.profile),
+            ("branch", self.branch),
+            ("PR", self.pr),
+            ("status", self.status),
+        )
+        return ", ".join(f"{name} {value!r}" for name, value in named if value is not None)
+
 
 @dataclass(frozen=True)
 class MetricPoint:
@@ -145,6 +156,12 @@ def run_ids(session: Session, where: RunFilter | None = None) -> list[int]:
     """The ids of the selected runs, oldest first (cheap: no run is loaded)."""
     query = (where or RunFilter()).apply(select(RunRow.id)).order_by(RunRow.id)
     return list(session.scalars(query))
+
+
+def recorded_names(session: Session) -> set[tuple[str, str, str | None]]:
+    """Every (scenario, runner profile, branch) the history holds a run of."""
+    query = select(RunRow.scenario, RunRow.profile, RunRow.branch).distinct()
+    return {(scenario, profile, branch) for scenario, profile, branch in session.execute(query)}
 
 
 def iter_runs(

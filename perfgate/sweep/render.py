@@ -32,15 +32,18 @@ def render_markdown(result: SweepResult) -> str:
         "|" + " --- |" * len(head),
     ]
     best = result.best()
+    # The fastest equivalent point is no "best" when plain decoding is as fast.
+    best_note = "fastest" if result.none_beats_plain() else "**best**"
     for point in result.points:
-        lines.append("| " + " | ".join(_row(point, with_env, point is best)) + " |")
+        note = best_note if point is best else None
+        lines.append("| " + " | ".join(_row(point, with_env, note)) + " |")
     lines += ["", best_line(result)]
     lines += [f"Early stop: {note}." for note in result.stops]
     lines += [f"Failed: {failure}" for failure in result.failures]
     return "\n".join(lines) + "\n"
 
 
-def _row(point: PointResult, with_env: bool, is_best: bool) -> list[str]:
+def _row(point: PointResult, with_env: bool, best_note: str | None) -> list[str]:
     p = point.point
     cells = [str(p.steps), str(p.topk), str(p.draft_tokens)]
     if with_env:
@@ -51,14 +54,20 @@ def _row(point: PointResult, with_env: bool, is_best: bool) -> list[str]:
         cells.append(shape.format(value) if math.isfinite(value) else "")
     if not point.measured:
         return [*cells, "", "", f"skipped: {point.skipped}"]
-    note = "**best**" if is_best else ("clearly worse" if point.clearly_worse else "")
+    note = best_note or ("clearly worse" if point.clearly_worse else "")
     shown = "yes" if point.equivalent else "no (not gated)" if point.outputs_pass else "**no**"
     return [*cells, shown, f"#{point.run_id}", note]
 
 
 def best_line(result: SweepResult) -> str:
-    """The best configuration: the fastest with equivalent outputs, its accept length shown."""
+    """The best configuration: the fastest with equivalent outputs, its accept length shown;
+    none when no point beats plain decoding."""
     best = result.best()
+    if best is not None and result.none_beats_plain():
+        return (
+            f"Best: none beats plain decoding (fastest: {_summary(best)}): speculative decoding "
+            "costs more than it saves here."
+        )
     if best is not None:
         return "Best: " + _summary(best) + "."
     fastest = result.fastest()
@@ -95,6 +104,7 @@ def sweep_json(result: SweepResult) -> dict[str, Any]:
         "plain_tok_s": dict(result.plain),
         "points": [_point_json(p) for p in result.points],
         "best": _point_json(best) if best else None,
+        "none_beats_plain": result.none_beats_plain(),
         "fastest": _point_json(fastest) if fastest else None,
         "stops": list(result.stops),
         "failures": list(result.failures),

@@ -103,6 +103,13 @@ class SweepResult:
         """The fastest point whose outputs were equivalent to the plain twin's."""
         return _fastest([p for p in self.points if p.outputs_pass])
 
+    def none_beats_plain(self) -> bool:
+        """True when every equivalent point was no faster than its plain twin (speedup <= 1):
+        here speculative decoding costs more than it saves. False when one was faster, when a
+        speedup is unknown (no plain tok/s), and when no point was equivalent."""
+        speedups = [p.figures()["speedup"] for p in self.points if p.outputs_pass]
+        return bool(speedups) and all(math.isfinite(s) and s <= 1 for s in speedups)
+
     def fastest(self) -> PointResult | None:
         """The fastest measured point, equivalent or not."""
         return _fastest([p for p in self.points if p.measured])

@@ -119,6 +119,11 @@ def test_the_pointer_round_trips_and_refuses_what_it_cannot_read(tmp_path: Path)
     path.write_text(json.dumps({"schema": 99}))
     with pytest.raises(ConfigError, match="is not a schema-1 session pointer"):
         load_pointer(path)
+    for broken in ({"schema": 1}, {"schema": 1, "exit_code": 0, "runs": ["x"]}):
+        path.write_text(json.dumps(broken))
+        with pytest.raises(ConfigError, match="is not a usable session pointer") as caught:
+            load_pointer(path)
+        assert str(caught.value).startswith(str(path)) and "\n" not in str(caught.value)
 
 
 def test_each_scenario_says_what_it_was_judged_against() -> None:

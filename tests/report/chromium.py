@@ -12,7 +12,7 @@ import os
 import shutil
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -63,7 +63,7 @@ class ReportPage:
     requests: list[str] = field(default_factory=list)
 
     def load_seconds(self) -> float:
-        """Load the report afresh; seconds from navigation until every chart is drawn."""
+        """Load the report afresh; seconds from navigation until the first screen is drawn."""
         began = time.perf_counter()
         self.page.goto(self.url, wait_until="load")
         self.page.wait_for_function("window.perfgateReport && window.perfgateReport.ready")
@@ -71,8 +71,16 @@ class ReportPage:
 
 
 @contextmanager
-def open_report(path: Path, width: int = 1280, height: int = 900) -> Iterator[ReportPage]:
-    """Launch Chromium offline on a fresh profile, open the report, yield it."""
+def open_report(
+    path: Path,
+    width: int = 1280,
+    height: int = 900,
+    prepare: Callable[[Any], None] | None = None,
+) -> Iterator[ReportPage]:
+    """Launch Chromium offline on a fresh profile, open the report, yield it.
+
+    `prepare` gets the page before the report loads (to install a fake clock, say).
+    """
     from playwright.sync_api import sync_playwright
 
     executable = chromium_path()
@@ -96,6 +104,8 @@ def open_report(path: Path, width: int = 1280, height: int = 900) -> Iterator[Re
             page.on("console", lambda m: m.type == "error" and opened.errors.append(m.text))
             page.on("pageerror", lambda e: opened.errors.append(str(e)))
             page.on("request", lambda r: opened.requests.append(r.url))
+            if prepare is not None:
+                prepare(page)
             opened.load_seconds()
             yield opened
         finally:

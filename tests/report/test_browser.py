@@ -46,13 +46,18 @@ def report_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return path
 
 
-@pytest.fixture(scope="module")
-def report(report_file: Path) -> Iterator[ReportPage]:
+def require_chromium() -> None:
+    """Skip, saying why, where the browser tests cannot run; fail instead where CI needs them."""
     why = why_unavailable()
     if why is not None:
         if os.environ.get(REQUIRE_ENV) == "1":
             pytest.fail(f"{REQUIRE_ENV}=1 but the browser tests cannot run: {why}")
         pytest.skip(f"browser tests skipped: {why}")
+
+
+@pytest.fixture(scope="module")
+def report(report_file: Path) -> Iterator[ReportPage]:
+    require_chromium()
     with open_report(report_file) as opened:
         yield opened
 
@@ -107,6 +112,37 @@ def test_every_chart_is_drawn_and_the_page_is_kept_as_a_screenshot(report: Repor
     report.page.evaluate("window.scrollTo(0, 0)")
     report.page.screenshot(path=str(shot), full_page=True)
     assert shot.stat().st_size > 10_000
+
+
+@pytest.fixture
+def tab(report: ReportPage) -> Iterator[ReportPage]:
+    """A new tab of the same browser, nothing loaded yet: its own timers and scroll."""
+    page = report.page.context.new_page()
+    opened = ReportPage(page, report.url)
+    page.on("pageerror", lambda e: opened.errors.append(str(e)))
+    yield opened
+    page.close()
+
+
+def screens_below(tab: ReportPage) -> float:
+    """How many screens down the page's lowest chart begins."""
+    return float(
+        tab.page.evaluate(
+            """() => Math.max(...[...document.querySelectorAll('[data-chart]')].map(
+                el => el.getBoundingClientRect().top)) / window.innerHeight"""
+        )
+    )
+
+
+def test_every_chart_draws_after_load_without_scrolling(tab: ReportPage) -> None:
+    tab.page.goto(tab.url, wait_until="load")
+    tab.page.wait_for_function("window.perfgateReport.complete", timeout=20_000)
+    assert screens_below(tab) > 3  # the charts lie far below the first screen
+    drawn = charts(tab)
+    assert len(drawn) >= 5 * 4 + 1
+    for chart in drawn:
+        assert chart["drawn"] and int(chart["inked"]) > 2000, chart  # type: ignore[call-overload]
+    assert tab.page.evaluate("window.scrollY") == 0 and tab.errors == []
 
 
 def over(report: ReportPage, chart: str, fraction: float = 0.5) -> dict[str, float]:

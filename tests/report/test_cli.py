@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import html
 import json
 import re
 from pathlib import Path
@@ -12,6 +13,7 @@ from perfgate.cli import main
 from perfgate.errors import ExitCode
 from perfgate.store import close_history, open_history, record_run
 
+from ..conftest import TINY_SCENARIO, write_config
 from .history import stepped_history, sweep_history
 
 
@@ -54,8 +56,64 @@ def test_report_filters_by_scenario_branch_and_profile(history_url: str, tmp_pat
     assert main(["report", "--db", history_url, "--out", str(out), "--scenario", "tiny",
                  "--profile", "cpu"]) == 0  # fmt: skip
     assert [g["scenario"] for g in data_of(out)["groups"]] == ["tiny"]
-    assert main(["report", "--db", history_url, "--out", str(out), "--profile", "h200x8"]) == 0
-    assert data_of(out)["groups"] == []
+
+
+def test_a_scenario_in_neither_config_nor_history_is_refused_in_one_line(
+    history_url: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    config = write_config(tmp_path, TINY_SCENARIO.replace("tiny", "fresh"))
+    out = tmp_path / "r.html"
+    code = main(["report", "--db", history_url, "--config", str(config), "--out", str(out),
+                 "--scenario", "nope"])  # fmt: skip
+    assert code == ExitCode.BAD_INPUT
+    assert capsys.readouterr().err == (
+        "perfgate: error: --scenario: no scenario 'nope' in the config or the history; "
+        "choose one of: fresh, sweep-s1, sweep-s2, sweep-s3, tiny\n"
+    )
+    assert not out.exists()
+
+
+@pytest.mark.parametrize(
+    ("flag", "value", "error"),
+    [
+        ("--branch", "nope", "no run on branch 'nope' in the history; choose one of: feature/x, main"),
+        ("--profile", "h200x8", "no runner profile 'h200x8' in the history; choose one of: cpu"),
+    ],
+)  # fmt: skip
+def test_a_branch_or_profile_that_nothing_holds_is_refused_in_one_line(
+    history_url: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    flag: str,
+    value: str,
+    error: str,
+) -> None:
+    monkeypatch.chdir(tmp_path)  # no config: the history alone says what exists
+    out = tmp_path / "r.html"
+    assert main(["report", "--db", history_url, "--out", str(out), flag, value]) == 64
+    assert capsys.readouterr().err == f"perfgate: error: {flag}: {error}\n"
+    assert not out.exists()
+
+
+def test_a_selection_that_matches_no_run_says_so(
+    history_url: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    config = write_config(tmp_path, TINY_SCENARIO.replace("tiny", "fresh"))
+    (tmp_path / "baselines" / "h200x8").mkdir(parents=True)  # a profile with a baseline folder
+    out = tmp_path / "r.html"
+    for flags, selection in [
+        (["--scenario", "fresh"], "scenario 'fresh'"),
+        (["--profile", "h200x8"], "runner profile 'h200x8'"),
+        (["--scenario", "sweep-s1", "--branch", "feature/x"], "scenario 'sweep-s1', branch 'feature/x'"),
+    ]:  # fmt: skip
+        argv = ["report", "--db", history_url, "--config", str(config), "--out", str(out)]
+        assert main([*argv, *flags]) == 0
+        printed = capsys.readouterr()
+        assert printed.out == f"wrote {out}: no recorded run matches {selection}\n"
+        assert printed.err == ""
+        assert data_of(out)["groups"] == []
+        assert f"No recorded run matches {selection}." in html.unescape(out.read_text())
 
 
 def test_report_links_through_a_given_repository(history_url: str, tmp_path: Path) -> None:

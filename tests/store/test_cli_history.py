@@ -107,9 +107,3 @@ def test_db_current_and_upgrade(db_url: str, capsys: pytest.CaptureFixture[str])
     assert main(["db", "upgrade", "--db", db_url]) == ExitCode.BAD_INPUT
     assert "newer perfgate" in capsys.readouterr().err
     assert inspect_history(db_url).current == "9999"
-
-
-def test_db_current_creates_nothing(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    url = f"sqlite:///{tmp_path / 'new' / 'history.db'}"
-    code, out = perfgate(capsys, "db", "current", "--db", url)
-    assert code == 0 and "empty" in out and not (tmp_path / "new").exists()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import shutil
 from pathlib import Path
 
@@ -43,7 +44,8 @@ def test_a_steps_sweep_of_the_default_scenario_is_recorded(repo_config: Path) ->
     assert "[1/2] steps=2 topk=1 draft_tokens=3: " in done.stderr
     assert "[2/2] steps=3 topk=1 draft_tokens=4: " in done.stderr
     assert "| steps | topk | draft tokens | tok/s |" in done.stdout
-    assert "Best: steps=" in done.stdout
+    # On a busy CPU the draft may cost more than it saves: then the best line says so.
+    assert re.search(r"^Best: (none beats plain decoding \(fastest: )?steps=", done.stdout, re.M)
     document = json.loads((folder / "s.json").read_text())
     assert [(p["steps"], p["equivalent"], p["run"]) for p in document["points"]] == [
         (2, True, 1),

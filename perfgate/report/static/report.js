@@ -26,7 +26,9 @@
   var state = { scenario: "", profile: "", branch: "", x: "order", phases: "ms" };
   var live = [];          // the charts drawn now: {group, plot, el}
   var syncing = false;
-  var report = (window.perfgateReport = { ready: false, charts: live, build: 0, made: 0, drawn: 0 });
+  var report = (window.perfgateReport = {
+    ready: false, complete: false, charts: live, build: 0, made: 0, drawn: 0, total: 0,
+  });
 
   function text(node, value) { node.textContent = value == null ? "" : String(value); return node; }
   function make(tag, cls, value) {
@@ -303,14 +305,13 @@
     return (!state.scenario || group.scenario === state.scenario) && (!state.profile || group.profile === state.profile);
   }
 
-  /* Charts are made when they come near the screen: a history of many scenarios and metrics
-   * costs its first screen only. report.drawAll() makes the rest (tests, printing). */
+  /* The first screen's charts are made at once (the page is "ready"), the rest right after
+   * it is painted, in one go: the first screen does not wait for them, and a print or a
+   * full-page screenshot needs no scrolling (report.complete: every chart is drawn).
+   * Printing before then makes them at once. Slicing the rest to keep the page answering
+   * took three times as long in all (benchmarks/report_scale.py). */
   var jobs = [];
-  var observer = "IntersectionObserver" in window
-    ? new IntersectionObserver(function (entries) {
-      entries.forEach(function (e) { if (e.isIntersecting) makeChart(e.target); });
-    }, { rootMargin: "600px 0px" })
-    : null;
+  var frame = null, pending = null;  // the frame, then the timer, that make the rest
 
   function queueChart(holder, group, build) {
     holder.perfgateJob = { group: group, build: build };
@@ -320,7 +321,6 @@
     var job = holder.perfgateJob;
     if (!job) return;
     holder.perfgateJob = null;
-    if (observer) observer.unobserve(holder);
     var built = job.build(Math.max(holder.clientWidth, 280));
     built.opts.hooks = built.opts.hooks || {};
     built.opts.hooks.draw = (built.opts.hooks.draw || []).concat([function (u) { chartDrawn(u.root.parentNode); }]);
@@ -332,12 +332,32 @@
       holder.setAttribute("data-drawn", String(report.build));
       report.drawn++;
     }
+    settle();
+  }
+  function settle() {
+    var timings = report.timings, now = performance.now();
     report.ready = report.drawn === report.made;
+    report.complete = report.drawn === report.total;
+    if (report.ready && timings.readyMs == null) timings.readyMs = now;
+    if (report.complete && timings.completeMs == null) timings.completeMs = now;
+  }
+  function makeRestLater() {
+    // A frame callback runs just before the first screen is painted; its timer, after.
+    frame = requestAnimationFrame(function () { frame = null; pending = setTimeout(report.drawAll, 0); });
+  }
+  function cancelRest() {
+    cancelAnimationFrame(frame);
+    clearTimeout(pending);
+    frame = pending = null;
   }
   report.drawAll = function () {
+    cancelRest();
     jobs.forEach(makeChart);
     jobs.length = 0;
   };
+  window.addEventListener("beforeprint", report.drawAll);
+  // Emulated print media (headless browsers) comes without a beforeprint.
+  window.matchMedia("print").addEventListener("change", function (e) { if (e.matches) report.drawAll(); });
 
   function near(holder) {
     var box = holder.getBoundingClientRect();
@@ -346,12 +366,13 @@
 
   function draw() {
     var start = performance.now();
-    report.ready = false;
+    report.timings = { scriptAt: began, parseMs: parsedMs, buildMs: null, readyMs: null, completeMs: null };
+    report.ready = report.complete = false;
     report.build++;
     report.made = report.drawn = 0;
     live.forEach(function (c) { c.plot.destroy(); });
+    cancelRest();
     live.length = jobs.length = 0;
-    if (observer) observer.disconnect();
     data.groups.forEach(function (group, gi) {
       group.index = gi;
       var section = document.getElementById("group-" + gi);
@@ -372,12 +393,11 @@
       showRun(group, keep, keep.length - 1);
     });
     queueSweeps();
+    report.total = jobs.length;
     jobs.filter(near).forEach(makeChart);
-    jobs = jobs.filter(function (holder) { return holder.perfgateJob; });
-    if (observer) jobs.forEach(function (holder) { observer.observe(holder); });
-    else report.drawAll();
-    report.ready = report.drawn === report.made;
-    report.timings = { scriptAt: began, parseMs: parsedMs, buildMs: performance.now() - start };
+    if (jobs.length > report.made) makeRestLater();
+    report.timings.buildMs = performance.now() - start;
+    settle();
   }
 
   function queueSweeps() {
