@@ -40,13 +40,13 @@ def test_suites_run_under_pytest_with_benchmark_json(
 
 
 def test_both_servers_are_timed_whatever_order_pytest_collects_the_tests_in(
-    pytester: pytest.Pytester, tmp_path: Path
+    pytester: pytest.Pytester, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Some pytest releases group a session-scoped parameter's tests so that the verdicts
     come between the plain and the speculative measurement; the suites put them back."""
     config = write_config(tmp_path, TINY_SCENARIO.replace("repeats = 3", "repeats = 2"))
-    pytester.makeconftest(
-        """
+    pytester.makepyfile(
+        reorder="""
 import pytest
 
 @pytest.hookimpl(tryfirst=True)
@@ -57,12 +57,13 @@ def pytest_collection_modifyitems(items):
         items.insert(1, item)  # between plain and spec
 """
     )
+    monkeypatch.setenv("PYTHONPATH", str(pytester.path))
     bench = tmp_path / "bench.json"
     result = pytester.runpytest_subprocess(
-        str(SUITES), f"--perfgate-config={config}", "--perfgate-no-gate",
-        f"--benchmark-json={bench}", "-p", "no:cacheprovider", f"--confcutdir={pytester.path}",
-        f"--rootdir={pytester.path}",
+        str(SUITES), f"--perfgate-config={config}", f"--perfgate-report={tmp_path / 'r.html'}",
+        f"--benchmark-json={bench}", "-p", "no:cacheprovider", "-p", "reorder", "-v",
     )  # fmt: skip
+    result.stdout.fnmatch_lines(["*test_throughput_verdicts*"])
     result.assert_outcomes(passed=6)
     names = sorted(b["name"] for b in json.loads(bench.read_text())["benchmarks"])
     assert names == ["test_throughput[tiny-plain]", "test_throughput[tiny-spec]"]
