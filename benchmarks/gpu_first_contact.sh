@@ -7,9 +7,11 @@
 # model weights from a hub, so they are listed and left out): `perfgate doctor`, then
 #   1. `perfgate run`: no reviewed baseline on this machine, so the run records itself as the
 #      local reference (exit 0 expected);
-#   2. `perfgate baseline update --run ID`: its first approval, into a baselines folder of its own;
-#   3. `perfgate run`: judged against that reviewed baseline (exit 0 expected);
-#   4. `CI=true perfgate run`: the same, as CI runs it, where only a reviewed baseline judges.
+#   2. `perfgate run --no-gate` twice more, as the README asks before a first approval;
+#   3. `perfgate baseline update --run ID --run ID --run ID`: the first approval of those three
+#      runs, into a baselines folder of its own;
+#   4. `perfgate run`: judged against that reviewed baseline (exit 0 expected);
+#   5. `CI=true perfgate run`: the same, as CI runs it, where only a reviewed baseline judges.
 # The history and the baselines go to a work folder; OUTDIR gets run.log, the approved
 # baseline files and the last report. Needs perfgate importable with its entry points (pip
 # install it, or PYTHONPATH to a --target install); PYTHON picks the interpreter. Exit code 0
@@ -65,9 +67,15 @@ for line in "${scenarios[@]}"; do
   s=$line
   expect 0 "$s: doctor" perfgate doctor --scenario "$s" "${paths[@]}"
   expect 0 "$s: first run" perfgate run --scenario "$s" "${paths[@]}" --report "$work/report.html"
-  id=$("$python" -c "import sqlite3,sys; print(sqlite3.connect(sys.argv[1]).execute('select max(id) from runs').fetchone()[0])" "$work/history.db")
-  expect 0 "$s: approve run #$id" perfgate baseline update --run "$id" "${paths[@]}" \
-    --approved-by "first contact" --reason "first run of $s on this machine"
+  for n in 2 3; do
+    expect 0 "$s: run $n, recorded only" perfgate run --no-gate --scenario "$s" "${paths[@]}" \
+      --report "$work/report.html"
+  done
+  mapfile -t ids < <("$python" -c "import sqlite3,sys; [print(i) for (i,) in sqlite3.connect(sys.argv[1]).execute('select id from runs where scenario = ? order by id desc limit 3', (sys.argv[2],))]" "$work/history.db" "$s")
+  runs=()
+  for id in "${ids[@]}"; do runs+=(--run "$id"); done
+  expect 0 "$s: approve runs ${ids[*]}" perfgate baseline update "${runs[@]}" "${paths[@]}" \
+    --approved-by "first contact" --reason "the first runs of $s on this machine"
   expect 0 "$s: judged against it" perfgate run --scenario "$s" "${paths[@]}" \
     --report "$work/report.html"
   expect 0 "$s: as CI runs it" env CI=true "$python" -m perfgate run --scenario "$s" \
