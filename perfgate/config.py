@@ -15,6 +15,7 @@ from perfgate import metrics
 from perfgate.equivalence import DEFAULT_MAX_NEAR_TIE_SHARE, DEFAULT_NEAR_TIE_MARGIN
 from perfgate.errors import ConfigError
 from perfgate.gate.judge import DEFAULT_ALPHA
+from perfgate.serving.load import ServingLoad, parse_serving
 from perfgate.sweep.config import parse_sweep_table
 from perfgate.sweep.grid import SweepSpec
 
@@ -69,6 +70,8 @@ class Scenario:
     plain_max_age_h: float | None = None
     # How long to wait for a stopped server's GPU memory to be released before the next launch.
     gpu_release_timeout_s: float = 300.0
+    # Serving under load besides the batch: `[scenarios.NAME.serving]` (perfgate.serving.load).
+    serving: ServingLoad | None = None
 
     def with_engine(self, engine: str) -> Scenario:
         """Return this scenario run on another engine (the `--engine` override)."""
@@ -257,6 +260,7 @@ _SCENARIO_KEYS = {
     "tolerances",
     "gated",
     "max_near_tie_share",
+    "serving",
 }
 
 
@@ -301,8 +305,34 @@ def parse_scenario(path: Path, name: str, raw: Mapping[str, Any], base: Path) ->
         values["max_near_tie_share"] = _fraction(path, field_name, raw["max_near_tie_share"])
     if "gated" in raw:
         values["gated"] = _metric_list(path, f"{where}.gated", raw["gated"])
+    if "serving" in raw:
+        values["serving"] = parse_serving(path, f"{where}.serving", raw["serving"])
+    _check_serving_metrics(path, where, values)
     _check_equivalence_mode(path, where, values)
     return Scenario(**values)
+
+
+def _check_serving_metrics(path: Path, where: str, values: Mapping[str, Any]) -> None:
+    """A serving metric can be gated only where the scenario measures serving."""
+    from perfgate.serving.sglang_bench import FIGURES
+    from perfgate.serving.summary import SERVING_METRICS
+
+    serving = values.get("serving")
+    for name in values.get("gated", ()):
+        if name in SERVING_METRICS and serving is None:
+            raise ConfigError(
+                f"gates {name!r}, which only a serving load measures",
+                file=path,
+                field=f"{where}.gated",
+                fix=f"add a [{where}.serving] table (request_rate, num_prompts...), or drop it",
+            )
+        if name in FIGURES and (serving is None or serving.cross_check == "off"):
+            raise ConfigError(
+                f"gates {name!r}, which only SGLang's cross-check measures",
+                file=path,
+                field=f"{where}.gated",
+                fix=f'set {where}.serving.cross_check = "sglang", or drop it',
+            )
 
 
 def _check_equivalence_mode(path: Path, where: str, values: Mapping[str, Any]) -> None:

@@ -32,6 +32,7 @@ from perfgate.probe.reader import (
 )
 from perfgate.progress import SILENT, Reporter
 from perfgate.results import Measurement, ModeResult, PhaseSummary
+from perfgate.serving.measure import measure_serving
 
 # The plain twin's top tokens asked for at every output position, for the equivalence rule.
 TOP_LOGPROBS = 5
@@ -100,13 +101,23 @@ def measure_mode(
         repeats = run_repeats(client, scenario, mode, timed_loop, progress)
         metrics_after = _engine_counters(client, scenario)
         ttft_ms = [_ttft_ms(client, scenario.prompts) for _ in repeats]
+        serving = (
+            measure_serving(server.base_url, scenario, mode, workdir, progress)
+            if scenario.serving is not None
+            else {}
+        )
         outputs = tuple(c.output_ids for c in repeats[0].completions)
         top = reference_logprobs(client, scenario, outputs) if mode == "plain" else ()
         if probe:
             wait_until_complete(probe_dir, repeats[-1].finished_at)
     records = read_records(probe_dir) if probe else []
     phases = summarize_phases(mode, records, repeats)
-    samples = {**_repeat_samples(repeats, mode), "ttft_ms": tuple(ttft_ms), **phase_samples(phases)}
+    samples = {
+        **_repeat_samples(repeats, mode),
+        "ttft_ms": tuple(ttft_ms),
+        **phase_samples(phases),
+        **serving,
+    }
     return ModeResult(
         mode=mode,
         command=command.shell(),

@@ -52,6 +52,56 @@ METRICS: dict[str, Metric] = {
         ),
         Metric("cycle_ms", Direction.LOWER_IS_BETTER, "ms", "whole decode cycle (median)"),
         Metric("ttft_ms", Direction.LOWER_IS_BETTER, "ms", "time to first token"),
+        # Serving under load ([scenarios.NAME.serving]): one value per load.
+        Metric(
+            "serving_output_tok_s",
+            Direction.HIGHER_IS_BETTER,
+            "tok/s",
+            "output tokens per second under the serving load",
+        ),
+        Metric(
+            "ttft_ms_p50", Direction.LOWER_IS_BETTER, "ms", "time to first token under load, median"
+        ),
+        Metric(
+            "ttft_ms_p99", Direction.LOWER_IS_BETTER, "ms", "time to first token under load, p99"
+        ),
+        Metric(
+            "itl_ms_p50", Direction.LOWER_IS_BETTER, "ms", "inter-token latency under load, median"
+        ),
+        Metric(
+            "itl_ms_p99", Direction.LOWER_IS_BETTER, "ms", "inter-token latency under load, p99"
+        ),
+        # The same, as SGLang's sglang.benchmark.serving measured them (the cross-check).
+        Metric(
+            "sglang_output_tok_s",
+            Direction.HIGHER_IS_BETTER,
+            "tok/s",
+            "output tokens per second under load, by sglang.benchmark.serving",
+        ),
+        Metric(
+            "sglang_ttft_ms_p50",
+            Direction.LOWER_IS_BETTER,
+            "ms",
+            "median TTFT, by sglang.benchmark.serving",
+        ),
+        Metric(
+            "sglang_ttft_ms_p99",
+            Direction.LOWER_IS_BETTER,
+            "ms",
+            "p99 TTFT, by sglang.benchmark.serving",
+        ),
+        Metric(
+            "sglang_itl_ms_p50",
+            Direction.LOWER_IS_BETTER,
+            "ms",
+            "median ITL, by sglang.benchmark.serving",
+        ),
+        Metric(
+            "sglang_itl_ms_p99",
+            Direction.LOWER_IS_BETTER,
+            "ms",
+            "p99 ITL, by sglang.benchmark.serving",
+        ),
     )
 }
 

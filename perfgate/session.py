@@ -111,6 +111,8 @@ class ScenarioRun:
         """The machine checks, run once before the first server starts."""
         if self._checked is None:
             self._checked = preflight(self.scenario, self.config_file)
+            for note in self._checked.notes:
+                self.progress.note(note)
         return self._checked
 
     def _reused(self, mode: Mode) -> ModeResult | None:

@@ -31,15 +31,18 @@ def render_verdicts(verdicts: Sequence[Verdict]) -> list[str]:
     approved runs. Non-passing verdicts get their message; throughput verdicts that
     regressed or improved get their attribution (``why:``).
     """
+    # The metric column fits the longest name (serving_output_tok_s), 16 at least.
+    width = max([16, *(len(v.metric) + 2 for v in verdicts)])
     lines = [
-        f"  {'metric':<16}{'baseline':>11}{'current':>11}{'change':>8}  {'interval':<15}"
+        f"  {'metric':<{width}}{'baseline':>11}{'current':>11}{'change':>8}  {'interval':<15}"
         f"{'tol':>5}{'runs':>6}  verdict"
     ]
     for v in verdicts:
         runs = f"{v.runs}/{v.baseline_runs}" if v.runs is not None else "-"
         tolerance = "-" if v.tolerance is None else f"{v.tolerance:.0%}"
         lines.append(
-            f"  {v.metric:<16}{_number(v.baseline, '.3f'):>11}{_number(v.current, '.3f'):>11}"
+            f"  {v.metric:<{width}}{_number(v.baseline, '.3f'):>11}"
+            f"{_number(v.current, '.3f'):>11}"
             f"{_number(v.change, '+.1%'):>8}  {_interval(v):<15}{tolerance:>5}{runs:>6}"
             f"  {v.status.value}"
         )

@@ -145,16 +145,52 @@ def preflight(
     _check_python(scenario, file, python)
     installed = sglang_facts.installed_versions(python, env)
     if scenario.engine != "sglang":
-        notes = check_scenario(scenario, file)
+        notes = check_scenario(scenario, file) + probe_notes(scenario, None)
+        notes += serving_notes(scenario, env)
         return Preflight(None, installed, notes=tuple(notes))
     release = sglang_facts.require_sglang(installed, _where(scenario, "python"))
     notes = check_scenario(scenario, file, release)
     notes += _check_model_paths(scenario, file)
+    notes += probe_notes(scenario, release.version) + serving_notes(scenario, env)
     gpus: list[Gpu] = []
     if scenario.device != "cpu":
         where = f"{_where(scenario, 'env')}.CUDA_VISIBLE_DEVICES"
         gpus = check_gpus_for(scenario.tp, env, where, query_gpus())
     return Preflight(release, installed, tuple(gpus), tuple(notes))
+
+
+def probe_notes(scenario: Scenario, version: str | None) -> list[str]:
+    """A note when the probe has no phase table for the scenario's algorithm, saying what a
+    run records without it."""
+    from perfgate.probe.targets import UNTIMED_PHASES, untimed_reason
+
+    flags = (*scenario.extra_args, *scenario.spec_extra_args)
+    reason = untimed_reason(scenario.engine, version, scenario.algorithm, flags)
+    if reason is None:
+        return []
+    recorded = "output tok/s and accept length" + (", serving figures" if scenario.serving else "")
+    return [
+        f"{scenario.name}: {reason}: the run records {recorded}, not the phases "
+        f"({UNTIMED_PHASES}), so phase metrics and the attribution of changes are absent"
+    ]
+
+
+def serving_notes(scenario: Scenario, env: Mapping[str, str]) -> list[str]:
+    """Whether SGLang's serving benchmark will cross-check perfgate's serving figures."""
+    from perfgate.serving.measure import cross_check_python
+
+    if scenario.serving is None or scenario.serving.cross_check == "off":
+        return []
+    python = cross_check_python(scenario, env)
+    if python is None:
+        where = scenario.serving.cross_check_python or scenario.python or sys.executable
+        return [
+            f"{scenario.name}: no SGLang in {where}: serving figures from perfgate's load "
+            "generator only (no sglang.benchmark.serving cross-check)"
+        ]
+    return [
+        f"{scenario.name}: sglang.benchmark.serving ({python}) cross-checks the serving figures"
+    ]
 
 
 def _check_python(scenario: Scenario, file: Path | None, python: str) -> None:

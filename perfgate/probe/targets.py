@@ -101,6 +101,56 @@ SGLANG_TARGETS: tuple[ProbeTarget, ...] = (
     _sglang(_TP_WORKER, "TpModelWorker", "forward_batch_generation", CYCLE, _ALL, "plain"),
 )  # fmt: skip
 
+
+@dataclass(frozen=True)
+class TimedAlgorithms:
+    """The speculative algorithms whose worker a target table times, in some releases.
+
+    `untimed_flags`: a flag that makes the engine run another worker for them, which no
+    table covers.
+    """
+
+    names: tuple[str, ...]
+    versions: VersionRange | None = None  # None: every release of the engine
+    untimed_flags: tuple[str, ...] = ()
+
+
+# SGLang 0.5.23's SpeculativeAlgorithm.create_worker: EAGLE and EAGLE3 (NEXTN is EAGLE) run
+# EAGLEWorkerV2, STANDALONE its subclass StandaloneWorkerV2, which keeps the timed methods;
+# with --enable-multi-layer-eagle they run MultiLayerEagleWorkerV2, and NGRAM, DFLASH, UNO,
+# DSPARK, FROZEN_KV_MTP run workers of their own: none of those has a table here.
+TIMED_ALGORITHMS: dict[str, tuple[TimedAlgorithms, ...]] = {
+    "embedded": (TimedAlgorithms(("EAGLE3", "EAGLE", "STANDALONE")),),
+    "sglang": (
+        TimedAlgorithms(
+            ("EAGLE", "EAGLE3", "NEXTN", "STANDALONE"), _ALL, ("--enable-multi-layer-eagle",)
+        ),
+    ),
+}
+UNTIMED_PHASES = ", ".join((DRAFT, VERIFY, DRAFT_EXTEND, ACCEPT, CYCLE))
+
+
+def untimed_reason(
+    table: str, version: str | None, algorithm: str, flags: tuple[str, ...] = ()
+) -> str | None:
+    """Why the probe cannot time this algorithm's decode cycle; None when it can."""
+    name = algorithm.upper()
+    release = f" {version}" if version else ""
+    for entry in TIMED_ALGORITHMS.get(table, ()):
+        if name not in entry.names:
+            continue
+        if entry.versions is not None and version and not entry.versions.contains(version):
+            continue
+        used = [f for f in entry.untimed_flags if any(a.split("=")[0] == f for a in flags)]
+        if used:
+            return (
+                f"{table}{release} runs {name} with {used[0]} in a worker perfgate has no "
+                "phase table for"
+            )
+        return None
+    return f"perfgate has no phase table for {name} on {table}{release} (perfgate/probe/targets.py)"
+
+
 TARGET_TABLES: dict[str, tuple[ProbeTarget, ...]] = {
     "embedded": EMBEDDED_TARGETS,
     "sglang": SGLANG_TARGETS,

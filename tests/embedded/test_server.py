@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import json
 import signal
 import socket
 import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import httpx
@@ -149,8 +151,12 @@ def test_a_tree_server_batches_and_returns_logprobs(
 
 def test_bad_requests_get_400_with_a_message(server: tuple[httpx.Client, Path]) -> None:
     client, _ = server
-    hot = client.post("/generate", json={"text": "a", "sampling_params": {"temperature": 0.8}})
-    assert hot.status_code == 400 and "greedily" in hot.json()["error"]["message"]
+    typo = client.post("/generate", json={"text": "a", "sampling_params": {"temprature": 0}})
+    assert typo.status_code == 400 and "unknown field `temprature`" in typo.text
+    stop = client.post("/generate", json={"text": "a", "sampling_params": {"stop": "x"}})
+    assert stop.status_code == 400 and "sampling_params.stop" in stop.json()["error"]["message"]
+    batch = client.post("/generate", json={"text": ["a", "b"], "stream": True})
+    assert batch.status_code == 400 and "a stream has one prompt" in batch.text
     broken = client.post("/generate", content=b"{not json")
     assert broken.status_code == 400 and "not JSON" in broken.json()["error"]["message"]
 
@@ -218,3 +224,89 @@ def _running(pid: int) -> bool:
     except FileNotFoundError:
         return False
     return stat.rsplit(")", 1)[1].split()[0] != "Z"
+
+
+def _stream(client: httpx.Client, body: dict[str, object]) -> list[bytes]:
+    with client.stream("POST", "/generate", json={**body, "stream": True}) as response:
+        assert response.status_code == 200
+        assert response.headers["content-type"].startswith("text/event-stream")
+        return [line for line in response.iter_lines() if line]  # type: ignore[misc]
+
+
+@pytest.mark.slow
+def test_a_stream_sends_sglangs_data_lines_then_done(
+    server: tuple[httpx.Client, Path], plain: PlainWorker
+) -> None:
+    client, _ = server
+    lines = _stream(client, {"text": "Hello", "sampling_params": GREEDY})
+    assert lines[-1] == "data: [DONE]" and all(line.startswith("data: ") for line in lines)
+    chunks = [json.loads(line.removeprefix("data: ")) for line in lines[:-1]]
+    expected = plain.generate([Request(list(b"Hello"), 9)])[0].output_ids
+    assert chunks[-1]["output_ids"] == expected and chunks[-1]["text"] == bytes(expected).decode()
+    counts = [c["meta_info"]["completion_tokens"] for c in chunks]
+    assert counts == sorted(set(counts)) and counts[0] == 1 and counts[-1] == 9
+    assert 1 < len(chunks) < 9  # one chunk per cycle: several tokens each, as SGLang streams
+    for chunk in chunks[:-1]:
+        assert chunk["meta_info"]["finish_reason"] is None
+        assert expected[: len(chunk["output_ids"])] == chunk["output_ids"]
+    final = chunks[-1]["meta_info"]
+    assert final["finish_reason"] == {"type": "length", "length": 9}
+    assert final["spec_verify_ct"] >= 2 and 0 <= final["spec_accept_rate"] <= 1
+    assert final["spec_num_proposed_drafts"] == final["spec_verify_ct"] * STEPS
+    assert sum(final["spec_correct_drafts_histogram"]) == final["spec_verify_ct"]
+
+
+@pytest.mark.slow
+def test_concurrent_requests_are_each_answered_with_their_own_output(
+    server: tuple[httpx.Client, Path], plain: PlainWorker
+) -> None:
+    client, _ = server
+    prompts = ["Hello", "Return the", "x", "import os"]
+    expected = [
+        o.output_ids for o in plain.generate([Request(list(p.encode()), 9) for p in prompts])
+    ]
+    with ThreadPoolExecutor(len(prompts)) as pool:
+        streamed = list(
+            pool.map(lambda p: _stream(client, {"text": p, "sampling_params": GREEDY}), prompts)
+        )
+    finals = [json.loads(lines[-2].removeprefix("data: ")) for lines in streamed]
+    assert [f["output_ids"] for f in finals] == expected
+
+
+@pytest.mark.slow
+def test_a_request_without_temperature_samples_and_a_seed_repeats_it(
+    server: tuple[httpx.Client, Path], plain: PlainWorker
+) -> None:
+    client, _ = server
+    seeded = {"max_new_tokens": 24, "sampling_seed": 5}
+    first = client.post("/generate", json={"text": "def", "sampling_params": seeded}).json()
+    again = client.post("/generate", json={"text": "def", "sampling_params": seeded}).json()
+    assert first["output_ids"] == again["output_ids"]  # same seed, same coins
+    unseeded = [
+        client.post("/generate", json={"text": "def", "sampling_params": {"max_new_tokens": 24}})
+        for _ in range(3)
+    ]
+    assert all(r.status_code == 200 for r in unseeded)
+    greedy = plain.generate([Request(list(b"def"), 24)])[0].output_ids
+    outputs = [r.json()["output_ids"] for r in unseeded] + [first["output_ids"]]
+    assert any(output != greedy for output in outputs)  # temperature 1.0 samples
+
+
+@pytest.mark.slow
+def test_sglang_clients_find_the_model_its_tokenizer_and_the_batch_limit(
+    server: tuple[httpx.Client, Path],
+) -> None:
+    client, _ = server
+    models = client.get("/v1/models").json()
+    assert models["object"] == "list" and models["data"][0]["id"] == TARGET
+    assert models["data"][0]["max_model_len"] == 2048
+    info = client.get("/model_info").json()
+    assert info == client.get("/get_model_info").json()
+    assert info["is_generation"] and info["served_model_name"] == TARGET
+    tokenizer = Path(info["tokenizer_path"])
+    assert (tokenizer / "tokenizer.json").is_file() and (tokenizer / "config.json").is_file()
+    server_info = client.get("/server_info").json()
+    assert server_info["tokenizer_path"] == info["tokenizer_path"]
+    state = server_info["internal_states"][0]
+    assert state["effective_max_running_requests_per_dp"] == 48  # SGLang's spec default
+    assert state["last_gen_throughput"] >= 0.0

@@ -1,22 +1,70 @@
 """SGLang's ``/generate`` request and response shapes, for the byte-level vocabulary.
 
 Pure functions: JSON values in, JSON values out. A request the engine cannot serve raises
-``RequestError``, which the server answers with HTTP 400.
+``RequestError``, which the server answers with HTTP 400. Names, defaults and shapes are
+SGLang 0.5.23's: ``sampling_params`` as ``sglang.api.v1.SamplingParams`` (unknown keys
+refused, every default SGLang's), streamed chunks as ``TokenizerManager._handle_batch_output``
+writes them (without ``--incremental-streaming-output``: the text and ``output_ids`` so far),
+and the speculative fields of ``meta_info`` as ``_calculate_spec_decoding_metrics`` adds them
+to a finished request.
 """
 
 from __future__ import annotations
 
+import codecs
 import uuid
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 from perfgate.engines.embedded.batch import Generation, Request, RequestError
+from perfgate.engines.embedded.sampling import GREEDY, TOP_K_ALL, Sampling
 
 DEFAULT_MAX_NEW_TOKENS = 128  # SGLang's default
-DEFAULT_TEMPERATURE = 1.0  # SGLang's default: a request that omits it asks for sampling
-GREEDY_BELOW = 1e-6  # SGLang decodes greedily below this temperature
-UNSUPPORTED_FLAGS = ("stream", "return_hidden_states", "token_ids_logprob")
+UNSUPPORTED_FLAGS = ("return_hidden_states", "token_ids_logprob")
 OUTPUT_ONLY = -1  # SGLang's default logprob_start_len: logprobs of output tokens only
+WEIGHT_VERSION = "default"  # SGLang's --weight-version default
+
+# sglang.api.v1.SamplingParams (0.5.23), whose unknown keys SGLang refuses. The embedded
+# engine honours these ...
+SAMPLING_KEYS = (
+    "max_new_tokens",
+    "temperature",
+    "top_p",
+    "top_k",
+    "min_p",
+    "sampling_seed",
+    "stream_interval",
+    "n",  # 1 only
+)
+# ... and takes these at values that change nothing for a byte vocabulary without special
+# tokens or EOS (every sequence runs to max_new_tokens): any ignore_eos, min_new_tokens up to
+# max_new_tokens, the special-token flags; the rest only at SGLang's defaults.
+NO_EFFECT_KEYS = (
+    "ignore_eos",
+    "skip_special_tokens",
+    "spaces_between_special_tokens",
+    "no_stop_trim",
+    "min_new_tokens",
+)
+DEFAULT_ONLY: Mapping[str, tuple[Any, ...]] = {
+    "stop": (None, "", []),
+    "stop_token_ids": (None, []),
+    "stop_regex": (None, "", []),
+    "frequency_penalty": (None, 0, 0.0),
+    "presence_penalty": (None, 0, 0.0),
+    "repetition_penalty": (None, 1, 1.0),
+    "json_schema": (None,),
+    "regex": (None,),
+    "ebnf": (None,),
+    "structural_tag": (None,),
+    "logit_bias": (None, {}),
+    "custom_params": (None,),
+    "beam_width": (None, 1),
+    "watermark": (None,),
+    "choice": (None, []),
+}
+ALL_SAMPLING_KEYS = (*SAMPLING_KEYS, *NO_EFFECT_KEYS, *DEFAULT_ONLY)
 
 
 @dataclass(frozen=True)
@@ -26,14 +74,18 @@ class GenerateRequest:
     rids: list[str]
     is_batch: bool  # answer with a list, as SGLang does for list inputs
     top_logprobs: list[int | None] | None = None  # per prompt: None without return_logprob
+    samplings: list[Sampling] | None = None  # per prompt; None: greedy (perfgate's own calls)
+    stream: bool = False
+    stream_intervals: list[int] = field(default_factory=list)  # per prompt; empty: every step
 
     def requests(self) -> list[Request]:
         """Return one engine request per prompt."""
         top = self.top_logprobs or [None] * len(self.prompts)
+        samplings = self.samplings or [GREEDY] * len(self.prompts)
         return [
-            Request(prompt, max_new_tokens, top_n)
-            for prompt, max_new_tokens, top_n in zip(
-                self.prompts, self.max_new_tokens, top, strict=True
+            Request(prompt, max_new_tokens, top_n, sampling)
+            for prompt, max_new_tokens, top_n, sampling in zip(
+                self.prompts, self.max_new_tokens, top, samplings, strict=True
             )
         ]
 
@@ -55,7 +107,12 @@ def parse_generate(body: Any) -> GenerateRequest:
     for flag in UNSUPPORTED_FLAGS:
         if body.get(flag):
             raise RequestError(f"{flag!r} is not supported by the embedded engine")
+    stream = body.get("stream") or False
+    if not isinstance(stream, bool):
+        raise RequestError(f"stream must be a bool, got {stream!r}")
     prompts, is_batch = _parse_prompts(body)
+    if stream and is_batch:
+        raise RequestError("a stream has one prompt: send one 'text' or 'input_ids' per request")
     params = body.get("sampling_params") or {}
     if isinstance(params, dict):
         params = [params] * len(prompts)
@@ -65,9 +122,17 @@ def parse_generate(body: Any) -> GenerateRequest:
     rids = [rids] if isinstance(rids, str) else rids
     if not isinstance(rids, list) or len(rids) != len(prompts):
         raise RequestError("rid must be a string, or a list of one per prompt")
-    max_new_tokens = [_parse_sampling(p) for p in params]
-    top_logprobs = _parse_logprobs(body, len(prompts))
-    return GenerateRequest(prompts, max_new_tokens, [str(r) for r in rids], is_batch, top_logprobs)
+    parsed = [parse_sampling(p) for p in params]
+    return GenerateRequest(
+        prompts,
+        [p.max_new_tokens for p in parsed],
+        [str(r) for r in rids],
+        is_batch,
+        _parse_logprobs(body, len(prompts)),
+        [p.sampling for p in parsed],
+        stream,
+        [p.stream_interval for p in parsed],
+    )
 
 
 def _per_prompt(body: dict[str, Any], key: str, count: int, default: Any) -> list[Any]:
@@ -125,24 +190,82 @@ def _is_ids(value: Any) -> bool:
     )
 
 
-def _parse_sampling(params: Any) -> int:
+@dataclass(frozen=True)
+class ParsedSampling:
+    max_new_tokens: int
+    sampling: Sampling
+    stream_interval: int
+
+
+def parse_sampling(params: Any) -> ParsedSampling:
+    """Read one ``sampling_params`` object with SGLang's defaults; refuse what cannot be served.
+
+    A key SGLang does not know is refused as SGLang refuses it; a key it knows but the
+    embedded engine does not implement is accepted only at a value that changes nothing.
+    """
     if not isinstance(params, dict):
         raise RequestError("sampling_params must be a JSON object")
-    if "temperature" not in params:
-        raise RequestError(
-            f"sampling_params.temperature is missing, and SGLang's default ({DEFAULT_TEMPERATURE})"
-            ' samples; the embedded engine decodes greedily only: pass "temperature": 0'
-        )
-    temperature = params["temperature"]
-    if not isinstance(temperature, int | float) or temperature >= GREEDY_BELOW:
-        raise RequestError(
-            f"sampling_params.temperature is {temperature!r}; the embedded engine decodes "
-            "greedily only: pass 0"
-        )
-    max_new_tokens = params.get("max_new_tokens", DEFAULT_MAX_NEW_TOKENS)
-    if not isinstance(max_new_tokens, int) or isinstance(max_new_tokens, bool):
-        raise RequestError(f"sampling_params.max_new_tokens must be an int, got {max_new_tokens!r}")
-    return max_new_tokens
+    for key, value in params.items():
+        if key not in ALL_SAMPLING_KEYS:
+            raise RequestError(
+                f"unknown field `{key}` in sampling_params, expected one of "
+                + ", ".join(f"`{k}`" for k in ALL_SAMPLING_KEYS)
+            )
+        if key in DEFAULT_ONLY and value not in DEFAULT_ONLY[key]:
+            raise RequestError(
+                f"sampling_params.{key} is {value!r}; the embedded engine implements only its "
+                f"default ({DEFAULT_ONLY[key][-1]!r}): omit it"
+            )
+    max_new_tokens = _int(params, "max_new_tokens", DEFAULT_MAX_NEW_TOKENS, low=0)
+    min_new_tokens = _int(params, "min_new_tokens", 0, low=0)
+    if min_new_tokens > max_new_tokens:
+        raise RequestError(f"min_new_tokens {min_new_tokens} exceeds max_new_tokens")
+    if _int(params, "n", 1, low=1) != 1:
+        raise RequestError("sampling_params.n must be 1: the embedded engine returns one sample")
+    sampling = Sampling(
+        temperature=_number(params, "temperature", 1.0, low=0.0),
+        top_p=_number(params, "top_p", 1.0, low=0.0, high=1.0, open_low=True),
+        top_k=_int(params, "top_k", TOP_K_ALL, low=-1),
+        min_p=_number(params, "min_p", 0.0, low=0.0, high=1.0),
+        seed=_optional_int(params, "sampling_seed"),
+    )
+    if sampling.top_k == 0:
+        raise RequestError("sampling_params.top_k must be -1 (all) or >= 1, got 0")
+    interval = _int(params, "stream_interval", 1, low=1)
+    return ParsedSampling(max_new_tokens, sampling, interval)
+
+
+def _int(params: Mapping[str, Any], key: str, default: int, *, low: int) -> int:
+    value = params.get(key)
+    if value is None:
+        return default
+    if not isinstance(value, int) or isinstance(value, bool) or value < low:
+        raise RequestError(f"sampling_params.{key} must be an int >= {low}, got {value!r}")
+    return value
+
+
+def _optional_int(params: Mapping[str, Any], key: str) -> int | None:
+    return None if params.get(key) is None else _int(params, key, 0, low=0)
+
+
+def _number(
+    params: Mapping[str, Any],
+    key: str,
+    default: float,
+    *,
+    low: float,
+    high: float | None = None,
+    open_low: bool = False,
+) -> float:
+    value = params.get(key)
+    if value is None:  # SGLang treats null as its default
+        return default
+    ok = isinstance(value, int | float) and not isinstance(value, bool)
+    ok = ok and (value > low if open_low else value >= low) and (high is None or value <= high)
+    if not ok:
+        bounds = f"{'>' if open_low else '>='} {low}" + (f" and <= {high}" if high else "")
+        raise RequestError(f"sampling_params.{key} must be a number {bounds}, got {value!r}")
+    return float(value)
 
 
 def render_generation(
@@ -150,33 +273,91 @@ def render_generation(
     prompt_tokens: int,
     rid: str,
     e2e_latency_s: float,
-    speculative: bool,
+    draft_tokens: int | None,
     top_logprobs_num: int | None = None,
 ) -> dict[str, Any]:
     """Return SGLang's response object for one finished sequence.
 
+    draft_tokens: the server's --speculative-num-draft-tokens, None on a plain server.
     top_logprobs_num: None unless the request asked for logprobs (``return_logprob``).
     """
-    meta_info: dict[str, Any] = {
-        "id": rid,
-        "prompt_tokens": prompt_tokens,
-        "completion_tokens": generation.completion_tokens,
-        "cached_tokens": 0,
-        "finish_reason": {"type": "length", "length": generation.completion_tokens},
-        "e2e_latency": e2e_latency_s,
-    }
-    if speculative:
-        meta_info["spec_verify_ct"] = generation.spec_verify_ct
-        if generation.spec_verify_ct:
-            meta_info["spec_accept_length"] = (
-                generation.completion_tokens / generation.spec_verify_ct
-            )
+    meta_info = progress_meta(rid, prompt_tokens, generation.completion_tokens)
+    meta_info["finish_reason"] = {"type": "length", "length": generation.completion_tokens}
+    meta_info["e2e_latency"] = e2e_latency_s
+    if draft_tokens is not None:
+        meta_info.update(spec_meta(generation, draft_tokens))
     if top_logprobs_num is not None:
         meta_info.update(render_logprobs(generation, top_logprobs_num))
     return {
         "text": decode_text(generation.output_ids),
         "output_ids": generation.output_ids,
         "meta_info": meta_info,
+    }
+
+
+def progress_meta(rid: str, prompt_tokens: int, completion_tokens: int) -> dict[str, Any]:
+    """Return the ``meta_info`` every chunk carries; ``finish_reason`` is null until the end."""
+    return {
+        "id": rid,
+        "finish_reason": None,
+        "prompt_tokens": prompt_tokens,
+        "weight_version": WEIGHT_VERSION,
+        "num_retractions": 0,
+        "reasoning_tokens": 0,
+        "completion_tokens": completion_tokens,
+        "cached_tokens": 0,
+    }
+
+
+def spec_meta(generation: Generation, draft_tokens: int) -> dict[str, Any]:
+    """Return SGLang 0.5.23's speculative fields of a finished request's ``meta_info``.
+
+    As ``TokenizerManager._calculate_spec_decoding_metrics`` computes them, present once the
+    request had a verify pass: drafts proposed are verify passes times (draft tokens - 1),
+    the accept rate counts correct drafts only, the accept length includes the bonus token,
+    and the histogram counts verify passes by their correct drafts.
+    """
+    verify_ct = generation.spec_verify_ct
+    if not verify_ct:
+        return {}
+    correct = sum(generation.correct_drafts)
+    proposed = verify_ct * (draft_tokens - 1)
+    meta: dict[str, Any] = {}
+    if proposed > 0:
+        meta = {
+            "spec_accept_rate": correct / proposed,
+            "spec_accept_length": generation.completion_tokens / verify_ct,
+            "spec_num_correct_drafts": correct,
+            "spec_num_proposed_drafts": proposed,
+            "spec_verify_ct": verify_ct,
+        }
+    histogram = [0] * (max(generation.correct_drafts, default=0) + 1)
+    for count in generation.correct_drafts:
+        histogram[count] += 1
+    meta["spec_correct_drafts_histogram"] = histogram
+    return meta
+
+
+class StreamText:
+    """The text of a stream so far: bytes that end inside a UTF-8 character wait for the rest,
+    as SGLang's detokenizer holds back an incomplete character."""
+
+    def __init__(self) -> None:
+        self._decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+        self.text = ""
+
+    def add(self, ids: list[int], final: bool = False) -> str:
+        """Take the next output ids; return the text so far."""
+        self.text += self._decoder.decode(bytes(ids), final=final)
+        return self.text
+
+
+def render_chunk(rid: str, prompt_tokens: int, output_ids: list[int], text: str) -> dict[str, Any]:
+    """Return one streamed chunk before the last: the text and output ids so far."""
+    return {
+        "text": text,
+        "output_ids": output_ids,
+        "meta_info": progress_meta(rid, prompt_tokens, len(output_ids)),
     }
 
 

@@ -54,6 +54,17 @@ def build_parser() -> argparse.ArgumentParser:
         help="target model: a shipped name "
         "(perfgate/llama-tiny) or a directory holding config.json [+ model.safetensors]",
     )
+    add(
+        "--tokenizer-path",
+        default=None,
+        help="the tokenizer SGLang's clients load, reported by /server_info and /model_info "
+        "(default: the model's folder, which holds a byte-level tokenizer.json)",
+    )
+    add(
+        "--served-model-name",
+        default=None,
+        help="the model's name in /v1/models and /model_info (default: --model-path)",
+    )
     add("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
     add("--port", type=int, default=30000, help="port to listen on (default 30000)")
     add(

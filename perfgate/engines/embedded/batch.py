@@ -15,6 +15,13 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from perfgate.engines.embedded.model import BYTE_VOCAB, kv_bucket
+from perfgate.engines.embedded.sampling import (
+    GREEDY,
+    Coins,
+    Sampling,
+    SamplingTensors,
+    sampling_tensors,
+)
 
 TopLogprobs = tuple[tuple[float, int], ...]  # (logprob, token id), most likely first
 
@@ -28,6 +35,7 @@ class Request:
     prompt_ids: Sequence[int]
     max_new_tokens: int
     top_logprobs_num: int | None = None  # None: no logprobs; 0: each output token's only
+    sampling: Sampling = GREEDY
 
 
 @dataclass(frozen=True)
@@ -70,7 +78,13 @@ def check_request(request: Request, max_seq_len: int, lookahead: int) -> None:
 class Batch:
     """Sequences decoding together, each at its own length, each with its own budget."""
 
-    def __init__(self, requests: Sequence[Request], device: torch.device, max_seq_len: int):
+    def __init__(
+        self,
+        requests: Sequence[Request],
+        device: torch.device,
+        max_seq_len: int,
+        generator: torch.Generator | None = None,
+    ):
         self.requests = list(requests)
         self.device = device
         self.max_seq_len = max_seq_len
@@ -93,6 +107,15 @@ class Batch:
         self.final_slots = max(
             p + r.max_new_tokens for p, r in zip(prompt_lengths, requests, strict=True)
         )
+        samplings = [r.sampling for r in requests]
+        # None when every row decodes greedily: the forwards then take the argmax, as before.
+        self.sampling: SamplingTensors | None = sampling_tensors(samplings, device, BYTE_VOCAB)
+        self.coins = Coins(samplings, generator or torch.Generator()) if self.sampling else None
+
+    def draw_coins(self, columns: int) -> Tensor:
+        """Return [B, columns] uniform draws for the sampled rows (a batch that samples)."""
+        assert self.coins is not None, "a greedy batch draws no coins"
+        return self.coins.draw(columns, self.device)
 
     @property
     def done(self) -> bool:
@@ -156,18 +179,17 @@ class Batch:
         for values, ids in zip(top_values[row][:take], top_ids[row][:take], strict=True):
             self.top_logprobs[row].append(tuple(zip(values[:top], ids[:top], strict=True)))
 
+    def generation(self, row: int) -> Generation:
+        """Return one sequence's result (final once its remaining budget is 0)."""
+        wants = self.requests[row].top_logprobs_num is not None
+        return Generation(
+            list(self.outputs[row]),
+            self.verify_ct[row],
+            tuple(self.correct[row]),
+            tuple(self.logprobs[row]) if wants else None,
+            tuple(self.top_logprobs[row]) if wants else None,
+        )
+
     def generations(self) -> list[Generation]:
         """Return each sequence's result."""
-        results = []
-        for row, request in enumerate(self.requests):
-            wants = request.top_logprobs_num is not None
-            results.append(
-                Generation(
-                    self.outputs[row],
-                    self.verify_ct[row],
-                    tuple(self.correct[row]),
-                    tuple(self.logprobs[row]) if wants else None,
-                    tuple(self.top_logprobs[row]) if wants else None,
-                )
-            )
-        return results
+        return [self.generation(row) for row in range(len(self.requests))]

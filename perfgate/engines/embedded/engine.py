@@ -12,9 +12,9 @@ from typing import Any
 
 import torch
 
-from perfgate.engines.embedded.api import GenerateRequest, render_generation
+from perfgate.engines.embedded.api import WEIGHT_VERSION, GenerateRequest, render_generation
 from perfgate.engines.embedded.args import resolve_device, resolve_dtype
-from perfgate.engines.embedded.batch import Generation, Request
+from perfgate.engines.embedded.batch import Generation
 from perfgate.engines.embedded.drafters import Drafter, Eagle3Drafter, StandaloneDrafter
 from perfgate.engines.embedded.graphs import GraphRunner
 from perfgate.engines.embedded.loading import (
@@ -27,66 +27,92 @@ from perfgate.engines.embedded.loading import (
 from perfgate.engines.embedded.model import BYTE_VOCAB, Transformer
 from perfgate.engines.embedded.params import SpecParams
 from perfgate.engines.embedded.profiling import StepProfiler
+from perfgate.engines.embedded.scheduler import Finished, Pending, Scheduler
 from perfgate.engines.embedded.worker import EagleWorker, PlainWorker
 from perfgate.errors import ConfigError
 
 ENGINE_NAME = "embedded"
+# What /server_info reports as the batch limit when --max-running-requests is unset (every
+# waiting request then decodes together): SGLang's clients divide their load by it.
+UNLIMITED_RUNNING_REQUESTS = 4096
 
 
 class Engine:
-    """The worker behind a lock, and the speculative totals that /server_info reports."""
+    """The worker behind its scheduler, and the totals that /server_info reports."""
 
     def __init__(
-        self, worker: PlainWorker | EagleWorker, max_running_requests: int | None = None
+        self,
+        worker: PlainWorker | EagleWorker,
+        max_running_requests: int | None = None,
+        draft_tokens: int | None = None,
     ) -> None:
         self.worker = worker
         self.speculative = isinstance(worker, EagleWorker)
+        self.draft_tokens = draft_tokens if self.speculative else None
         self.max_running_requests = max_running_requests
-        self.lock = threading.Lock()
+        self.lock = threading.Lock()  # the totals, written by the scheduler's thread
         self._verify_ct = 0
         self._accept_tokens = 0
+        self._tokens = 0  # generated since the last report of last_gen_throughput
+        self._throughput_since = time.perf_counter()
+        self._last_gen_throughput = 0.0
         self.profiler = StepProfiler(worker.device, self._set_step_hook)
+        self.scheduler = Scheduler(
+            worker,
+            max_running_requests,
+            self._count,
+            self._after_batch,
+            time.perf_counter,
+        )
 
     def _set_step_hook(self, hook: Callable[[], None] | None) -> None:
         self.worker.step_hook = hook
 
-    def generate(self, request: GenerateRequest, received: float) -> list[dict[str, Any]]:
-        """Check every prompt, then decode them in batches of at most max_running_requests.
+    def _count(self, generation: Generation) -> None:
+        with self.lock:
+            self._verify_ct += generation.spec_verify_ct
+            self._accept_tokens += generation.accept_tokens
+            self._tokens += generation.completion_tokens
 
-        Returns SGLang's response objects, in the order of the prompts.
-        """
+    def _after_batch(self) -> None:
+        if self.profiler.busy:  # a profile ends with the batch it ran in
+            self.profiler.after_request()
+
+    def submit(self, request: GenerateRequest) -> list[Pending]:
+        """Check every prompt, then queue them together; return what to wait on, in order."""
         requests = request.requests()
         for one in requests:
             self.worker.check(one)
-        size = self.max_running_requests or len(requests)
-        responses = []
-        with self.lock:
-            try:
-                for first in range(0, len(requests), size):
-                    chunk = requests[first : first + size]
-                    generations = self.worker.generate(chunk)
-                    latency_s = time.perf_counter() - received
-                    for offset, (one, generation) in enumerate(
-                        zip(chunk, generations, strict=True)
-                    ):
-                        self._verify_ct += generation.spec_verify_ct
-                        self._accept_tokens += generation.accept_tokens
-                        rid = request.rids[first + offset]
-                        responses.append(self._render(one, generation, rid, latency_s))
-            finally:
-                if self.profiler.busy:  # a profile ends with the request it ran in
-                    self.profiler.after_request()
-        return responses
+        intervals = request.stream_intervals if request.stream else [None] * len(requests)
+        pendings = [
+            Pending(one, interval)
+            for one, interval in zip(requests, intervals or [1] * len(requests), strict=True)
+        ]
+        self.scheduler.submit(pendings)
+        return pendings
 
-    def _render(
-        self, request: Request, generation: Generation, rid: str, latency_s: float
+    def generate(self, request: GenerateRequest, received: float) -> list[dict[str, Any]]:
+        """Decode the prompts (together, unless more wait than --max-running-requests).
+
+        Returns SGLang's response objects, in the order of the prompts.
+        """
+        pendings = self.submit(request)
+        return [
+            self.render(pending, rid, received, pending.wait())
+            for pending, rid in zip(pendings, request.rids, strict=True)
+        ]
+
+    def render(
+        self, pending: Pending, rid: str, received: float, finished: Finished
     ) -> dict[str, Any]:
+        """Return SGLang's response object for a finished sequence."""
+        request = pending.request
         return render_generation(
-            generation,
+            finished.generation,
             len(request.prompt_ids),
             rid,
-            latency_s,
-            self.speculative,
+            finished.finished_at - received,
+            self.draft_tokens,
             request.top_logprobs_num,
         )
 
@@ -96,27 +122,76 @@ class Engine:
             self._verify_ct = self._accept_tokens = 0
 
     def internal_states(self) -> list[dict[str, Any]]:
-        """Return SGLang's internal_states: one entry, with the average accept length if spec.
+        """Return SGLang's internal_states: one entry, as SGLang 0.5.23's scheduler fills it.
 
-        As SGLang's scheduler counts it: per request and verify pass, the accepted drafts plus
-        the bonus token, averaged since the start or the last /flush_cache.
+        ``effective_max_running_requests_per_dp`` is the batch limit (the waiting requests'
+        count when unset: every one of them decodes together); ``last_gen_throughput`` the
+        tokens per second generated since the previous read; with speculation,
+        ``avg_spec_accept_length`` as SGLang's scheduler counts it: per request and verify
+        pass, the accepted drafts plus the bonus token, averaged since the start or the last
+        /flush_cache.
         """
-        if not self.speculative:
-            return [{}]
-        average = self._accept_tokens / self._verify_ct if self._verify_ct else 0.0
-        return [{"avg_spec_accept_length": average}]
+        with self.lock:
+            now = time.perf_counter()
+            if self._tokens:
+                self._last_gen_throughput = self._tokens / (now - self._throughput_since)
+            self._tokens, self._throughput_since = 0, now
+            state: dict[str, Any] = {
+                "effective_max_running_requests_per_dp": self.max_running_requests
+                or UNLIMITED_RUNNING_REQUESTS,
+                "last_gen_throughput": self._last_gen_throughput,
+            }
+            if self.speculative:
+                average = self._accept_tokens / self._verify_ct if self._verify_ct else 0.0
+                state["avg_spec_accept_length"] = average
+        return [state]
 
 
 class App:
     """What the HTTP handler serves: the engine and the static part of /server_info."""
 
-    def __init__(self, engine: Engine, info: dict[str, Any]) -> None:
+    def __init__(self, engine: Engine, info: dict[str, Any], context_len: int = 0) -> None:
         self.engine = engine
         self.info = info
+        self.context_len = context_len
+        self.created = int(time.time())
 
     def server_info(self) -> dict[str, Any]:
         """Return the server's args and identity, with the current internal states."""
         return {**self.info, "internal_states": self.engine.internal_states()}
+
+    def model_info(self) -> dict[str, Any]:
+        """Return SGLang 0.5.23's /model_info: the model's path, names and kind."""
+        return {
+            "model_path": self.info["model_path"],
+            "served_model_name": self.info["served_model_name"],
+            "tokenizer_path": self.info["tokenizer_path"],
+            "is_generation": True,
+            "preferred_sampling_params": None,
+            "weight_version": WEIGHT_VERSION,
+            "load_format": "auto",
+            "reasoning_parser": None,
+            "tool_call_parser": None,
+            "disaggregation_mode": "null",
+            "has_image_understanding": False,
+            "has_audio_understanding": False,
+            "model_type": "llama",
+            "architectures": ["LlamaForCausalLM"],
+        }
+
+    def models(self) -> dict[str, Any]:
+        """Return SGLang 0.5.23's /v1/models: one ModelCard, the served model."""
+        name = self.info["served_model_name"]
+        card = {
+            "id": name,
+            "object": "model",
+            "created": self.created,
+            "owned_by": "sglang",
+            "root": name,
+            "parent": None,
+            "max_model_len": self.context_len,
+        }
+        return {"object": "list", "data": [card]}
 
 
 def build_app(args: argparse.Namespace, spec: SpecParams | None) -> App:
@@ -129,7 +204,7 @@ def build_app(args: argparse.Namespace, spec: SpecParams | None) -> App:
     target = load_target(args.model_path, device, dtype)
     _check_vocab(target, "--model-path")
     graphs = GraphRunner("cuda" if device.type == "cuda" and not args.disable_cuda_graph else "off")
-    worker: PlainWorker | EagleWorker = PlainWorker(target, graphs)
+    worker: PlainWorker | EagleWorker = PlainWorker(target, graphs, seed=args.random_seed)
     if spec is not None:
         drafter = load_drafter(args, target, device, dtype, spec.topk, graphs)
         worker = EagleWorker(
@@ -141,9 +216,12 @@ def build_app(args: argparse.Namespace, spec: SpecParams | None) -> App:
             seed=args.random_seed,
             graphs=graphs,
         )
-    engine = Engine(worker, args.max_running_requests)
+    draft_tokens = spec.num_draft_tokens if spec is not None else None
+    engine = Engine(worker, args.max_running_requests, draft_tokens)
     warm_up(engine, spec)
     args.device, args.dtype = device.type, str(dtype).removeprefix("torch.")
+    args.tokenizer_path = args.tokenizer_path or str(resolve_model(args.model_path).path.resolve())
+    args.served_model_name = args.served_model_name or args.model_path
     draft_path = args.speculative_draft_model_path if spec is not None else None
     info = {
         **vars(args),
@@ -154,7 +232,7 @@ def build_app(args: argparse.Namespace, spec: SpecParams | None) -> App:
         "device_name": device_name(device),
         "torch_version": torch.__version__,
     }
-    return App(engine, info)
+    return App(engine, info, context_len=target.max_seq_len)
 
 
 def load_drafter(

@@ -4,14 +4,18 @@
         --speculative-algorithm EAGLE3 --speculative-draft-model-path perfgate/eagle3-llama-tiny \\
         --speculative-num-steps 3 --speculative-eagle-topk 1 --speculative-num-draft-tokens 4
 
-Endpoints, as in SGLang: ``POST /generate`` (``text`` or ``input_ids``, single or a list that
-decodes as one batch of up to ``--max-running-requests``; greedy only; ``return_logprob`` and
-``top_logprobs_num`` for output tokens), ``GET /health``, ``GET /health_generate`` (after a
-one-token generation),
-``GET /server_info`` (alias ``/get_server_info``: the args, the engine, the model identities and
-``internal_states[0].avg_spec_accept_length``), ``POST /flush_cache`` (resets that average), and
+Endpoints, as in SGLang 0.5.23: ``POST /generate`` (``text`` or ``input_ids``, single or a
+list that decodes as one batch of up to ``--max-running-requests``; SGLang's sampling
+parameters and defaults; ``return_logprob`` and ``top_logprobs_num`` for output tokens;
+``"stream": true`` answers ``data: {...}`` lines, the text and output ids so far, then
+``data: [DONE]``), ``GET /health``, ``GET /health_generate`` (after a one-token generation),
+``GET /server_info`` (alias ``/get_server_info``: the args with ``tokenizer_path``, the engine,
+the model identities and ``internal_states[0]``: ``effective_max_running_requests_per_dp``,
+``last_gen_throughput``, ``avg_spec_accept_length``), ``GET /model_info`` (alias
+``/get_model_info``), ``GET /v1/models``, ``POST /flush_cache`` (resets that average), and
 ``POST /start_profile`` and ``POST /stop_profile`` (torch.profiler over a few decode cycles,
-with SGLang's request body: see ``profiling.py``).
+with SGLang's request body: see ``profiling.py``). Requests from all connections are decoded
+by one scheduler (``scheduler.py``).
 
 Models load before the port opens, so ``/health`` answers only once the server can generate.
 SIGTERM or SIGINT, or the death of the parent process, stops it with exit code 0.
@@ -28,17 +32,24 @@ import signal
 import sys
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from types import FrameType
 from typing import Any
 from urllib.parse import urlsplit
 
-from perfgate.engines.embedded.api import GenerateRequest, parse_generate
+from perfgate.engines.embedded.api import (
+    GenerateRequest,
+    StreamText,
+    parse_generate,
+    render_chunk,
+)
 from perfgate.engines.embedded.args import check_args, parse_args
 from perfgate.engines.embedded.batch import RequestError
 from perfgate.engines.embedded.engine import App, build_app
 from perfgate.engines.embedded.profiling import parse_profile_request
+from perfgate.engines.embedded.scheduler import Failed, Finished, Progress
 from perfgate.errors import ExitCode, InfrastructureError, PerfgateError
 
 READY_LINE = "The server is fired up and ready to roll!"  # SGLang's words; launchers wait on it
@@ -46,8 +57,19 @@ FLUSHED = "Cache flushed.\n"
 
 logger = logging.getLogger("perfgate.engines.embedded")
 
+DONE = b"data: [DONE]\n\n"  # the last line of an SGLang stream
+
+
+@dataclass(frozen=True)
+class Stream:
+    """A payload sent as server-sent events, one ``data:`` line per item, as it comes."""
+
+    chunks: Iterator[dict[str, Any]]
+
+
 # A route takes the app, the request body and its arrival time; it returns (status, payload),
-# where a str payload is sent as text, None as an empty body and anything else as JSON.
+# where a str payload is sent as text, None as an empty body, a Stream as server-sent events
+# and anything else as JSON.
 Route = Callable[[App, bytes, float], tuple[int, Any]]
 
 
@@ -56,8 +78,45 @@ def _generate(app: App, body: bytes, received: float) -> tuple[int, Any]:
         request = parse_generate(json.loads(body or b"null"))
     except json.JSONDecodeError as error:
         raise RequestError(f"the body is not JSON ({error})") from error
+    if request.stream:
+        return 200, Stream(_stream_chunks(app, request, received))
     responses = app.engine.generate(request, received)
     return 200, responses if request.is_batch else responses[0]
+
+
+def _stream_chunks(app: App, request: GenerateRequest, received: float) -> Iterator[dict[str, Any]]:
+    """SGLang's chunks of one streamed request: the output so far, then the finished response.
+
+    The request is queued before the first chunk is asked for, so a refused one is a 400.
+    """
+    (pending,) = app.engine.submit(request)
+    rid, prompt_tokens = request.rids[0], len(pending.request.prompt_ids)
+
+    def chunks() -> Iterator[dict[str, Any]]:
+        text = StreamText()
+        sent = 0
+        while True:
+            event = pending.events.get()
+            if isinstance(event, Failed):
+                yield _error(f"internal error: {event.error!r}", stream=True)
+                return
+            if isinstance(event, Finished):
+                yield app.engine.render(pending, rid, received, event)
+                return
+            assert isinstance(event, Progress)
+            text.add(event.output_ids[sent:])
+            sent = len(event.output_ids)
+            yield render_chunk(rid, prompt_tokens, event.output_ids, text.text)
+
+    return chunks()
+
+
+def _model_info(app: App, body: bytes, received: float) -> tuple[int, Any]:
+    return 200, app.model_info()
+
+
+def _models(app: App, body: bytes, received: float) -> tuple[int, Any]:
+    return 200, app.models()
 
 
 def _health(app: App, body: bytes, received: float) -> tuple[int, Any]:
@@ -96,6 +155,9 @@ ROUTES: dict[tuple[str, str], Route] = {
     ("GET", "/health_generate"): _health_generate,
     ("GET", "/server_info"): _server_info,
     ("GET", "/get_server_info"): _server_info,  # the name before SGLang v0.5.6
+    ("GET", "/model_info"): _model_info,
+    ("GET", "/get_model_info"): _model_info,  # SGLang 0.5.23 still answers the old name
+    ("GET", "/v1/models"): _models,
     ("GET", "/flush_cache"): _flush_cache,
     ("POST", "/flush_cache"): _flush_cache,
     ("GET", "/start_profile"): _start_profile,
@@ -145,6 +207,9 @@ class Handler(BaseHTTPRequestHandler):
         self._send(status, payload)
 
     def _send(self, status: int, payload: Any) -> None:
+        if isinstance(payload, Stream):
+            self._send_stream(payload)
+            return
         if payload is None or isinstance(payload, str):
             data, content_type = (payload or "").encode(), "text/plain; charset=utf-8"
         else:
@@ -155,12 +220,41 @@ class Handler(BaseHTTPRequestHandler):
         self.end_headers()
         self.wfile.write(data)
 
+    def _send_stream(self, stream: Stream) -> None:
+        """Send server-sent events in chunked encoding: each chunk as soon as it is ready."""
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream; charset=utf-8")
+        self.send_header("Transfer-Encoding", "chunked")
+        self.end_headers()
+        try:
+            for chunk in stream.chunks:
+                self._write_chunk(b"data: " + json.dumps(chunk).encode() + b"\n\n")
+            self._write_chunk(DONE)
+            self._write_chunk(b"")
+        except (BrokenPipeError, ConnectionResetError):
+            logger.info("a client left a stream before its end")  # it decodes on, unread
+            self.close_connection = True
+
+    def _write_chunk(self, data: bytes) -> None:
+        self.wfile.write(f"{len(data):x}\r\n".encode() + data + b"\r\n")
+        self.wfile.flush()
+
     def log_message(self, format: str, *args: Any) -> None:
         logger.debug("%s - " + format, self.address_string(), *args)
 
 
-def _error(message: str) -> dict[str, Any]:
-    return {"error": {"message": message}}
+def _error(message: str, *, stream: bool = False) -> dict[str, Any]:
+    if not stream:
+        return {"error": {"message": message}}
+    # SGLang's error line inside a stream (http_server.serve_generate_request)
+    return {
+        "error": {
+            "message": message,
+            "type": "invalid_request_error",
+            "code": 500,
+            "retryable": False,
+        }
+    }
 
 
 class _Stop(BaseException):

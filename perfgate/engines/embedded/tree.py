@@ -126,10 +126,11 @@ class TreeAcceptance(NamedTuple):
 def verify_greedy(tree: DraftTree, target_next: Tensor, path_len: int) -> TreeAcceptance:
     """Accept the longest path of drafts the target agrees with, and its bonus token.
 
-    target_next [B, N] is the target's greedy token after each node. A node is correct when
-    its token is the target's choice after its parent, and accepted when it and every ancestor
-    are correct. Siblings hold distinct tokens, so at most one child of an accepted node is
-    accepted: the accepted nodes form one path from the root, the longest correct one.
+    target_next [B, N] is the target's token after each node (its argmax, or its draw when
+    sampling). A node is correct when its token is the target's choice after its parent, and
+    accepted when it and every ancestor are correct. Siblings hold distinct tokens, so at most
+    one child of an accepted node is accepted: the accepted nodes form one path from the root,
+    the longest correct one.
     """
     correct = tree.tokens == target_next.gather(1, tree.parents)
     correct[:, 0] = True  # the root is committed already

@@ -1,7 +1,9 @@
 """The decoding loops: plain greedy decoding and EAGLE-style speculation, over a batch.
 
-Plain functions and classes that take the models. Greedy only; the byte vocabulary has no EOS,
-so every sequence runs to its ``max_new_tokens`` exactly. The sequences of a batch decode
+Plain functions and classes that take the models. Greedy, or sampled as SGLang samples
+(``sampling.py``: the target's token after each position is drawn from its distribution, and
+a draft is accepted when it is that token); the byte vocabulary has no EOS, so every sequence
+runs to its ``max_new_tokens`` exactly. The sequences of a batch decode
 together, one forward per step, each at its own positions; each accepts its own number of draft
 tokens per cycle. A finished sequence stays in the batch until all are done, frozen: it stops
 advancing, and what the forwards compute for it is dropped.
@@ -28,6 +30,7 @@ from perfgate.engines.embedded.drafters import Drafter, greedy, take_columns
 from perfgate.engines.embedded.graphs import GraphRunner
 from perfgate.engines.embedded.model import Transformer, causal_view
 from perfgate.engines.embedded.params import SpecParams
+from perfgate.engines.embedded.sampling import SamplingTensors, choose_tokens
 from perfgate.engines.embedded.tree import (
     DraftTree,
     TreeAcceptance,
@@ -36,6 +39,10 @@ from perfgate.engines.embedded.tree import (
     tree_attention,
     verify_greedy,
 )
+
+
+def _nothing(batch: Batch) -> None:
+    pass
 
 
 class Prompts(NamedTuple):
@@ -54,17 +61,41 @@ def pad_prompts(requests: Sequence[Request], device: torch.device) -> Prompts:
     return Prompts(ids, lengths, positions)
 
 
+def next_tokens(logits: Tensor, batch: Batch) -> Tensor:
+    """The target's token after each position of logits [B, N, vocab], eagerly: [B, N]."""
+    if batch.sampling is None:
+        return greedy(logits)
+    return choose_tokens(logits, batch.sampling, batch.draw_coins(logits.shape[1]))
+
+
+def sampling_inputs(batch: Batch, columns: int) -> tuple[Tensor, ...]:
+    """A graph's extra inputs for a batch that samples: its parameters and fresh coins."""
+    if batch.sampling is None:
+        return ()
+    return (*batch.sampling, batch.draw_coins(columns))
+
+
+def choose_in_graph(logits: Tensor, extra: Sequence[Tensor]) -> Tensor:
+    """Inside a graph: greedy without sampling inputs, else sampled (see sampling_inputs)."""
+    if not extra:
+        return greedy(logits)
+    return choose_tokens(logits, SamplingTensors(*extra[:4]), extra[4])
+
+
 def features_of(hidden: Sequence[Tensor]) -> Tensor | None:
     """Concatenate captured hidden states into EAGLE-3 features [B, T, 3·dim]; None if none."""
     return torch.cat(list(hidden), dim=-1) if hidden else None
 
 
 class PlainWorker:
-    """Greedy decoding, one target forward per token for the whole batch."""
+    """Plain decoding, one target forward per token for the whole batch."""
 
-    def __init__(self, target: Transformer, graphs: GraphRunner | None = None) -> None:
+    def __init__(
+        self, target: Transformer, graphs: GraphRunner | None = None, seed: int = 0
+    ) -> None:
         self.target = target
         self.graphs = graphs or GraphRunner()
+        self.generator = torch.Generator().manual_seed(seed)  # coins of sampled requests
         self.device = target.output.weight.device
         self.lookahead = 1
         self.step_hook: Callable[[], None] | None = None  # run before each decode step
@@ -74,18 +105,20 @@ class PlainWorker:
         view = causal_view(prompts.positions, batch.kv_len(self.lookahead))
         logits, _ = self.target(prompts.ids, prompts.positions, view)
         last = take_columns(logits, prompts.lengths - 1)  # [B, 1, vocab]
-        batch.commit(greedy(last), torch.ones_like(prompts.lengths), last)
+        batch.commit(next_tokens(last, batch), torch.ones_like(prompts.lengths), last)
 
     def decode_step(self, batch: Batch) -> None:
         """Feed each sequence's last token at its position; commit the next token."""
         kv_len = batch.kv_len(self.lookahead)
 
-        def step(tokens: Tensor, lengths: Tensor) -> tuple[Tensor, Tensor]:
+        def step(tokens: Tensor, lengths: Tensor, *extra: Tensor) -> tuple[Tensor, Tensor]:
             positions = lengths.unsqueeze(1)
             logits, _ = self.target(tokens.unsqueeze(1), positions, causal_view(positions, kv_len))
-            return greedy(logits), logits
+            return choose_in_graph(logits, extra), logits
 
-        tokens, logits = self.graphs.run(("decode", kv_len), step, batch.tokens, batch.lengths)
+        extra = sampling_inputs(batch, 1)
+        site = ("decode", kv_len, bool(extra))
+        tokens, logits = self.graphs.run(site, step, batch.tokens, batch.lengths, *extra)
         batch.commit(tokens, torch.ones_like(batch.lengths), logits)
 
     def check(self, request: Request) -> None:
@@ -93,19 +126,24 @@ class PlainWorker:
         check_request(request, self.target.max_seq_len, self.lookahead)
 
     @torch.inference_mode()
-    def generate(self, requests: Sequence[Request]) -> list[Generation]:
-        """Decode a batch of requests together."""
+    def generate(
+        self, requests: Sequence[Request], on_step: Callable[[Batch], None] | None = None
+    ) -> list[Generation]:
+        """Decode a batch of requests together; on_step sees the batch after every step."""
+        step_done = on_step or _nothing
         for request in requests:
             self.check(request)
-        batch = Batch(requests, self.device, self.target.max_seq_len)
+        batch = Batch(requests, self.device, self.target.max_seq_len, self.generator)
         if self.target.ensure_cache(len(requests), batch.kv_len(self.lookahead, final=True)):
             self.graphs.reset()
         if not batch.done:
             self.prefill(batch, pad_prompts(requests, self.device))
+            step_done(batch)
         while not batch.done:
             if self.step_hook is not None:
                 self.step_hook()
             self.decode_step(batch)
+            step_done(batch)
         return batch.generations()
 
 
@@ -196,6 +234,7 @@ class EagleWorker:
             if simulate_accept_rate is None
             else SimulatedAcceptance(simulate_accept_rate, seed)
         )
+        self.generator = torch.Generator().manual_seed(seed)  # coins of sampled requests
         self.lookahead = params.lookahead
         self.path_len = params.num_steps + 1  # the root and one node per level, at most
         self.step_hook: Callable[[], None] | None = None  # run before each decode cycle
@@ -207,7 +246,7 @@ class EagleWorker:
         capture = self.drafter.feature_layers
         logits, hidden = self.target(prompts.ids, prompts.positions, view, capture)
         last = take_columns(logits, prompts.lengths - 1)  # [B, 1, vocab]
-        first = greedy(last[:, 0])
+        first = next_tokens(last, batch)[:, 0]
         self.drafter.prefill(prompts.ids, prompts.lengths, first, features_of(hidden), kv_len)
         batch.commit(first.unsqueeze(1), torch.ones_like(prompts.lengths), last)
 
@@ -246,27 +285,29 @@ class EagleWorker:
 
     def accept(self, batch: Batch, tree: DraftTree, logits: Tensor) -> Accepted:
         """Keep the longest path of drafts the target agrees with, plus its bonus token."""
-        counts = None
+        counts: tuple[Tensor, ...] = ()
         if self.simulate is not None:
-            counts = self.simulate.draw(tree.tokens.shape[0], self.path_len, self.device)
+            counts = (self.simulate.draw(tree.tokens.shape[0], self.path_len, self.device),)
+        sampled = sampling_inputs(batch, tree.size)
 
         def decide(logits: Tensor, *inputs: Tensor) -> tuple[Tensor, ...]:
-            # The target's own choice after each node: a draft is right when it is that choice
-            # after its parent, and the first wrong draft ends its path, since every later draft
-            # was conditioned on a wrong token. The bonus is the target's token after the last
-            # accepted node, so every verify pass yields at least one token.
+            # The target's own choice after each node (its argmax, or its sample: one coin per
+            # node): a draft is right when it is that choice after its parent, and the first
+            # wrong draft ends its path, since every later draft was conditioned on a wrong
+            # token. The bonus is the target's token after the last accepted node, so every
+            # verify pass yields at least one token.
             nodes = DraftTree(*inputs[:4])
-            target_next = greedy(logits)  # [B, N]
-            if len(inputs) > 4:
-                acceptance = simulate_path(nodes, target_next, inputs[4], self.path_len)
+            target_next = choose_in_graph(logits, inputs[4 : 4 + len(sampled)])  # [B, N]
+            if counts:
+                acceptance = simulate_path(nodes, target_next, inputs[-1], self.path_len)
             else:
                 acceptance = verify_greedy(nodes, target_next, self.path_len)
             vocab = logits.shape[-1]
             path_logits = logits.gather(1, acceptance.path.unsqueeze(-1).expand(-1, -1, vocab))
             return (*acceptance, path_logits)
 
-        extra = () if counts is None else (counts,)
-        *decided, path_logits = self.graphs.run("accept", decide, logits, *tree, *extra)
+        site = ("accept", bool(sampled))
+        *decided, path_logits = self.graphs.run(site, decide, logits, *tree, *sampled, *counts)
         acceptance = TreeAcceptance(*decided)
         starts = batch.lengths
         if self.params.topk > 1:
@@ -309,19 +350,25 @@ class EagleWorker:
         check_request(request, max_seq_len, self.lookahead)
 
     @torch.inference_mode()
-    def generate(self, requests: Sequence[Request]) -> list[Generation]:
-        """Decode a batch of requests together, up to num_steps + 1 tokens each per cycle."""
+    def generate(
+        self, requests: Sequence[Request], on_step: Callable[[Batch], None] | None = None
+    ) -> list[Generation]:
+        """Decode a batch of requests together, up to num_steps + 1 tokens each per cycle;
+        on_step sees the batch after the prefill and after every cycle."""
+        step_done = on_step or _nothing
         for request in requests:
             self.check(request)
-        batch = Batch(requests, self.device, self.target.max_seq_len)
+        batch = Batch(requests, self.device, self.target.max_seq_len, self.generator)
         slots = batch.kv_len(self.lookahead, final=True)
         replaced = self.target.ensure_cache(len(requests), slots)
         if self.drafter.model.ensure_cache(len(requests), slots) or replaced:
             self.graphs.reset()
         if not batch.done:
             self.prefill(batch, pad_prompts(requests, self.device))
+            step_done(batch)
         while not batch.done:
             if self.step_hook is not None:  # a profiler's, while one is asked for
                 self.step_hook()
             self.cycle(batch)
+            step_done(batch)
         return batch.generations()

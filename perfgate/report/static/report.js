@@ -22,6 +22,9 @@
   var UNITS = {
     output_tok_s: "tok/s", accept_length: "tok/cycle", speedup: "×", verify_ms: "ms",
     draft_ms: "ms", draft_extend_ms: "ms", cycle_ms: "ms", ttft_ms: "ms",
+    serving_output_tok_s: "tok/s", ttft_ms_p50: "ms", ttft_ms_p99: "ms", itl_ms_p50: "ms", itl_ms_p99: "ms",
+    sglang_output_tok_s: "tok/s", sglang_ttft_ms_p50: "ms", sglang_ttft_ms_p99: "ms",
+    sglang_itl_ms_p50: "ms", sglang_itl_ms_p99: "ms",
   };
   var state = { scenario: "", profile: "", branch: "", x: "order", phases: "ms" };
   var live = [];          // the charts drawn now: {group, plot, el}
