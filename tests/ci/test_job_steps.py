@@ -183,7 +183,8 @@ def test_a_failed_pre_flight_still_says_why_in_the_summary(tmp_path: Path) -> No
     workspace = _make_workspace(tmp_path / "workspace")  # no baseline approved: bad input
     runner, steps = _gate(workspace, tmp_path / "temp")
     assert runner.failed and steps["Pre-flight"].returncode == 64
-    assert "no such baseline" in steps["Pre-flight"].output
+    assert "no reviewed baseline for scenario 'tiny'" in steps["Pre-flight"].output
+    assert "perfgate run --no-gate --scenario tiny" in steps["Pre-flight"].output
     assert not steps["Gate suites"].ran
     assert steps["Job summary"].summary.startswith("## perfgate: ⛔ no verdict")
     assert "::error title=perfgate%3A no verdict::" in steps["Annotations"].output
