@@ -38,9 +38,15 @@ def fake_gpus(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> SetGpus:
     script.chmod(0o755)
     monkeypatch.setenv("PATH", f"{folder}{os.pathsep}{os.environ['PATH']}")
 
+    def write(value: object) -> None:
+        # Whole or not at all: the fake nvidia-smi may read while a timer thread writes.
+        partial = state.with_suffix(".partial")
+        partial.write_text(json.dumps(value))
+        os.replace(partial, state)
+
     def set_gpus(count: int | str, used_mib: float | list[float] = 500.0) -> None:
         if count == "broken":
-            state.write_text(json.dumps("broken"))
+            write("broken")
             return
         assert isinstance(count, int)
         used = used_mib if isinstance(used_mib, list) else [used_mib] * count
@@ -48,7 +54,7 @@ def fake_gpus(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> SetGpus:
             {"index": i, "uuid": f"GPU-{i:02d}aa-bb", "total": 143771.0, "used": used[i]}
             for i in range(count)
         ]
-        state.write_text(json.dumps(gpus))
+        write(gpus)
 
     set_gpus(8)
     return set_gpus
