@@ -57,7 +57,7 @@ def handle(args: argparse.Namespace, _rest: list[str]) -> int:
     baseline = _baseline(args, config, records[-1])
     alpha = _alpha(args, config)
     measurements = [r.measurement for r in records]
-    verdicts = judge_measurements(measurements, baseline, alpha=alpha, final=True)
+    verdicts = judge_measurements(measurements, baseline, alpha=alpha, max_runs=len(measurements))
     status = overall_status(verdicts, all(m.equivalence.ok for m in measurements))
     code = int(exit_code(status))
     if args.json:
