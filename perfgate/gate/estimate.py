@@ -54,7 +54,9 @@ class ChangeEstimate:
     current: float  # the current runs' centre, alike
     baseline_runs: int
     current_runs: int
-    between_run_sd: float | None  # sd of a run's centre, pooled over both sides; None: unseen
+    # sd of a run's centre between runs: pooled over both sides (by the mean: the current
+    # side's, at least the baseline's); None while unseen (one run each side)
+    between_run_sd: float | None
     within_run_sd: float | None  # sd of one repeat inside a run (log scale), both sides
     run_sd: float = 0.0  # the sd of one run's centre the error rests on (between, floored)
     current_within_sd: float | None = None  # the current runs' own repeat spread, if any
