@@ -257,6 +257,7 @@ def test_overall_status_and_exit_codes() -> None:
     "module",
     [
         "perfgate.gate.judge",
+        "perfgate.gate.evidence",
         "perfgate.gate.looks",
         "perfgate.gate.tail",
         "perfgate.equivalence",

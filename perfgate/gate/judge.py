@@ -19,7 +19,7 @@ move. A change that makes a share of the repeats slow leaves the median in place
 second test watches the distribution (perfgate.gate.tail): when the current runs have
 significantly more repeats far behind their run's median than the baseline's, the mean of
 the repeats is judged as well, and a pass needs both the median and the mean within the
-tolerance. A metric's ``alpha`` is split between its two tests (:data:`MEDIAN_SHARE`).
+tolerance. A metric's ``alpha`` is split between its two tests (perfgate.gate.evidence).
 
 What the levels mean, exactly (under the model of perfgate.gate.estimate: normal noise on
 the log scale, run shifts and repeat noise independent):
@@ -47,212 +47,49 @@ measured by ``benchmarks/gate_quality.py``.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
-from perfgate.gate.estimate import ChangeEstimate, clean_runs, estimate_change
+from perfgate.gate.estimate import ChangeEstimate
+from perfgate.gate.evidence import (
+    MEDIAN_SHARE,
+    Evidence,
+    decide_evidence,
+    gather_evidence,
+    produced_nothing,
+)
+from perfgate.gate.interval import (
+    DEFAULT_BETA,
+    Judgement,
+    decide,
+    goodness,
+    p_regression,
+    tolerance_bounds,
+)
 from perfgate.gate.looks import MIN_SETTLE_CHANCE, look_levels, settle_chance
-from perfgate.gate.stats import t_cdf, t_ppf
-from perfgate.gate.tail import SlowTail, slow_tail
 from perfgate.gate.verdict import Status, Verdict
-from perfgate.metrics import METRICS, Direction
+from perfgate.metrics import METRICS
+
+__all__ = [  # what other modules import from here
+    "DEFAULT_ALPHA",
+    "DEFAULT_BETA",
+    "DEFAULT_TOLERANCE",
+    "Judgement",
+    "Look",
+    "decide",
+    "holm_levels",
+    "incomparable",
+    "judge_look",
+    "judge_metric",
+    "judge_runs",
+    "p_regression",
+    "tolerance_bounds",
+]
 
 DEFAULT_TOLERANCE = 0.03
 DEFAULT_ALPHA = 0.2  # family-wise, per scenario, over all looks, at the tolerance (see above)
-DEFAULT_BETA = 0.2  # the chance, over all looks, of passing a change exactly at the tolerance
-# The share of a metric's alpha its median test gets; the mean test (used only when the
-# current runs have a slow tail) gets the rest.
-MEDIAN_SHARE = 0.7
 # With fewer approved runs than this the spread between launches is barely known.
 FEW_BASELINE_RUNS = 3
-# Metrics that are zero, or not measured at all, when the server produced nothing.
-PRODUCED = frozenset({"output_tok_s", "speedup"})
-
-
-@dataclass(frozen=True)
-class Judgement:
-    """One metric's decision: its status and the interval that made it.
-
-    ``estimate`` is the estimate that decided (by the median of the repeats, or by their
-    mean when the slow tail called for it); ``ci_low``/``ci_high`` bound its relative change
-    (``current / baseline - 1``) in the metric's own terms; ``p_regression`` is the one-sided
-    p-value of "no regression beyond the tolerance" (small: strong evidence of a regression)
-    and ``alpha`` the level it was compared with: a regression is claimed exactly when
-    ``p_regression < alpha``, once the spread between launches has been seen. ``tail`` is
-    the slow-repeat test (None where it was not run) and ``settle`` the chance that the
-    remaining runs decide an inconclusive metric (None where nothing was left to settle).
-    """
-
-    status: Status
-    estimate: ChangeEstimate
-    ci_low: float
-    ci_high: float
-    p_regression: float
-    alpha: float
-    tail: SlowTail | None = None
-    settle: float | None = None
-
-
-def tolerance_bounds(direction: Direction, tolerance: float) -> tuple[float, float]:
-    """The regression and improvement thresholds on the log-goodness scale.
-
-    Goodness is the log change for a metric where higher is better and its negative
-    otherwise, so a regression is always a goodness below the first number.
-    """
-    if direction is Direction.HIGHER_IS_BETTER:
-        return math.log1p(-tolerance), math.log1p(tolerance)
-    return -math.log1p(tolerance), -math.log1p(-tolerance)
-
-
-def _sign(direction: Direction) -> float:
-    return 1.0 if direction is Direction.HIGHER_IS_BETTER else -1.0
-
-
-def _goodness(estimate: ChangeEstimate, direction: Direction) -> float:
-    return _sign(direction) * estimate.log_change
-
-
-def p_regression(estimate: ChangeEstimate, direction: Direction, tolerance: float) -> float:
-    """One-sided p-value of "the change is not worse than the tolerance".
-
-    Small values are evidence of a regression beyond the tolerance; 0.5 means the estimate
-    sits exactly at the tolerance.
-    """
-    if math.isinf(estimate.se):
-        return 1.0
-    worst, _ = tolerance_bounds(direction, tolerance)
-    return t_cdf((_goodness(estimate, direction) - worst) / estimate.se, estimate.df)
-
-
-def decide(
-    estimate: ChangeEstimate,
-    direction: Direction,
-    tolerance: float,
-    *,
-    alpha: float,
-    beta: float = DEFAULT_BETA,
-    final: bool = True,
-) -> Judgement:
-    """Decide one estimate at level ``alpha`` (already corrected for the family).
-
-    Returns a :class:`Judgement` whose interval runs from the ``beta`` lower bound to the
-    ``alpha`` upper bound of the goodness, converted back to the metric's relative change.
-    With one run on each side (the spread between launches unseen) a claim is made only when
-    ``final`` says no other run can ever come and the repeats alone must do, as when a
-    sweep compares two of its points; the gate itself passes ``final=False``.
-    """
-    worst, best = tolerance_bounds(direction, tolerance)
-    g = _goodness(estimate, direction)
-    low = g - t_ppf(1.0 - beta, estimate.df) * estimate.se  # -inf when se is inf
-    high = g + t_ppf(1.0 - alpha, estimate.df) * estimate.se
-    if not estimate.between_seen and not final:
-        status = Status.INCONCLUSIVE
-    elif high < worst:
-        status = Status.REGRESSION
-    elif low > best:
-        status = Status.IMPROVEMENT
-    elif low >= worst:
-        status = Status.PASS
-    else:
-        status = Status.INCONCLUSIVE
-    ci_low, ci_high = _to_change(low, high, direction)
-    return Judgement(
-        status=status,
-        estimate=estimate,
-        ci_low=ci_low,
-        ci_high=ci_high,
-        p_regression=p_regression(estimate, direction, tolerance),
-        alpha=alpha,
-    )
-
-
-def _to_change(low: float, high: float, direction: Direction) -> tuple[float, float]:
-    """A goodness interval as an interval of the relative change, in the metric's terms."""
-    if direction is Direction.HIGHER_IS_BETTER:
-        return math.expm1(low), math.expm1(high)
-    return math.expm1(-high), math.expm1(-low)
-
-
-@dataclass(frozen=True)
-class Evidence:
-    """What the runs say about one metric: the change by median and by mean, and the tail."""
-
-    by_median: ChangeEstimate
-    by_mean: ChangeEstimate
-    tail: SlowTail
-    direction: Direction
-    tolerance: float
-
-    @property
-    def p_regression(self) -> float:
-        """The metric's p-value: its tests' p-values over their shares of alpha, the least.
-
-        Rejecting when this is at most the metric's level rejects exactly when one of its
-        tests rejects at its share, so Holm's procedure can order the metrics by it.
-        """
-        p = p_regression(self.by_median, self.direction, self.tolerance) / MEDIAN_SHARE
-        if self.tail.heavier:
-            by_mean = p_regression(self.by_mean, self.direction, self.tolerance)
-            p = min(p, by_mean / (1.0 - MEDIAN_SHARE))
-        return min(p, 1.0)
-
-
-def gather_evidence(
-    baseline_runs: Sequence[Sequence[float]],
-    current_runs: Sequence[Sequence[float]],
-    direction: Direction,
-    tolerance: float,
-) -> Evidence | None:
-    """Both estimates and the slow-tail test for one metric; None without usable samples."""
-    by_median = estimate_change(baseline_runs, current_runs)
-    by_mean = estimate_change(baseline_runs, current_runs, centre="mean")
-    if by_median is None or by_mean is None:
-        return None
-    worst, _ = tolerance_bounds(direction, tolerance)
-    sign = _sign(direction)
-    tail = slow_tail(
-        [[sign * v for v in run] for run in clean_runs(baseline_runs)],
-        [[sign * v for v in run] for run in clean_runs(current_runs)],
-        worst,
-    )
-    return Evidence(by_median, by_mean, tail, direction, tolerance)
-
-
-def decide_evidence(evidence: Evidence, *, alpha: float, beta: float) -> Judgement:
-    """Decide one metric at its level ``alpha`` (after Holm) and this look's ``beta``.
-
-    The median decides, unless the current runs have a slow tail: then a regression of
-    either the median or the mean is a regression, and a pass needs both within the
-    tolerance (the mean's interval is reported, since it is the one the tail moved).
-    """
-    e = evidence
-    median = decide(
-        e.by_median, e.direction, e.tolerance, alpha=alpha * MEDIAN_SHARE, beta=beta, final=False
-    )
-    chosen = median
-    if e.tail.heavier and median.status is not Status.REGRESSION:
-        mean = decide(
-            e.by_mean,
-            e.direction,
-            e.tolerance,
-            alpha=alpha * (1.0 - MEDIAN_SHARE),
-            beta=beta,
-            final=False,
-        )
-        chosen = replace(mean, status=_both(median.status, mean.status))
-    return replace(chosen, p_regression=e.p_regression, alpha=alpha, tail=e.tail)
-
-
-def _both(median: Status, mean: Status) -> Status:
-    """The status when the median and the mean must agree (the mean's regression wins)."""
-    if Status.REGRESSION in (median, mean):
-        return Status.REGRESSION
-    if Status.INCONCLUSIVE in (median, mean):
-        return Status.INCONCLUSIVE
-    if median is mean is Status.IMPROVEMENT:
-        return Status.IMPROVEMENT
-    return Status.PASS
 
 
 def holm_levels(p_values: Mapping[str, float], alpha: float) -> dict[str, float]:
@@ -387,31 +224,6 @@ def _unjudgeable(
     return found
 
 
-def produced_nothing(metric: str, runs: Sequence[Sequence[float]]) -> str | None:
-    """Why a throughput metric says the server produced nothing; None if it produced.
-
-    A throughput that is zero, negative or missing (NaN, or no value at all) in any current
-    repeat is no noisy sample: that repeat generated nothing, and the run is a regression.
-
-    >>> produced_nothing("output_tok_s", [[0.0, 0.0, 0.0, 100.0, 100.0]])
-    'the server produced nothing in 3 of 5 repeats (output_tok_s 0, 0, 0)'
-    >>> produced_nothing("output_tok_s", [])
-    'the server produced nothing: no output_tok_s was measured'
-    """
-    if metric not in PRODUCED:
-        return None
-    values = [v for run in runs for v in run]
-    if not values:
-        return f"the server produced nothing: no {metric} was measured"
-    empty = [v for v in values if not (math.isfinite(v) and v > 0)]
-    if not empty:
-        return None
-    shown = ", ".join(f"{v:g}" for v in empty[:3]) + (", ..." if len(empty) > 3 else "")
-    return (
-        f"the server produced nothing in {len(empty)} of {len(values)} repeats ({metric} {shown})"
-    )
-
-
 def _missing(
     metric: str,
     baseline: Mapping[str, Sequence[Sequence[float]]],
@@ -438,7 +250,7 @@ def _with_settle(
     share = (1.0 - MEDIAN_SHARE) if by_mean else MEDIAN_SHARE
     chance = settle_chance(
         judgement.estimate,
-        _goodness(judgement.estimate, evidence.direction),
+        goodness(judgement.estimate, evidence.direction),
         worst,
         max_runs=max_runs,
         alpha=last[0] * share,
