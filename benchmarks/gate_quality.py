@@ -158,6 +158,7 @@ class Tally:
     verdicts: dict[str, int] = field(default_factory=dict)  # rule -> regression verdicts
     family_alarms: dict[str, int] = field(default_factory=dict)  # rule -> any of 4 flagged
     inconclusive: int = 0
+    passes: int = 0  # perfgate's pass or improvement verdicts for the changed metric
     runs: int = 0
 
     def add(self, rule: str, regression: bool | None, any_alarm: bool | None) -> None:
@@ -290,6 +291,7 @@ def run_cell(args: tuple[Shape, float, Settings, int, int]) -> tuple[str, float,
         tally.trials += 1
         tally.add("perfgate", status is Status.REGRESSION, alarm)
         tally.inconclusive += status is Status.INCONCLUSIVE
+        tally.passes += status in (Status.PASS, Status.IMPROVEMENT)
         tally.runs += runs
         for name, (flagged, any_alarm) in other_rules(baseline, first).items():
             tally.add(name, flagged, any_alarm)
@@ -373,7 +375,7 @@ def _format(name: str, row: Sequence[float]) -> str:
 
 
 def goals(results: Results) -> list[str]:
-    """perfgate's worst case against each goal, met or not, with the measured figure."""
+    """perfgate's worst case against each goal, met or not, and its rates at the tolerance."""
     worst = worst_case([_row(shape, "perfgate", results) for shape in SHAPES])
     lines = ["", "**perfgate against the goals (worst case over the counted shapes)**", ""]
     for name, column, sense, bound in GOALS:
@@ -383,6 +385,13 @@ def goals(results: Results) -> list[str]:
         limit = f"{bound:g}" if column == 5 else f"{bound:.0%}"
         relation = "<=" if sense == "max" else ">="
         lines.append(f"- {name}: {shown} (goal {relation} {limit}): {'met' if met else 'NOT met'}")
+    at_tolerance = [results[(shape.name, 1.0)] for shape in SHAPES if shape.counted]
+    regressions = max(t.verdicts["perfgate"] / t.trials for t in at_tolerance)
+    passes = max(t.passes / t.trials for t in at_tolerance)
+    lines.append(
+        f"- a change exactly at the tolerance: regression at most {regressions:.2%}, "
+        f"pass at most {passes:.2%}"
+    )
     return lines
 
 
@@ -391,16 +400,16 @@ def detail(results: Results) -> list[str]:
     head = " | ".join(f"{c:g}x" for c in CHANGES)
     lines = [
         "",
-        "**perfgate: regression verdicts / mean runs / still inconclusive, per true slowdown "
-        "(in tolerances)**",
+        "**perfgate: regression verdicts / passes / mean runs / still inconclusive, per true "
+        "slowdown (in tolerances)**",
         "",
     ]
     lines += [f"| noise shape | {head} |", "| --- |" + " ---: |" * len(CHANGES)]
     for shape in SHAPES:
         cells = [results[(shape.name, c)] for c in CHANGES]
         text = " | ".join(
-            f"{t.verdicts['perfgate'] / t.trials:.1%} / {t.runs / t.trials:.2f} / "
-            f"{t.inconclusive / t.trials:.0%}"
+            f"{t.verdicts['perfgate'] / t.trials:.1%} / {t.passes / t.trials:.1%} / "
+            f"{t.runs / t.trials:.2f} / {t.inconclusive / t.trials:.0%}"
             for t in cells
         )
         lines.append(f"| {shape.name} | {text} |")
