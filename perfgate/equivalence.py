@@ -12,11 +12,20 @@ The rule, per prompt:
 1. Find the first position where the outputs differ (none: the prompt **matches**).
 2. Look up the plain run's top logprobs at that position (the distribution the plain
    server chose its token from, with the same prefix behind it). If both tokens are among
-   them and their logprobs differ by at most ``near_tie_margin`` nats, the divergence is a
-   **near tie**: reported, and allowed for up to ``max_near_tie_share`` of the prompts.
+   them and the plain run's own token is ranked at most ``near_tie_margin`` nats above the
+   speculative one (the margin, from 0 to the threshold: logprobs arrive as float32, so a
+   margin within :data:`LOGPROB_RESOLUTION` of the threshold counts as at it), the
+   divergence is a **near tie**: reported, and allowed for up to ``max_near_tie_share`` of
+   the prompts.
 3. Anything else **diverged** and fails: a token the target ranks far below its choice (a
    draft token accepted that the target would not have chosen), a token outside the plain
-   run's top list, an output of another length, or a divergence where no logprobs are known.
+   run's top list, an output of another length, a divergence where no logprobs are known,
+   or one where the list ranks the speculative token *above* the plain run's own (a
+   negative margin: the list does not describe the choice the plain run made, so it cannot
+   vouch for the speculative token).
+
+Nothing compared is nothing proven: a report of no prompts, or a prompt for which neither
+server generated a token, is not equivalent.
 
 A real bug fails wherever it happens, late in the output too: every position is compared,
 not a prefix of fixed length, and a prompt's share of matched tokens never offsets another
@@ -34,6 +43,9 @@ from dataclasses import dataclass
 DEFAULT_NEAR_TIE_MARGIN = 0.1
 # The share of prompts allowed to part at a near tie.
 DEFAULT_MAX_NEAR_TIE_SHARE = 0.2
+# Logprobs arrive as float32 (about 7 significant digits): two margins closer than this (nats)
+# are the same margin, so one printed as the threshold is at the threshold.
+LOGPROB_RESOLUTION = 1e-6
 
 # Per output position, the plain run's top tokens as (logprob, token id), best first.
 TopLogprobs = Sequence[Sequence[tuple[float, int]]]
@@ -97,7 +109,13 @@ class EquivalenceReport:
 
     @property
     def ok(self) -> bool:
-        return not self.diverged and not self.too_many_near_ties
+        """True when something was compared, nothing diverged and near ties are few."""
+        return not self.unchecked and not self.diverged and not self.too_many_near_ties
+
+    @property
+    def unchecked(self) -> bool:
+        """True when nothing proves equivalence: no prompts, or a prompt without tokens."""
+        return not self.prompts or any(p.spec_len == p.plain_len == 0 for p in self.prompts)
 
     @property
     def mismatches(self) -> tuple[PromptComparison, ...]:
@@ -124,6 +142,15 @@ class EquivalenceReport:
 
     def summary(self) -> str:
         """One line: how many prompts matched, then every divergence with its margin."""
+        if not self.prompts:
+            return "nothing compared: no prompts"
+        empty = [str(p.index) for p in self.prompts if p.spec_len == p.plain_len == 0]
+        note = ""
+        if empty:
+            note = f"nothing compared for prompt(s) {', '.join(empty)}: no tokens generated; "
+        return note + self._comparison_summary()
+
+    def _comparison_summary(self) -> str:
         total, bad = len(self.prompts), self.mismatches
         if not bad:
             return f"{total}/{total} prompts token-identical"
@@ -192,7 +219,7 @@ def _compare(
     margin, is_bound = divergence_margin(
         top[prefix] if prefix < len(top) else (), spec_token, plain_token
     )
-    near = margin is not None and not is_bound and abs(margin) <= threshold
+    near = is_near_tie(margin, is_bound, threshold)
     return PromptComparison(
         index=index,
         outcome=Outcome.NEAR_TIE if near else Outcome.DIVERGED,
@@ -204,6 +231,23 @@ def _compare(
         margin=margin,
         margin_is_bound=is_bound,
     )
+
+
+def is_near_tie(margin: float | None, is_bound: bool, threshold: float) -> bool:
+    """Whether a divergence's margin makes it a near tie (see the module's rule).
+
+    The plain run's own token must rank first, at most ``threshold`` nats above the
+    speculative one: a negative margin is no tie but a list at odds with the plain run's
+    choice, and a margin within :data:`LOGPROB_RESOLUTION` of the threshold is at it.
+
+    >>> is_near_tie(-0.7 - -0.8, False, 0.1)  # 0.10000000000000009 in float64
+    True
+    >>> is_near_tie(-0.01, False, 0.1)
+    False
+    """
+    if margin is None or is_bound:
+        return False
+    return 0.0 <= margin <= threshold + LOGPROB_RESOLUTION
 
 
 def divergence_margin(

@@ -31,40 +31,55 @@ def current_runs(measurements: Sequence[Measurement]) -> dict[str, list[tuple[fl
     return runs
 
 
-def judge_measurements(
+def judge_look(
     measurements: Sequence[Measurement],
     baseline: Baseline,
     *,
     alpha: float = gate.DEFAULT_ALPHA,
-    final: bool = True,
-) -> list[Verdict]:
-    """The gate's verdicts for one scenario's runs against its baseline.
+    max_runs: int = 1,
+) -> gate.Look:
+    """The gate's look at one scenario's runs against its baseline: verdicts, and whether
+    another run can change them.
 
     ``measurements`` are the runs of one verdict (the first, and any measured again while
-    the verdict was inconclusive); ``alpha`` is this scenario's share of the session's
-    false-alarm level; ``final`` says the run budget is spent. A run whose environment
-    differs from the baseline's makes every verdict ``incomparable``, naming the fields.
+    it was inconclusive): the look is the ``len(measurements)``-th of at most ``max_runs``,
+    and spends its share of ``alpha``, this scenario's share of the session's false-alarm
+    level (see perfgate.gate.looks). A run whose environment differs from the baseline's
+    makes every verdict ``incomparable``, naming the fields, and asks for no other run.
     Throughput verdicts carry an :class:`~perfgate.gate.Attribution` when both sides have
     phase timings.
     """
     for measurement in measurements:
         differences = diff_fingerprints(baseline.fingerprint, measurement.fingerprint)
         if differences:
-            return gate.incomparable(baseline.gated, differences)
-    verdicts = gate.judge_runs(
+            verdicts = gate.incomparable(baseline.gated, differences)
+            return gate.Look(verdicts, len(measurements), max_runs, another_run=False)
+    look = gate.judge_look(
         baseline.metric_runs(),
         current_runs(measurements),
         baseline.tolerances,
         baseline.gated,
         alpha=alpha,
-        final=final,
+        max_runs=max_runs,
     )
-    return [
+    verdicts = [
         replace(v, attribution=explain(v.metric, v.change, measurements, baseline))
         if v.metric in EXPLAINED and v.change is not None
         else v
-        for v in verdicts
+        for v in look.verdicts
     ]
+    return replace(look, verdicts=verdicts)
+
+
+def judge_measurements(
+    measurements: Sequence[Measurement],
+    baseline: Baseline,
+    *,
+    alpha: float = gate.DEFAULT_ALPHA,
+    max_runs: int = 1,
+) -> list[Verdict]:
+    """The gate's verdicts for one scenario's runs against its baseline (see judge_look)."""
+    return judge_look(measurements, baseline, alpha=alpha, max_runs=max_runs).verdicts
 
 
 def explain(

@@ -43,6 +43,11 @@ class Reference:
     # noise, so an inconclusive verdict says so and does not fail the run.
     local: bool = False
 
+    def run_budget(self, max_runs: int) -> int:
+        """How many runs a verdict may take: one against local runs (another would fail
+        nothing, and this one joins the reference), the scenario's `max_runs` otherwise."""
+        return 1 if self.local else max_runs
+
     def blocks(self, verdict: Verdict) -> bool:
         """Whether this verdict fails the run, judged against this reference."""
         if verdict.status in (Status.PASS, Status.IMPROVEMENT):

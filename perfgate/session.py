@@ -22,7 +22,7 @@ from perfgate.engines.validate import Preflight, check_scenario, preflight
 from perfgate.errors import ExitCode, PerfgateError
 from perfgate.fingerprint import default_profile, detect_gpus, perfgate_version
 from perfgate.gate.verdict import Status, Verdict, exit_code, overall_status
-from perfgate.judging import judge_measurements
+from perfgate.judging import judge_look
 from perfgate.measure import (
     TimedLoop,
     assemble_measurement,
@@ -163,24 +163,26 @@ class ScenarioRun:
         spec = self._measure("spec", plain_loop, folder)
         return assemble_measurement(self.scenario, self.profile, plain, spec, started)
 
-    def judge(self, baseline: Baseline, alpha: float) -> list[Verdict]:
-        """Judge against ``baseline``, measuring again while inconclusive, up to the budget.
+    def judge(self, baseline: Baseline, alpha: float, max_runs: int | None = None) -> list[Verdict]:
+        """Judge against ``baseline``, measuring again while another run can change the outcome.
 
-        A run that fails while measuring again ends the loop: the verdicts so far stand
-        (inconclusive) and the failure is kept in ``error``.
+        Each look says whether to measure again (perfgate.gate.looks): only while runs are
+        left of ``max_runs``, no metric is a regression already, and some inconclusive
+        metric could still be settled. A run that fails while measuring again ends the loop:
+        the verdicts so far stand (inconclusive) and the failure is kept in ``error``.
+        ``max_runs`` overrides the scenario's budget.
         """
+        budget = self.scenario.max_runs if max_runs is None else max_runs
         while True:
-            measured = self.measurements()
-            final = len(measured) >= self.scenario.max_runs
-            verdicts = judge_measurements(measured, baseline, alpha=alpha, final=final)
-            self.looks.append(verdicts)
-            if final or all(v.status is not Status.INCONCLUSIVE for v in verdicts):
-                return verdicts
+            look = judge_look(self.measurements(), baseline, alpha=alpha, max_runs=budget)
+            self.looks.append(look.verdicts)
+            if not look.another_run:
+                return look.verdicts
             try:
                 self.measure_again()
             except PerfgateError as error:
                 self.error = error
-                return verdicts
+                return look.verdicts
 
     def records(self, context: RunContext) -> list[RunRecord]:
         """One record per measured run, each with the verdicts judged after it."""
@@ -292,7 +294,8 @@ class GateSession:
             run.reference = self.reference_for(run)
             baseline = run.reference.baseline
             if baseline is not None:
-                run.verdicts = run.judge(baseline, self.alpha)
+                budget = run.reference.run_budget(run.scenario.max_runs)
+                run.verdicts = run.judge(baseline, self.alpha, budget)
             else:
                 run.verdicts = list(run.reference.verdicts)
                 run.looks.append(run.verdicts)

@@ -106,3 +106,37 @@ def test_the_margin_reads_the_reference_list() -> None:
 def test_prompt_counts_must_agree() -> None:
     with pytest.raises(ValueError, match="2 spec outputs against 1 plain"):
         compare_outputs([[1], [2]], [[1]])
+
+
+def test_a_margin_printed_as_the_threshold_is_at_the_threshold() -> None:
+    # -0.7 - (-0.8) is 0.10000000000000009 in float64: a margin of 0.1 against a 0.1 threshold.
+    spec = [*PLAIN[:20], 999, *PLAIN[21:]]
+    report = compare_outputs(
+        [spec], [PLAIN], [tops(20, [(-0.7, PLAIN[20]), (-0.8, 999)])], max_near_tie_share=1.0
+    )
+    (tie,) = report.near_ties
+    assert report.ok and tie.describe().endswith("margin 0.1)")
+    wider = compare_outputs(
+        [spec], [PLAIN], [tops(20, [(-0.7, PLAIN[20]), (-0.8001, 999)])], max_near_tie_share=1.0
+    )
+    assert not wider.ok and len(wider.diverged) == 1
+
+
+def test_nothing_compared_is_not_equivalent() -> None:
+    nothing = compare_outputs([], [])
+    assert not nothing.ok and nothing.summary() == "nothing compared: no prompts"
+    empty = compare_outputs([[], [1, 2]], [[], [1, 2]])
+    assert not empty.ok
+    assert empty.summary().startswith("nothing compared for prompt(s) 0: no tokens generated")
+
+
+def test_a_list_ranking_the_speculative_token_first_is_no_near_tie() -> None:
+    # The plain run chose the token its own list ranks second: the list does not describe
+    # its choice, so it cannot vouch for the speculative token, however close the two are.
+    spec = [*PLAIN[:30], 999, *PLAIN[31:]]
+    report = compare_outputs(
+        [spec], [PLAIN], [tops(30, [(-0.60, 999), (-0.61, PLAIN[30])])], max_near_tie_share=1.0
+    )
+    (bad,) = report.diverged
+    assert not report.ok and bad.margin == pytest.approx(-0.01)
+    assert "margin -0.01" in report.summary()

@@ -8,10 +8,12 @@ from pathlib import Path
 
 import pytest
 
+from perfgate.baselines import Baseline, load_baseline
 from perfgate.cli import main
-from perfgate.gate import Status, Verdict
+from perfgate.config import load_config
+from perfgate.gate import Status, Verdict, exit_code, overall_status
 from perfgate.results import RunContext, RunRecord
-from perfgate.session import record_linked
+from perfgate.session import ScenarioRun, record_linked
 from perfgate.store import open_history
 
 from .conftest import TINY_SCENARIO, write_config
@@ -185,3 +187,33 @@ def test_a_run_without_a_reviewed_baseline_is_judged_again_against_its_machine(
     assert "tiny.json: no reviewed baseline for scenario 'tiny' on runner profile 'cpu'" in err
     assert "perfgate run --no-gate --scenario tiny" in err
     assert "perfgate baseline update --run ID" in err
+
+
+def _session_verdicts(project: Path, baseline: Baseline, alpha: float) -> ScenarioRun:
+    """One scenario's loop as a session runs it: tok/s near the tolerance, up to 3 runs."""
+    queue = [noisy(116, tok_s=116.0), noisy(117, tok_s=116.0)]
+    scenario = load_config(project / "perfgate.toml").scenarios["tiny"]
+    run = ScenarioRun(scenario, "cpu", project)
+    run._measurement = noisy(115, tok_s=116.0)
+    run._fresh_measurement = lambda *args, **kw: queue.pop(0)  # type: ignore[method-assign]
+    run.judge(baseline, alpha=alpha)
+    return run
+
+
+@pytest.mark.parametrize("scenarios", [1, 2], ids=["one-scenario", "two-scenarios"])
+def test_gate_judges_a_run_again_as_its_session_did(project: Path, capsys, scenarios: int) -> None:  # type: ignore[no-untyped-def]
+    assert approve(project, 1, 2, 3, 4, 5) == 0
+    baseline = load_baseline(project / "baselines" / "cpu" / "tiny.json")
+    # A session of `scenarios` scenarios gives each its share of the config's alpha (0.2).
+    run = _session_verdicts(project, baseline, alpha=0.2 / scenarios)
+    undivided = _session_verdicts(project, baseline, alpha=0.2)
+    status = overall_status(run.looks[-1])
+    assert (status != overall_status(undivided.looks[-1])) == (scenarios > 1), "a telling case"
+    ids = record(project, run.records(RunContext()))
+    capsys.readouterr()
+    code = cli(project, "gate", "--run", str(ids[-1]), "--json")
+    result = json.loads(capsys.readouterr().out)
+    assert result["runs"] == ids
+    assert result["status"] == status.value and code == int(exit_code(status))
+    again = {v["metric"]: (v["status"], v["alpha"]) for v in result["verdicts"]}
+    assert again == {v.metric: (v.status.value, pytest.approx(v.alpha)) for v in run.looks[-1]}

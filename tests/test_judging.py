@@ -164,3 +164,19 @@ def test_a_decided_first_run_is_not_measured_again(tmp_path: Path) -> None:
     run._measurement = noisy(30)
     assert [v.status for v in run.judge(BASELINE, alpha=0.2)] == [Status.PASS] * 4
     assert run.reruns == [] and len(run.looks) == 1
+
+
+def test_a_regression_already_decided_is_not_measured_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # verify 30% slower decides the scenario's status; tok/s sits near its tolerance
+    # (inconclusive), but no further run could turn the build green, so none is measured.
+    queue = [noisy(41, tok_s=116.5, verify_ms=26.0), noisy(42, tok_s=116.5, verify_ms=26.0)]
+    monkeypatch.setattr(ScenarioRun, "_fresh_measurement", lambda *args, **kw: queue.pop(0))
+    scenario = replace(load_config(write_config(tmp_path)).scenarios["tiny"], max_runs=3)
+    run = ScenarioRun(scenario, "cpu", tmp_path)
+    run._measurement = noisy(40, tok_s=116.5, verify_ms=26.0)
+    verdicts = {v.metric: v.status for v in run.judge(BASELINE, alpha=0.2)}
+    assert verdicts["verify_ms"] is Status.REGRESSION
+    assert Status.INCONCLUSIVE in verdicts.values()
+    assert run.reruns == [] and len(run.looks) == 1 and len(queue) == 2

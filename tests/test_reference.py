@@ -169,3 +169,12 @@ def test_locally_an_inconclusive_verdict_does_not_fail_the_run() -> None:
         verdict = Verdict("output_tok_s", status, "")
         assert local.blocks(verdict) is fails_locally, status
         assert reviewed.blocks(verdict) is fails_reviewed, status
+
+
+def test_a_local_verdict_takes_one_run_a_reviewed_one_the_scenarios_budget() -> None:
+    local = choose_reference(noisy(9), None, lambda: _earlier(0), SCENARIO, require_baseline=False)
+    reviewed = choose_reference(
+        noisy(1), _reviewed(dict(noisy(1).fingerprint)), list, SCENARIO, require_baseline=False
+    )
+    assert local.run_budget(3) == 1
+    assert reviewed.run_budget(3) == 3

@@ -11,9 +11,10 @@ from typing import Any
 
 from perfgate.baselines import baseline_path, load_baseline
 from perfgate.commands.common import history_url, one_scenario
-from perfgate.config import Config, load_config
+from perfgate.config import Config, Scenario, load_config
 from perfgate.errors import ConfigError
 from perfgate.gate import DEFAULT_ALPHA
+from perfgate.gate.looks import scenario_alpha
 from perfgate.gate.verdict import exit_code, overall_status
 from perfgate.judging import judge_measurements
 from perfgate.reference import (
@@ -54,7 +55,8 @@ def register(commands: Any) -> None:
         "--alpha",
         type=float,
         metavar="A",
-        help="the false-alarm level for the scenario's gated metrics; default: the config's",
+        help="the false-alarm level for the scenario's gated metrics; default: the level the "
+        "run's session judged it at (its share of the config's), or the config's",
     )
     parser.add_argument(
         "--require-baseline",
@@ -72,11 +74,12 @@ def handle(args: argparse.Namespace, _rest: list[str]) -> int:
     config = _config(args)
     records = _records(args)
     reference = _reference(args, config, records)
-    alpha = _alpha(args, config)
+    max_runs = reference.run_budget(_max_runs(config, records[-1]))
+    alpha = _alpha(args, config, records, max_runs)
     measurements = [r.measurement for r in records]
     baseline = reference.baseline
     if baseline is not None:
-        verdicts = judge_measurements(measurements, baseline, alpha=alpha, final=True)
+        verdicts = judge_measurements(measurements, baseline, alpha=alpha, max_runs=max_runs)
     else:
         verdicts = list(reference.verdicts)
     status = overall_status(verdicts, all(m.outputs_pass for m in measurements))
@@ -111,11 +114,34 @@ def _config(args: argparse.Namespace) -> Config | None:
         return None
 
 
-def _alpha(args: argparse.Namespace, config: Config | None) -> float:
-    alpha = args.alpha if args.alpha is not None else (config.alpha if config else DEFAULT_ALPHA)
-    if not 0 < alpha < 1:
-        raise ConfigError(f"is {alpha}", field="--alpha", fix="give a level between 0 and 1")
-    return alpha
+def _alpha(
+    args: argparse.Namespace, config: Config | None, records: list[RunRecord], max_runs: int
+) -> float:
+    """The scenario's alpha: --alpha, else the level its session judged the run at.
+
+    A session splits its alpha among its scenarios; the run's recorded verdicts say what its
+    scenario got (see perfgate.gate.looks.scenario_alpha), so the run is judged again as its
+    session judged it. A run recorded without verdicts gets the config's alpha.
+    """
+    if args.alpha is not None:
+        if not 0 < args.alpha < 1:
+            raise ConfigError(
+                f"is {args.alpha}", field="--alpha", fix="give a level between 0 and 1"
+            )
+        return float(args.alpha)
+    configured = config.alpha if config else DEFAULT_ALPHA
+    levels = [v.alpha for v in records[-1].verdicts if v.alpha is not None]
+    recorded = scenario_alpha(levels, len(records), max_runs)
+    # A level recorded before looks spent alpha in shares reads as more than the config allows.
+    return configured if recorded is None else min(recorded, configured)
+
+
+def _max_runs(config: Config | None, record: RunRecord) -> int:
+    """The scenario's run budget, from the config; the default where it does not say."""
+    scenario = config.scenarios.get(record.measurement.scenario) if config else None
+    if scenario is not None:
+        return scenario.max_runs
+    return Scenario.max_runs  # the dataclass's default
 
 
 def _records(args: argparse.Namespace) -> list[RunRecord]:

@@ -6,159 +6,90 @@ decides (for a metric where higher is better and a 3% tolerance)::
 
     interval wholly below -3% ............................ regression
     interval wholly above -3% ............................ pass (improvement if above +3%)
-    interval across -3% .................................. inconclusive: measure another run
+    interval across -3% .................................. inconclusive
 
-The interval's upper end is a one-sided bound at level ``alpha`` (after Holm's correction
-over the scenario's gated metrics), so a regression is claimed only when the data are
-confident the change is *beyond* the tolerance; its lower end is a one-sided bound at level
-``beta``, so a pass is claimed only when the data are confident the change is *within* it.
+The interval's upper end is a one-sided bound at level ``alpha``, so a regression is claimed
+only when the data are confident the change is *beyond* the tolerance; its lower end is a
+one-sided bound at level ``beta``, so a pass is claimed only when the data are confident the
+change is *within* it. Nothing else decides: an interval across the tolerance is
+``inconclusive`` at every look, the last one included.
+
+Each run is summarised by the median of its repeats, which one or two slow repeats do not
+move. A change that makes a share of the repeats slow leaves the median in place, so a
+second test watches the distribution (perfgate.gate.tail): when the current runs have
+significantly more repeats far behind their run's median than the baseline's, the mean of
+the repeats is judged as well, and a pass needs both the median and the mean within the
+tolerance. A metric's ``alpha`` is split between its two tests (perfgate.gate.evidence).
+
 What the levels mean, exactly (under the model of perfgate.gate.estimate: normal noise on
 the log scale, run shifts and repeat noise independent):
 
-* ``alpha`` bounds the chance, at each look at the data, that the gate flags any gated
-  metric of a scenario as a regression while every metric's true change is within its
-  tolerance: the family-wise false-alarm rate, by Holm's step-down procedure (Holm 1979),
-  valid whatever the correlation between the metrics. The bound is for the worst case, a
-  change sitting exactly at the tolerance; at no change the chance is far smaller.
-  The default 0.2 tests the strongest of four metrics at 0.05.
-* ``beta`` bounds the chance that a metric whose true change sits exactly at the tolerance
-  is passed (0.2 by default); at twice the tolerance a pass is rare.
+* ``alpha`` bounds the chance that the gate flags any gated metric of a scenario as a
+  regression while every metric's true change is within its tolerance, over the whole loop
+  of looks: it is spent over the looks (perfgate.gate.looks), split by Holm's step-down
+  procedure (Holm 1979) among the gated metrics at each look, whatever the correlation
+  between them, and split between a metric's median and mean tests. The bound is for the
+  worst case, every change sitting exactly at its tolerance; at no change the chance is far
+  smaller. Several scenarios of a session share the session's ``alpha`` equally.
+* ``beta`` bounds the chance, over all looks, that a metric whose true change sits exactly at
+  the tolerance is passed (0.2 by default); at twice the tolerance a pass is rare.
 
-When the interval crosses the tolerance the verdict is ``inconclusive`` and the runner
-measures another run (a fresh server launch), up to a budget. So is a regression seen with
-one run on each side before the budget is spent: the repeats alone cannot tell a slower
-change from a slower launch, so another run confirms it first. On the last run
-(``final=True``) an undecided metric is decided on its estimate when the estimate's standard
-error is at most a third of the tolerance (the change then sits close to the tolerance,
-where either verdict is fair; the message says the verdict was decided this way); a noisier
-estimate stays ``inconclusive``, the honest answer when the runner is too noisy for the
-tolerance. Looks and decisions on the estimate are outside the ``alpha`` bound; what they
-cost, and the rates at no change, half and twice the tolerance, over noise shapes from
-quiet to heavy-tailed and bimodal, are measured by ``benchmarks/gate_quality.py``.
+A metric is judged only once the spread between server launches has been seen (two runs on
+some side): with one approved run and one current run, neither a pass nor a regression is
+claimed, since the repeats of one launch say nothing of how far the next launch lands. A
+throughput of zero, below zero or missing in the current runs is no sample to drop: the
+server produced nothing, and that is a regression, whatever the statistics.
+
+What these rules cost and deliver (false alarms, detection, runs per verdict, over noise
+shapes from quiet to heavy-tailed, with restarts noisier than repeats, with slow repeats) is
+measured by ``benchmarks/gate_quality.py``.
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
-from perfgate.gate.estimate import ChangeEstimate, estimate_change
-from perfgate.gate.stats import t_cdf, t_ppf
+from perfgate.gate.estimate import ChangeEstimate
+from perfgate.gate.evidence import (
+    MEDIAN_SHARE,
+    Evidence,
+    decide_evidence,
+    gather_evidence,
+    produced_nothing,
+)
+from perfgate.gate.interval import (
+    DEFAULT_BETA,
+    Judgement,
+    decide,
+    goodness,
+    p_regression,
+    tolerance_bounds,
+)
+from perfgate.gate.looks import MIN_SETTLE_CHANCE, look_levels, settle_chance
 from perfgate.gate.verdict import Status, Verdict
-from perfgate.metrics import METRICS, Direction
+from perfgate.metrics import METRICS
+
+__all__ = [  # what other modules import from here
+    "DEFAULT_ALPHA",
+    "DEFAULT_BETA",
+    "DEFAULT_TOLERANCE",
+    "Judgement",
+    "Look",
+    "decide",
+    "holm_levels",
+    "incomparable",
+    "judge_look",
+    "judge_metric",
+    "judge_runs",
+    "p_regression",
+    "tolerance_bounds",
+]
 
 DEFAULT_TOLERANCE = 0.03
-DEFAULT_ALPHA = 0.2  # family-wise, per scenario, at the tolerance (see above)
-DEFAULT_BETA = 0.2  # the chance of passing a change that sits exactly at the tolerance
-# On the last run, an undecided metric is decided on its estimate only when the estimate's
-# standard error is at most this share of the tolerance: close enough to the truth that the
-# estimate's side of the tolerance is the side the truth is on, or nearly so.
-SETTLED_SE = 1.0 / 3.0
+DEFAULT_ALPHA = 0.2  # family-wise, per scenario, over all looks, at the tolerance (see above)
 # With fewer approved runs than this the spread between launches is barely known.
 FEW_BASELINE_RUNS = 3
-
-
-@dataclass(frozen=True)
-class Judgement:
-    """One metric's decision: its status and the interval that made it.
-
-    ``ci_low``/``ci_high`` bound the relative change (``current / baseline - 1``) in the
-    metric's own terms; ``p_regression`` is the one-sided p-value of "no regression beyond
-    the tolerance" (small: strong evidence of a regression); ``decided_on_estimate`` is True
-    when the budget ran out and the estimate alone decided.
-    """
-
-    status: Status
-    estimate: ChangeEstimate
-    ci_low: float
-    ci_high: float
-    p_regression: float
-    alpha: float
-    decided_on_estimate: bool = False
-
-
-def tolerance_bounds(direction: Direction, tolerance: float) -> tuple[float, float]:
-    """The regression and improvement thresholds on the log-goodness scale.
-
-    Goodness is the log change for a metric where higher is better and its negative
-    otherwise, so a regression is always a goodness below the first number.
-    """
-    if direction is Direction.HIGHER_IS_BETTER:
-        return math.log1p(-tolerance), math.log1p(tolerance)
-    return -math.log1p(tolerance), -math.log1p(-tolerance)
-
-
-def _goodness(estimate: ChangeEstimate, direction: Direction) -> float:
-    sign = 1.0 if direction is Direction.HIGHER_IS_BETTER else -1.0
-    return sign * estimate.log_change
-
-
-def p_regression(estimate: ChangeEstimate, direction: Direction, tolerance: float) -> float:
-    """One-sided p-value of "the change is not worse than the tolerance".
-
-    Small values are evidence of a regression beyond the tolerance; 0.5 means the estimate
-    sits exactly at the tolerance.
-    """
-    if math.isinf(estimate.se):
-        return 1.0
-    worst, _ = tolerance_bounds(direction, tolerance)
-    distance = _goodness(estimate, direction) - worst
-    if estimate.se == 0.0:
-        return 0.0 if distance < 0 else 1.0
-    return t_cdf(distance / estimate.se, estimate.df)
-
-
-def decide(
-    estimate: ChangeEstimate,
-    direction: Direction,
-    tolerance: float,
-    *,
-    alpha: float,
-    beta: float = DEFAULT_BETA,
-    final: bool = True,
-) -> Judgement:
-    """Decide one metric at level ``alpha`` (already corrected for the family).
-
-    Returns a :class:`Judgement` whose interval runs from the ``beta`` lower bound to the
-    ``alpha`` upper bound of the goodness, converted back to the metric's relative change.
-    """
-    worst, best = tolerance_bounds(direction, tolerance)
-    g = _goodness(estimate, direction)
-    low = g - t_ppf(1.0 - beta, estimate.df) * estimate.se  # -inf when se is inf
-    high = g + t_ppf(1.0 - alpha, estimate.df) * estimate.se
-    on_estimate = False
-    if high < worst and (final or estimate.between_run_sd is not None):
-        status = Status.REGRESSION
-    elif low > best:
-        status = Status.IMPROVEMENT
-    elif low >= worst:
-        status = Status.PASS
-    elif high < worst:
-        # One run each side: how far launches scatter is unknown, so a regression seen in
-        # the repeats alone is confirmed by another run before it fails the build.
-        status = Status.INCONCLUSIVE
-    elif final and estimate.se <= -worst * SETTLED_SE:
-        status, on_estimate = (Status.REGRESSION if g < worst else Status.PASS), True
-    else:
-        status = Status.INCONCLUSIVE
-    ci_low, ci_high = _to_change(low, high, direction)
-    return Judgement(
-        status=status,
-        estimate=estimate,
-        ci_low=ci_low,
-        ci_high=ci_high,
-        p_regression=p_regression(estimate, direction, tolerance),
-        alpha=alpha,
-        decided_on_estimate=on_estimate,
-    )
-
-
-def _to_change(low: float, high: float, direction: Direction) -> tuple[float, float]:
-    """A goodness interval as an interval of the relative change, in the metric's terms."""
-    if direction is Direction.HIGHER_IS_BETTER:
-        return math.expm1(low), math.expm1(high)
-    return math.expm1(-high), math.expm1(-low)
 
 
 def holm_levels(p_values: Mapping[str, float], alpha: float) -> dict[str, float]:
@@ -185,7 +116,23 @@ def holm_levels(p_values: Mapping[str, float], alpha: float) -> dict[str, float]
     return levels
 
 
-def judge_runs(
+@dataclass(frozen=True)
+class Look:
+    """The verdicts of one look at a scenario's runs, and whether to measure another run.
+
+    ``number`` is how many current runs were judged (the look's place in the loop) of at most
+    ``max_runs``. ``another_run`` is True only where another run can change the outcome:
+    runs are left, no metric is already a regression (that fixes the scenario's status),
+    and some inconclusive metric could still be settled (see perfgate.gate.looks).
+    """
+
+    verdicts: list[Verdict]
+    number: int
+    max_runs: int
+    another_run: bool
+
+
+def judge_look(
     baseline: Mapping[str, Sequence[Sequence[float]]],
     current: Mapping[str, Sequence[Sequence[float]]],
     tolerances: Mapping[str, float],
@@ -193,9 +140,9 @@ def judge_runs(
     *,
     alpha: float = DEFAULT_ALPHA,
     beta: float = DEFAULT_BETA,
-    final: bool = True,
-) -> list[Verdict]:
-    """Judge every gated metric of a scenario, as one family.
+    max_runs: int = 1,
+) -> Look:
+    """Judge every gated metric of a scenario, as one family, at one look.
 
     Parameters
     ----------
@@ -203,50 +150,78 @@ def judge_runs(
         Per metric, per approved run (a fresh server launch), the value of each repeat.
     current
         Per metric, per run of the change under test, the value of each repeat: one run,
-        or several when earlier ones were inconclusive.
+        or several when earlier looks were inconclusive. Their number is the look's.
     tolerances
         Per metric, the largest change the team accepts as "the same" (0.03 is 3%);
         :data:`DEFAULT_TOLERANCE` for a metric not named.
     gated
         The metrics to judge. Each gets one verdict, in this order.
-    alpha, beta, final
-        As in the module's description: the family-wise false-alarm level (split by Holm's
-        procedure among the gated metrics), the level of a pass claim, and whether the run
-        budget is spent (so an undecided metric must be decided if it can be).
+    alpha, beta
+        The scenario's false-alarm level (over every look and metric) and the chance of
+        passing a change at the tolerance (over every look), as in the module's description.
+    max_runs
+        The run budget: ``alpha`` and ``beta`` are spent over this many looks. 1 judges the
+        runs given once and for all.
 
     Returns
     -------
-    list of Verdict
+    Look
         ``regression``, ``improvement``, ``pass`` or ``inconclusive`` per metric, with the
-        estimated change and its interval; ``error`` where a side has no samples.
+        estimated change and its interval; ``error`` where a side has no samples; and
+        whether another run is worth measuring.
     """
-    estimates: dict[str, ChangeEstimate] = {}
+    number = max([len(current.get(m, ())) for m in gated] + [1])
+    look_alpha, look_beta = look_levels(alpha, beta, number, max_runs)
+    last_alpha, last_beta = look_levels(alpha, beta, max_runs, max_runs)
     verdicts: dict[str, Verdict] = {}
+    evidence: dict[str, Evidence] = {}
     for metric in gated:
         tolerance = tolerances.get(metric, DEFAULT_TOLERANCE)
-        problem = _missing(metric, baseline, current)
-        estimate = None if problem else estimate_change(baseline[metric], current[metric])
-        if estimate is None:
-            reason = problem or "no positive, finite samples"
-            verdicts[metric] = Verdict(metric, Status.ERROR, reason, tolerance=tolerance)
+        found = _unjudgeable(metric, baseline, current, tolerance)
+        if isinstance(found, Verdict):
+            verdicts[metric] = found
         else:
-            estimates[metric] = estimate
-    p_values = {
-        m: p_regression(e, METRICS[m].direction, tolerances.get(m, DEFAULT_TOLERANCE))
-        for m, e in estimates.items()
-    }
-    for metric, level in holm_levels(p_values, alpha).items():
-        tolerance = tolerances.get(metric, DEFAULT_TOLERANCE)
-        judgement = decide(
-            estimates[metric],
-            METRICS[metric].direction,
-            tolerance,
-            alpha=level,
-            beta=beta,
-            final=final,
+            evidence[metric] = found
+    levels = holm_levels({m: e.p_regression for m, e in evidence.items()}, look_alpha)
+    settles: list[float] = []
+    for metric, level in levels.items():
+        judgement = decide_evidence(evidence[metric], alpha=level, beta=look_beta)
+        last = (level * last_alpha / look_alpha, last_beta)
+        judgement = _with_settle(judgement, evidence[metric], max_runs, last)
+        if judgement.settle is not None:
+            settles.append(judgement.settle)
+        verdicts[metric] = to_verdict(metric, judgement, evidence[metric].tolerance, max_runs)
+    ordered = [verdicts[metric] for metric in gated]
+    regression = any(v.status is Status.REGRESSION for v in ordered)
+    another = number < max_runs and not regression and any(c >= MIN_SETTLE_CHANCE for c in settles)
+    return Look(ordered, number, max_runs, another)
+
+
+def _unjudgeable(
+    metric: str,
+    baseline: Mapping[str, Sequence[Sequence[float]]],
+    current: Mapping[str, Sequence[Sequence[float]]],
+    tolerance: float,
+) -> Verdict | Evidence:
+    """A metric's evidence, or the verdict that needs none (nothing produced, no samples)."""
+    runs = current.get(metric, ())
+    nothing = produced_nothing(metric, runs)
+    if nothing is not None:
+        return Verdict(
+            metric,
+            Status.REGRESSION,
+            nothing,
+            tolerance=tolerance,
+            runs=len(runs) or None,
+            baseline_runs=len(baseline.get(metric, ())),
         )
-        verdicts[metric] = to_verdict(metric, judgement, tolerance)
-    return [verdicts[metric] for metric in gated]
+    problem = _missing(metric, baseline, current)
+    direction = METRICS[metric].direction
+    found = None if problem else gather_evidence(baseline[metric], runs, direction, tolerance)
+    if found is None:
+        reason = problem or "no positive, finite samples"
+        return Verdict(metric, Status.ERROR, reason, tolerance=tolerance)
+    return found
 
 
 def _missing(
@@ -261,13 +236,53 @@ def _missing(
     return None
 
 
-def to_verdict(metric: str, judgement: Judgement, tolerance: float) -> Verdict:
+def _with_settle(
+    judgement: Judgement, evidence: Evidence, max_runs: int, last: tuple[float, float]
+) -> Judgement:
+    """The judgement with the chance that the remaining runs settle it, if inconclusive.
+
+    ``last`` holds the metric's alpha and beta at the last look.
+    """
+    if judgement.status is not Status.INCONCLUSIVE:
+        return judgement
+    worst, _ = tolerance_bounds(evidence.direction, evidence.tolerance)
+    by_mean = judgement.estimate.centre == "mean"
+    share = (1.0 - MEDIAN_SHARE) if by_mean else MEDIAN_SHARE
+    chance = settle_chance(
+        judgement.estimate,
+        goodness(judgement.estimate, evidence.direction),
+        worst,
+        max_runs=max_runs,
+        alpha=last[0] * share,
+        beta=last[1],
+    )
+    return replace(judgement, settle=chance)
+
+
+def judge_runs(
+    baseline: Mapping[str, Sequence[Sequence[float]]],
+    current: Mapping[str, Sequence[Sequence[float]]],
+    tolerances: Mapping[str, float],
+    gated: Sequence[str],
+    *,
+    alpha: float = DEFAULT_ALPHA,
+    beta: float = DEFAULT_BETA,
+    max_runs: int = 1,
+) -> list[Verdict]:
+    """Judge every gated metric of a scenario, as one family: :func:`judge_look`'s verdicts."""
+    look = judge_look(
+        baseline, current, tolerances, gated, alpha=alpha, beta=beta, max_runs=max_runs
+    )
+    return look.verdicts
+
+
+def to_verdict(metric: str, judgement: Judgement, tolerance: float, max_runs: int = 1) -> Verdict:
     """The Verdict that reports a Judgement, with a message a person can read."""
     e = judgement.estimate
     return Verdict(
         metric=metric,
         status=judgement.status,
-        message=describe(judgement, tolerance),
+        message=describe(judgement, tolerance, max_runs),
         baseline=e.baseline,
         current=e.current,
         change=e.change,
@@ -281,27 +296,55 @@ def to_verdict(metric: str, judgement: Judgement, tolerance: float) -> Verdict:
     )
 
 
-def describe(judgement: Judgement, tolerance: float) -> str:
-    """One line: the change, its interval, the tolerance, and how much data decided."""
+def describe(judgement: Judgement, tolerance: float, max_runs: int = 1) -> str:
+    """One line: the change, its interval, the spread that set it, and what decided."""
     e = judgement.estimate
     runs = f"{e.current_runs} run{'s' if e.current_runs > 1 else ''}"
     text = (
         f"{e.change:+.1%} (interval {judgement.ci_low:+.1%} to {judgement.ci_high:+.1%}) "
         f"against a tolerance of {tolerance:.1%}; {runs} against {e.baseline_runs} approved"
     )
-    if e.between_run_sd is not None and e.within_run_sd is not None:
-        text += f"; spread between runs {e.between_run_sd:.1%}, within {e.within_run_sd:.1%}"
-    elif e.within_run_sd is not None:
-        text += "; spread between runs unknown (one run each side)"
+    if judgement.tail is not None and judgement.tail.heavier:
+        text += f"; judged on the mean of the repeats too: {judgement.tail.describe(tolerance)}"
+    text += "; " + _spread(e)
     if e.baseline_runs < FEW_BASELINE_RUNS:
         text += "; approve more baseline runs for sharper verdicts"
-    if judgement.decided_on_estimate:
-        text += "; decided on the estimate: the run budget is spent"
-    elif judgement.status is Status.INCONCLUSIVE and e.between_run_sd is None:
-        text += "; to be confirmed by another run"
-    elif judgement.status is Status.INCONCLUSIVE:
-        text += "; the interval crosses the tolerance"
+    if judgement.status is Status.INCONCLUSIVE:
+        text += _undecided(judgement, max_runs)
     return text
+
+
+def _spread(e: ChangeEstimate) -> str:
+    """The spreads the interval rests on: between runs, and within them."""
+    what = "run medians" if e.centre == "median" else "run means"
+    if e.between_run_sd is None:
+        text = "spread between runs unseen (one run each side)"
+    else:
+        text = f"spread of {what} between runs {e.between_run_sd:.1%}"
+    if e.within_run_sd is not None:
+        text += f", within runs {e.within_run_sd:.1%}"
+    own = e.current_within_sd
+    if own is not None and e.within_run_sd is not None and own > 1.5 * e.within_run_sd:
+        text += f" ({own:.1%} in the current runs)"
+    return text
+
+
+def _undecided(judgement: Judgement, max_runs: int) -> str:
+    """Why an inconclusive verdict is so, and whether another run may settle it."""
+    e = judgement.estimate
+    if not e.between_seen:
+        reason = "; the spread between launches is unseen: to be confirmed by another run"
+    else:
+        reason = "; the interval crosses the tolerance"
+    if e.current_runs >= max_runs:
+        return reason + "; the run budget is spent"
+    if judgement.settle is not None and judgement.settle < MIN_SETTLE_CHANCE:
+        left = max_runs - e.current_runs
+        return reason + (
+            f"; {left} more run{'s' if left > 1 else ''} would likely not settle it "
+            f"({judgement.settle:.0%} chance)"
+        )
+    return reason + "; another run may settle it"
 
 
 def judge_metric(
@@ -312,9 +355,9 @@ def judge_metric(
     *,
     alpha: float = DEFAULT_ALPHA,
     beta: float = DEFAULT_BETA,
-    final: bool = True,
+    max_runs: int = 1,
 ) -> Verdict:
-    """Judge one metric on its own (a family of one): see :func:`judge_runs`.
+    """Judge one metric on its own (a family of one): see :func:`judge_look`.
 
     >>> base = [[100, 101, 99, 100, 100], [99, 100, 101, 100, 99], [101, 100, 100, 102, 101]]
     >>> judge_metric("output_tok_s", base, [[90, 91, 89, 90, 90]], 0.03).status.value
@@ -329,7 +372,7 @@ def judge_metric(
         [metric],
         alpha=alpha,
         beta=beta,
-        final=final,
+        max_runs=max_runs,
     )
     return verdict
 

@@ -95,6 +95,21 @@ def regularized_beta(a: float, b: float, x: float) -> float:
     return 1.0 - front * _betacf(b, a, 1.0 - x) / b
 
 
+def f_sf(f: float, df1: float, df2: float) -> float:
+    """P(F > f) for Fisher's F with ``df1`` and ``df2`` degrees of freedom (both > 0).
+
+    The chance that a variance estimated with ``df1`` degrees of freedom exceeds another,
+    estimated with ``df2``, by the ratio ``f`` or more when both estimate the same variance.
+    """
+    if df1 <= 0 or df2 <= 0:
+        raise ValueError("degrees of freedom must be > 0")
+    if f <= 0.0:
+        return 1.0
+    if math.isinf(f):
+        return 0.0
+    return 1.0 - regularized_beta(df1 / 2.0, df2 / 2.0, df1 * f / (df1 * f + df2))
+
+
 def t_cdf(t: float, df: float) -> float:
     """P(T <= t) for Student's t with ``df`` degrees of freedom (df > 0)."""
     if df <= 0:

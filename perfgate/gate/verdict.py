@@ -36,7 +36,7 @@ class Verdict:
     runs: int | None = None  # current runs (fresh server launches) judged together
     baseline_runs: int | None = None  # approved runs judged against
     p_value: float | None = None  # one-sided, of "no regression beyond the tolerance"
-    alpha: float | None = None  # the level this metric was tested at (after Holm)
+    alpha: float | None = None  # the level it was tested at: its look's share, after Holm
     attribution: Attribution | None = None  # why tok/s or speedup moved, phase by phase
     with_runs: tuple[int, ...] = ()  # ids of earlier recorded runs judged with this one
 

@@ -55,11 +55,17 @@ def _make_workspace(folder: Path) -> Path:
 
 @pytest.fixture(scope="module")
 def workspace(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The checkout, with an approved baseline for the tiny scenario (one recorded run)."""
+    """The checkout, with an approved baseline for the tiny scenario (three recorded runs).
+
+    One approved run would show nothing of how far launches land apart, and the gate would
+    claim nothing from a single run against it.
+    """
     folder = _make_workspace(tmp_path_factory.mktemp("workspace"))
-    first = run_perfgate("run", "--no-gate", cwd=folder)
-    assert first.returncode == 0, first.stdout + first.stderr
-    approve = ("baseline", "update", "--run", "1", "--approved-by", "ci", "--reason", "first")
+    for _ in range(3):
+        recorded = run_perfgate("run", "--no-gate", cwd=folder)
+        assert recorded.returncode == 0, recorded.stdout + recorded.stderr
+    ids = ("--run", "1", "--run", "2", "--run", "3")
+    approve = ("baseline", "update", *ids, "--approved-by", "ci", "--reason", "first")
     assert run_perfgate(*approve, cwd=folder).returncode == 0
     return folder
 

@@ -1,0 +1,129 @@
+"""What a metric's runs say: the change by median and by mean, the slow tail, nothing produced.
+
+perfgate.gate.judge decides each metric from this evidence: the median decides, unless the
+current runs have a slow tail (perfgate.gate.tail), when the mean must agree.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+
+from perfgate.gate.estimate import ChangeEstimate, clean_runs, estimate_change
+from perfgate.gate.interval import Judgement, decide, p_regression, tolerance_bounds
+from perfgate.gate.tail import SlowTail, slow_tail
+from perfgate.gate.verdict import Status
+from perfgate.metrics import Direction
+
+# The share of a metric's alpha its median test gets; the mean test (used only when the
+# current runs have a slow tail) gets the rest.
+MEDIAN_SHARE = 0.7
+# Metrics that are zero, or not measured at all, when the server produced nothing.
+PRODUCED = frozenset({"output_tok_s", "speedup"})
+
+
+@dataclass(frozen=True)
+class Evidence:
+    """What the runs say about one metric: the change by median and by mean, and the tail."""
+
+    by_median: ChangeEstimate
+    by_mean: ChangeEstimate
+    tail: SlowTail
+    direction: Direction
+    tolerance: float
+
+    @property
+    def p_regression(self) -> float:
+        """The metric's p-value: its tests' p-values over their shares of alpha, the least.
+
+        Rejecting when this is at most the metric's level rejects exactly when one of its
+        tests rejects at its share, so Holm's procedure can order the metrics by it.
+        """
+        p = p_regression(self.by_median, self.direction, self.tolerance) / MEDIAN_SHARE
+        if self.tail.heavier:
+            by_mean = p_regression(self.by_mean, self.direction, self.tolerance)
+            p = min(p, by_mean / (1.0 - MEDIAN_SHARE))
+        return min(p, 1.0)
+
+
+def gather_evidence(
+    baseline_runs: Sequence[Sequence[float]],
+    current_runs: Sequence[Sequence[float]],
+    direction: Direction,
+    tolerance: float,
+) -> Evidence | None:
+    """Both estimates and the slow-tail test for one metric; None without usable samples."""
+    by_median = estimate_change(baseline_runs, current_runs)
+    by_mean = estimate_change(baseline_runs, current_runs, centre="mean")
+    if by_median is None or by_mean is None:
+        return None
+    worst, _ = tolerance_bounds(direction, tolerance)
+    sign = 1.0 if direction is Direction.HIGHER_IS_BETTER else -1.0
+    tail = slow_tail(
+        [[sign * v for v in run] for run in clean_runs(baseline_runs)],
+        [[sign * v for v in run] for run in clean_runs(current_runs)],
+        worst,
+    )
+    return Evidence(by_median, by_mean, tail, direction, tolerance)
+
+
+def decide_evidence(evidence: Evidence, *, alpha: float, beta: float) -> Judgement:
+    """Decide one metric at its level ``alpha`` (after Holm) and this look's ``beta``.
+
+    The median decides, unless the current runs have a slow tail: then a regression of
+    either the median or the mean is a regression, and a pass needs both within the
+    tolerance (the mean's interval is reported, since it is the one the tail moved).
+    """
+    e = evidence
+    median = decide(
+        e.by_median, e.direction, e.tolerance, alpha=alpha * MEDIAN_SHARE, beta=beta, final=False
+    )
+    chosen = median
+    if e.tail.heavier and median.status is not Status.REGRESSION:
+        mean = decide(
+            e.by_mean,
+            e.direction,
+            e.tolerance,
+            alpha=alpha * (1.0 - MEDIAN_SHARE),
+            beta=beta,
+            final=False,
+        )
+        chosen = replace(mean, status=_both(median.status, mean.status))
+    return replace(chosen, p_regression=e.p_regression, alpha=alpha, tail=e.tail)
+
+
+def _both(median: Status, mean: Status) -> Status:
+    """The status when the median and the mean must agree (the mean's regression wins)."""
+    if Status.REGRESSION in (median, mean):
+        return Status.REGRESSION
+    if Status.INCONCLUSIVE in (median, mean):
+        return Status.INCONCLUSIVE
+    if median is mean is Status.IMPROVEMENT:
+        return Status.IMPROVEMENT
+    return Status.PASS
+
+
+def produced_nothing(metric: str, runs: Sequence[Sequence[float]]) -> str | None:
+    """Why a throughput metric says the server produced nothing; None if it produced.
+
+    A throughput that is zero, negative or missing (NaN, or no value at all) in any current
+    repeat is no noisy sample: that repeat generated nothing, and the run is a regression.
+
+    >>> produced_nothing("output_tok_s", [[0.0, 0.0, 0.0, 100.0, 100.0]])
+    'the server produced nothing in 3 of 5 repeats (output_tok_s 0, 0, 0)'
+    >>> produced_nothing("output_tok_s", [])
+    'the server produced nothing: no output_tok_s was measured'
+    """
+    if metric not in PRODUCED:
+        return None
+    values = [v for run in runs for v in run]
+    if not values:
+        return f"the server produced nothing: no {metric} was measured"
+    empty = [v for v in values if not (math.isfinite(v) and v > 0)]
+    if not empty:
+        return None
+    shown = ", ".join(f"{v:g}" for v in empty[:3]) + (", ..." if len(empty) > 3 else "")
+    return (
+        f"the server produced nothing in {len(empty)} of {len(values)} repeats ({metric} {shown})"
+    )
