@@ -6,6 +6,7 @@ code by running the suites.
 
 from __future__ import annotations
 
+import functools
 import os
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
@@ -21,6 +22,7 @@ from perfgate.engines.commands import Mode
 from perfgate.engines.validate import Preflight, check_scenario, preflight
 from perfgate.errors import ExitCode, PerfgateError
 from perfgate.fingerprint import default_profile, detect_gpus, perfgate_version
+from perfgate.folders import session_folder
 from perfgate.gate.verdict import Status, Verdict, exit_code, overall_status
 from perfgate.judging import judge_measurements
 from perfgate.measure import (
@@ -223,11 +225,15 @@ class GateSession:
         # inside a scenario, Holm's procedure splits it among the gated metrics.
         self.alpha = self.config.alpha / max(len(self.scenarios) if options.gate else 1, 1)
         self.report_path = _report_path(options.report, self.config.path.parent)
-        stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S")
-        self.workdir = self.config.path.parent / ".perfgate" / "runs" / stamp
+        self.started_at = datetime.now(UTC)
         self.runs: dict[str, ScenarioRun] = {}
         self.records: list[RunRecord] = []
         self.exit_code = ExitCode.PASS
+
+    @functools.cached_property
+    def workdir(self) -> Path:
+        """The session's own folder for server logs and probe files, made on first use."""
+        return session_folder(self.config.path.parent, self.started_at)
 
     def baseline_file(self, scenario: str) -> Path:
         return baseline_path(self.baselines_dir, self.profile, scenario)

@@ -6,7 +6,6 @@ import argparse
 import json
 import os
 from dataclasses import replace
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +14,7 @@ from perfgate.config import ENGINES, Config, load_config
 from perfgate.context import detect_context
 from perfgate.errors import ConfigError
 from perfgate.fingerprint import default_profile, detect_gpus
+from perfgate.folders import process_folder
 from perfgate.progress import stderr_reporter
 from perfgate.store import check_history
 from perfgate.sweep.grid import SweepSpec, parse_env_flag, parse_int_list
@@ -78,7 +78,6 @@ def handle(args: argparse.Namespace, _rest: list[str]) -> int:
         raise ConfigError("must be > 0", field="--budget-s", fix="give seconds, e.g. 450")
     url = history_url(args)
     check_history(url)
-    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S")
     runner = SweepRunner(
         spec=spec,
         base=base,
@@ -86,7 +85,7 @@ def handle(args: argparse.Namespace, _rest: list[str]) -> int:
         or os.environ.get("PERFGATE_PROFILE")
         or default_profile(detect_gpus()),
         history_url=url,
-        workdir=config.path.parent / ".perfgate" / "runs" / stamp / f"sweep-{spec.name}",
+        workdir=process_folder(config.path.parent) / f"sweep-{spec.name}",
         context=detect_context(config.path.parent, clean_paths=[config.baselines_dir]),
         config_file=config.path,
         early_stop=spec.early_stop and not args.no_early_stop,
