@@ -16,11 +16,17 @@ from pathlib import Path
 from sqlalchemy.orm import Session
 
 from perfgate.baselines import Baseline, baseline_path, load_baseline
-from perfgate.config import Config, Scenario, load_config, resolve_sqlite_url
+from perfgate.config import (
+    Config,
+    Scenario,
+    check_history_name,
+    load_config,
+    resolve_sqlite_url,
+)
 from perfgate.context import detect_context
 from perfgate.engines.commands import Mode
 from perfgate.engines.validate import Preflight, check_scenario, preflight
-from perfgate.errors import ExitCode, PerfgateError
+from perfgate.errors import ConfigError, ExitCode, PerfgateError
 from perfgate.fingerprint import default_profile, detect_gpus, perfgate_version
 from perfgate.folders import session_folder
 from perfgate.gate.verdict import Status, Verdict, exit_code, overall_status
@@ -44,13 +50,14 @@ from perfgate.reference import (
 from perfgate.report import write_history_report
 from perfgate.results import Measurement, ModeResult, RunContext, RunRecord
 from perfgate.store import (
-    check_history,
     close_history,
     comparable_runs,
     database_errors,
     open_history,
+    probe_write,
     record_run,
 )
+from perfgate.unrecorded import not_recorded
 
 
 @dataclass(frozen=True)
@@ -212,13 +219,15 @@ class GateSession:
         for scenario in selected:  # refuse what SGLang would refuse, before anything starts
             check_scenario(scenario, self.config.path)
         self.profile = options.profile or default_profile(detect_gpus())
+        check_history_name(self.profile, field="runner profile (--profile, PERFGATE_PROFILE)")
         self.baselines_dir = (
             Path(options.baselines).resolve() if options.baselines else self.config.baselines_dir
         )
         self.history_url = (
             resolve_sqlite_url(options.db, self.cwd) if options.db else self.config.history_url
         )
-        check_history(self.history_url)  # a wrong or unreachable history fails before measuring
+        # A history that is wrong, unreachable or refuses writes fails before measuring.
+        probe_write(self.history_url)
         self.require_baseline = requires_baseline(options.require_baseline, os.environ)
         self.baselines = self._reviewed_baselines() if options.gate else {}
         # The session's false-alarm level, split evenly among the gated scenarios (Bonferroni);
@@ -228,6 +237,7 @@ class GateSession:
         self.started_at = datetime.now(UTC)
         self.runs: dict[str, ScenarioRun] = {}
         self.records: list[RunRecord] = []
+        self.report_written = False
         self.exit_code = ExitCode.PASS
 
     @functools.cached_property
@@ -349,13 +359,22 @@ class GateSession:
                 if run.error is None:
                     self.verdicts(name)
                 self.records += run.records(context)
-        if self.records:
-            self._record_and_report()
+        failure = None
+        try:
+            if self.records:
+                self._record()
+                self._report()
+        except PerfgateError as error:
+            failure = error
         errors = [run.error for run in self.runs.values() if run.error is not None]
         codes = [e.exit_code for e in errors] + [self._code(r) for r in self.final_records()]
         if any(not r.measurement.outputs_pass for r in self.records):
             codes.append(ExitCode.REGRESSION)
+        if failure is not None:
+            codes.append(failure.exit_code)
         self.exit_code = max(codes, key=_severity, default=ExitCode.PASS)
+        if failure is not None:
+            raise failure
         return self.exit_code
 
     def _code(self, record: RunRecord) -> ExitCode:
@@ -371,16 +390,37 @@ class GateSession:
         last = {r.measurement.scenario: r for r in self.records}
         return list(last.values())
 
-    def _record_and_report(self) -> None:
+    def _record(self) -> None:
+        """Record every run in one transaction; if that fails, keep them in a file and say so."""
+        try:
+            sessions = open_history(self.history_url)
+            try:
+                with database_errors(sessions, writing=True), sessions.begin() as session:
+                    self.records = record_linked(session, self.records)
+            finally:
+                close_history(sessions)
+        except PerfgateError as error:
+            raise not_recorded(
+                error, self.config.path.parent, self.workdir.name, self.records
+            ) from None
+
+    def _report(self) -> None:
+        """Write the history's report, if the session writes one (the runs are recorded)."""
+        if self.report_path is None:
+            return
         sessions = open_history(self.history_url)
         try:
-            with database_errors(sessions), sessions.begin() as session:
-                self.records = record_linked(session, self.records)
-            if self.report_path is not None:
-                with database_errors(sessions), sessions() as session:
-                    write_history_report(self.report_path, session)
+            with database_errors(sessions), sessions() as session:
+                write_history_report(self.report_path, session)
+        except OSError as error:
+            raise ConfigError(
+                f"cannot be written ({error.strerror}); the runs are recorded",
+                file=self.report_path,
+                fix="make its folder writable, or pass --report PATH, then run `perfgate report`",
+            ) from None
         finally:
             close_history(sessions)
+        self.report_written = True
 
 
 NOT_JUDGED = "not judged (--no-gate): recorded only"

@@ -107,7 +107,7 @@ def session_pointer(session: GateSession, error: PerfgateError | None) -> Sessio
         exit_code=int(session.exit_code if error is None else error.exit_code),
         # The password hidden: the pointer is uploaded as an artifact.
         history=describe(parse_history_url(session.history_url)),
-        report=str(session.report_path) if session.report_path and session.records else None,
+        report=str(session.report_path) if session.report_written else None,
         profile=session.profile,
         runs=tuple(r.id for r in session.records if r.id is not None),
         final_runs=final,

@@ -199,15 +199,19 @@ def probe_write(url: str) -> str:
 
 
 @contextmanager
-def database_errors(sessions: sessionmaker[Session]) -> Iterator[None]:
-    """Word a database failure inside the block (a lost server, say) as a perfgate error."""
+def database_errors(sessions: sessionmaker[Session], *, writing: bool = False) -> Iterator[None]:
+    """Word a database failure inside the block (a lost server, say) as a perfgate error.
+
+    With `writing`, a history that refuses the block's writes is bad input (64), as
+    `probe_write` says it.
+    """
     try:
         yield
     except SQLAlchemyError as error:
         bind = sessions.kw.get("bind")
         if not isinstance(bind, Engine):
             raise
-        raise open_error(bind.url, error) from None
+        raise (write_error if writing else open_error)(bind.url, error) from None
 
 
 def close_history(sessions: sessionmaker[Session]) -> None:
