@@ -24,7 +24,7 @@ from perfgate.ci.pointer import (
 from perfgate.errors import ExitCode, PerfgateError
 from perfgate.options import add_options, gate_options
 from perfgate.progress import reporter_for_pytest
-from perfgate.session import GateSession, ScenarioRun
+from perfgate.session import GateSession, ScenarioRun, severest
 from perfgate.summary import render_terminal_summary
 
 GATE_SESSION = pytest.StashKey[GateSession | PerfgateError]()
@@ -115,7 +115,8 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
             pointer = session_pointer(value, None)
         except PerfgateError as error:
             session.config.stash[FINISH_ERROR] = error
-            code, pointer = error.exit_code, session_pointer(value, error)
+            value.exit_code = code = severest([value.exit_code, error.exit_code])
+            pointer = session_pointer(value, error)
     # perfgate's code says more than pytest's "some test failed"; pytest's own problems
     # (interrupted, usage, internal error) keep theirs.
     if code != ExitCode.PASS and exitstatus in (pytest.ExitCode.OK, pytest.ExitCode.TESTS_FAILED):

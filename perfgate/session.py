@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import functools
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
@@ -372,7 +372,7 @@ class GateSession:
             codes.append(ExitCode.REGRESSION)
         if failure is not None:
             codes.append(failure.exit_code)
-        self.exit_code = max(codes, key=_severity, default=ExitCode.PASS)
+        self.exit_code = severest(codes)
         if failure is not None:
             raise failure
         return self.exit_code
@@ -439,7 +439,8 @@ def _report_path(option: str | None, root: Path) -> Path | None:
     return Path(option).resolve() if option else root / "reports" / "index.html"
 
 
-def _severity(code: ExitCode) -> int:
+def severest(codes: Iterable[ExitCode]) -> ExitCode:
+    """The code that says the most: bad input, infrastructure, regression, inconclusive, pass."""
     order = [
         ExitCode.PASS,
         ExitCode.INCONCLUSIVE,
@@ -447,7 +448,7 @@ def _severity(code: ExitCode) -> int:
         ExitCode.INFRASTRUCTURE,
         ExitCode.BAD_INPUT,
     ]
-    return order.index(code)
+    return max(codes, key=order.index, default=ExitCode.PASS)
 
 
 def record_linked(session: Session, records: list[RunRecord]) -> list[RunRecord]:
