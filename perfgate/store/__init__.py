@@ -50,6 +50,7 @@ from perfgate.store.schema import (
     check_schema,
     head_revision,
     read_schema_state,
+    stamp_schema,
     upgrade_schema,
 )
 
@@ -77,6 +78,7 @@ __all__ = [
     "record_run",
     "recorded_names",
     "run_ids",
+    "stamp_history",
     "upgrade_history",
 ]
 
@@ -143,6 +145,18 @@ def upgrade_history(url: str) -> SchemaState:
     finally:
         engine.dispose()
     return state
+
+
+def stamp_history(url: str, revision: str) -> SchemaState:
+    """Record `revision` as the history's schema revision, if its tables are at it (the repair
+    of a lost, doubled or stale version); return the state it was found in."""
+    engine, state = _connect(url, check=False)
+    try:
+        if state.is_newer:
+            check_schema(state, _where(engine))
+        return _guarded(engine, lambda: stamp_schema(engine, revision, _where(engine)))
+    finally:
+        engine.dispose()
 
 
 def inspect_history(url: str) -> SchemaState:
