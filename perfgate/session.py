@@ -258,7 +258,7 @@ class GateSession:
         for name in self.scenarios:
             path = self.baseline_file(name)
             if path.exists():
-                found[name] = load_baseline(path)
+                found[name] = load_baseline(path, profile=self.profile, scenario=name)
             elif self.require_baseline:
                 raise missing_baseline(path, name, self.profile)
         return found
