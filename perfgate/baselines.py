@@ -21,6 +21,9 @@ them as before and says attribution is unavailable; `perfgate baseline update` o
 from __future__ import annotations
 
 import json
+import math
+import os
+import stat
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
@@ -35,6 +38,13 @@ SCHEMA_VERSION = 2
 READABLE_VERSIONS = (1, 2)
 DEFAULT_KEEP = 5
 MODES = ("spec", "plain")
+# What a baseline may hold. A reviewer sees a diff, not every number: the loader refuses what
+# the gate cannot judge (the noise estimate pairs every two samples of a run, so it is
+# quadratic in them) or what no measurement gives.
+MAX_BYTES = 4 * 1024 * 1024
+MAX_RUNS = 20
+MAX_SAMPLES = 500  # per metric (or phase) per run: one per repeat
+MAX_VALUE = 1e9  # tok/s, ms, tokens per cycle, ratios: no measurement comes near it
 
 # Per server mode, per phase: the mean ms per cycle of each repeat.
 PhaseMs = Mapping[str, Mapping[str, tuple[float, ...]]]
@@ -84,10 +94,47 @@ def baseline_path(baselines_dir: Path, profile: str, scenario: str) -> Path:
     return baselines_dir / profile / f"{scenario}.json"
 
 
-def load_baseline(path: Path) -> Baseline:
-    """Read and validate a baseline file; every problem names the file and the field."""
+def load_baseline(
+    path: Path, *, profile: str | None = None, scenario: str | None = None
+) -> Baseline:
+    """Read and validate a baseline file; every problem names the file and the field.
+
+    `profile` and `scenario`: those its path stands for (baselines/PROFILE/SCENARIO.json),
+    which the file's own fields must name.
+    """
+    text = _read_bounded(path)
     try:
-        document = json.loads(path.read_text("utf-8"))
+        document = json.loads(text)
+    except json.JSONDecodeError as error:
+        raise ConfigError(
+            f"is not valid JSON ({error.msg} at line {error.lineno})",
+            file=path,
+            fix="restore it from git or fix the syntax",
+        ) from None
+    except RecursionError:
+        raise ConfigError(
+            "is nested too deeply to be a baseline", file=path, fix="restore it from git"
+        ) from None
+    baseline = _parse(path, document)
+    check = _Checker(path)
+    for name, expected, found in (
+        ("profile", profile, baseline.profile),
+        ("scenario", scenario, baseline.scenario),
+    ):
+        check.that(
+            expected is None or found == expected,
+            name,
+            f"is {found!r}, but the file is the baseline of {name} {expected!r} (its path)",
+            "restore the file from git, or move it to the path of its own profile and scenario",
+        )
+    return baseline
+
+
+def _read_bounded(path: Path) -> str:
+    """The file's text, if it is a regular file of at most MAX_BYTES (nothing else is read)."""
+    try:
+        # O_NONBLOCK: opening a FIFO does not wait for a writer (then it is refused).
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
     except FileNotFoundError:
         raise ConfigError(
             "no such baseline",
@@ -95,17 +142,30 @@ def load_baseline(path: Path) -> Baseline:
             fix="record a run with `perfgate run --no-gate`, then approve it with "
             "`perfgate baseline update --run ID --approved-by NAME --reason TEXT`",
         ) from None
-    except (OSError, UnicodeDecodeError) as error:
+    except OSError as error:
+        raise ConfigError(
+            f"cannot be read ({error.strerror})", file=path, fix="restore it from git"
+        ) from None
+    with os.fdopen(fd, "rb") as handle:
+        info = os.fstat(handle.fileno())
+        if not stat.S_ISREG(info.st_mode):
+            raise ConfigError(
+                "is not a regular file", file=path, fix="restore the baseline file from git"
+            )
+        if info.st_size > MAX_BYTES:
+            raise ConfigError(
+                f"is {info.st_size} bytes; a baseline is at most {MAX_BYTES}",
+                file=path,
+                fix=f"restore it from git (a baseline keeps at most {MAX_RUNS} runs of "
+                f"{MAX_SAMPLES} samples per metric)",
+            )
+        data = handle.read(MAX_BYTES + 1)
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as error:
         raise ConfigError(
             f"cannot be read ({error})", file=path, fix="restore it from git"
         ) from None
-    except json.JSONDecodeError as error:
-        raise ConfigError(
-            f"is not valid JSON ({error.msg} at line {error.lineno})",
-            file=path,
-            fix="restore it from git or fix the syntax",
-        ) from None
-    return _parse(path, document)
 
 
 def _parse(path: Path, doc: Any) -> Baseline:
@@ -141,6 +201,12 @@ def _parse(path: Path, doc: Any) -> Baseline:
         check.that(isinstance(value, str), f"fingerprint.{key}", "must be a string")
     raw_runs = doc.get("runs")
     check.that(isinstance(raw_runs, list), "runs", "must be a list of approved runs")
+    check.that(
+        len(raw_runs) <= MAX_RUNS,
+        "keep",
+        f"the file holds {len(raw_runs)} runs; a baseline keeps at most {MAX_RUNS}",
+        "restore it from git",
+    )
     runs = tuple(_parse_run(check, i, raw, version) for i, raw in enumerate(raw_runs))
     for metric in gated:
         check.that(
@@ -150,7 +216,12 @@ def _parse(path: Path, doc: Any) -> Baseline:
             "run `perfgate baseline update --run ID ...` with a run that measured it",
         )
     keep = doc.get("keep", DEFAULT_KEEP)
-    check.that(isinstance(keep, int) and keep >= 1, "keep", f"is {keep!r}", "write an integer >= 1")
+    check.that(
+        isinstance(keep, int) and 1 <= keep <= MAX_RUNS and len(runs) <= max(keep, 1),
+        "keep",
+        f"is {keep!r} with {len(runs)} run(s)",
+        f"write an integer from 1 to {MAX_RUNS}, and keep at most that many runs",
+    )
     return Baseline(
         profile=check.text(doc, "profile"),
         scenario=check.text(doc, "scenario"),
@@ -172,11 +243,7 @@ def _parse_run(check: _Checker, index: int, raw: Any, version: int) -> BaselineR
     for metric, values in samples.items():
         field_name = f"{where}.samples.{metric}"
         check.that(metric in metrics.METRICS, field_name, "is not a metric")
-        check.that(
-            isinstance(values, list) and all(_number(v) for v in values),
-            field_name,
-            "must be a list of numbers",
-        )
+        check.values(values, field_name, positive=True)
         parsed[metric] = tuple(float(v) for v in values)
     run_id = raw.get("run_id")
     check.that(run_id is None or isinstance(run_id, int), f"{where}.run_id", "must be an integer")
@@ -203,11 +270,7 @@ def _parse_phase_ms(check: _Checker, where: str, raw: Mapping[str, Any]) -> Phas
         check.that(isinstance(phases, dict), name, "must be a JSON object")
         for phase, values in phases.items():
             check.that(phase in metrics.PROBED_PHASES, f"{name}.{phase}", "is not a phase")
-            check.that(
-                isinstance(values, list) and all(_number(v) and v >= 0 for v in values),
-                f"{name}.{phase}",
-                "must be a list of milliseconds",
-            )
+            check.values(values, f"{name}.{phase}", positive=False)
             parsed.setdefault(mode, {})[phase] = tuple(float(v) for v in values)
     return parsed
 
@@ -229,6 +292,25 @@ class _Checker:
                 file=self.path,
                 field=where or None,
                 fix=fix or "fix the field, or restore the file from git",
+            )
+
+    def values(self, values: Any, where: str, *, positive: bool) -> None:
+        """A list of at most MAX_SAMPLES finite numbers below MAX_VALUE (> 0, or >= 0)."""
+        self.that(isinstance(values, list), where, "must be a list of numbers")
+        self.that(
+            len(values) <= MAX_SAMPLES,
+            where,
+            f"holds {len(values)} values; a run keeps at most {MAX_SAMPLES} (one per repeat)",
+            "restore the file from git",
+        )
+        low = "> 0" if positive else ">= 0"
+        for value in values:
+            ok = _number(value) and math.isfinite(value) and value < MAX_VALUE
+            self.that(
+                ok and (value > 0 if positive else value >= 0),
+                where,
+                f"holds {value!r}; each value must be a finite number {low} and < {MAX_VALUE:g}",
+                "restore the file from git: no measurement gives that value",
             )
 
     def text(self, doc: Mapping[str, Any], key: str, where: str = "") -> str:
@@ -295,8 +377,13 @@ def _dumps(value: Any, depth: int = 0) -> str:
 
 
 def write_baseline(baseline: Baseline, path: Path) -> None:
-    """Write atomically: a reader sees the old file or the new one, never half of one."""
-    write_text_atomically(path, dump_baseline(baseline))
+    """Write atomically: a reader sees the old file or the new one, never half of one.
+
+    What the loader would refuse (a sample of 0, too many repeats) is refused here first.
+    """
+    text = dump_baseline(baseline)
+    _parse(path, json.loads(text))
+    write_text_atomically(path, text)
 
 
 def approve_run(

@@ -158,6 +158,16 @@ def _read_toml(path: Path) -> dict[str, Any]:
         raise ConfigError(f"cannot be read ({error.strerror})", file=path) from None
 
 
+# The longest scenario or profile name the history keeps: the length of its `runs.scenario`
+# and `runs.profile` columns (perfgate/store/models.py).
+HISTORY_NAME_MAX = 200
+
+
+def _shown(name: str, width: int = 40) -> str:
+    """A name as a message shows it: cut to `width` characters."""
+    return name if len(name) <= width else name[: width - 3] + "..."
+
+
 _TOP_KEYS = {"perfgate", "scenarios", "sweeps"}
 _SETTINGS_KEYS = {"default_scenarios", "baselines", "history", "alpha"}
 
@@ -264,9 +274,25 @@ _SCENARIO_KEYS = {
 }
 
 
+def check_history_name(name: str, *, field: str, file: Path | None = None) -> None:
+    """Refuse a scenario or profile name longer than the history's column for it.
+
+    A run under that name would be measured whole and then fail to record.
+    """
+    if len(name) > HISTORY_NAME_MAX:
+        raise ConfigError(
+            f"the name is {len(name)} characters long; the history keeps at most "
+            f"{HISTORY_NAME_MAX}",
+            file=file,
+            field=field,
+            fix=f"shorten it to {HISTORY_NAME_MAX} characters or fewer",
+        )
+
+
 def parse_scenario(path: Path, name: str, raw: Mapping[str, Any], base: Path) -> Scenario:
     """Validate one `[scenarios.NAME]` table into a Scenario."""
     where = f"scenarios.{name}"
+    check_history_name(name, field=f"scenarios.{_shown(name)}", file=path)
     _refuse_unknown(path, where, raw, _SCENARIO_KEYS)
     for key in ("engine", "model", "draft"):
         if key not in raw:

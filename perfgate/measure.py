@@ -23,6 +23,7 @@ from perfgate.engines.prometheus import (
 from perfgate.engines.validate import Preflight, preflight
 from perfgate.equivalence import compare_outputs
 from perfgate.fingerprint import collect_fingerprint, detect_gpus
+from perfgate.folders import new_folder
 from perfgate.probe import DIR_VARIABLE, probe_env
 from perfgate.probe.reader import (
     CycleRecord,
@@ -76,7 +77,7 @@ def measure_mode(
     shows the server's start, the warm-up and the repeats.
     """
     checked = checked or preflight(scenario)
-    probe_dir = workdir / f"probe-{mode}"
+    probe_dir = new_folder(workdir, f"probe-{mode}")  # this server's files, and no other's
     env = (
         probe_env(probe_dir, scenario.engine, engine_version=checked.engine_version, mode=mode)
         if probe

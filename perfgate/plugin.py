@@ -14,15 +14,26 @@ from typing import Any
 
 import pytest
 
-from perfgate.ci.pointer import clear_pointer, failed_pointer, session_pointer, write_pointer
+from perfgate.ci.pointer import (
+    clear_pointer,
+    failed_pointer,
+    restore_pointer,
+    session_pointer,
+    write_pointer,
+)
 from perfgate.errors import ExitCode, PerfgateError
 from perfgate.options import add_options, gate_options
 from perfgate.progress import reporter_for_pytest
-from perfgate.session import GateSession, ScenarioRun
+from perfgate.session import GateSession, ScenarioRun, severest
 from perfgate.summary import render_terminal_summary
 
 GATE_SESSION = pytest.StashKey[GateSession | PerfgateError]()
 FINISH_ERROR = pytest.StashKey[PerfgateError]()
+EARLIER_POINTER = pytest.StashKey[str | None]()  # the text of the pointer this session removed
+INTERRUPTED = (
+    "perfgate: interrupted: nothing was recorded nor reported; the previous session's "
+    "pointer is kept"
+)
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -39,7 +50,8 @@ def gate_session(config: pytest.Config) -> GateSession:
             value = GateSession(options, progress=reporter_for_pytest(config))
         except PerfgateError as error:
             value = error
-        clear_pointer(_pointer_root(value))  # an older session's must not pass for this one's
+        # An older session's must not pass for this one's.
+        config.stash[EARLIER_POINTER] = clear_pointer(_pointer_root(value))
         config.stash[GATE_SESSION] = value
     if isinstance(value, PerfgateError):
         raise value
@@ -90,6 +102,11 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     value = session.config.stash.get(GATE_SESSION, None)
     if value is None:
         return
+    if exitstatus == pytest.ExitCode.INTERRUPTED:
+        # Ctrl-C: a run cut short is not recorded half-done, nor judged, nor measured again.
+        with contextlib.suppress(OSError):
+            restore_pointer(_pointer_root(value), session.config.stash.get(EARLIER_POINTER, None))
+        return
     if isinstance(value, PerfgateError):
         code, pointer = value.exit_code, failed_pointer(value)
     else:
@@ -98,7 +115,8 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
             pointer = session_pointer(value, None)
         except PerfgateError as error:
             session.config.stash[FINISH_ERROR] = error
-            code, pointer = error.exit_code, session_pointer(value, error)
+            value.exit_code = code = severest([value.exit_code, error.exit_code])
+            pointer = session_pointer(value, error)
     # perfgate's code says more than pytest's "some test failed"; pytest's own problems
     # (interrupted, usage, internal error) keep theirs.
     if code != ExitCode.PASS and exitstatus in (pytest.ExitCode.OK, pytest.ExitCode.TESTS_FAILED):
@@ -112,6 +130,10 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
     if value is None:
         return
     terminalreporter.section("perfgate")
+    if exitstatus == pytest.ExitCode.INTERRUPTED:
+        terminalreporter.write_line(INTERRUPTED)
+        terminalreporter.write_line(f"perfgate exit code: {int(exitstatus)}")
+        return
     if isinstance(value, PerfgateError):
         terminalreporter.write_line(f"perfgate: error: {value}")
         return

@@ -6,8 +6,9 @@ code by running the suites.
 
 from __future__ import annotations
 
+import functools
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
@@ -15,12 +16,19 @@ from pathlib import Path
 from sqlalchemy.orm import Session
 
 from perfgate.baselines import Baseline, baseline_path, load_baseline
-from perfgate.config import Config, Scenario, load_config, resolve_sqlite_url
+from perfgate.config import (
+    Config,
+    Scenario,
+    check_history_name,
+    load_config,
+    resolve_sqlite_url,
+)
 from perfgate.context import detect_context
 from perfgate.engines.commands import Mode
 from perfgate.engines.validate import Preflight, check_scenario, preflight
-from perfgate.errors import ExitCode, PerfgateError
+from perfgate.errors import ConfigError, ExitCode, PerfgateError
 from perfgate.fingerprint import default_profile, detect_gpus, perfgate_version
+from perfgate.folders import session_folder
 from perfgate.gate.verdict import Status, Verdict, exit_code, overall_status
 from perfgate.judging import judge_look
 from perfgate.measure import (
@@ -42,13 +50,14 @@ from perfgate.reference import (
 from perfgate.report import write_history_report
 from perfgate.results import Measurement, ModeResult, RunContext, RunRecord
 from perfgate.store import (
-    check_history,
     close_history,
     comparable_runs,
     database_errors,
     open_history,
+    probe_write,
     record_run,
 )
+from perfgate.unrecorded import not_recorded
 
 
 @dataclass(frozen=True)
@@ -212,24 +221,31 @@ class GateSession:
         for scenario in selected:  # refuse what SGLang would refuse, before anything starts
             check_scenario(scenario, self.config.path)
         self.profile = options.profile or default_profile(detect_gpus())
+        check_history_name(self.profile, field="runner profile (--profile, PERFGATE_PROFILE)")
         self.baselines_dir = (
             Path(options.baselines).resolve() if options.baselines else self.config.baselines_dir
         )
         self.history_url = (
             resolve_sqlite_url(options.db, self.cwd) if options.db else self.config.history_url
         )
-        check_history(self.history_url)  # a wrong or unreachable history fails before measuring
+        # A history that is wrong, unreachable or refuses writes fails before measuring.
+        probe_write(self.history_url)
         self.require_baseline = requires_baseline(options.require_baseline, os.environ)
         self.baselines = self._reviewed_baselines() if options.gate else {}
         # The session's false-alarm level, split evenly among the gated scenarios (Bonferroni);
         # inside a scenario, Holm's procedure splits it among the gated metrics.
         self.alpha = self.config.alpha / max(len(self.scenarios) if options.gate else 1, 1)
         self.report_path = _report_path(options.report, self.config.path.parent)
-        stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S")
-        self.workdir = self.config.path.parent / ".perfgate" / "runs" / stamp
+        self.started_at = datetime.now(UTC)
         self.runs: dict[str, ScenarioRun] = {}
         self.records: list[RunRecord] = []
+        self.report_written = False
         self.exit_code = ExitCode.PASS
+
+    @functools.cached_property
+    def workdir(self) -> Path:
+        """The session's own folder for server logs and probe files, made on first use."""
+        return session_folder(self.config.path.parent, self.started_at)
 
     def baseline_file(self, scenario: str) -> Path:
         return baseline_path(self.baselines_dir, self.profile, scenario)
@@ -244,7 +260,7 @@ class GateSession:
         for name in self.scenarios:
             path = self.baseline_file(name)
             if path.exists():
-                found[name] = load_baseline(path)
+                found[name] = load_baseline(path, profile=self.profile, scenario=name)
             elif self.require_baseline:
                 raise missing_baseline(path, name, self.profile)
         return found
@@ -346,13 +362,22 @@ class GateSession:
                 if run.error is None:
                     self.verdicts(name)
                 self.records += run.records(context)
-        if self.records:
-            self._record_and_report()
+        failure = None
+        try:
+            if self.records:
+                self._record()
+                self._report()
+        except PerfgateError as error:
+            failure = error
         errors = [run.error for run in self.runs.values() if run.error is not None]
         codes = [e.exit_code for e in errors] + [self._code(r) for r in self.final_records()]
         if any(not r.measurement.outputs_pass for r in self.records):
             codes.append(ExitCode.REGRESSION)
-        self.exit_code = max(codes, key=_severity, default=ExitCode.PASS)
+        if failure is not None:
+            codes.append(failure.exit_code)
+        self.exit_code = severest(codes)
+        if failure is not None:
+            raise failure
         return self.exit_code
 
     def _code(self, record: RunRecord) -> ExitCode:
@@ -368,16 +393,37 @@ class GateSession:
         last = {r.measurement.scenario: r for r in self.records}
         return list(last.values())
 
-    def _record_and_report(self) -> None:
+    def _record(self) -> None:
+        """Record every run in one transaction; if that fails, keep them in a file and say so."""
+        try:
+            sessions = open_history(self.history_url)
+            try:
+                with database_errors(sessions, writing=True), sessions.begin() as session:
+                    self.records = record_linked(session, self.records)
+            finally:
+                close_history(sessions)
+        except PerfgateError as error:
+            raise not_recorded(
+                error, self.config.path.parent, self.workdir.name, self.records
+            ) from None
+
+    def _report(self) -> None:
+        """Write the history's report, if the session writes one (the runs are recorded)."""
+        if self.report_path is None:
+            return
         sessions = open_history(self.history_url)
         try:
-            with database_errors(sessions), sessions.begin() as session:
-                self.records = record_linked(session, self.records)
-            if self.report_path is not None:
-                with database_errors(sessions), sessions() as session:
-                    write_history_report(self.report_path, session)
+            with database_errors(sessions), sessions() as session:
+                write_history_report(self.report_path, session)
+        except OSError as error:
+            raise ConfigError(
+                f"cannot be written ({error.strerror}); the runs are recorded",
+                file=self.report_path,
+                fix="make its folder writable, or pass --report PATH, then run `perfgate report`",
+            ) from None
         finally:
             close_history(sessions)
+        self.report_written = True
 
 
 NOT_JUDGED = "not judged (--no-gate): recorded only"
@@ -396,7 +442,8 @@ def _report_path(option: str | None, root: Path) -> Path | None:
     return Path(option).resolve() if option else root / "reports" / "index.html"
 
 
-def _severity(code: ExitCode) -> int:
+def severest(codes: Iterable[ExitCode]) -> ExitCode:
+    """The code that says the most: bad input, infrastructure, regression, inconclusive, pass."""
     order = [
         ExitCode.PASS,
         ExitCode.INCONCLUSIVE,
@@ -404,7 +451,7 @@ def _severity(code: ExitCode) -> int:
         ExitCode.INFRASTRUCTURE,
         ExitCode.BAD_INPUT,
     ]
-    return order.index(code)
+    return max(codes, key=order.index, default=ExitCode.PASS)
 
 
 def record_linked(session: Session, records: list[RunRecord]) -> list[RunRecord]:

@@ -64,7 +64,7 @@ def render_record(record: RunRecord, plain_note: str | None = None) -> list[str]
     """A run's headline, verdict table, equivalence line, and where its plain figures came
     from when the scenario allows reusing them (`plain_note`: why they were measured)."""
     m = record.measurement
-    head = f"{m.scenario} on {m.profile}: run #{record.id} {record.status.value.upper()}"
+    head = f"{m.scenario} on {m.profile}: {_run_name(record)} {record.status.value.upper()}"
     earlier = next((v.with_runs for v in record.verdicts if v.with_runs), ())
     if earlier:
         head += f" (judged with run {', '.join(f'#{i}' for i in earlier)})"
@@ -85,6 +85,10 @@ def render_record(record: RunRecord, plain_note: str | None = None) -> list[str]
     return lines
 
 
+def _run_name(record: RunRecord) -> str:
+    return f"run #{record.id}" if record.id is not None else "run (not recorded)"
+
+
 def render_terminal_summary(session: GateSession, error: PerfgateError | None) -> list[str]:
     """Everything the session has to say at its end.
 
@@ -102,7 +106,7 @@ def render_terminal_summary(session: GateSession, error: PerfgateError | None) -
         else:
             m = record.measurement
             lines.append(
-                f"{m.scenario} on {m.profile}: run #{record.id} {record.status.value}, "
+                f"{m.scenario} on {m.profile}: {_run_name(record)} {record.status.value}, "
                 "measured again"
             )
     for name, run in session.runs.items():
@@ -110,9 +114,9 @@ def render_terminal_summary(session: GateSession, error: PerfgateError | None) -
             lines.append(f"{name}: not measured: {run.error}")
     if error is not None:
         lines.append(f"perfgate: error: {error}")
-    if session.records:
-        if session.report_path is not None:
-            lines.append(f"report: {session.report_path}")
+    if session.report_written:
+        lines.append(f"report: {session.report_path}")
+    if any(record.id is not None for record in session.records):
         lines.append(f"history: {session.history_url}")
     lines.append(f"perfgate exit code: {int(session.exit_code)}")
     return lines

@@ -12,12 +12,12 @@ the real one).
      "errors": [{"scenario": null, "message": "...", "exit_code": 64}], "finished_at": "..."}
 
 The file is removed when a session starts, so a session that ends before writing it (pytest
-itself failed) leaves none rather than an older one.
+itself failed, the process was killed) leaves none rather than an older one. An interrupted
+session (Ctrl-C) records nothing and puts the earlier session's file back.
 """
 
 from __future__ import annotations
 
-import contextlib
 import json
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -71,10 +71,26 @@ def pointer_path(root: Path) -> Path:
     return root / POINTER
 
 
-def clear_pointer(root: Path) -> None:
-    """Remove the pointer an earlier session left (at the start of a session)."""
-    with contextlib.suppress(OSError):
-        pointer_path(root).unlink()
+def clear_pointer(root: Path) -> str | None:
+    """Remove the pointer an earlier session left (at the start of a session); return its text.
+
+    An interrupted session gives that text back with `restore_pointer`: the earlier session
+    is still the last one that finished.
+    """
+    path = pointer_path(root)
+    try:
+        text = path.read_text("utf-8")
+        path.unlink()
+    except (OSError, UnicodeDecodeError):
+        return None
+    return text
+
+
+def restore_pointer(root: Path, text: str | None) -> None:
+    """Put back the pointer `clear_pointer` removed, unless another session wrote one since."""
+    path = pointer_path(root)
+    if text is not None and not path.exists():
+        write_text_atomically(path, text)
 
 
 def session_pointer(session: GateSession, error: PerfgateError | None) -> SessionPointer:
@@ -91,7 +107,7 @@ def session_pointer(session: GateSession, error: PerfgateError | None) -> Sessio
         exit_code=int(session.exit_code if error is None else error.exit_code),
         # The password hidden: the pointer is uploaded as an artifact.
         history=describe(parse_history_url(session.history_url)),
-        report=str(session.report_path) if session.report_path and session.records else None,
+        report=str(session.report_path) if session.report_written else None,
         profile=session.profile,
         runs=tuple(r.id for r in session.records if r.id is not None),
         final_runs=final,

@@ -129,7 +129,8 @@ def handle_update(args: argparse.Namespace, _rest: list[str]) -> int:
     records = _load_records(args)
     first = records[0].measurement
     path = baseline_path(_baselines_dir(args, config), first.profile, first.scenario)
-    baseline = load_baseline(path) if path.exists() else None
+    identity = {"profile": first.profile, "scenario": first.scenario}
+    baseline = load_baseline(path, **identity) if path.exists() else None
     tolerances, gated = _gating(config, first.scenario, baseline)
     for record in records:
         refusals = _refusals(record, dict(baseline.fingerprint) if baseline else None)
@@ -163,7 +164,8 @@ def handle_update(args: argparse.Namespace, _rest: list[str]) -> int:
 def handle_show(args: argparse.Namespace, _rest: list[str]) -> int:
     config = load_config(args.config)
     profile = args.profile or default_profile(detect_gpus())
-    baseline = load_baseline(baseline_path(_baselines_dir(args, config), profile, args.scenario))
+    path = baseline_path(_baselines_dir(args, config), profile, args.scenario)
+    baseline = load_baseline(path, profile=profile, scenario=args.scenario)
     for line in render_baseline(baseline):
         print(line)
     return 0
@@ -216,7 +218,8 @@ def handle_migrate(args: argparse.Namespace, _rest: list[str]) -> int:
     config = load_config(args.config)
     directory = _baselines_dir(args, config)
     files = sorted(directory.glob("*/*.json"))
-    old = [b for b in (load_baseline(path) for path in files) if b.schema_version < SCHEMA_VERSION]
+    loaded = [load_baseline(p, profile=p.parent.name, scenario=p.stem) for p in files]
+    old = [b for b in loaded if b.schema_version < SCHEMA_VERSION]
     if not old:
         print(f"{directory}: every baseline file is schema {SCHEMA_VERSION} already")
         return 0

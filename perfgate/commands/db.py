@@ -1,4 +1,4 @@
-"""`perfgate db`: the history database's schema — upgrade it, or say which revision it is at."""
+"""`perfgate db`: the history database's schema — upgrade it, say or record its revision."""
 
 from __future__ import annotations
 
@@ -6,7 +6,12 @@ import argparse
 from typing import Any
 
 from perfgate.commands.common import history_url
-from perfgate.store import inspect_history, missing_history, upgrade_history
+from perfgate.store import (
+    inspect_history,
+    missing_history,
+    stamp_history,
+    upgrade_history,
+)
 from perfgate.store.database import describe, parse_history_url
 from perfgate.store.schema import check_schema
 
@@ -24,7 +29,21 @@ def register(commands: Any) -> None:
     current = actions.add_parser(
         "current", help="print the history's schema revision and this perfgate's newest"
     )
-    for action, handler in ((upgrade, handle_upgrade), (current, handle_current)):
+    stamp = actions.add_parser(
+        "stamp",
+        help="record the history's schema revision, when its own record is lost or wrong",
+        description="Record REVISION as the history's schema revision (the repair of an "
+        "alembic_version table that was dropped, emptied, doubled or set by hand), if the "
+        "history's tables, columns and indexes are those of REVISION; nothing else changes.",
+    )
+    stamp.add_argument(
+        "revision", metavar="REVISION", help="e.g. the newest, `db current` names it"
+    )
+    for action, handler in (
+        (upgrade, handle_upgrade),
+        (current, handle_current),
+        (stamp, handle_stamp),
+    ):
         action.add_argument("--config", metavar="PATH", help="perfgate.toml to read")
         action.add_argument("--db", metavar="URL", help="history database (SQLAlchemy URL)")
         action.set_defaults(handler=handler)
@@ -55,4 +74,16 @@ def handle_current(args: argparse.Namespace, _rest: list[str]) -> int:
     else:
         note = f"older than this perfgate's {state.head}: `perfgate db upgrade` upgrades it"
     print(f"{where}: schema revision {state.current or 'none'} ({note})")
+    return 0
+
+
+def handle_stamp(args: argparse.Namespace, _rest: list[str]) -> int:
+    url = history_url(args)
+    found = inspect_history(url)
+    if not found.tables and not found.version_table:
+        raise missing_history(url)  # nothing to stamp: create no file nor table
+    before = stamp_history(url, args.revision)
+    recorded = ", ".join(before.version_rows) or "none"
+    where = describe(parse_history_url(url))
+    print(f"{where}: schema revision {recorded} -> {args.revision} (its tables are at it)")
     return 0

@@ -173,7 +173,9 @@ def _reference(
     require = requires_baseline(args.require_baseline, os.environ)
     if not path.exists() and require:
         raise missing_baseline(path, m.scenario, m.profile)
-    reviewed = load_baseline(path) if path.exists() else None
+    reviewed = (
+        load_baseline(path, profile=m.profile, scenario=m.scenario) if path.exists() else None
+    )
     first = records[0].id
 
     def earlier_runs() -> list[RunRecord]:

@@ -1,4 +1,4 @@
-"""`perfgate history`: the recorded runs — list them, show one, export them as JSON."""
+"""`perfgate history`: the recorded runs — list them, show one, export them as JSON, import."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from perfgate.commands.common import history_url
+from perfgate.errors import ConfigError
 from perfgate.files import write_atomically
 from perfgate.gate.verdict import Status
 from perfgate.results import RunRecord
@@ -23,8 +24,10 @@ from perfgate.store import (
     list_runs,
     load_run,
     open_existing_history,
+    open_history,
 )
-from perfgate.store.export import run_to_dict
+from perfgate.store.export import run_from_dict, run_to_dict
+from perfgate.store.imports import import_runs
 
 STATUSES = [status.value for status in Status]
 
@@ -54,6 +57,17 @@ def register(commands: Any) -> None:
     export.add_argument("--json", action="store_true", help="one JSON array, not JSON lines")
     export.add_argument("--out", metavar="PATH", help="file to write (default: stdout)")
     export.set_defaults(handler=handle_export)
+
+    load = actions.add_parser(
+        "import",
+        help="record the runs of a file: one `history export` wrote, or one a run kept",
+        description="Record the runs of FILE (JSON lines or a JSON array, as `perfgate history "
+        "export` writes them; a run whose record failed is kept so in .perfgate/unrecorded/) "
+        "in one transaction. A run the history holds already is not recorded again.",
+    )
+    _add_database(load)
+    load.add_argument("file", metavar="FILE")
+    load.set_defaults(handler=handle_import)
 
 
 def _add_database(parser: argparse.ArgumentParser) -> None:
@@ -122,6 +136,48 @@ def handle_export(args: argparse.Namespace, _rest: list[str]) -> int:
     if args.out:
         print(f"wrote {args.out}: {count} run(s)")
     return 0
+
+
+def handle_import(args: argparse.Namespace, _rest: list[str]) -> int:
+    records = load_runs_file(Path(args.file))
+    sessions = open_history(history_url(args))
+    try:
+        with database_errors(sessions, writing=True), sessions.begin() as session:
+            imported = import_runs(session, records)
+    finally:
+        close_history(sessions)
+    new = [f"#{run.id}" for run in imported if run.new]
+    held = [f"#{run.id}" for run in imported if not run.new]
+    line = f"imported {len(new)} run(s)" + (f" as {', '.join(new)}" if new else "")
+    if held:
+        line += f"; {len(held)} already in the history ({', '.join(held)})"
+    print(line)
+    return 0
+
+
+def load_runs_file(path: Path) -> list[RunRecord]:
+    """The runs of a file `perfgate history export` wrote (JSON lines or a JSON array)."""
+    fix = "import a file `perfgate history export` wrote, or one kept in .perfgate/unrecorded/"
+    try:
+        text = path.read_text("utf-8")
+    except (OSError, UnicodeDecodeError) as error:
+        raise ConfigError(f"cannot be read ({error})", file=path, fix=fix) from None
+    try:
+        if text.lstrip().startswith("["):
+            items = [(f"run {i}", item) for i, item in enumerate(json.loads(text), start=1)]
+        else:
+            lines = enumerate(text.splitlines(), start=1)
+            items = [(f"line {n}", json.loads(line)) for n, line in lines if line.strip()]
+    except json.JSONDecodeError as error:
+        raise ConfigError(f"is not valid JSON ({error})", file=path, fix=fix) from None
+    records = []
+    for where, item in items:
+        try:
+            records.append(run_from_dict(item))
+        except (KeyError, TypeError, ValueError, AttributeError) as error:
+            problem = f"{where}: not a run as perfgate exports it ({error!r})"
+            raise ConfigError(problem, file=path, fix=fix) from None
+    return records
 
 
 def _write_run(out: IO[str], data: dict[str, Any], first: bool, as_array: bool) -> None:

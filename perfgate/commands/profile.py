@@ -8,7 +8,6 @@ import json
 import shutil
 import sys
 from dataclasses import replace
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +16,7 @@ from perfgate.config import ENGINES, Scenario, load_config
 from perfgate.engines.commands import MODES
 from perfgate.engines.validate import check_scenario, preflight
 from perfgate.errors import ConfigError
+from perfgate.folders import new_folder, process_folder, stamp
 from perfgate.profile.capture import capture_profile
 from perfgate.profile.render import profile_json, render_markdown
 from perfgate.profile.trace import GPU_KERNELS
@@ -75,9 +75,8 @@ def handle(args: argparse.Namespace, _rest: list[str]) -> int:
             fix=f"use one of {', '.join(metrics.NAMED_PHASES)}",
         )
     check_scenario(scenario, config.path)
-    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S")
-    out = Path(args.out) if args.out else config.path.parent / ".perfgate" / "profiles" / stamp
-    workdir = config.path.parent / ".perfgate" / "runs" / stamp / f"profile-{scenario.name}"
+    root = config.path.parent
+    workdir = process_folder(root) / f"profile-{scenario.name}"
     print(f"profiling {args.cycles} {args.mode} cycles of {scenario.name}...", file=sys.stderr)
     result = capture_profile(
         scenario,
@@ -89,6 +88,7 @@ def handle(args: argparse.Namespace, _rest: list[str]) -> int:
         progress=stderr_reporter(),  # stdout carries the breakdown
     )
     report = profile_json(result, TRACE_NAME)
+    out = Path(args.out) if args.out else new_folder(root / ".perfgate" / "profiles", stamp())
     markdown = render_markdown(report, args.phase)
     write_outputs(out, result.trace_path, report, markdown)
     print(markdown)

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import argparse
-import subprocess
+import os
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
-from perfgate.errors import ConfigError
+from perfgate.errors import ConfigError, InfrastructureError
 from perfgate.options import add_options, gate_options, option_flags
 from perfgate.session import GateSession
 
@@ -39,4 +39,18 @@ def handle(args: argparse.Namespace, pytest_args: list[str]) -> int:
     # A fresh interpreter, as `pytest perfgate/suites` would be: pytest must import (and
     # assertion-rewrite) the suites itself. Its exit code is the gate's.
     command = [sys.executable, "-m", "pytest", str(SUITES), *option_flags(options), *extra]
-    return subprocess.run(command, check=False).returncode
+    exec_pytest(command)
+
+
+def exec_pytest(command: list[str]) -> NoReturn:
+    """Become pytest (same process): a signal to `perfgate run` then reaches the run itself.
+
+    A child would outlive a SIGTERM or SIGKILL sent to this process alone and go on to record
+    its run after the caller saw it end.
+    """
+    sys.stdout.flush()
+    sys.stderr.flush()
+    try:
+        os.execv(command[0], command)
+    except OSError as error:
+        raise InfrastructureError(f"cannot start {command[0]}: {error.strerror}") from None

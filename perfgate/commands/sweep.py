@@ -6,17 +6,17 @@ import argparse
 import json
 import os
 from dataclasses import replace
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from perfgate.commands.common import history_url
-from perfgate.config import ENGINES, Config, load_config
+from perfgate.config import ENGINES, Config, check_history_name, load_config
 from perfgate.context import detect_context
 from perfgate.errors import ConfigError
 from perfgate.fingerprint import default_profile, detect_gpus
+from perfgate.folders import process_folder
 from perfgate.progress import stderr_reporter
-from perfgate.store import check_history
+from perfgate.store import probe_write
 from perfgate.sweep.grid import SweepSpec, parse_env_flag, parse_int_list
 from perfgate.sweep.render import render_markdown, sweep_json
 from perfgate.sweep.run import SweepRunner
@@ -76,17 +76,16 @@ def handle(args: argparse.Namespace, _rest: list[str]) -> int:
         base = base.with_engine(args.engine)
     if args.budget_s is not None and args.budget_s <= 0:
         raise ConfigError("must be > 0", field="--budget-s", fix="give seconds, e.g. 450")
+    profile = args.profile or os.environ.get("PERFGATE_PROFILE") or default_profile(detect_gpus())
+    check_history_name(profile, field="runner profile (--profile, PERFGATE_PROFILE)")
     url = history_url(args)
-    check_history(url)
-    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S")
+    probe_write(url)  # a history that refuses writes fails before anything is measured
     runner = SweepRunner(
         spec=spec,
         base=base,
-        profile=args.profile
-        or os.environ.get("PERFGATE_PROFILE")
-        or default_profile(detect_gpus()),
+        profile=profile,
         history_url=url,
-        workdir=config.path.parent / ".perfgate" / "runs" / stamp / f"sweep-{spec.name}",
+        workdir=process_folder(config.path.parent) / f"sweep-{spec.name}",
         context=detect_context(config.path.parent, clean_paths=[config.baselines_dir]),
         config_file=config.path,
         early_stop=spec.early_stop and not args.no_early_stop,
@@ -129,6 +128,7 @@ def sweep_spec(args: argparse.Namespace, config: Config) -> SweepSpec:
         scenario = args.scenario or config.default_scenarios[0]
         spec = SweepSpec(name=f"{scenario}-sweep", scenario=scenario, steps=())
     spec = _with_flags(spec, args)
+    check_history_name(spec.name, field="the sweep's name, its runs' scenario (--name)")
     if spec.name in config.scenarios:
         raise ConfigError(
             f"the sweep's name {spec.name!r} is a scenario's: its runs would mix with the gate's",

@@ -304,7 +304,7 @@ def check_baselines(machine: Machine) -> list[Check]:
             if not path.exists():
                 checks.append(_no_baseline(name, path, scenario.name, profile, strict))
                 continue
-            baseline = load_baseline(path)
+            baseline = load_baseline(path, profile=profile, scenario=scenario.name)
         except PerfgateError as error:
             checks.append(_fail(name, error, FIXES["baselines"]))
             continue

@@ -50,6 +50,7 @@ from perfgate.store.schema import (
     check_schema,
     head_revision,
     read_schema_state,
+    stamp_schema,
     upgrade_schema,
 )
 
@@ -77,6 +78,7 @@ __all__ = [
     "record_run",
     "recorded_names",
     "run_ids",
+    "stamp_history",
     "upgrade_history",
 ]
 
@@ -145,6 +147,18 @@ def upgrade_history(url: str) -> SchemaState:
     return state
 
 
+def stamp_history(url: str, revision: str) -> SchemaState:
+    """Record `revision` as the history's schema revision, if its tables are at it (the repair
+    of a lost, doubled or stale version); return the state it was found in."""
+    engine, state = _connect(url, check=False)
+    try:
+        if state.is_newer:
+            check_schema(state, _where(engine))
+        return _guarded(engine, lambda: stamp_schema(engine, revision, _where(engine)))
+    finally:
+        engine.dispose()
+
+
 def inspect_history(url: str) -> SchemaState:
     """The history's schema state, read without writing anything (nor creating a file).
 
@@ -199,15 +213,19 @@ def probe_write(url: str) -> str:
 
 
 @contextmanager
-def database_errors(sessions: sessionmaker[Session]) -> Iterator[None]:
-    """Word a database failure inside the block (a lost server, say) as a perfgate error."""
+def database_errors(sessions: sessionmaker[Session], *, writing: bool = False) -> Iterator[None]:
+    """Word a database failure inside the block (a lost server, say) as a perfgate error.
+
+    With `writing`, a history that refuses the block's writes is bad input (64), as
+    `probe_write` says it.
+    """
     try:
         yield
     except SQLAlchemyError as error:
         bind = sessions.kw.get("bind")
         if not isinstance(bind, Engine):
             raise
-        raise open_error(bind.url, error) from None
+        raise (write_error if writing else open_error)(bind.url, error) from None
 
 
 def close_history(sessions: sessionmaker[Session]) -> None:

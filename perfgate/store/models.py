@@ -21,6 +21,7 @@ class RunRow(Base):
     __tablename__ = "runs"
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    # perfgate.config.HISTORY_NAME_MAX: longer names are refused before anything is measured.
     scenario: Mapped[str] = mapped_column(String(200))
     profile: Mapped[str] = mapped_column(String(200))
     engine: Mapped[str] = mapped_column(String(50))

@@ -28,7 +28,7 @@ def record_run(session: Session, record: RunRecord) -> int:
     Commit the session's transaction to keep it; everything goes in or nothing does. On SQLite,
     record first in a transaction: that is what takes the write lock at its start.
     """
-    _take_write_lock(session)
+    take_write_lock(session)
     m = record.measurement
     row = RunRow(
         scenario=m.scenario,
@@ -71,7 +71,7 @@ def record_run(session: Session, record: RunRecord) -> int:
     return row.id
 
 
-def _take_write_lock(session: Session) -> None:
+def take_write_lock(session: Session) -> None:
     """On SQLite, begin this session's transaction IMMEDIATE (once per transaction)."""
     if session.get_bind().dialect.name != "sqlite":
         return
@@ -220,12 +220,13 @@ def _verdict(row: VerdictRow) -> Verdict:
         baseline_runs=detail.get("baseline_runs"),
         p_value=detail.get("p_value"),
         alpha=detail.get("alpha"),
-        attribution=_attribution(detail.get("attribution")),
+        attribution=attribution_from_dict(detail.get("attribution")),
         with_runs=tuple(detail.get("with_runs") or ()),
     )
 
 
-def _attribution(raw: dict[str, Any] | None) -> Attribution | None:
+def attribution_from_dict(raw: dict[str, Any] | None) -> Attribution | None:
+    """An attribution from its dict (`Attribution.to_dict`, or `dataclasses.asdict`)."""
     if not raw:
         return None
 

@@ -13,14 +13,13 @@ does not know was written by a newer perfgate: it is refused, untouched.
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from alembic import command
 from alembic.config import Config
-from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
-from sqlalchemy import Connection, Engine, inspect, text
+from sqlalchemy import Connection, Engine, create_engine, inspect, text
 
 from perfgate.errors import ConfigError
 from perfgate.store.database import WRITE_LOCK
@@ -35,6 +34,10 @@ VERSION_TABLE = "alembic_version"
 POSTGRES_LOCK_KEY = int.from_bytes(b"perfgate", "big")
 
 
+# A schema's shape: (table, "column" or "index", name) of everything its revisions create.
+Shape = frozenset[tuple[str, str, str]]
+
+
 @dataclass(frozen=True)
 class SchemaState:
     """Which revision a history is at, and what it holds."""
@@ -42,6 +45,32 @@ class SchemaState:
     current: str | None  # None: no version recorded (a new, pre-migration or foreign database)
     head: str
     tables: frozenset[str]
+    version_rows: tuple[str, ...] = ()  # the rows of alembic_version, as read
+    version_table: bool = False  # whether there is an alembic_version table at all
+    # The revisions whose tables, columns and indexes the history has (oldest first); read
+    # only when the history is not plainly at head (None: not read).
+    tables_at: tuple[str, ...] | None = None
+
+    @property
+    def version_mismatch(self) -> str | None:
+        """What is wrong with the recorded revision, in words; None when it can be trusted.
+
+        A history records one revision, that of its tables. One created before revisions
+        existed records none and holds the first schema's tables: it is adopted, not refused.
+        """
+        if len(self.version_rows) > 1:
+            rows = ", ".join(repr(row) for row in self.version_rows)
+            return f"its {VERSION_TABLE} table holds {len(self.version_rows)} revisions ({rows})"
+        if self.tables_at is None or self.is_newer or self.is_foreign:
+            return None
+        if self.current is None:
+            if not self.tables or FIRST_REVISION in self.tables_at:
+                return None
+            how = "is empty" if self.version_table else "is missing"
+            return f"its schema revision is not recorded ({VERSION_TABLE} {how})"
+        if self.current not in self.tables_at:
+            return f"it records schema revision {self.current!r}, which its tables are not at"
+        return None
 
     @property
     def is_newer(self) -> bool:
@@ -88,17 +117,66 @@ def known_revisions() -> frozenset[str]:
     return frozenset(script.revision for script in _scripts().walk_revisions())
 
 
-def read_schema_state(connection: Connection) -> SchemaState:
-    """Read the history's revision and table names (reads only)."""
+def read_schema_state(connection: Connection, *, shape: bool = False) -> SchemaState:
+    """Read the history's revision and table names (reads only).
+
+    Which revisions its tables are at is read too when the history is not plainly at head
+    (no version, or another, or more than one), or when `shape` asks for it.
+    """
     tables = frozenset(inspect(connection).get_table_names())
-    current = None
+    rows: tuple[str, ...] = ()
     if VERSION_TABLE in tables:
-        current = MigrationContext.configure(connection).get_current_revision()
-    return SchemaState(current, head_revision(), tables - {VERSION_TABLE})
+        found = connection.execute(text(f"SELECT version_num FROM {VERSION_TABLE}"))
+        rows = tuple(str(row[0]) for row in found)
+    current = rows[0] if len(rows) == 1 else None
+    state = SchemaState(
+        current, head_revision(), tables - {VERSION_TABLE}, rows, VERSION_TABLE in tables
+    )
+    if shape or (state.tables and not state.is_current and not state.is_newer):
+        state = replace(state, tables_at=revisions_of(read_shape(connection)))
+    return state
+
+
+def read_shape(connection: Connection) -> Shape:
+    """The tables, columns and indexes of the database (the version table left out)."""
+    found = inspect(connection)
+    items: set[tuple[str, str, str]] = set()
+    for table in found.get_table_names():
+        if table != VERSION_TABLE:
+            items |= {(table, "column", c["name"]) for c in found.get_columns(table)}
+            items |= {(table, "index", str(i["name"])) for i in found.get_indexes(table)}
+    return frozenset(items)
+
+
+def revisions_of(shape: Shape) -> tuple[str, ...]:
+    """The revisions whose migrations make exactly `shape`, oldest first."""
+    return tuple(revision for revision, made in revision_shapes().items() if made == shape)
+
+
+@functools.cache
+def revision_shapes() -> dict[str, Shape]:
+    """Each revision's shape, oldest first, as its migrations make it in an empty database."""
+    engine = create_engine("sqlite://")  # in memory, one connection
+    shapes = {}
+    try:
+        with engine.begin() as connection:
+            config = alembic_config(connection)
+            for script in reversed(list(_scripts().walk_revisions())):
+                command.upgrade(config, script.revision)
+                shapes[script.revision] = read_shape(connection)
+    finally:
+        engine.dispose()
+    return shapes
 
 
 def check_schema(state: SchemaState, where: str) -> None:
-    """Refuse a history this perfgate must not touch: a newer perfgate's, or not perfgate's."""
+    """Refuse a history this perfgate must not touch: a newer perfgate's, one not perfgate's,
+    or one whose recorded revision is not that of its tables."""
+    mismatch = state.version_mismatch
+    if mismatch is not None:
+        raise ConfigError(
+            f"{mismatch}; nothing was written", file=where, fix=_stamp_fix(state.tables_at)
+        )
     if state.is_newer:
         raise ConfigError(
             f"the history is at schema revision {state.current!r}, written by a newer perfgate "
@@ -113,6 +191,42 @@ def check_schema(state: SchemaState, where: str) -> None:
             file=where,
             fix="point the history URL at a perfgate history, or at a new file or database",
         )
+
+
+def _stamp_fix(tables_at: tuple[str, ...] | None) -> str:
+    if tables_at:
+        return (
+            f"its tables are at revision {tables_at[-1]}: if nothing else in it was changed by "
+            f"hand, record that with `perfgate db stamp {tables_at[-1]}`; otherwise restore it "
+            "from a backup"
+        )
+    return (
+        "its tables match no revision of this perfgate: restore it from a backup, or point the "
+        "history URL elsewhere"
+    )
+
+
+def stamp_schema(engine: Engine, revision: str, where: str) -> SchemaState:
+    """Record `revision` as the history's only one, if its tables are at it; return the state
+    it was found in. Nothing else is changed."""
+    if revision not in known_revisions():
+        raise ConfigError(
+            f"unknown schema revision {revision!r}",
+            field="REVISION",
+            fix=f"use one of {', '.join(sorted(known_revisions()))}",
+        )
+    with engine.execution_options(**WRITE_LOCK).begin() as connection:
+        _take_migration_lock(connection)
+        state = read_schema_state(connection, shape=True)
+        if revision not in (state.tables_at or ()):
+            at = f"at revision {state.tables_at[-1]}" if state.tables_at else "at no revision"
+            raise ConfigError(
+                f"its tables are {at}, not {revision}; nothing was written",
+                file=where,
+                fix=_stamp_fix(state.tables_at),
+            )
+        command.stamp(alembic_config(connection), revision, purge=True)
+    return state
 
 
 def upgrade_schema(engine: Engine, where: str) -> SchemaState:

@@ -38,6 +38,7 @@ from perfgate.store import close_history, database_errors, open_history
 from perfgate.sweep.grid import EnvPoint, Point, SweepSpec, grid
 from perfgate.sweep.results import PointResult, SweepResult, median_tok_s
 from perfgate.sweep.stop import BranchTracker
+from perfgate.unrecorded import not_recorded
 
 MeasureMode = Callable[..., ModeResult]  # perfgate.measure.measure_mode's signature
 
@@ -206,8 +207,13 @@ class SweepRunner:
         record = RunRecord(
             measurement, self.context, (), overall_status((), measurement.outputs_pass)
         )
-        with database_errors(sessions), sessions.begin() as session:
-            (recorded,) = record_linked(session, [record])
+        try:
+            with database_errors(sessions, writing=True), sessions.begin() as session:
+                (recorded,) = record_linked(session, [record])
+        except PerfgateError as error:
+            root = self.config_file.parent if self.config_file else Path.cwd()
+            name = f"{self.workdir.parent.name}-{self.workdir.name}"
+            raise not_recorded(error, root, name, [record]) from None
         assert recorded.id is not None
         return recorded.id
 

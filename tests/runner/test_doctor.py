@@ -323,7 +323,8 @@ def test_sglang_where_it_is_not_installed(tmp_path: Path) -> None:
     write_config(tmp_path, ON_CUDA)
     baseline = tmp_path / "baselines" / "laptop" / "tiny.json"
     baseline.parent.mkdir(parents=True)
-    shutil.copy(AMD_BASELINE, baseline)
+    document = json.loads(AMD_BASELINE.read_text()) | {"profile": "laptop", "scenario": "tiny"}
+    baseline.write_text(json.dumps(document))  # a file names the profile and scenario of its path
     code, document = _doctor(tmp_path, "--engine", "sglang", "--profile", "laptop")
     assert code == 64, document
     engine = _check(document, "engine tiny")

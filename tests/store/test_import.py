@@ -1,0 +1,69 @@
+"""`perfgate history import`: an exported or kept run comes back equal, and goes in once."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+from datetime import timedelta
+from pathlib import Path
+
+from sqlalchemy.orm import Session, sessionmaker
+
+from perfgate.gate.attribution import Attribution, PhaseShift
+from perfgate.results import RunRecord
+from perfgate.store import load_run
+from perfgate.store.export import run_from_dict, run_to_dict
+from perfgate.store.imports import import_runs
+
+from ..conftest import run_perfgate
+from ..factories import measurement, record
+
+SHIFT = PhaseShift("verify", 5.0, 6.0, 0.8)
+ATTRIBUTION = Attribution("output_tok_s", -0.1, SHIFT, (SHIFT,), (2.5, 2.4), None, "verify +1 ms")
+
+
+def _judged(minutes: int = 0, with_runs: tuple[int, ...] = ()) -> RunRecord:
+    base = measurement(spec_outputs=((1, 2, 3), (4, 5, 7)))
+    moment = base.started_at + timedelta(minutes=minutes)
+    run = record(replace(base, started_at=moment, finished_at=moment + timedelta(seconds=30)))
+    verdict = replace(run.verdicts[0], attribution=ATTRIBUTION, with_runs=with_runs)
+    return replace(run, verdicts=(verdict,), judged_against="baselines/cpu/tiny.json")
+
+
+def test_an_exported_run_comes_back_equal() -> None:
+    original = _judged(with_runs=(3, 4))
+    assert run_from_dict(json.loads(json.dumps(run_to_dict(original)))) == original
+
+
+def test_kept_runs_go_in_once_linked_as_their_session_would(
+    sessions: sessionmaker[Session],
+) -> None:
+    kept = [_judged(0), _judged(1)]  # never recorded: no ids, not linked yet
+    with sessions.begin() as session:
+        first = import_runs(session, kept)
+    assert [run.new for run in first] == [True, True]
+    with sessions() as session:
+        second = load_run(session, first[1].id)
+    assert second.verdicts[0].with_runs == (first[0].id,)
+    assert second.verdicts[0].attribution == ATTRIBUTION
+    with sessions.begin() as session:
+        again = import_runs(session, kept)
+    assert again == [replace(run, new=False) for run in first]
+
+
+def test_exported_runs_keep_their_links_under_new_ids(sessions: sessionmaker[Session]) -> None:
+    exported = [replace(_judged(0), id=7), replace(_judged(1, with_runs=(7, 99)), id=8)]
+    with sessions.begin() as session:
+        imported = import_runs(session, exported)
+    with sessions() as session:
+        later = load_run(session, imported[1].id)
+    assert later.verdicts[0].with_runs == (imported[0].id,)  # 99 is not in this history
+
+
+def test_a_file_that_holds_no_runs_is_bad_input(tmp_path: Path) -> None:
+    path = tmp_path / "runs.jsonl"
+    path.write_text(json.dumps(run_to_dict(_judged())) + "\n" + '{"scenario": "x"}\n')
+    done = run_perfgate("history", "import", str(path), "--db", "sqlite:///h.db", cwd=tmp_path)
+    assert done.returncode == 64, done.stdout + done.stderr
+    assert done.stderr.startswith(f"perfgate: error: {path}: line 2: not a run as perfgate")
+    assert not (tmp_path / "h.db").exists()
