@@ -10,6 +10,7 @@ from typing import Literal
 
 from perfgate.config import Scenario
 from perfgate.engines.sglang import PINNED, SglangRelease, release
+from perfgate.env_names import is_env_name
 
 Mode = Literal["spec", "plain"]
 MODES: tuple[Mode, ...] = ("plain", "spec")  # the order a run measures them in
@@ -59,9 +60,16 @@ class ServerCommand:
         return f"http://{self.host}:{self.port}"
 
     def shell(self) -> str:
-        """Return the command as one shell line: `VAR=value ... argv`, everything quoted."""
-        assignments = [f"{key}={shlex.quote(value)}" for key, value in sorted(self.env.items())]
-        return " ".join([*assignments, shlex.join(self.argv)])
+        """Return the command as one shell line: `VAR=value ... argv`, everything quoted.
+
+        A name a shell could not assign (the config refuses them) goes through `env`, quoted
+        like every other word, so that pasting the line never runs anything but the server.
+        """
+        variables = sorted(self.env.items())
+        if all(is_env_name(key) for key in self.env):
+            assignments = [f"{key}={shlex.quote(value)}" for key, value in variables]
+            return " ".join([*assignments, shlex.join(self.argv)])
+        return shlex.join(["env", *(f"{key}={value}" for key, value in variables), *self.argv])
 
 
 def flag_names(scenario: Scenario, sglang: SglangRelease | None) -> SglangRelease:

@@ -143,3 +143,33 @@ def test_dry_run_refuses_what_sglang_would_change(tmp_path) -> None:  # type: ig
     result = run_perfgate("servers", "--dry-run", cwd=tmp_path)
     assert result.returncode == 64
     assert "scenarios.x.draft_tokens: is 8 with topk = 1" in result.stderr
+
+
+def test_dry_run_refuses_an_environment_name_a_shell_would_run(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    from ..conftest import run_perfgate, write_config
+
+    write_config(
+        tmp_path,
+        '[scenarios.x]\nengine = "sglang"\nmodel = "org/m"\ndraft = "org/d"\n'
+        '[scenarios.x.env]\n"NCCL_A$(touch pwned)" = "1"\n',
+    )
+    result = run_perfgate("servers", "--dry-run", cwd=tmp_path)
+    assert result.returncode == 64, result.stdout + result.stderr
+    (line,) = result.stderr.strip().splitlines()
+    assert "scenarios.x.env: 'NCCL_A$(touch pwned)' is not an environment variable name" in line
+    assert not (tmp_path / "pwned").exists()
+
+
+def test_a_pasted_line_runs_nothing_but_the_server(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    import subprocess
+
+    # Whatever reaches the printer (names are refused at load), every word is quoted.
+    hostile = {"NCCL_A$(touch pwned)": "1", "OK_NAME": "$(touch pwned-value)"}
+    command = replace(server_command(SCENARIO, "plain", port=3), argv=("printenv",), env=hostile)
+    done = subprocess.run(
+        ["bash", "-c", command.shell()], cwd=tmp_path, capture_output=True, text=True, check=False
+    )
+    assert done.returncode == 0, done.stderr
+    assert sorted(tmp_path.iterdir()) == []
+    assert "NCCL_A$(touch pwned)=1" in done.stdout.splitlines()
+    assert "OK_NAME=$(touch pwned-value)" in done.stdout.splitlines()
