@@ -78,14 +78,18 @@ def tiny_config(tmp_path: Path) -> Path:
 
 
 def run_perfgate(
-    *args: str, cwd: Path, env: dict[str, str] | None = None, timeout: float = 300
+    *args: str,
+    cwd: Path,
+    env: dict[str, str] | None = None,
+    timeout: float = 300,
+    python_flags: tuple[str, ...] = (),
 ) -> subprocess.CompletedProcess[str]:
-    """Run the `perfgate` CLI as a user would, in a fresh interpreter."""
+    """Run the `perfgate` CLI as a user would, in a fresh interpreter (`python_flags` first)."""
     full_env = {**os.environ, **(env or {})}
     full_env.pop("PERFGATE_DB_URL", None)
     full_env.pop("PERFGATE_PROFILE", None)
     return subprocess.run(
-        [sys.executable, "-m", "perfgate", *args],
+        [sys.executable, *python_flags, "-m", "perfgate", *args],
         cwd=cwd,
         env=full_env,
         capture_output=True,

@@ -139,3 +139,18 @@ def test_unknown_scenario_and_flag(tmp_path: Path) -> None:
     assert result.returncode == 64
     assert "unknown scenario 'huge'; choose one of: tiny" in result.stderr
     assert run_perfgate("run", "--no-such-flag", cwd=tmp_path).returncode == 64
+
+
+def test_a_copy_of_perfgate_in_the_current_folder_is_never_imported(tmp_path: Path) -> None:
+    # A checkout of another perfgate version, say, in the folder the gate is run from.
+    decoy = tmp_path / "perfgate"
+    (decoy / "suites").mkdir(parents=True)
+    (decoy / "__init__.py").write_text('raise ImportError("the copy in the current folder")\n')
+    (decoy / "suites" / "__init__.py").write_text("")
+    (decoy / "suites" / "conftest.py").write_text("")
+    write_config(tmp_path)
+    # `perfgate` as its console script runs it: the current folder is not on sys.path.
+    result = run_perfgate("run", "--no-gate", cwd=tmp_path, python_flags=("-P",))
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert f"tiny on {HERE_PROFILE}: run #1 PASS" in result.stdout
+    assert "the copy in the current folder" not in result.stdout + result.stderr

@@ -155,3 +155,23 @@ def test_a_log_gets_the_failure_of_a_start(tmp_path: Path) -> None:
         r"'tiny' exited with code 3 before it was healthy; .*",
         failed,
     )
+
+
+@pytest.mark.slow
+def test_the_embedded_server_is_never_a_copy_in_the_current_folder(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from perfgate.config import load_config
+    from perfgate.engines.commands import server_command
+    from perfgate.probe import DIR_VARIABLE
+
+    from .conftest import write_config
+
+    (tmp_path / "perfgate").mkdir()
+    (tmp_path / "perfgate" / "__init__.py").write_text('raise ImportError("the copy here")\n')
+    scenario = load_config(write_config(tmp_path)).scenarios["tiny"]
+    monkeypatch.chdir(tmp_path)  # the server starts here; without the probe's start-up hook
+    command = server_command(scenario, "plain", port=free_port(), extra_env={DIR_VARIABLE: ""})
+    with running_server(command, tmp_path / "log", startup_timeout_s=60) as server:
+        assert server.process.poll() is None
+    assert "the copy here" not in (tmp_path / "log").read_text()

@@ -97,7 +97,11 @@ def server_command(
     """
     flags = flag_names(scenario, sglang)
     flag = flags.name
-    argv = [scenario.python or sys.executable, "-m", ENGINE_MODULES[scenario.engine]]
+    python = scenario.python or sys.executable
+    # -P (Python 3.11+, as perfgate): the embedded server is the installed perfgate's, never a
+    # copy in the folder the run starts from. SGLang's own interpreter is left as it is.
+    unsafe_path = ["-P"] if scenario.engine == "embedded" else []
+    argv = [python, *unsafe_path, "-m", ENGINE_MODULES[scenario.engine]]
     argv += [flag("model"), scenario.model, flag("tp"), str(scenario.tp)]
     if scenario.dtype:
         argv += [flag("dtype"), scenario.dtype]
