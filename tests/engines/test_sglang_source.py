@@ -272,3 +272,18 @@ def test_sglang_parses_perfgate_command_lines() -> None:
     assert spec["speculative_draft_model_path"] == scenario.draft
     steps_topk_tokens = (spec["speculative_num_steps"], spec["speculative_eagle_topk"])
     assert (*steps_topk_tokens, spec["speculative_num_draft_tokens"]) == (3, 1, 4)
+
+
+def test_the_embedded_only_flags_are_exactly_those_sglang_lacks(tree: tuple[str, Path]) -> None:
+    from perfgate.engines.embedded.args import build_parser
+    from perfgate.engines.validate import EMBEDDED_ONLY_FLAGS
+
+    release, root = tree
+    embedded = {
+        flag
+        for action in build_parser()._actions
+        for flag in action.option_strings
+        if flag.startswith("--") and flag != "--help"
+    }
+    lacking = embedded - source.argparse_flags(root)
+    assert lacking == set(EMBEDDED_ONLY_FLAGS), f"SGLang {release}"
