@@ -100,6 +100,8 @@ FACTS: tuple[Fact, ...] = (
     Fact("endpoint", "generate", "/generate"),
     Fact("endpoint", "health", "/health"),
     Fact("endpoint", "flush_cache", "/flush_cache"),
+    # Wait up to this many seconds for an idle scheduler (perfgate.engines.client.flush_cache).
+    Fact("endpoint", "flush_cache_timeout", "/flush_cache?timeout", _since("0.5.10")),
     Fact("endpoint", "server_info", "/server_info"),
     Fact("endpoint", "server_info", "/get_server_info"),
     Fact("string", "metrics_endpoint", "/metrics"),
