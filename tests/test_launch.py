@@ -175,3 +175,44 @@ def test_the_embedded_server_is_never_a_copy_in_the_current_folder(
     with running_server(command, tmp_path / "log", startup_timeout_s=60) as server:
         assert server.process.poll() is None
     assert "the copy here" not in (tmp_path / "log").read_text()
+
+
+def _fake_sglang(tmp_path: Path, module: str, error: str) -> ServerCommand:
+    """A stand-in SGLang whose start-up raises `error` from `module` (a path in the package),
+    with the real interpreter's traceback, and exits 1 as `python -m sglang.launch_server`."""
+    package = tmp_path / "fake"
+    path = package / module
+    path.parent.mkdir(parents=True)
+    for folder in [path.parent, *path.parent.parents]:
+        if folder == package:
+            break
+        (folder / "__init__.py").touch()
+    path.write_text(f"def check():\n    raise {error}\n")
+    dotted = module.removesuffix(".py").replace("/", ".")
+    script = f"import sys; sys.path.insert(0, {str(package)!r}); import {dotted} as m; m.check()"
+    argv = (sys.executable, "-c", script)
+    return ServerCommand("tp8", "sglang", "spec", argv, {}, "127.0.0.1", free_port())
+
+
+@pytest.mark.parametrize(
+    "module",
+    ["sglang/srt/server_args.py", "sglang/srt/arg_groups/speculative_hook.py"],
+    ids=["server-args", "arg-groups"],
+)
+def test_a_server_args_error_of_sglang_is_bad_input_with_its_message(
+    tmp_path: Path, module: str
+) -> None:
+    rule = "trtllm_mha backend only supports topk = 1 for speculative decoding."
+    command = _fake_sglang(tmp_path, module, f"ValueError({rule!r})")
+    with pytest.raises(ConfigError) as caught:
+        start_server(command, tmp_path / "log", startup_timeout_s=30)
+    assert caught.value.exit_code == 64
+    assert f"refused its arguments: ValueError: {rule}" in str(caught.value)
+    assert "\n" not in str(caught.value)
+
+
+def test_any_other_crash_of_sglang_stays_an_infrastructure_failure(tmp_path: Path) -> None:
+    error = "RuntimeError('CUDA out of memory. Tried to allocate 2.00 GiB')"
+    command = _fake_sglang(tmp_path, "sglang/srt/model_executor/model_runner.py", error)
+    with pytest.raises(InfrastructureError, match="exited with code 1 before it was healthy"):
+        start_server(command, tmp_path / "log", startup_timeout_s=30)

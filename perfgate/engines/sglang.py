@@ -33,6 +33,12 @@ PINNED = "0.5.23"
 # installed release, and so proves every range's ends (tests/engines/test_sglang_source.py).
 CHECKED_RELEASES = ("0.5.6", "0.5.10.post1", "0.5.12.post1", "0.5.13", "0.5.20", "0.5.23")
 
+# Where SGLang checks its arguments: `ServerArgs` in srt/server_args.py and, from 0.5.13, the
+# resolution hooks of srt/arg_groups/. A ValueError or AssertionError raised through them, before
+# the server is up (exit 1), is SGLang refusing its arguments; argparse's refusal exits 2.
+# tests/engines/test_sglang_source.py proves that every rule perfgate quotes lives there.
+ARGUMENT_CHECKS = ("sglang/srt/server_args.py", "sglang/srt/arg_groups/")
+
 FactKind = Literal["flag", "endpoint", "meta_info", "env", "string", "wording", "literal"]
 
 
