@@ -137,6 +137,23 @@ FACTS: tuple[Fact, ...] = (
     Fact("string", "verify_calls", "sglang:spec_verify_calls_total", _since("0.5.13")),
     # Which EAGLE worker runs: v1 exists below 0.5.13; SGLANG_ENABLE_SPEC_V2 is read below 0.5.14.
     Fact("env", "spec_v2_switch", "SGLANG_ENABLE_SPEC_V2", VersionRange(">=0.5.6,<0.5.14")),
+    # Where the switch is off (its default below 0.5.11), the speculative server runs without
+    # the overlap scheduler; 0.5.11 to 0.5.12.post1 also fall back to spec v1 for trees
+    # ("spec v2 currently only supports topk = 1"). perfgate.engines.commands schedules the
+    # plain twin the same way.
+    Fact(
+        "env", "spec_v2_default_off", "SGLANG_ENABLE_SPEC_V2=False", VersionRange(">=0.5.6,<0.5.11")
+    ),
+    Fact(
+        "env", "spec_v2_default_on", "SGLANG_ENABLE_SPEC_V2=True", VersionRange(">=0.5.11,<0.5.14")
+    ),
+    Fact(
+        "wording",
+        "spec_tree_without_overlap",
+        "spec v2 currently only supports topk = 1",
+        VersionRange(">=0.5.11,<0.5.13"),
+    ),
+    Fact("flag", "no_overlap", "--disable-overlap-schedule"),
     # The rules perfgate enforces before launch.
     Fact("wording", "rule_draft_tokens", RULE_DRAFT_TOKENS),
     Fact("wording", "rule_trtllm_topk", RULE_TRTLLM_TOPK),

@@ -157,13 +157,22 @@ def meta_info_keys(root: Path) -> set[str]:
 
 
 def environment_variables(root: Path) -> set[str]:
-    """Names `srt/environ.py` declares (`SGLANG_X = EnvBool(False)` in its Envs class)."""
+    """Names `srt/environ.py` declares (`SGLANG_X = EnvBool(False)` in its Envs class), and
+    `NAME=default` for each whose default is a constant (`SGLANG_X=False`)."""
     path = root / SRT / "environ.py"
     names = set()
     for node in ast.walk(_parse(path)):
         if isinstance(node, ast.Assign | ast.AnnAssign):
             targets = node.targets if isinstance(node, ast.Assign) else [node.target]
-            names |= {t.id for t in targets if isinstance(t, ast.Name) and t.id.isupper()}
+            declared = {t.id for t in targets if isinstance(t, ast.Name) and t.id.isupper()}
+            names |= declared
+            value = node.value
+            if (
+                isinstance(value, ast.Call)
+                and value.args
+                and isinstance(value.args[0], ast.Constant)
+            ):
+                names |= {f"{name}={value.args[0].value!r}" for name in declared}
     return names
 
 
