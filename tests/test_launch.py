@@ -216,3 +216,53 @@ def test_any_other_crash_of_sglang_stays_an_infrastructure_failure(tmp_path: Pat
     command = _fake_sglang(tmp_path, "sglang/srt/model_executor/model_runner.py", error)
     with pytest.raises(InfrastructureError, match="exited with code 1 before it was healthy"):
         start_server(command, tmp_path / "log", startup_timeout_s=30)
+
+
+# A server that takes its time to load (as SGLang does a model), and a process that takes its
+# port meanwhile: it binds once the server has started, and answers everything with 200.
+SLOW_SERVER = "import pathlib, sys, time; pathlib.Path(sys.argv[1]).touch(); time.sleep(600)"
+IMPOSTOR = textwrap.dedent(
+    """
+    import http.server, pathlib, sys, time
+    trigger, port = pathlib.Path(sys.argv[1]), int(sys.argv[2])
+    for _ in range(1200):  # at most two minutes
+        if trigger.exists():
+            break
+        time.sleep(0.1)
+    class Yes(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):
+            self.send_response(200); self.send_header("Content-Length", "2"); self.end_headers()
+            self.wfile.write(b"{}")
+        do_POST = do_GET
+        def log_message(self, *a): pass
+    http.server.HTTPServer(("127.0.0.1", port), Yes).serve_forever()
+    """
+)
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not Path("/proc/net/tcp").exists(), reason="reads /proc/net/tcp")
+def test_a_process_that_takes_the_port_first_is_not_taken_for_the_server(
+    tmp_path: Path,
+) -> None:
+    import subprocess
+
+    trigger, port = tmp_path / "server-started", free_port()
+    argv = (sys.executable, "-c", SLOW_SERVER, str(trigger))
+    command = ServerCommand("tp8", "sglang", "spec", argv, {}, "127.0.0.1", port)
+    with subprocess.Popen([sys.executable, "-c", IMPOSTOR, str(trigger), str(port)]) as impostor:
+        try:
+            with pytest.raises(InfrastructureError) as caught:
+                start_server(command, tmp_path / "log", startup_timeout_s=120)
+        finally:
+            impostor.kill()
+    message = str(caught.value)
+    assert f"127.0.0.1:{port} is answered by pid {impostor.pid}" in message, message
+    assert "not by the spec server perfgate started" in message and "\n" not in message
+
+
+def test_the_server_itself_is_taken(tmp_path: Path) -> None:
+    command, pids = _command(tmp_path, "ok")
+    with running_server(command, tmp_path / "log", startup_timeout_s=30) as server:
+        assert server.process.poll() is None
+    _assert_all_gone(pids)
