@@ -25,8 +25,10 @@ from perfgate.ci.markdown import (
     COMMENT_LIMIT_BYTES,
     SUMMARY_LIMIT_BYTES,
     Links,
+    code,
     final_records,
     fit_blocks,
+    link,
     render_markdown,
     scenario_section,
 )
@@ -246,16 +248,18 @@ def handle_approve(args: argparse.Namespace, _rest: list[str]) -> int:
 
 
 def approval_body(records: list[RunRecord], approved_by: str, reason: str) -> str:
-    """The baseline pull request's description: why, and each approved run's verdicts."""
+    """The baseline pull request's description: who approved, why, and each approved run's
+    verdicts. What people typed (names, reason, branch) and the CI address are shown as
+    text (code spans), so none of it mentions, links, embeds an image or renders HTML."""
     head = (
-        f"Baseline update requested by @{approved_by}: {reason}\n\n"
+        f"Baseline update approved by {code(approved_by)}: {code(reason)}\n\n"
         "Approved runs, with the verdicts each got against the baseline it replaces:\n"
     )
     blocks = []
     for record in records:
         c = record.context
-        origin = f"commit `{(c.commit or '?')[:12]}` on `{c.branch}`" + (
-            f", [CI run]({c.ci_url})" if c.ci_url else ""
+        origin = f"commit {code((c.commit or '?')[:12])} on {code(c.branch)}" + (
+            f", {link('CI run', c.ci_url)}" if c.ci_url else ""
         )
         blocks.append(f"{scenario_section(record)}- recorded from {origin}\n")
     return fit_blocks(head, blocks, COMMENT_LIMIT_BYTES)

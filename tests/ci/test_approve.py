@@ -45,7 +45,7 @@ def test_latest_takes_the_newest_run_pushed_to_main(tmp_path: Path) -> None:
     assert [run["run_id"] for run in baseline["runs"]] == [1]
     assert baseline["runs"][0]["approved_by"] == "alice"
     body = (tmp_path / "body.md").read_text()
-    assert body.startswith("Baseline update requested by @alice: new kernel")
+    assert body.startswith("Baseline update approved by `alice`: `new kernel`")
     assert "### tiny on cpu: run #1" in body and "[CI run](https://ci/runs/1)" in body
 
 
@@ -63,3 +63,35 @@ def test_runs_by_id_and_what_is_refused(tmp_path: Path) -> None:
         "no run of scenario 'tiny' on profile 'cpu' was recorded by a push to 'release'"
         in missing.stderr
     )
+
+
+HOSTILE = "@acme/everyone <img src=x onerror=alert(1)> ![pixel](https://evil.example/p.png) `x`"
+
+
+def _outside_code(text: str) -> str:
+    """`text` without its code spans (GitHub renders nothing inside them: no mention, no HTML)."""
+    import re
+
+    return re.sub(r"(`+)(?:(?!\1).)+?\1", "", text)
+
+
+def test_the_body_renders_what_it_was_given_as_text(tmp_path: Path) -> None:
+    write_config(tmp_path)
+    sessions = open_history(f"sqlite:///{tmp_path / 'history.db'}")
+    context = RunContext(
+        commit="a" * 40,
+        branch="feat" + HOSTILE,
+        ci_url="https://ci.example/runs/1) ![x](https://evil.example/x.png",
+    )
+    with sessions.begin() as session:
+        record_run(session, replace(record(measurement("tiny")), context=context))
+    result = run_perfgate(
+        "ci", "approve", "--runs", "1", "--approved-by", "bob" + HOSTILE,
+        "--reason", "faster\n# kernel " + HOSTILE, "--body", "body.md", cwd=tmp_path,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    body = (tmp_path / "body.md").read_text()
+    shown = _outside_code(body)
+    for raw in ("@", "<img", "![", "https://evil", "\n# kernel"):
+        assert raw not in shown, (raw, body)
+    assert "`https://ci.example/runs/1) ![x](https://evil.example/x.png`" in body
