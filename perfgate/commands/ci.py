@@ -21,6 +21,7 @@ from typing import Any
 
 from perfgate.baselines import baseline_path
 from perfgate.ci.annotate import session_annotations
+from perfgate.ci.approvals import ENVIRONMENT, reviewer
 from perfgate.ci.markdown import (
     COMMENT_LIMIT_BYTES,
     SUMMARY_LIMIT_BYTES,
@@ -78,7 +79,21 @@ def register(commands: Any) -> None:
     approve.add_argument("--scenario", action="append", default=[], metavar="NAME")
     approve.add_argument("--branch", default="main", metavar="NAME")
     approve.add_argument("--profile", metavar="NAME")
-    approve.add_argument("--approved-by", required=True, metavar="NAME")
+    approve.add_argument("--approved-by", metavar="NAME", help="who approved the runs")
+    approve.add_argument(
+        "--approvals",
+        metavar="JSON",
+        help="instead of --approved-by: the run's approvals as GitHub lists them (the workflow "
+        f"passes them); the {ENVIRONMENT} environment's reviewer is recorded, and an update "
+        "approved only by a --requested-by is refused",
+    )
+    approve.add_argument(
+        "--requested-by",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="who started the update (with --approvals; repeatable)",
+    )
     approve.add_argument("--reason", required=True, metavar="TEXT")
     approve.add_argument("--body", metavar="PATH", help="write the pull request's description")
     approve.add_argument("--config", metavar="PATH")
@@ -226,7 +241,27 @@ def _latest(session: Any, scenario: str, profile: str, branch: str) -> RunRecord
     return pushed[-1]
 
 
+def _approved_by(args: argparse.Namespace) -> str:
+    """Who approved: --approved-by, or the reviewer the --approvals name (not a requester)."""
+    if (args.approved_by is None) == (args.approvals is None):
+        raise ConfigError(
+            "give exactly one of --approved-by and --approvals",
+            field="--approved-by",
+            fix="--approved-by NAME by hand; --approvals JSON --requested-by NAME in the workflow",
+        )
+    if args.approvals is None:
+        return str(args.approved_by)
+    if not args.requested_by:
+        raise ConfigError(
+            "is needed with --approvals",
+            field="--requested-by",
+            fix="name who started the update, so that they cannot approve it alone",
+        )
+    return reviewer(args.approvals, args.requested_by)
+
+
 def handle_approve(args: argparse.Namespace, _rest: list[str]) -> int:
+    args.approved_by = _approved_by(args)
     config = load_config(args.config)
     records = _approval_targets(args, config)
     if not records:
@@ -243,16 +278,22 @@ def handle_approve(args: argparse.Namespace, _rest: list[str]) -> int:
         update = argparse.Namespace(**vars(args), run=ids, force=False)
         baseline_command.handle_update(update, [])
     if args.body:
-        Path(args.body).write_text(approval_body(records, args.approved_by, args.reason), "utf-8")
+        requested = ", ".join(dict.fromkeys(args.requested_by)) or None
+        body = approval_body(records, args.approved_by, args.reason, requested)
+        Path(args.body).parent.mkdir(parents=True, exist_ok=True)  # .perfgate/ on a fresh checkout
+        Path(args.body).write_text(body, "utf-8")
     return 0
 
 
-def approval_body(records: list[RunRecord], approved_by: str, reason: str) -> str:
+def approval_body(
+    records: list[RunRecord], approved_by: str, reason: str, requested_by: str | None = None
+) -> str:
     """The baseline pull request's description: who approved, why, and each approved run's
     verdicts. What people typed (names, reason, branch) and the CI address are shown as
     text (code spans), so none of it mentions, links, embeds an image or renders HTML."""
+    requested = f", requested by {code(requested_by)}" if requested_by else ""
     head = (
-        f"Baseline update approved by {code(approved_by)}: {code(reason)}\n\n"
+        f"Baseline update approved by {code(approved_by)}{requested}: {code(reason)}\n\n"
         "Approved runs, with the verdicts each got against the baseline it replaces:\n"
     )
     blocks = []

@@ -7,6 +7,8 @@ from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
 
+import pytest
+
 from perfgate.results import RunContext
 from perfgate.store import open_history, record_run
 
@@ -95,3 +97,83 @@ def test_the_body_renders_what_it_was_given_as_text(tmp_path: Path) -> None:
     for raw in ("@", "<img", "![", "https://evil", "\n# kernel"):
         assert raw not in shown, (raw, body)
     assert "`https://ci.example/runs/1) ![x](https://evil.example/x.png`" in body
+
+
+def _approval(login: str, state: str = "approved", environment: str = "baseline-approval") -> dict:  # type: ignore[type-arg]
+    # One entry of GET /repos/{owner}/{repo}/actions/runs/{run_id}/approvals.
+    return {
+        "environments": [{"id": 1, "name": environment}],
+        "state": state,
+        "comment": "",
+        "user": {"login": login, "type": "User"},
+    }
+
+
+def _approve_reviewed(folder: Path, approvals: list, *requesters: str):  # type: ignore[no-untyped-def, type-arg]
+    flags = [arg for name in requesters for arg in ("--requested-by", name)]
+    return run_perfgate(
+        "ci", "approve", "--runs", "1", "--approvals", json.dumps(approvals), *flags,
+        "--reason", "new kernel", "--body", "body.md", cwd=folder,
+    )  # fmt: skip
+
+
+def test_the_reviewer_who_approved_the_deployment_is_recorded(tmp_path: Path) -> None:
+    write_config(tmp_path)
+    _history(tmp_path)
+    approvals = [
+        _approval("carol", "rejected"),
+        _approval("bob"),
+        _approval("dave", environment="x"),
+    ]
+    result = _approve_reviewed(tmp_path, approvals, "alice")
+    assert result.returncode == 0, result.stderr
+    baseline = json.loads((tmp_path / "baselines" / "cpu" / "tiny.json").read_text())
+    assert baseline["runs"][0]["approved_by"] == "bob"
+    assert (
+        (tmp_path / "body.md")
+        .read_text()
+        .startswith("Baseline update approved by `bob`, requested by `alice`: `new kernel`")
+    )
+
+
+@pytest.mark.parametrize(
+    ("approvals", "expected"),
+    [
+        (
+            [_approval("alice")],
+            "--approvals: approved only by alice, who started the update; another reviewer of "
+            "the baseline-approval environment must approve",
+        ),
+        ([_approval("Alice"), _approval("ALICE")], "approved only by Alice, ALICE"),
+        ([], "--approvals: no reviewer approved the baseline-approval environment"),
+        ([_approval("bob", "rejected")], "no reviewer approved"),
+        ("not json", "--approvals: is not the JSON list"),
+    ],
+    ids=["self", "self-any-case", "none", "rejected", "garbage"],
+)
+def test_a_deployment_its_requester_approved_alone_is_refused(
+    tmp_path: Path, approvals: object, expected: str
+) -> None:
+    write_config(tmp_path)
+    _history(tmp_path)
+    flags = ["--approvals", approvals if isinstance(approvals, str) else json.dumps(approvals)]
+    result = run_perfgate(
+        "ci", "approve", "--runs", "1", *flags, "--requested-by", "alice",
+        "--requested-by", "alice-rerun", "--reason", "r", cwd=tmp_path,
+    )  # fmt: skip
+    assert result.returncode == 64, result.stdout + result.stderr
+    assert expected in result.stderr
+    assert not (tmp_path / "baselines").exists()
+
+
+def test_approved_by_or_approvals_one_of_them(tmp_path: Path) -> None:
+    write_config(tmp_path)
+    _history(tmp_path)
+    both = _approve(tmp_path, "--runs", "1", "--approvals", "[]", "--requested-by", "x")
+    assert both.returncode == 64 and "--approved-by" in both.stderr
+    neither = run_perfgate("ci", "approve", "--runs", "1", "--reason", "r", cwd=tmp_path)
+    assert neither.returncode == 64 and "--approved-by" in neither.stderr
+    lonely = run_perfgate(
+        "ci", "approve", "--runs", "1", "--approvals", "[]", "--reason", "r", cwd=tmp_path
+    )
+    assert lonely.returncode == 64 and "--requested-by" in lonely.stderr

@@ -90,8 +90,11 @@ def test_no_pull_request_job_writes_baselines() -> None:
         assert "contents: write" not in text, file
     update = load_workflow("baseline-update.yml")
     assert set(update["on"]) == {"workflow_dispatch"}
-    assert update["jobs"]["approve"]["environment"] == "baseline-approval"
-    assert update["jobs"]["approve"]["if"] == "github.ref == 'refs/heads/main'"
+    # The approval comes first, on a GitHub-hosted job; the GPU job writes only after it.
+    assert update["jobs"]["reviewer"]["environment"] == "baseline-approval"
+    assert update["jobs"]["approve"]["needs"] == "reviewer"
+    for job in ("reviewer", "approve"):
+        assert update["jobs"][job]["if"] == "github.ref == 'refs/heads/main'"
 
 
 def test_the_runner_labels_are_declared_for_actionlint() -> None:
