@@ -14,6 +14,7 @@ session failed or left nothing: the gate's own step carries the verdict's exit c
 from __future__ import annotations
 
 import argparse
+import json
 import os
 from collections.abc import Mapping
 from pathlib import Path
@@ -34,10 +35,11 @@ from perfgate.ci.markdown import (
     scenario_section,
 )
 from perfgate.ci.pointer import POINTER, SessionPointer, load_pointer
+from perfgate.ci.settings import check_settings
 from perfgate.commands import baseline as baseline_command
 from perfgate.commands.common import history_url
 from perfgate.config import Config, load_config
-from perfgate.errors import ConfigError, PerfgateError
+from perfgate.errors import ConfigError, ExitCode, PerfgateError
 from perfgate.fingerprint import default_profile, detect_gpus
 from perfgate.results import RunRecord
 from perfgate.store import RunFilter, close_history, list_runs, load_runs, open_history
@@ -100,6 +102,23 @@ def register(commands: Any) -> None:
     approve.add_argument("--db", metavar="URL")
     approve.add_argument("--baselines", metavar="DIR")
     approve.set_defaults(handler=handle_approve)
+
+    settings = actions.add_parser(
+        "settings",
+        help="check the repository settings the gate relies on, through `gh api`",
+        description="Read the repository's settings that docs/runner-setup.md lists (the "
+        f"{ENVIRONMENT} environment's reviewers, self-review and branches; the workflow "
+        "token; fork approval; the branch's code owners' review and required checks; "
+        "CODEOWNERS errors) through `gh api`, and say which one to change. Exit 64 if any "
+        "must change, 69 if GitHub cannot be asked; what the token may not read is reported "
+        "as not checked.",
+    )
+    settings.add_argument(
+        "--repo", metavar="OWNER/NAME", help="the repository (default: $GITHUB_REPOSITORY)"
+    )
+    settings.add_argument("--branch", default="main", metavar="NAME")
+    settings.add_argument("--json", action="store_true", help="print the checks as JSON")
+    settings.set_defaults(handler=handle_settings)
 
 
 def _session_args(parser: argparse.ArgumentParser) -> None:
@@ -304,3 +323,29 @@ def approval_body(
         )
         blocks.append(f"{scenario_section(record)}- recorded from {origin}\n")
     return fit_blocks(head, blocks, COMMENT_LIMIT_BYTES)
+
+
+def handle_settings(args: argparse.Namespace, _rest: list[str]) -> int:
+    repo = args.repo or os.environ.get("GITHUB_REPOSITORY")
+    if not repo or repo.count("/") != 1:
+        raise ConfigError(
+            f"is {repo!r}" if repo else "is not given and GITHUB_REPOSITORY is unset",
+            field="--repo",
+            fix="name the repository as OWNER/NAME",
+        )
+    checks = check_settings(repo, args.branch)
+    code = ExitCode.BAD_INPUT if any(c.status == "fail" for c in checks) else ExitCode.PASS
+    if args.json:
+        document = {"exit_code": int(code), "checks": [c.to_dict() for c in checks]}
+        print(json.dumps(document, indent=2, sort_keys=True))
+        return int(code)
+    width = max(len(c.name) for c in checks)
+    for check in checks:
+        print(f"  {check.status.upper():<7} {check.name:<{width}}  {check.detail}")
+    failed = sum(c.status == "fail" for c in checks)
+    print(
+        f"perfgate ci settings: {failed} to change, exit {int(code)}"
+        if failed
+        else "perfgate ci settings: ok"
+    )
+    return int(code)
