@@ -266,3 +266,36 @@ def test_the_server_itself_is_taken(tmp_path: Path) -> None:
     with running_server(command, tmp_path / "log", startup_timeout_s=30) as server:
         assert server.process.poll() is None
     _assert_all_gone(pids)
+
+
+@pytest.mark.skipif(not Path("/proc/net/tcp").exists(), reason="reads /proc/net/tcp")
+@pytest.mark.parametrize(
+    ("family", "bound", "asked"),
+    [
+        ("AF_INET", "127.0.0.1", "127.0.0.1"),
+        ("AF_INET", "0.0.0.0", "127.0.0.1"),  # a wildcard takes the server's connections too
+        ("AF_INET6", "::", "127.0.0.1"),
+    ],
+)
+def test_listening_sockets_are_found_with_their_holder(family: str, bound: str, asked: str) -> None:
+    import socket
+    import subprocess
+
+    from perfgate.engines.listener import foreign_listeners, listening_inodes
+
+    try:
+        sock = socket.socket(getattr(socket, family), socket.SOCK_STREAM)
+        sock.bind((bound, 0))
+    except OSError as error:  # no IPv6 here
+        pytest.skip(str(error))
+    with sock:
+        sock.listen()
+        port = sock.getsockname()[1]
+        assert listening_inodes(asked, port) == [os.fstat(sock.fileno()).st_ino]
+        assert foreign_listeners(asked, port, os.getpid()) == []  # this process holds it
+        with subprocess.Popen(["sleep", "60"]) as stranger:  # a server that holds nothing
+            try:
+                (other,) = foreign_listeners(asked, port, stranger.pid) or [""]
+            finally:
+                stranger.kill()
+        assert other.startswith(f"pid {os.getpid()} (")

@@ -20,6 +20,7 @@ import httpx
 from perfgate.engines import supervise
 from perfgate.engines.commands import ServerCommand
 from perfgate.engines.gpus import Gpu, GpuWatch
+from perfgate.engines.listener import foreign_listeners
 from perfgate.engines.sglang import ARGUMENT_CHECKS
 from perfgate.errors import ConfigError, ExitCode, InfrastructureError
 from perfgate.progress import SILENT, Reporter, Step, clean_line, format_duration
@@ -228,6 +229,21 @@ def _wait_released(watch: GpuWatch, command: ServerCommand, timeout_s: float) ->
         in_flight.add_note(f"also: {error}")  # the first failure stays the one reported
 
 
+def check_listener(server: Server) -> None:
+    """Refuse the server's port when a process outside the server listens on it (one that
+    took the free port while the server was starting; see perfgate.engines.listener)."""
+    host, port = server.command.host, server.command.port
+    found = foreign_listeners(host, port, server.process.pid)
+    if found:
+        raise InfrastructureError(
+            f"{host}:{port} is answered by {', '.join(found)}, not by the "
+            f"{server.command.mode} server perfgate started for scenario "
+            f"{server.command.scenario!r}; stop that process (it took the port while the server "
+            "was starting) and run again",
+            detail=server.log_tail(),
+        )
+
+
 def _wait_healthy(server: Server, timeout_s: float, step: Step) -> None:
     deadline = time.monotonic() + timeout_s
     url = server.base_url + "/health"
@@ -293,91 +309,3 @@ def refused_arguments(code: int, log: str, modules: Sequence[str] = ()) -> str |
     if through and raised.startswith(("ValueError", "AssertionError")):
         return clean_line(raised)
     return None
-
-
-# --- who answers: the server perfgate started, not a process that took its port first ------
-
-LISTEN = "0A"  # TCP_LISTEN in /proc/net/tcp's `st` column
-WILDCARDS = {"0.0.0.0", "::", "::ffff:0.0.0.0"}
-
-
-def check_listener(server: Server) -> None:
-    """Refuse the server's port when a process outside the server answers on it.
-
-    perfgate picks a free port, then the server binds it minutes later (SGLang loads the model
-    first): a process that binds it in between would answer `/health` and every request. Every
-    listening socket on the port, for the server's address or a wildcard, must be held by the
-    supervisor or a process below it (read from /proc/net/tcp{,6} and /proc/PID/fd; the same
-    for both engines). Where there is no /proc (macOS) this cannot be checked.
-    """
-    if not Path("/proc/net/tcp").exists():
-        return
-    host, port = server.command.host, server.command.port
-    inodes = listening_inodes(host, port)
-    ours = socket_inodes([server.process.pid, *supervise.descendants(server.process.pid)])
-    strangers = [inode for inode in inodes if inode not in ours]
-    if inodes and not strangers:
-        return
-    holders = _holders(set(strangers)) if strangers else []
-    who = ", ".join(holders) or "a process this user cannot see"
-    raise InfrastructureError(
-        f"{host}:{port} is answered by {who}, not by the {server.command.mode} server perfgate "
-        f"started for scenario {server.command.scenario!r}; stop that process (it took the "
-        "port while the server was starting) and run again",
-        detail=server.log_tail(),
-    )
-
-
-def listening_inodes(host: str, port: int, proc: Path = Path("/proc")) -> list[int]:
-    """The socket inodes listening on `port` at `host` or a wildcard address."""
-    found = []
-    for table in ("tcp", "tcp6"):
-        try:
-            lines = (proc / "net" / table).read_text().splitlines()[1:]
-        except OSError:
-            continue
-        for line in lines:
-            fields = line.split()
-            if len(fields) < 10 or fields[3] != LISTEN:
-                continue
-            address, _, hex_port = fields[1].rpartition(":")
-            if int(hex_port, 16) == port and _address(address) in {host, *WILDCARDS}:
-                found.append(int(fields[9]))
-    return found
-
-
-def _address(hex_address: str) -> str:
-    # /proc/net/tcp{,6} prints each 32-bit word of the address in the host's byte order.
-    raw = bytes.fromhex(hex_address)
-    words = b"".join(raw[i : i + 4][::-1] for i in range(0, len(raw), 4))
-    if sys.byteorder == "big":
-        words = raw
-    if len(words) == 4:
-        return socket.inet_ntop(socket.AF_INET, words)
-    text = socket.inet_ntop(socket.AF_INET6, words)
-    return text.removeprefix("::ffff:") if text.startswith("::ffff:") and "." in text else text
-
-
-def socket_inodes(pids: Sequence[int]) -> set[int]:
-    """The inodes of the sockets the processes `pids` hold open."""
-    inodes = set()
-    for pid in pids:
-        with contextlib.suppress(OSError):
-            for fd in os.scandir(f"/proc/{pid}/fd"):
-                with contextlib.suppress(OSError):
-                    target = os.readlink(fd.path)
-                    if target.startswith("socket:["):
-                        inodes.add(int(target[8:-1]))
-    return inodes
-
-
-def _holders(inodes: set[int]) -> list[str]:
-    """`pid N (command)` of each visible process holding one of `inodes`."""
-    found = []
-    for entry in Path("/proc").glob("[0-9]*"):
-        pid = int(entry.name)
-        if socket_inodes([pid]) & inodes:
-            with contextlib.suppress(OSError):
-                command = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode()
-                found.append(f"pid {pid} ({clean_line(command)[:80]})")
-    return found
