@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from perfgate import metrics
+from perfgate.env_names import refuse_bad_env_names
 from perfgate.equivalence import DEFAULT_MAX_NEAR_TIE_SHARE, DEFAULT_NEAR_TIE_MARGIN
 from perfgate.errors import ConfigError
 from perfgate.gate.judge import DEFAULT_ALPHA
@@ -323,6 +324,7 @@ def parse_scenario(path: Path, name: str, raw: Mapping[str, Any], base: Path) ->
             fix=f"use one of {', '.join(ENGINES)}",
         )
     values["env"] = _str_table(path, f"{where}.env", raw.get("env", {}))
+    refuse_bad_env_names(values["env"], file=path, field=f"{where}.env")
     _probe_stride(path, f"{where}.env", values["env"])
     values["tolerances"] = _tolerances(path, f"{where}.tolerances", raw.get("tolerances", {}))
     values["prompts"] = _prompts(path, where, raw, base)

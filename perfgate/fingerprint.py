@@ -15,6 +15,9 @@ from importlib import metadata
 from typing import Any
 
 from perfgate.config import Scenario
+from perfgate.engines.commands import speculative_overlap
+from perfgate.engines.sglang import release
+from perfgate.errors import ConfigError
 from perfgate.runner.state import load_state_fingerprint
 
 # Variables that change performance; their values join the fingerprint as `env.NAME`.
@@ -169,10 +172,22 @@ def collect_fingerprint(
         print_ |= load_state_fingerprint(env)
     else:
         print_ |= {"cpu": cpu_model(), "cpu_count": str(os.cpu_count() or 0)}
+    if scenario.engine == "sglang":
+        print_ |= overlap_field(scenario, print_["engine_version"], env)
     for name, value in env.items():
         if name.startswith(PERF_ENV_PREFIXES) and name not in PERF_ENV_IGNORED:
             print_[f"env.{name}"] = value
     return dict(sorted(print_.items()))
+
+
+def overlap_field(scenario: Scenario, version: str, env: Mapping[str, str]) -> dict[str, str]:
+    """Whether both servers ran with SGLang's overlap scheduler (perfgate schedules the plain
+    twin as SGLang schedules the speculative server); empty for a release it does not know."""
+    try:
+        known = release(version)
+    except ConfigError:
+        return {}
+    return {"overlap_schedule": "on" if speculative_overlap(scenario, known, env) else "off"}
 
 
 def diff_fingerprints(

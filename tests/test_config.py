@@ -122,3 +122,26 @@ def test_prompts_file(tmp_path: Path) -> None:
     )
     config = load_config(write_config(tmp_path, body))
     assert config.scenarios["tiny"].prompts == ("first prompt", "second prompt")
+
+
+@pytest.mark.parametrize("name", ["NCCL_A$(touch X)", "1NCCL", "NCCL PROTO", "NCCL=LL", "ÉNV", ""])
+def test_environment_names_are_refused_unless_a_shell_could_set_them(
+    tmp_path: Path, name: str
+) -> None:
+    text = TINY_SCENARIO + f'\n[scenarios.tiny.env]\n{name!r} = "1"\n'.replace("'", '"')
+    with pytest.raises(ConfigError) as raised:
+        load_config(write_config(tmp_path, text))
+    assert raised.value.exit_code == ExitCode.BAD_INPUT
+    assert str(raised.value).startswith(
+        f"{tmp_path / 'perfgate.toml'}:scenarios.tiny.env: {name!r} is not an environment "
+        "variable name; "
+    )
+
+
+def test_sweep_environment_names_are_refused_too(tmp_path: Path) -> None:
+    text = (
+        TINY_SCENARIO
+        + '\n[sweeps.s]\nscenario = "tiny"\nsteps = [1]\n[sweeps.s.env]\n"A;B" = ["1"]\n'
+    )
+    with pytest.raises(ConfigError, match=r"sweeps\.s\.env: 'A;B' is not an environment"):
+        load_config(write_config(tmp_path, text))

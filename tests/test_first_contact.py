@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from .conftest import REPO
+from .conftest import REPO, VERDICT_CODES
 
 FOREIGN_CPU = "Intel(R) Xeon(R) Processor @ 2.80GHz"
 FOREIGN_PROFILE = f"cpu-intel-xeon-{os.cpu_count()}c"
@@ -93,6 +93,8 @@ def test_command_1_passes_twice_on_a_foreign_machine_and_says_what_it_judged_aga
         "compared with it"
     ) in out
 
+    # Judged against one earlier run, a verdict claims nothing yet (one run each side), and
+    # locally that fails nothing: exit 0, whatever this machine's load did to the numbers.
     second = _command_1(clone, cpuinfo)
     out = second.stdout + second.stderr
     assert second.returncode == 0, out
@@ -137,7 +139,7 @@ def test_a_reviewed_baseline_from_another_cpu_falls_back_locally_and_fails_in_ci
 
     local = _command_1(clone, cpuinfo)
     out = local.stdout + local.stderr
-    assert local.returncode == 0, out
+    assert local.returncode in VERDICT_CODES, out
     assert (
         f"the reviewed baseline baselines/{FOREIGN_PROFILE}/embedded-default.json was measured "
         f"elsewhere: cpu (AMD EPYC -> {FOREIGN_CPU})"

@@ -155,3 +155,147 @@ def test_a_log_gets_the_failure_of_a_start(tmp_path: Path) -> None:
         r"'tiny' exited with code 3 before it was healthy; .*",
         failed,
     )
+
+
+@pytest.mark.slow
+def test_the_embedded_server_is_never_a_copy_in_the_current_folder(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from perfgate.config import load_config
+    from perfgate.engines.commands import server_command
+    from perfgate.probe import DIR_VARIABLE
+
+    from .conftest import write_config
+
+    (tmp_path / "perfgate").mkdir()
+    (tmp_path / "perfgate" / "__init__.py").write_text('raise ImportError("the copy here")\n')
+    scenario = load_config(write_config(tmp_path)).scenarios["tiny"]
+    monkeypatch.chdir(tmp_path)  # the server starts here; without the probe's start-up hook
+    command = server_command(scenario, "plain", port=free_port(), extra_env={DIR_VARIABLE: ""})
+    with running_server(command, tmp_path / "log", startup_timeout_s=60) as server:
+        assert server.process.poll() is None
+    assert "the copy here" not in (tmp_path / "log").read_text()
+
+
+def _fake_sglang(tmp_path: Path, module: str, error: str) -> ServerCommand:
+    """A stand-in SGLang whose start-up raises `error` from `module` (a path in the package),
+    with the real interpreter's traceback, and exits 1 as `python -m sglang.launch_server`."""
+    package = tmp_path / "fake"
+    path = package / module
+    path.parent.mkdir(parents=True)
+    for folder in [path.parent, *path.parent.parents]:
+        if folder == package:
+            break
+        (folder / "__init__.py").touch()
+    path.write_text(f"def check():\n    raise {error}\n")
+    dotted = module.removesuffix(".py").replace("/", ".")
+    script = f"import sys; sys.path.insert(0, {str(package)!r}); import {dotted} as m; m.check()"
+    argv = (sys.executable, "-c", script)
+    return ServerCommand("tp8", "sglang", "spec", argv, {}, "127.0.0.1", free_port())
+
+
+@pytest.mark.parametrize(
+    "module",
+    ["sglang/srt/server_args.py", "sglang/srt/arg_groups/speculative_hook.py"],
+    ids=["server-args", "arg-groups"],
+)
+def test_a_server_args_error_of_sglang_is_bad_input_with_its_message(
+    tmp_path: Path, module: str
+) -> None:
+    rule = "trtllm_mha backend only supports topk = 1 for speculative decoding."
+    command = _fake_sglang(tmp_path, module, f"ValueError({rule!r})")
+    with pytest.raises(ConfigError) as caught:
+        start_server(command, tmp_path / "log", startup_timeout_s=30)
+    assert caught.value.exit_code == 64
+    assert f"refused its arguments: ValueError: {rule}" in str(caught.value)
+    assert "\n" not in str(caught.value)
+
+
+def test_any_other_crash_of_sglang_stays_an_infrastructure_failure(tmp_path: Path) -> None:
+    error = "RuntimeError('CUDA out of memory. Tried to allocate 2.00 GiB')"
+    command = _fake_sglang(tmp_path, "sglang/srt/model_executor/model_runner.py", error)
+    with pytest.raises(InfrastructureError, match="exited with code 1 before it was healthy"):
+        start_server(command, tmp_path / "log", startup_timeout_s=30)
+
+
+# A server that takes its time to load (as SGLang does a model), and a process that takes its
+# port meanwhile: it binds once the server has started, and answers everything with 200.
+SLOW_SERVER = "import pathlib, sys, time; pathlib.Path(sys.argv[1]).touch(); time.sleep(600)"
+IMPOSTOR = textwrap.dedent(
+    """
+    import http.server, pathlib, sys, time
+    trigger, port = pathlib.Path(sys.argv[1]), int(sys.argv[2])
+    for _ in range(1200):  # at most two minutes
+        if trigger.exists():
+            break
+        time.sleep(0.1)
+    class Yes(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):
+            self.send_response(200); self.send_header("Content-Length", "2"); self.end_headers()
+            self.wfile.write(b"{}")
+        do_POST = do_GET
+        def log_message(self, *a): pass
+    http.server.HTTPServer(("127.0.0.1", port), Yes).serve_forever()
+    """
+)
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not Path("/proc/net/tcp").exists(), reason="reads /proc/net/tcp")
+def test_a_process_that_takes_the_port_first_is_not_taken_for_the_server(
+    tmp_path: Path,
+) -> None:
+    import subprocess
+
+    trigger, port = tmp_path / "server-started", free_port()
+    argv = (sys.executable, "-c", SLOW_SERVER, str(trigger))
+    command = ServerCommand("tp8", "sglang", "spec", argv, {}, "127.0.0.1", port)
+    with subprocess.Popen([sys.executable, "-c", IMPOSTOR, str(trigger), str(port)]) as impostor:
+        try:
+            with pytest.raises(InfrastructureError) as caught:
+                start_server(command, tmp_path / "log", startup_timeout_s=120)
+        finally:
+            impostor.kill()
+    message = str(caught.value)
+    assert f"127.0.0.1:{port} is answered by pid {impostor.pid}" in message, message
+    assert "not by the spec server perfgate started" in message and "\n" not in message
+
+
+def test_the_server_itself_is_taken(tmp_path: Path) -> None:
+    command, pids = _command(tmp_path, "ok")
+    with running_server(command, tmp_path / "log", startup_timeout_s=30) as server:
+        assert server.process.poll() is None
+    _assert_all_gone(pids)
+
+
+@pytest.mark.skipif(not Path("/proc/net/tcp").exists(), reason="reads /proc/net/tcp")
+@pytest.mark.parametrize(
+    ("family", "bound", "asked"),
+    [
+        ("AF_INET", "127.0.0.1", "127.0.0.1"),
+        ("AF_INET", "0.0.0.0", "127.0.0.1"),  # a wildcard takes the server's connections too
+        ("AF_INET6", "::", "127.0.0.1"),
+    ],
+)
+def test_listening_sockets_are_found_with_their_holder(family: str, bound: str, asked: str) -> None:
+    import socket
+    import subprocess
+
+    from perfgate.engines.listener import foreign_listeners, listening_inodes
+
+    try:
+        sock = socket.socket(getattr(socket, family), socket.SOCK_STREAM)
+        sock.bind((bound, 0))
+    except OSError as error:  # no IPv6 here
+        pytest.skip(str(error))
+    with sock:
+        sock.listen()
+        port = sock.getsockname()[1]
+        assert listening_inodes(asked, port) == [os.fstat(sock.fileno()).st_ino]
+        assert foreign_listeners(asked, port, os.getpid()) == []  # this process holds it
+        with subprocess.Popen(["sleep", "60"]) as stranger:  # a server that holds nothing
+            try:
+                (other,) = foreign_listeners(asked, port, stranger.pid) or [""]
+            finally:
+                stranger.kill()
+        assert other.startswith(f"pid {os.getpid()} (")

@@ -8,6 +8,7 @@ logs "supports content up to a size of 1024k"), and a PR comment holds 65,536 ch
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
@@ -44,6 +45,22 @@ def cell(text: object) -> str:
     """Text safe inside a table cell: no pipes, no line breaks, no HTML."""
     shown = str(text).replace("\r", " ").replace("\n", " ")
     return shown.replace("|", "\\|").replace("<", "&lt;").replace(">", "&gt;")
+
+
+def code(text: object) -> str:
+    """Text shown as it is, as an inline code span: GitHub renders no mention, link, image or
+    HTML inside one. Line breaks become spaces; the fence outgrows any backticks in the text."""
+    shown = " ".join(str(text).split())
+    fence = "`" * (max((len(run) for run in re.findall(r"`+", shown)), default=0) + 1)
+    pad = " " if shown.startswith("`") or shown.endswith("`") or not shown else ""
+    return f"{fence}{pad}{shown}{pad}{fence}"
+
+
+def link(label: str, url: str) -> str:
+    """`[label](url)` for a plain http(s) address; anything else is shown as code, not linked."""
+    if re.fullmatch(r"https?://[^\s()<>\[\]`'\"\\]+", url):
+        return f"[{label}]({url})"
+    return f"{label} {code(url)}"
 
 
 def outcome(exit_code: int) -> str:

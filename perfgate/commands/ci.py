@@ -14,6 +14,7 @@ session failed or left nothing: the gate's own step carries the verdict's exit c
 from __future__ import annotations
 
 import argparse
+import json
 import os
 from collections.abc import Mapping
 from pathlib import Path
@@ -21,20 +22,24 @@ from typing import Any
 
 from perfgate.baselines import baseline_path
 from perfgate.ci.annotate import session_annotations
+from perfgate.ci.approvals import ENVIRONMENT, reviewer
 from perfgate.ci.markdown import (
     COMMENT_LIMIT_BYTES,
     SUMMARY_LIMIT_BYTES,
     Links,
+    code,
     final_records,
     fit_blocks,
+    link,
     render_markdown,
     scenario_section,
 )
 from perfgate.ci.pointer import POINTER, SessionPointer, load_pointer
+from perfgate.ci.settings import check_settings
 from perfgate.commands import baseline as baseline_command
 from perfgate.commands.common import history_url
 from perfgate.config import Config, load_config
-from perfgate.errors import ConfigError, PerfgateError
+from perfgate.errors import ConfigError, ExitCode, PerfgateError
 from perfgate.fingerprint import default_profile, detect_gpus
 from perfgate.results import RunRecord
 from perfgate.store import RunFilter, close_history, list_runs, load_runs, open_existing_history
@@ -76,13 +81,44 @@ def register(commands: Any) -> None:
     approve.add_argument("--scenario", action="append", default=[], metavar="NAME")
     approve.add_argument("--branch", default="main", metavar="NAME")
     approve.add_argument("--profile", metavar="NAME")
-    approve.add_argument("--approved-by", required=True, metavar="NAME")
+    approve.add_argument("--approved-by", metavar="NAME", help="who approved the runs")
+    approve.add_argument(
+        "--approvals",
+        metavar="JSON",
+        help="instead of --approved-by: the run's approvals as GitHub lists them (the workflow "
+        f"passes them); the {ENVIRONMENT} environment's reviewer is recorded, and an update "
+        "approved only by a --requested-by is refused",
+    )
+    approve.add_argument(
+        "--requested-by",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="who started the update (with --approvals; repeatable)",
+    )
     approve.add_argument("--reason", required=True, metavar="TEXT")
     approve.add_argument("--body", metavar="PATH", help="write the pull request's description")
     approve.add_argument("--config", metavar="PATH")
     approve.add_argument("--db", metavar="URL")
     approve.add_argument("--baselines", metavar="DIR")
     approve.set_defaults(handler=handle_approve)
+
+    settings = actions.add_parser(
+        "settings",
+        help="check the repository settings the gate relies on, through `gh api`",
+        description="Read the repository's settings that docs/runner-setup.md lists (the "
+        f"{ENVIRONMENT} environment's reviewers, self-review and branches; the workflow "
+        "token; fork approval; the branch's code owners' review and required checks; "
+        "CODEOWNERS errors) through `gh api`, and say which one to change. Exit 64 if any "
+        "must change, 69 if GitHub cannot be asked; what the token may not read is reported "
+        "as not checked.",
+    )
+    settings.add_argument(
+        "--repo", metavar="OWNER/NAME", help="the repository (default: $GITHUB_REPOSITORY)"
+    )
+    settings.add_argument("--branch", default="main", metavar="NAME")
+    settings.add_argument("--json", action="store_true", help="print the checks as JSON")
+    settings.set_defaults(handler=handle_settings)
 
 
 def _session_args(parser: argparse.ArgumentParser) -> None:
@@ -224,7 +260,27 @@ def _latest(session: Any, scenario: str, profile: str, branch: str) -> RunRecord
     return pushed[-1]
 
 
+def _approved_by(args: argparse.Namespace) -> str:
+    """Who approved: --approved-by, or the reviewer the --approvals name (not a requester)."""
+    if (args.approved_by is None) == (args.approvals is None):
+        raise ConfigError(
+            "give exactly one of --approved-by and --approvals",
+            field="--approved-by",
+            fix="--approved-by NAME by hand; --approvals JSON --requested-by NAME in the workflow",
+        )
+    if args.approvals is None:
+        return str(args.approved_by)
+    if not args.requested_by:
+        raise ConfigError(
+            "is needed with --approvals",
+            field="--requested-by",
+            fix="name who started the update, so that they cannot approve it alone",
+        )
+    return reviewer(args.approvals, args.requested_by)
+
+
 def handle_approve(args: argparse.Namespace, _rest: list[str]) -> int:
+    args.approved_by = _approved_by(args)
     config = load_config(args.config)
     records = _approval_targets(args, config)
     if not records:
@@ -241,21 +297,55 @@ def handle_approve(args: argparse.Namespace, _rest: list[str]) -> int:
         update = argparse.Namespace(**vars(args), run=ids, force=False)
         baseline_command.handle_update(update, [])
     if args.body:
-        Path(args.body).write_text(approval_body(records, args.approved_by, args.reason), "utf-8")
+        requested = ", ".join(dict.fromkeys(args.requested_by)) or None
+        body = approval_body(records, args.approved_by, args.reason, requested)
+        Path(args.body).parent.mkdir(parents=True, exist_ok=True)  # .perfgate/ on a fresh checkout
+        Path(args.body).write_text(body, "utf-8")
     return 0
 
 
-def approval_body(records: list[RunRecord], approved_by: str, reason: str) -> str:
-    """The baseline pull request's description: why, and each approved run's verdicts."""
+def approval_body(
+    records: list[RunRecord], approved_by: str, reason: str, requested_by: str | None = None
+) -> str:
+    """The baseline pull request's description: who approved, why, and each approved run's
+    verdicts. What people typed (names, reason, branch) and the CI address are shown as
+    text (code spans), so none of it mentions, links, embeds an image or renders HTML."""
+    requested = f", requested by {code(requested_by)}" if requested_by else ""
     head = (
-        f"Baseline update requested by @{approved_by}: {reason}\n\n"
+        f"Baseline update approved by {code(approved_by)}{requested}: {code(reason)}\n\n"
         "Approved runs, with the verdicts each got against the baseline it replaces:\n"
     )
     blocks = []
     for record in records:
         c = record.context
-        origin = f"commit `{(c.commit or '?')[:12]}` on `{c.branch}`" + (
-            f", [CI run]({c.ci_url})" if c.ci_url else ""
+        origin = f"commit {code((c.commit or '?')[:12])} on {code(c.branch)}" + (
+            f", {link('CI run', c.ci_url)}" if c.ci_url else ""
         )
         blocks.append(f"{scenario_section(record)}- recorded from {origin}\n")
     return fit_blocks(head, blocks, COMMENT_LIMIT_BYTES)
+
+
+def handle_settings(args: argparse.Namespace, _rest: list[str]) -> int:
+    repo = args.repo or os.environ.get("GITHUB_REPOSITORY")
+    if not repo or repo.count("/") != 1:
+        raise ConfigError(
+            f"is {repo!r}" if repo else "is not given and GITHUB_REPOSITORY is unset",
+            field="--repo",
+            fix="name the repository as OWNER/NAME",
+        )
+    checks = check_settings(repo, args.branch)
+    code = ExitCode.BAD_INPUT if any(c.status == "fail" for c in checks) else ExitCode.PASS
+    if args.json:
+        document = {"exit_code": int(code), "checks": [c.to_dict() for c in checks]}
+        print(json.dumps(document, indent=2, sort_keys=True))
+        return int(code)
+    width = max(len(c.name) for c in checks)
+    for check in checks:
+        print(f"  {check.status.upper():<7} {check.name:<{width}}  {check.detail}")
+    failed = sum(c.status == "fail" for c in checks)
+    print(
+        f"perfgate ci settings: {failed} to change, exit {int(code)}"
+        if failed
+        else "perfgate ci settings: ok"
+    )
+    return int(code)

@@ -37,8 +37,9 @@ def handle(args: argparse.Namespace, pytest_args: list[str]) -> int:
     GateSession(options)  # refuse bad config or baselines before pytest starts anything
     extra = pytest_args[1:]
     # A fresh interpreter, as `pytest perfgate/suites` would be: pytest must import (and
-    # assertion-rewrite) the suites itself. Its exit code is the gate's.
-    command = [sys.executable, "-m", "pytest", str(SUITES), *option_flags(options), *extra]
+    # assertion-rewrite) the suites itself. Its exit code is the gate's. -P: the current
+    # folder is not put on sys.path, so a copy of perfgate there never shadows this one.
+    command = [sys.executable, "-P", "-m", "pytest", str(SUITES), *option_flags(options), *extra]
     exec_pytest(command)
 
 

@@ -13,7 +13,7 @@ from perfgate.config import ENGINES, Scenario, load_config
 from perfgate.engines import sglang as sglang_facts
 from perfgate.engines.commands import MODES, Mode, server_command
 from perfgate.engines.launch import free_port, running_server
-from perfgate.engines.validate import check_scenario, preflight
+from perfgate.engines.validate import check_scenario, preflight, refuse_embedded_only
 from perfgate.errors import ConfigError
 from perfgate.probe import probe_env
 from perfgate.progress import stderr_reporter
@@ -50,6 +50,7 @@ def handle(args: argparse.Namespace, _rest: list[str]) -> int:
 
 
 def _print_commands(scenario: Scenario, file: Path, probe_root: Path) -> None:
+    refuse_embedded_only(scenario, file)  # before any note on the installed release
     release = _installed_or_pinned(scenario) if scenario.engine == "sglang" else None
     for note in check_scenario(scenario, file, release):
         print(f"# {note}", file=sys.stderr)

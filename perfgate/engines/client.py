@@ -6,6 +6,7 @@ name it has had (perfgate.engines.sglang.FACTS, newest first), so one client rea
 
 from __future__ import annotations
 
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -15,6 +16,10 @@ import httpx
 from perfgate.engines.sglang import all_names
 from perfgate.errors import InfrastructureError
 
+# How long SGLang may wait for an idle scheduler to flush its cache: what its own benchmark
+# gives (`_DEFAULT_SGLANG_FLUSH_CACHE_TIMEOUT`, sglang/benchmark/serving.py in 0.5.20).
+FLUSH_TIMEOUT_S = 60.0
+FLUSH_RETRY_S = 0.5  # between tries, for releases before 0.5.10 (no server-side wait)
 # One position's top logprobs: (token id, logprob) pairs, most likely first.
 TopLogprobs = tuple[tuple[int, float], ...]
 
@@ -144,8 +149,30 @@ class EngineClient:
             info = self._request("GET", paths[-1])
         return info if isinstance(info, dict) else {"value": info}
 
-    def flush_cache(self) -> None:
-        self._request("POST", "/flush_cache")
+    def flush_cache(
+        self, timeout_s: float = FLUSH_TIMEOUT_S, retry_s: float = FLUSH_RETRY_S
+    ) -> None:
+        """POST `/flush_cache?timeout=...`; retry a refusal until `timeout_s` has passed.
+
+        SGLang flushes only an idle scheduler and answers 400 otherwise (requests still
+        running or waiting). From 0.5.10 `timeout` makes it wait that long for one, as its own
+        benchmark asks (`flush_server_cache` in sglang/benchmark/serving.py, 0.5.20); older
+        releases ignore the parameter and answer at once, so a refusal is retried every
+        `retry_s` seconds. The embedded engine takes the parameter and flushes at once.
+        """
+        deadline = time.monotonic() + timeout_s
+        while True:
+            wait_s = max(deadline - time.monotonic(), 0.0)
+            try:
+                self._request("POST", "/flush_cache", params={"timeout": f"{wait_s:.3f}"})
+                return
+            except RequestRefused as error:
+                if time.monotonic() + retry_s > deadline:
+                    raise RequestRefused(
+                        f"{error.args[0].rstrip()} (the scheduler was not idle within "
+                        f"{timeout_s:g} s)"
+                    ) from None
+            time.sleep(retry_s)
 
     def start_profile(self, request: Mapping[str, Any]) -> Any:
         """POST SGLang's `/start_profile` with a `ProfileReqInput` body (output_dir, num_steps,

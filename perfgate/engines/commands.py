@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import shlex
 import sys
 from collections.abc import Callable, Mapping
@@ -10,6 +11,7 @@ from typing import Literal
 
 from perfgate.config import Scenario
 from perfgate.engines.sglang import PINNED, SglangRelease, release
+from perfgate.env_names import is_env_name
 
 Mode = Literal["spec", "plain"]
 MODES: tuple[Mode, ...] = ("plain", "spec")  # the order a run measures them in
@@ -39,6 +41,8 @@ OWNED_ROLES = {
     "metrics": "engine_metrics",
 }
 DEVICE_TIMER_VARIABLE = "SGLANG_ENABLE_METRICS_DEVICE_TIMER"
+SPEC_V2 = "SGLANG_ENABLE_SPEC_V2"
+NO_OVERLAP = "--disable-overlap-schedule"
 
 
 @dataclass(frozen=True)
@@ -59,9 +63,16 @@ class ServerCommand:
         return f"http://{self.host}:{self.port}"
 
     def shell(self) -> str:
-        """Return the command as one shell line: `VAR=value ... argv`, everything quoted."""
-        assignments = [f"{key}={shlex.quote(value)}" for key, value in sorted(self.env.items())]
-        return " ".join([*assignments, shlex.join(self.argv)])
+        """Return the command as one shell line: `VAR=value ... argv`, everything quoted.
+
+        A name a shell could not assign (the config refuses them) goes through `env`, quoted
+        like every other word, so that pasting the line never runs anything but the server.
+        """
+        variables = sorted(self.env.items())
+        if all(is_env_name(key) for key in self.env):
+            assignments = [f"{key}={shlex.quote(value)}" for key, value in variables]
+            return " ".join([*assignments, shlex.join(self.argv)])
+        return shlex.join(["env", *(f"{key}={value}" for key, value in variables), *self.argv])
 
 
 def flag_names(scenario: Scenario, sglang: SglangRelease | None) -> SglangRelease:
@@ -72,6 +83,34 @@ def flag_names(scenario: Scenario, sglang: SglangRelease | None) -> SglangReleas
     return release(PINNED)
 
 
+def speculative_overlap(
+    scenario: Scenario, sglang: SglangRelease, environ: Mapping[str, str] | None = None
+) -> bool:
+    """Whether SGLang runs `scenario`'s speculative server with its overlap scheduler.
+
+    Not where a pass-through flag turns it off; not where `SGLANG_ENABLE_SPEC_V2` (read from
+    the scenario's `env` over the inherited `environ`) is off, as it is by default up to
+    0.5.10.post1; not for a tree (topk > 1) on releases that run trees on spec v1.
+    """
+    if NO_OVERLAP in (*scenario.extra_args, *scenario.spec_extra_args):
+        return False
+    if sglang.has("spec_v2_switch"):
+        value = {**(os.environ if environ is None else environ), **scenario.env}.get(SPEC_V2)
+        default = sglang.has("spec_v2_default_on")
+        if not _env_bool(value, default):
+            return False
+    return not (scenario.topk > 1 and sglang.has("spec_tree_without_overlap"))
+
+
+def _env_bool(value: str | None, default: bool) -> bool:
+    # As SGLang's EnvBool reads it; anything else is its default.
+    if value is not None and value.lower() in ("true", "1", "yes", "y"):
+        return True
+    if value is not None and value.lower() in ("false", "0", "no", "n"):
+        return False
+    return default
+
+
 def server_command(
     scenario: Scenario,
     mode: Mode,
@@ -80,16 +119,24 @@ def server_command(
     host: str = "127.0.0.1",
     extra_env: Mapping[str, str] | None = None,
     sglang: SglangRelease | None = None,
+    environ: Mapping[str, str] | None = None,
 ) -> ServerCommand:
     """Return the command that launches `scenario`'s server in `mode` ("spec" or "plain").
 
     `sglang` is the knowledge for the installed SGLang release (perfgate.engines.sglang); it
     names the flags. The fairness knobs (`--max-running-requests`, dtype, tp, pass-through
-    `extra_args`, the environment) are the same on both servers.
+    `extra_args`, the environment) are the same on both servers, and so is the scheduling:
+    where SGLang runs the speculative server without its overlap scheduler (see
+    `speculative_overlap`; `environ` is what the server inherits), the plain twin runs
+    without it too.
     """
     flags = flag_names(scenario, sglang)
     flag = flags.name
-    argv = [scenario.python or sys.executable, "-m", ENGINE_MODULES[scenario.engine]]
+    python = scenario.python or sys.executable
+    # -P (Python 3.11+, as perfgate): the embedded server is the installed perfgate's, never a
+    # copy in the folder the run starts from. SGLang's own interpreter is left as it is.
+    unsafe_path = ["-P"] if scenario.engine == "embedded" else []
+    argv = [python, *unsafe_path, "-m", ENGINE_MODULES[scenario.engine]]
     argv += [flag("model"), scenario.model, flag("tp"), str(scenario.tp)]
     if scenario.dtype:
         argv += [flag("dtype"), scenario.dtype]
@@ -109,6 +156,9 @@ def server_command(
         argv += scenario.spec_extra_args
     else:
         argv += scenario.plain_extra_args
+        sglang_twin = scenario.engine == "sglang" and NO_OVERLAP not in argv
+        if sglang_twin and not speculative_overlap(scenario, flags, environ):
+            argv.append(NO_OVERLAP)
     return ServerCommand(
         scenario=scenario.name,
         engine=scenario.engine,

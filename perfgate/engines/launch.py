@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import shutil
 import signal
 import socket
@@ -19,10 +20,15 @@ import httpx
 from perfgate.engines import supervise
 from perfgate.engines.commands import ServerCommand
 from perfgate.engines.gpus import Gpu, GpuWatch
+from perfgate.engines.listener import foreign_listeners
+from perfgate.engines.sglang import ARGUMENT_CHECKS
 from perfgate.errors import ConfigError, ExitCode, InfrastructureError
 from perfgate.progress import SILENT, Reporter, Step, clean_line, format_duration
 
 LOG_TAIL_LINES = 20
+REFUSAL_SCAN_LINES = 400  # enough for a traceback through SGLang's argument checks
+ARGPARSE_ERROR = re.compile(r"^[^\s:][^:]*: error: .+")
+TRACEBACK = "Traceback (most recent call last):"
 LAST_LINE_BYTES = 4096  # enough for a status line; a server's log may grow to megabytes
 STOP_GRACE_S = 10.0
 # Run as a script, not `-m`: it needs nothing but the standard library, wherever perfgate is.
@@ -223,6 +229,21 @@ def _wait_released(watch: GpuWatch, command: ServerCommand, timeout_s: float) ->
         in_flight.add_note(f"also: {error}")  # the first failure stays the one reported
 
 
+def check_listener(server: Server) -> None:
+    """Refuse the server's port when a process outside the server listens on it (one that
+    took the free port while the server was starting; see perfgate.engines.listener)."""
+    host, port = server.command.host, server.command.port
+    found = foreign_listeners(host, port, server.process.pid)
+    if found:
+        raise InfrastructureError(
+            f"{host}:{port} is answered by {', '.join(found)}, not by the "
+            f"{server.command.mode} server perfgate started for scenario "
+            f"{server.command.scenario!r}; stop that process (it took the port while the server "
+            "was starting) and run again",
+            detail=server.log_tail(),
+        )
+
+
 def _wait_healthy(server: Server, timeout_s: float, step: Step) -> None:
     deadline = time.monotonic() + timeout_s
     url = server.base_url + "/health"
@@ -233,6 +254,7 @@ def _wait_healthy(server: Server, timeout_s: float, step: Step) -> None:
                 raise _exited_error(server, code)
             with contextlib.suppress(httpx.HTTPError):
                 if client.get(url).status_code == 200:
+                    check_listener(server)
                     return
             if time.monotonic() > deadline:
                 raise InfrastructureError(
@@ -247,10 +269,12 @@ def _wait_healthy(server: Server, timeout_s: float, step: Step) -> None:
 
 def _exited_error(server: Server, code: int) -> ConfigError | InfrastructureError:
     where = f"the {server.command.mode} server of scenario {server.command.scenario!r}"
-    if code == ExitCode.BAD_INPUT:
+    modules = ARGUMENT_CHECKS if server.command.engine == "sglang" else ()
+    refusal = refused_arguments(code, server.log_tail(REFUSAL_SCAN_LINES), modules)
+    if refusal is not None:
         # The server refused its arguments: a configuration mistake, not a machine failure.
         error = ConfigError(
-            f"{where} refused its arguments: {server.log_tail(1)}",
+            f"{where} refused its arguments: {refusal}",
             fix=f"fix the scenario (full log: {server.log_path})",
         )
         error.detail = server.log_tail()
@@ -260,3 +284,28 @@ def _exited_error(server: Server, code: int) -> ConfigError | InfrastructureErro
         f"read its log {server.log_path} and fix the cause",
         detail=server.log_tail(),
     )
+
+
+def refused_arguments(code: int, log: str, modules: Sequence[str] = ()) -> str | None:
+    """The server's own words when its exit `code` and `log` say it refused its arguments.
+
+    64: the embedded engine's refusal, its last line. 2: argparse's (`PROG: error: ...`).
+    1: a ValueError or AssertionError raised through one of `modules` (where an engine checks
+    its arguments, e.g. SGLang's `ServerArgs`), the exception's line. None for anything else:
+    a crash is the machine's failure, not the scenario's.
+    """
+    lines = log.splitlines()
+    if code == ExitCode.BAD_INPUT:
+        return clean_line(log)
+    if code == 2:
+        found = [m.group(0) for m in map(ARGPARSE_ERROR.match, lines) if m]
+        return clean_line(found[-1]) if found else None
+    if code != 1 or not modules or TRACEBACK not in lines:
+        return None
+    last = lines[len(lines) - 1 - lines[::-1].index(TRACEBACK) :]
+    frames = [line for line in last if line.startswith('  File "')]
+    raised = next((line for line in last[1:] if not line.startswith(" ")), "")
+    through = any(module in frame for frame in frames for module in modules)
+    if through and raised.startswith(("ValueError", "AssertionError")):
+        return clean_line(raised)
+    return None

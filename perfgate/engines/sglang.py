@@ -33,6 +33,12 @@ PINNED = "0.5.23"
 # installed release, and so proves every range's ends (tests/engines/test_sglang_source.py).
 CHECKED_RELEASES = ("0.5.6", "0.5.10.post1", "0.5.12.post1", "0.5.13", "0.5.20", "0.5.23")
 
+# Where SGLang checks its arguments: `ServerArgs` in srt/server_args.py and, from 0.5.13, the
+# resolution hooks of srt/arg_groups/. A ValueError or AssertionError raised through them, before
+# the server is up (exit 1), is SGLang refusing its arguments; argparse's refusal exits 2.
+# tests/engines/test_sglang_source.py proves that every rule perfgate quotes lives there.
+ARGUMENT_CHECKS = ("sglang/srt/server_args.py", "sglang/srt/arg_groups/")
+
 FactKind = Literal["flag", "endpoint", "meta_info", "env", "string", "wording", "literal"]
 
 
@@ -100,6 +106,8 @@ FACTS: tuple[Fact, ...] = (
     Fact("endpoint", "generate", "/generate"),
     Fact("endpoint", "health", "/health"),
     Fact("endpoint", "flush_cache", "/flush_cache"),
+    # Wait up to this many seconds for an idle scheduler (perfgate.engines.client.flush_cache).
+    Fact("endpoint", "flush_cache_timeout", "/flush_cache?timeout", _since("0.5.10")),
     Fact("endpoint", "server_info", "/server_info"),
     Fact("endpoint", "server_info", "/get_server_info"),
     Fact("string", "metrics_endpoint", "/metrics"),
@@ -129,6 +137,23 @@ FACTS: tuple[Fact, ...] = (
     Fact("string", "verify_calls", "sglang:spec_verify_calls_total", _since("0.5.13")),
     # Which EAGLE worker runs: v1 exists below 0.5.13; SGLANG_ENABLE_SPEC_V2 is read below 0.5.14.
     Fact("env", "spec_v2_switch", "SGLANG_ENABLE_SPEC_V2", VersionRange(">=0.5.6,<0.5.14")),
+    # Where the switch is off (its default below 0.5.11), the speculative server runs without
+    # the overlap scheduler; 0.5.11 to 0.5.12.post1 also fall back to spec v1 for trees
+    # ("spec v2 currently only supports topk = 1"). perfgate.engines.commands schedules the
+    # plain twin the same way.
+    Fact(
+        "env", "spec_v2_default_off", "SGLANG_ENABLE_SPEC_V2=False", VersionRange(">=0.5.6,<0.5.11")
+    ),
+    Fact(
+        "env", "spec_v2_default_on", "SGLANG_ENABLE_SPEC_V2=True", VersionRange(">=0.5.11,<0.5.14")
+    ),
+    Fact(
+        "wording",
+        "spec_tree_without_overlap",
+        "spec v2 currently only supports topk = 1",
+        VersionRange(">=0.5.11,<0.5.13"),
+    ),
+    Fact("flag", "no_overlap", "--disable-overlap-schedule"),
     # The rules perfgate enforces before launch.
     Fact("wording", "rule_draft_tokens", RULE_DRAFT_TOKENS),
     Fact("wording", "rule_trtllm_topk", RULE_TRTLLM_TOPK),

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from perfgate.config import Scenario
+from perfgate.engines import embedded
 from perfgate.engines import sglang as sglang_facts
 from perfgate.engines.commands import OWNED_ROLES, flag_names
 from perfgate.engines.gpus import Gpu, check_gpus_for, query_gpus
@@ -22,6 +23,16 @@ from perfgate.engines.sglang import InstalledVersions, SglangRelease
 from perfgate.errors import ConfigError
 
 PASS_THROUGH = ("extra_args", "spec_extra_args", "plain_extra_args")
+# The embedded engine's flags that no SGLang release declares (the others are SGLang's own);
+# tests/engines/test_sglang_source.py proves the list against every checked release.
+EMBEDDED_ONLY_FLAGS = (
+    "--num-threads",
+    "--debug-verify-delay-ms",
+    "--debug-simulate-accept-rate",
+    "--debug-eagle3-feature-layers",
+)
+EMBEDDED_MODELS = Path(embedded.__file__).parent / "models"
+EMBEDDED_PREFIX = "perfgate/"
 
 
 def _where(scenario: Scenario, key: str) -> str:
@@ -32,9 +43,38 @@ def check_scenario(
     scenario: Scenario, file: Path | None = None, sglang: SglangRelease | None = None
 ) -> list[str]:
     """Refuse what SGLang would refuse or silently change; return notes for the rest."""
+    refuse_embedded_only(scenario, file)
     names = flag_names(scenario, sglang)
     _refuse_owned_flags(scenario, file, names)
     return _check_speculative(scenario, file, names)
+
+
+def refuse_embedded_only(scenario: Scenario, file: Path | None = None) -> None:
+    """Refuse, for SGLang, a scenario that names the embedded engine's own models or flags (an
+    embedded scenario run with `--engine sglang`, say): SGLang would refuse them at launch."""
+    if scenario.engine != "sglang":
+        return
+    models = [
+        f"{key} {value}"
+        for key in ("model", "draft")
+        if (value := getattr(scenario, key)).startswith(EMBEDDED_PREFIX)
+        and (EMBEDDED_MODELS / value.removeprefix(EMBEDDED_PREFIX) / "config.json").is_file()
+    ]
+    flags = [
+        f"{flag} ({key})"
+        for key in PASS_THROUGH
+        for arg in getattr(scenario, key)
+        if (flag := arg.split("=", 1)[0]) in EMBEDDED_ONLY_FLAGS
+    ]
+    if not models and not flags:
+        return
+    named = [*models, *([f"flags {', '.join(flags)}"] if flags else [])]
+    raise ConfigError(
+        f"SGLang cannot run the embedded engine's own {', '.join(named)}",
+        file=file,
+        field=f"scenarios.{scenario.name}",
+        fix="run it with --engine embedded, or write an SGLang scenario",
+    )
 
 
 def _refuse_owned_flags(scenario: Scenario, file: Path | None, names: SglangRelease) -> None:
@@ -148,6 +188,7 @@ def preflight(
         notes = check_scenario(scenario, file) + probe_notes(scenario, None)
         notes += serving_notes(scenario, env)
         return Preflight(None, installed, notes=tuple(notes))
+    refuse_embedded_only(scenario, file)
     release = sglang_facts.require_sglang(installed, _where(scenario, "python"))
     notes = check_scenario(scenario, file, release)
     notes += _check_model_paths(scenario, file)

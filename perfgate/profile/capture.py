@@ -12,6 +12,7 @@ cost is the profiled cycles' median time against that of the same cycles (the fi
 from __future__ import annotations
 
 import json
+import re
 import statistics
 import time
 from collections.abc import Sequence
@@ -32,6 +33,9 @@ from perfgate.probe.reader import CycleRecord, read_records, wait_until_complete
 from perfgate.profile.trace import Breakdown, load_trace, parse_spans, phase_breakdown
 from perfgate.progress import SILENT, Reporter
 
+# Rank 0's trace: SGLang names each `[prefix-]<id>-TP-<rank>[-DP-<r>][-PP-<r>][-EP-<r>]
+# [-<STAGE>].trace.json.gz` (scheduler_profiler_mixin.py; profiler_manager.py from 0.5.13).
+RANK_0 = re.compile(r"-TP-0(?:-(?:DP|PP|EP)-0)*(?:-[A-Z]+)?\.trace\.json(?:\.gz)?$")
 TRACE_WAIT_S = 120.0  # SGLang writes its traces after the profiled steps, in the background
 PROFILE_PREFIX = "perfgate"
 
@@ -149,32 +153,55 @@ def _repeats_then_profile(
     return repeats, trace
 
 
-def wait_for_trace(trace_dir: Path, client: EngineClient, timeout_s: float = TRACE_WAIT_S) -> Path:
-    """The trace the server wrote; asks it to stop profiling if none is there yet.
+def wait_for_trace(
+    trace_dir: Path, client: EngineClient, timeout_s: float = TRACE_WAIT_S, poll_s: float = 0.5
+) -> Path:
+    """Rank 0's trace, once the server has written it whole; asks the server to stop
+    profiling if no trace is there yet.
 
     The embedded engine writes its trace before the request that held the profile returns;
-    SGLang writes it after the profiled steps, or on /stop_profile if the steps ran out.
+    SGLang writes one per rank after the profiled steps (or on /stop_profile if the steps ran
+    out), straight to its final name. So a trace is taken once it is rank 0's, its size did
+    not change between two looks, and it reads whole (the gzip stream and the JSON).
     """
-    found = _traces(trace_dir)
-    if not found:
+    if not _traces(trace_dir):
         client.stop_profile()
-        deadline = time.monotonic() + timeout_s
-        while not found and time.monotonic() < deadline:
-            time.sleep(0.5)
-            found = _traces(trace_dir)
-    if not found:
-        raise InfrastructureError(
-            f"the server wrote no profiler trace into {trace_dir} within {timeout_s:.0f} s; "
-            "its log says why"
-        )
-    return found[0]
+    deadline = time.monotonic() + timeout_s
+    last_size = None
+    while True:
+        trace = next((p for p in _traces(trace_dir) if RANK_0.search(p.name)), None)
+        size = _size(trace)
+        if trace is not None and size == last_size and _whole(trace):
+            return trace
+        last_size = size
+        if time.monotonic() >= deadline:
+            found = ", ".join(p.name for p in _traces(trace_dir)) or "none"
+            raise InfrastructureError(
+                f"the server wrote no profiler trace of rank 0 into {trace_dir} within "
+                f"{timeout_s:g} s (traces found: {found}); its log says why"
+            )
+        time.sleep(poll_s)
+
+
+def _size(path: Path | None) -> int | None:
+    try:
+        return path.stat().st_size if path is not None else None
+    except OSError:
+        return None
+
+
+def _whole(trace: Path) -> bool:
+    try:
+        load_trace(trace)
+    except InfrastructureError:
+        return False
+    return True
 
 
 def _traces(trace_dir: Path) -> list[Path]:
-    # Rank 0's first when several ranks wrote one (SGLang: <prefix>-<id>-TP-<rank>...).
     if not trace_dir.is_dir():
         return []
-    return sorted(trace_dir.glob("*.trace.json*"), key=lambda p: ("-TP-0" not in p.name, p.name))
+    return sorted(trace_dir.glob("*.trace.json*"))
 
 
 def read_window(trace: Path) -> dict[str, Any]:

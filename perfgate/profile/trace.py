@@ -91,7 +91,7 @@ def load_trace(path: Path) -> list[dict[str, Any]]:
         opener = gzip.open if path.name.endswith(".gz") else open
         with opener(path, "rt", encoding="utf-8") as handle:
             document = json.load(handle)
-    except (OSError, ValueError) as error:
+    except (OSError, ValueError, EOFError) as error:  # EOFError: a gzip stream cut short
         raise InfrastructureError(f"cannot read the profiler's trace {path}: {error}") from None
     events = document.get("traceEvents") if isinstance(document, dict) else document
     if not isinstance(events, list):

@@ -31,6 +31,7 @@ from perfgate.runner.leftovers import (
     end_processes,
     find_leftovers,
     read_process,
+    work_folder,
 )
 from perfgate.runner.state import STATE_VARIABLE
 
@@ -72,12 +73,12 @@ def clean_up(result: HookResult, environ: Mapping[str, str], grace_s: float) -> 
         return
     report = read_gpus()
     gpu_pids = {app.pid for app in report.apps} if report else set()
-    leftovers = find_leftovers(owner, gpu_pids)
-    survivors = end_processes([left.process.pid for left in leftovers], grace_s)
+    leftovers = find_leftovers(owner, gpu_pids, work=work_folder(environ))
+    survivors = end_processes([left.process for left in leftovers], grace_s)
     result.ended += leftovers
-    for pid in survivors:
+    for survivor in survivors:
         result.problems.append(
-            f"pid {pid} survived SIGKILL (stuck in the driver?): the GPU it holds needs a "
+            f"pid {survivor.pid} survived SIGKILL (stuck in the driver?): the GPU it holds needs a "
             "reboot of the runner host"
         )
 

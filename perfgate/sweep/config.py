@@ -19,6 +19,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from perfgate.env_names import refuse_bad_env_names
 from perfgate.errors import ConfigError
 from perfgate.sweep.grid import SweepSpec, parse_int_list
 
@@ -101,6 +102,7 @@ def _env_table(path: Path, where: str, value: Any) -> dict[str, tuple[str, ...]]
                 fix='write ["LL", "Simple"]',
             )
         matrix[name] = tuple(values)
+    refuse_bad_env_names(matrix, file=path, field=where)
     return matrix
 
 

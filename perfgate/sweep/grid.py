@@ -20,6 +20,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from perfgate.env_names import is_env_name
 from perfgate.errors import ConfigError
 
 MAX_POINTS = 1000  # a grid larger than this is a typo, not a plan
@@ -132,7 +133,7 @@ def parse_env_flag(text: str) -> tuple[str, tuple[str, ...]]:
     """Parse ``--env NAME=V1,V2`` into the variable and its values."""
     name, equals, values = text.partition("=")
     parsed = tuple(v for v in values.split(",") if v)
-    if not equals or not name or not name.replace("_", "").isalnum() or not parsed:
+    if not equals or not is_env_name(name) or not parsed:
         raise ConfigError(
             f"{text!r} is not NAME=VALUE[,VALUE...]",
             field="--env",

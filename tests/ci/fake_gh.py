@@ -4,9 +4,14 @@
     gh api --method POST repos/OWNER/REPO/issues/N/comments -F body=@FILE
     gh api --method PATCH repos/OWNER/REPO/issues/comments/ID -F body=@FILE
 
+    gh api PATH                         any other GET: ``api[PATH]`` of the state file
+    gh auth setup-git                   does nothing
+
 ``$FAKE_GH_STATE`` holds ``{"comments": [{"id", "issue", "user": {"login"}, "body"}]}``; new
-comments are the workflow token's, ``github-actions[bot]``. Without ``GH_TOKEN`` it fails as
-gh does.
+comments are the workflow token's, ``github-actions[bot]``. Its ``api`` maps a path to
+``{"status": CODE, "body": JSON}`` (as the REST API answers it; gh prints the body, and for a
+code of 400 or more says ``gh: MESSAGE (HTTP CODE)`` and exits 1). Without ``GH_TOKEN`` it
+fails as gh does.
 """
 
 from __future__ import annotations
@@ -25,11 +30,15 @@ HERE = Path(__file__).resolve()
 BOT = "github-actions[bot]"
 
 
-def install(folder: Path, comments: list[dict]) -> dict[str, str]:  # type: ignore[type-arg]
+def install(
+    folder: Path,
+    comments: list[dict],  # type: ignore[type-arg]
+    api: dict[str, dict] | None = None,  # type: ignore[type-arg]
+) -> dict[str, str]:
     """Write the stand-in into `folder`; return the variables that put it first on PATH."""
     folder.mkdir(parents=True, exist_ok=True)
     state = folder / "gh.json"
-    state.write_text(json.dumps({"comments": comments}))
+    state.write_text(json.dumps({"comments": comments, "api": api or {}}))
     script = folder / "gh"
     script.write_text(f'#!/bin/sh\nexec {sys.executable} {HERE} "$@"\n')
     script.chmod(script.stat().st_mode | stat.S_IXUSR)
@@ -53,15 +62,19 @@ def main(argv: list[str]) -> int:
         )
         return 4
     parser = argparse.ArgumentParser(prog="gh")
-    parser.add_argument("command", choices=["api"])
+    parser.add_argument("command", choices=["api", "auth"])
     parser.add_argument("path")
     parser.add_argument("--paginate", action="store_true")
     parser.add_argument("--method", default="GET")
     parser.add_argument("--jq")
     parser.add_argument("-F", "--field", action="append", default=[])
     args = parser.parse_args(argv)
+    if args.command == "auth":
+        return 0
     state_path = Path(os.environ["FAKE_GH_STATE"])
     state = json.loads(state_path.read_text())
+    if args.method == "GET" and args.path in state.get("api", {}):
+        return _answer(state["api"][args.path])
     listed = re.fullmatch(r"repos/[^/]+/[^/]+/issues/(\d+)/comments", args.path)
     edited = re.fullmatch(r"repos/[^/]+/[^/]+/issues/comments/(\d+)", args.path)
     if args.method == "GET" and listed:
@@ -87,6 +100,16 @@ def main(argv: list[str]) -> int:
         return 1
     state_path.write_text(json.dumps(state))
     print("{}")
+    return 0
+
+
+def _answer(response: dict) -> int:  # type: ignore[type-arg]
+    body = response["body"]
+    print(json.dumps(body, indent=2))  # a terminal-less gh prints the body as it came
+    if response["status"] >= 400:
+        message = body.get("message", "error") if isinstance(body, dict) else "error"
+        print(f"gh: {message} (HTTP {response['status']})", file=sys.stderr)
+        return 1
     return 0
 
 

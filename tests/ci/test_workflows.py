@@ -90,8 +90,11 @@ def test_no_pull_request_job_writes_baselines() -> None:
         assert "contents: write" not in text, file
     update = load_workflow("baseline-update.yml")
     assert set(update["on"]) == {"workflow_dispatch"}
-    assert update["jobs"]["approve"]["environment"] == "baseline-approval"
-    assert update["jobs"]["approve"]["if"] == "github.ref == 'refs/heads/main'"
+    # The approval comes first, on a GitHub-hosted job; the GPU job writes only after it.
+    assert update["jobs"]["reviewer"]["environment"] == "baseline-approval"
+    assert update["jobs"]["approve"]["needs"] == "reviewer"
+    for job in ("reviewer", "approve"):
+        assert update["jobs"][job]["if"] == "github.ref == 'refs/heads/main'"
 
 
 def test_the_runner_labels_are_declared_for_actionlint() -> None:
@@ -102,6 +105,40 @@ def test_the_runner_labels_are_declared_for_actionlint() -> None:
             assert set(job["runs-on"]) - {"self-hosted", "linux", "x64"} <= custom, (file, name)
 
 
-def test_codeowners_guard_the_baselines() -> None:
-    owners = (REPO / ".github" / "CODEOWNERS").read_text().splitlines()
-    assert any(line.startswith("/baselines/ @") for line in owners)
+def _owners(path: str) -> list[str]:
+    """The owners CODEOWNERS gives `path`: its last matching pattern's (anchored ones here)."""
+    owners: list[str] = []
+    for line in (REPO / ".github" / "CODEOWNERS").read_text().splitlines():
+        words = line.split("#", 1)[0].split()
+        if not words:
+            continue
+        pattern, names = words[0], words[1:]
+        assert pattern.startswith("/"), f"{pattern}: anchor it, so it means one place"
+        prefix = pattern.lstrip("/")
+        if path == prefix or (prefix.endswith("/") and path.startswith(prefix)):
+            owners = names
+    return owners
+
+
+# What decides a verdict, or runs on the GPU runner: a pull request must not change it
+# without the owners' review (a green gate from an edited judge, say).
+GUARDED = [
+    "baselines/h200x8/llama33-70b-eagle3-tp8.json",
+    "perfgate.toml",
+    "perfgate/gate/judge.py",
+    "perfgate/suites/test_throughput.py",
+    "perfgate/engines/launch.py",
+    "scripts/bootstrap",
+    "pyproject.toml",
+    "requirements-dev.txt",
+    ".ci/run",
+    ".github/workflows/perf-gate.yml",
+    ".github/CODEOWNERS",
+    "runner/hooks/job-started.sh",
+]
+
+
+@pytest.mark.parametrize("path", GUARDED)
+def test_codeowners_guard_what_the_gate_depends_on(path: str) -> None:
+    assert (REPO / path).exists() or path.startswith("baselines/"), path
+    assert _owners(path), f"{path} has no code owner: a pull request could change it unreviewed"

@@ -111,7 +111,8 @@ def _is_arg(node: ast.expr) -> bool:
 
 
 def http_routes(root: Path) -> set[str]:
-    """Paths of the routes `srt/entrypoints/http_server.py` declares (`@app.get("/x")` ...)."""
+    """Paths of the routes `srt/entrypoints/http_server.py` declares (`@app.get("/x")` ...),
+    and `/x?name` for each query parameter a route takes (`name: float = Query(...)`)."""
     path = root / SRT / "entrypoints" / "http_server.py"
     routes = set()
     for node in ast.walk(_parse(path)):
@@ -121,7 +122,22 @@ def http_routes(root: Path) -> set[str]:
                     first = decorator.args[0]
                     if isinstance(first, ast.Constant) and str(first.value).startswith("/"):
                         routes.add(str(first.value))
+                        routes |= {f"{first.value}?{name}" for name in _query_parameters(node)}
     return routes
+
+
+def _query_parameters(function: ast.FunctionDef | ast.AsyncFunctionDef) -> list[str]:
+    arguments = function.args
+    positional = arguments.args[len(arguments.args) - len(arguments.defaults) :]
+    pairs = [
+        *zip(positional, arguments.defaults, strict=True),
+        *zip(arguments.kwonlyargs, arguments.kw_defaults, strict=True),
+    ]
+    return [
+        argument.arg
+        for argument, default in pairs
+        if isinstance(default, ast.Call) and _called(default) == "Query"
+    ]
 
 
 def meta_info_keys(root: Path) -> set[str]:
@@ -141,13 +157,22 @@ def meta_info_keys(root: Path) -> set[str]:
 
 
 def environment_variables(root: Path) -> set[str]:
-    """Names `srt/environ.py` declares (`SGLANG_X = EnvBool(False)` in its Envs class)."""
+    """Names `srt/environ.py` declares (`SGLANG_X = EnvBool(False)` in its Envs class), and
+    `NAME=default` for each whose default is a constant (`SGLANG_X=False`)."""
     path = root / SRT / "environ.py"
     names = set()
     for node in ast.walk(_parse(path)):
         if isinstance(node, ast.Assign | ast.AnnAssign):
             targets = node.targets if isinstance(node, ast.Assign) else [node.target]
-            names |= {t.id for t in targets if isinstance(t, ast.Name) and t.id.isupper()}
+            declared = {t.id for t in targets if isinstance(t, ast.Name) and t.id.isupper()}
+            names |= declared
+            value = node.value
+            if (
+                isinstance(value, ast.Call)
+                and value.args
+                and isinstance(value.args[0], ast.Constant)
+            ):
+                names |= {f"{name}={value.args[0].value!r}" for name in declared}
     return names
 
 

@@ -136,3 +136,46 @@ def test_a_wrong_answer_is_an_infrastructure_error() -> None:
         pytest.raises(InfrastructureError, match="answered HTTP 500: CUDA out of memory"),
     ):
         client.generate(["a"], 1)
+
+
+class BusyScheduler:
+    """SGLang's `/flush_cache` while requests are still running or waiting: 400. From 0.5.10 a
+    `?timeout=` makes it wait that long for an idle scheduler (here: idle in time); before
+    0.5.10 the parameter is unknown, and the scheduler is idle after `busy_for` refusals."""
+
+    def __init__(self, waits: bool, busy_for: int = 0) -> None:
+        self.waits, self.busy_for, self.calls = waits, busy_for, 0
+
+    def __call__(self, request: httpx.Request) -> httpx.Response:
+        assert request.url.path == "/flush_cache"
+        self.calls += 1
+        timeout = float(request.url.params.get("timeout", 0))
+        if (self.waits and timeout > 0) or (not self.waits and self.calls > self.busy_for):
+            return httpx.Response(200, text="Cache flushed.\n")
+        return httpx.Response(400, text="Flush cache failed.\n")
+
+
+def test_flush_cache_lets_sglang_wait_for_an_idle_scheduler() -> None:
+    busy = BusyScheduler(waits=True)
+    with EngineClient("http://x", transport=httpx.MockTransport(busy)) as client:
+        client.flush_cache()
+    assert busy.calls == 1
+
+
+def test_flush_cache_retries_a_release_that_cannot_wait() -> None:
+    busy = BusyScheduler(waits=False, busy_for=3)
+    with EngineClient("http://x", transport=httpx.MockTransport(busy)) as client:
+        client.flush_cache(timeout_s=30.0, retry_s=0.01)
+    assert busy.calls == 4
+
+
+def test_flush_cache_gives_up_after_its_timeout_with_the_server_s_answer() -> None:
+    busy = BusyScheduler(waits=False, busy_for=10**6)
+    with (
+        EngineClient("http://x", transport=httpx.MockTransport(busy)) as client,
+        pytest.raises(
+            InfrastructureError, match=r"answered HTTP 400: Flush cache failed\..*0\.2 s"
+        ),
+    ):
+        client.flush_cache(timeout_s=0.2, retry_s=0.05)
+    assert busy.calls <= 5  # bounded: one try, then one every retry_s until the timeout

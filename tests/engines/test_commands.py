@@ -143,3 +143,76 @@ def test_dry_run_refuses_what_sglang_would_change(tmp_path) -> None:  # type: ig
     result = run_perfgate("servers", "--dry-run", cwd=tmp_path)
     assert result.returncode == 64
     assert "scenarios.x.draft_tokens: is 8 with topk = 1" in result.stderr
+
+
+def test_dry_run_refuses_an_environment_name_a_shell_would_run(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    from ..conftest import run_perfgate, write_config
+
+    write_config(
+        tmp_path,
+        '[scenarios.x]\nengine = "sglang"\nmodel = "org/m"\ndraft = "org/d"\n'
+        '[scenarios.x.env]\n"NCCL_A$(touch pwned)" = "1"\n',
+    )
+    result = run_perfgate("servers", "--dry-run", cwd=tmp_path)
+    assert result.returncode == 64, result.stdout + result.stderr
+    (line,) = result.stderr.strip().splitlines()
+    assert "scenarios.x.env: 'NCCL_A$(touch pwned)' is not an environment variable name" in line
+    assert not (tmp_path / "pwned").exists()
+
+
+def test_a_pasted_line_runs_nothing_but_the_server(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    import subprocess
+
+    # Whatever reaches the printer (names are refused at load), every word is quoted.
+    hostile = {"NCCL_A$(touch pwned)": "1", "OK_NAME": "$(touch pwned-value)"}
+    command = replace(server_command(SCENARIO, "plain", port=3), argv=("printenv",), env=hostile)
+    done = subprocess.run(
+        ["bash", "-c", command.shell()], cwd=tmp_path, capture_output=True, text=True, check=False
+    )
+    assert done.returncode == 0, done.stderr
+    assert sorted(tmp_path.iterdir()) == []
+    assert "NCCL_A$(touch pwned)=1" in done.stdout.splitlines()
+    assert "OK_NAME=$(touch pwned-value)" in done.stdout.splitlines()
+
+
+@pytest.mark.parametrize(
+    ("version", "env", "topk", "overlap"),
+    [
+        ("0.5.6", {}, 1, False),  # SGLANG_ENABLE_SPEC_V2 off by default: spec v1, no overlap
+        ("0.5.10.post1", {}, 1, False),
+        ("0.5.10.post1", {"SGLANG_ENABLE_SPEC_V2": "1"}, 1, True),
+        ("0.5.11", {}, 1, True),  # on by default from 0.5.11
+        ("0.5.11", {"SGLANG_ENABLE_SPEC_V2": "false"}, 1, False),
+        ("0.5.12.post1", {}, 2, False),  # a tree falls back to spec v1 there
+        ("0.5.13", {}, 2, True),
+        ("0.5.23", {}, 1, True),
+    ],
+)
+def test_both_servers_are_scheduled_alike(
+    version: str, env: dict[str, str], topk: int, overlap: bool
+) -> None:
+    from perfgate.fingerprint import collect_fingerprint
+
+    scenario = replace(SCENARIO, topk=topk, draft_tokens=4 if topk > 1 else 3, env=env)
+    known = facts.release(version)
+    plain, spec = (
+        server_command(scenario, mode, port=1, sglang=known, environ={})
+        for mode in ("plain", "spec")
+    )
+    # SGLang turns the overlap scheduler off on the speculative server by itself: the twin too.
+    assert ("--disable-overlap-schedule" not in plain.argv) == overlap
+    assert "--disable-overlap-schedule" not in spec.argv
+    printed = collect_fingerprint(scenario, {"version": version}, None, environ={})
+    assert printed["overlap_schedule"] == ("on" if overlap else "off")
+
+
+def test_an_inherited_switch_counts_and_a_chosen_schedule_is_kept() -> None:
+    known = facts.release("0.5.6")
+    inherited = server_command(
+        SCENARIO, "plain", port=1, sglang=known, environ={"SGLANG_ENABLE_SPEC_V2": "true"}
+    )
+    assert "--disable-overlap-schedule" not in inherited.argv
+    off = replace(SCENARIO, spec_extra_args=("--disable-overlap-schedule",))
+    for version in ("0.5.6", "0.5.23"):
+        plain = server_command(off, "plain", port=1, sglang=facts.release(version), environ={})
+        assert plain.argv.count("--disable-overlap-schedule") == 1

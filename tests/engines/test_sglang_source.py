@@ -272,3 +272,62 @@ def test_sglang_parses_perfgate_command_lines() -> None:
     assert spec["speculative_draft_model_path"] == scenario.draft
     steps_topk_tokens = (spec["speculative_num_steps"], spec["speculative_eagle_topk"])
     assert (*steps_topk_tokens, spec["speculative_num_draft_tokens"]) == (3, 1, 4)
+
+
+def test_the_embedded_only_flags_are_exactly_those_sglang_lacks(tree: tuple[str, Path]) -> None:
+    from perfgate.engines.embedded.args import build_parser
+    from perfgate.engines.validate import EMBEDDED_ONLY_FLAGS
+
+    release, root = tree
+    embedded = {
+        flag
+        for action in build_parser()._actions
+        for flag in action.option_strings
+        if flag.startswith("--") and flag != "--help"
+    }
+    lacking = embedded - source.argparse_flags(root)
+    assert lacking == set(EMBEDDED_ONLY_FLAGS), f"SGLang {release}"
+
+
+@pytest.mark.slow
+def test_an_argument_sglang_does_not_know_is_bad_input_with_its_message(tmp_path: Path) -> None:
+    from perfgate.engines.commands import ServerCommand
+    from perfgate.engines.launch import free_port, start_server
+    from perfgate.errors import ConfigError
+
+    try:
+        root = sglang_wheels.install_release(facts.PINNED)
+        deps = sglang_wheels.install_parser_deps()
+    except RuntimeError as error:
+        pytest.fail(f"cannot install SGLang {facts.PINNED} and its parser's dependencies: {error}")
+    # SGLang's own start: its argument parser first (argparse exits 2 on a flag it lacks).
+    script = (
+        f"import sys, time; sys.path.insert(0, {str(root)!r}); sys.path.append({str(deps)!r})\n"
+        "from sglang.srt.server_args import prepare_server_args\n"
+        "prepare_server_args(sys.argv[1:]); time.sleep(600)\n"
+    )
+    argv = (sys.executable, "-c", script, "--model-path", "org/m", "--num-threads", "1")
+    command = ServerCommand("tp8", "sglang", "plain", argv, {}, "127.0.0.1", free_port())
+    with pytest.raises(ConfigError) as caught:
+        start_server(command, tmp_path / "log", startup_timeout_s=300)
+    assert (
+        "refused its arguments: sglang serve: error: unrecognized arguments: --num-threads 1"
+        in (str(caught.value))
+    )
+
+
+def test_the_rules_perfgate_quotes_live_where_sglang_checks_its_arguments(
+    tree: tuple[str, Path],
+) -> None:
+    # A ValueError raised there, exit 1, is reported as SGLang refusing its arguments (64).
+    release, root = tree
+    rules = [f for f in facts.FACTS if f.kind == "wording" and f.versions.contains(release)]
+    assert rules
+    for rule in rules:
+        homes = {
+            path.relative_to(root).as_posix()
+            for path in (root / "sglang").rglob("*.py")
+            if rule.name in path.read_text("utf-8", errors="replace")
+        }
+        assert homes, f"SGLang {release}: {rule.role} is nowhere"
+        assert all(home.startswith(facts.ARGUMENT_CHECKS) for home in homes), (release, homes)

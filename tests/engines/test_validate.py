@@ -146,3 +146,18 @@ def test_preflight_on_a_machine_without_enough_gpus(tmp_path: Path, fake_gpus: S
 def test_the_embedded_engine_needs_no_sglang() -> None:
     checked = preflight(replace(SCENARIO, engine="embedded", python=sys.executable), FILE)
     assert checked.sglang is None and checked.installed is not None and checked.installed.torch
+
+
+def test_an_embedded_scenario_on_sglang_is_refused_naming_what_sglang_lacks(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    from ..conftest import run_perfgate, write_config
+
+    write_config(tmp_path)  # the tiny embedded scenario: --num-threads 1, perfgate/... models
+    for command in (("servers", "--dry-run"), ("run", "--no-gate")):
+        result = run_perfgate(*command, "--engine", "sglang", cwd=tmp_path)
+        assert result.returncode == 64, result.stdout + result.stderr
+        (line,) = result.stderr.strip().splitlines()
+        assert "scenarios.tiny: SGLang cannot run the embedded engine's own" in line, line
+        assert "model perfgate/llama-tiny, draft perfgate/eagle3-llama-tiny" in line, line
+        assert "flags --num-threads (extra_args)" in line, line
+        assert line.endswith("run it with --engine embedded, or write an SGLang scenario"), line
+        assert not (tmp_path / ".perfgate" / "runs").exists()

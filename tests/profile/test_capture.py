@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -14,6 +15,7 @@ from perfgate.engines.validate import Preflight
 from perfgate.errors import InfrastructureError
 from perfgate.probe import DIR_VARIABLE, RANGES_VARIABLE
 from perfgate.profile import capture
+from perfgate.profile.trace import load_trace
 
 from ..conftest import write_config
 
@@ -37,3 +39,53 @@ def test_only_sglang_servers_mark_phases_all_along(
         capture.capture_profile(scenario, tmp_path / "work", checked=Preflight(release, None))
     assert launched["env"][DIR_VARIABLE] == str(tmp_path / "work" / "probe")
     assert launched["env"].get(RANGES_VARIABLE) == ranges
+
+
+# SGLang's ranks each write their own trace (`<prefix>-<id>-TP-<rank>[-DP-..].trace.json.gz`),
+# straight to its final name, after the profiled steps: rank 1's may be whole while rank 0's is
+# not there yet, then half written.
+TRACE_WRITER = """
+import gzip, json, sys, time
+from pathlib import Path
+folder, events = Path(sys.argv[1]), json.loads(sys.argv[2])
+whole = gzip.compress(json.dumps({"traceEvents": events}).encode())
+(folder / "perfgate-1.5-TP-1.trace.json.gz").write_bytes(whole)
+(folder / "rank-1-written").touch()
+time.sleep(0.5)
+with open(folder / "perfgate-1.5-TP-0.trace.json.gz", "wb") as trace:
+    trace.write(whole[: len(whole) // 2]); trace.flush()
+    time.sleep(1.5)
+    trace.write(whole[len(whole) // 2 :])
+"""
+
+
+class _Profiling:
+    """A client whose profile has already stopped: /stop_profile is not called for it."""
+
+    def stop_profile(self) -> None:
+        raise AssertionError("a trace was already on its way")
+
+
+@pytest.mark.slow
+def test_the_trace_taken_is_rank_0_s_and_whole(tmp_path: Path) -> None:
+    import json
+    import subprocess
+    import sys
+
+    events = [{"name": f"op{i}", "ph": "X", "ts": i, "dur": 1} for i in range(2000)]
+    with subprocess.Popen([sys.executable, "-c", TRACE_WRITER, str(tmp_path), json.dumps(events)]):
+        for _ in range(600):  # at most a minute
+            if (tmp_path / "rank-1-written").exists():
+                break
+            time.sleep(0.1)
+        trace = capture.wait_for_trace(tmp_path, _Profiling(), timeout_s=60)  # type: ignore[arg-type]
+        assert trace.name == "perfgate-1.5-TP-0.trace.json.gz"
+        assert load_trace(trace) == events
+
+
+def test_no_trace_of_rank_0_is_an_infrastructure_error_naming_what_was_found(
+    tmp_path: Path,
+) -> None:
+    (tmp_path / "perfgate-1.5-TP-1.trace.json.gz").write_bytes(b"")
+    with pytest.raises(InfrastructureError, match=r"no profiler trace of rank 0 .*TP-1"):
+        capture.wait_for_trace(tmp_path, _Profiling(), timeout_s=0.2)  # type: ignore[arg-type]

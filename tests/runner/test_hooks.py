@@ -193,3 +193,67 @@ def test_job_completed_ends_leftovers_and_never_fails(tmp_path: Path, runner_nam
             in result.stdout
         )
         assert not _alive(server.pid)
+
+
+def test_a_recycled_pid_is_never_signalled(tmp_path: Path) -> None:
+    from dataclasses import replace
+
+    from perfgate.runner.leftovers import end_processes
+
+    with _spawned(["sleep", "600"], {}) as unrelated:
+        found = read_process(unrelated.pid)
+        assert found is not None and found.started is not None
+        # What the hook found under this pid was another process, started earlier; it ended
+        # and the kernel gave its pid to this one.
+        earlier = replace(found, started=found.started - 1)
+        assert end_processes([earlier], grace_s=0.5) == []
+        time.sleep(0.2)
+        assert _alive(unrelated.pid), "a process that was not the one found got a signal"
+        assert end_processes([found], grace_s=5) == []
+        assert not _alive(unrelated.pid)
+
+
+def test_a_server_whose_runner_name_was_cleared_does_not_escape(
+    tmp_path: Path, runner_name: str
+) -> None:
+    work = tmp_path / "actions-runner" / "_work"
+    (work / "repo").mkdir(parents=True)
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    title = ["bash", "-c", 'exec -a "sglang::scheduler_TP0" sleep 600']
+    runner_vars = ("RUNNER_NAME", "RUNNER_TEMP", "RUNNER_WORKSPACE", "GITHUB_WORKSPACE")
+    bare = {k: v for k, v in os.environ.items() if k not in runner_vars}
+    bare["PYTHONPATH"] = str(REPO)
+
+    def spawn(cwd: Path, **env: str) -> subprocess.Popen[str]:
+        return subprocess.Popen(
+            title, cwd=cwd, env={**bare, **env}, start_new_session=True, text=True
+        )
+
+    servers = {
+        # `env -u RUNNER_NAME` in a step: the job's other variables are still there.
+        "unset, the job's folders": spawn(elsewhere, RUNNER_TEMP=str(work / "_temp")),
+        # Everything cleared (`env -i`), started in the job's workspace.
+        "cleared, in the workspace": spawn(work / "repo"),
+        # Not this runner's: cleared and elsewhere, or another runner's folders.
+        "cleared, elsewhere": spawn(elsewhere),
+        "another runner's": spawn(work / "repo", RUNNER_TEMP=str(tmp_path / "other" / "_temp")),
+    }
+    try:
+        env = {
+            **_hook_env(tmp_path, runner_name, fake_smi.gpus(1)),
+            "RUNNER_TEMP": str(work / "_temp"),
+            "RUNNER_WORKSPACE": str(work / "repo"),
+        }
+        (work / "_temp").mkdir()
+        result = run_cli("runner", "job-completed", "--grace-s", "2", env=env, cwd=tmp_path)
+        assert result.returncode == 0, result.stdout + result.stderr
+        for what, process in servers.items():
+            mine = what in ("unset, the job's folders", "cleared, in the workspace")
+            assert (f"ended pid {process.pid} " in result.stdout) == mine, (what, result.stdout)
+            assert _alive(process.pid) != mine, what
+    finally:
+        for process in servers.values():
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(process.pid, signal.SIGKILL)
+            process.wait(timeout=30)

@@ -8,6 +8,7 @@ import random
 import signal
 import time
 from collections import Counter
+from typing import Any
 
 import pytest
 
@@ -37,11 +38,15 @@ def test_kill_9_at_50_random_points_loses_no_run_and_leaves_no_partial_one(
     expected = expected_rows(large_record())
     landed: Counter[str] = Counter()
     total = 0
-    for _ in range(KILLS):
+    for kill in range(KILLS):
         stage.value, committed.value = Stage.STARTING, 0
         worker = ctx.Process(target=record_until_killed, args=(db_url, stage, committed))
         worker.start()
-        time.sleep(rng.uniform(0.0, MAX_DELAY_S))
+        if kill % 2:
+            time.sleep(rng.uniform(0.0, MAX_DELAY_S))  # anywhere: starting, opening, recording
+        else:
+            # Inside a recording transaction, however slowly a loaded machine got there.
+            _wait_until_writing(stage, committed, rng.randint(0, 2), worker)
         os.kill(worker.pid or 0, signal.SIGKILL)
         worker.join()
         assert worker.exitcode == -signal.SIGKILL, "the worker died before it was killed"
@@ -50,6 +55,16 @@ def test_kill_9_at_50_random_points_loses_no_run_and_leaves_no_partial_one(
     with capsys.disabled():
         print(f"\n  {KILLS} kills; landed: {dict(landed)}; {total} whole runs, none partial")
     assert landed[Stage.WRITING.name] > 0, "no kill landed inside a recording transaction"
+
+
+def _wait_until_writing(stage: Any, committed: Any, after: int, worker: Any) -> None:
+    """Return once the worker is inside a transaction, `after` commits in (two minutes at
+    most): what it is doing decides when the kill lands, not how fast the machine is."""
+    deadline = time.monotonic() + 120
+    while not (stage.value == Stage.WRITING and committed.value >= after):
+        assert worker.is_alive(), "the worker died before it was killed"
+        assert time.monotonic() < deadline, f"the worker never got to write (at {stage.value})"
+        time.sleep(0.0005)
 
 
 def check_after_kill(
