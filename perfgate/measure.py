@@ -77,10 +77,12 @@ def measure_mode(
     shows the server's start, the warm-up and the repeats.
     """
     checked = checked or preflight(scenario)
-    probe_dir = new_folder(workdir, f"probe-{mode}")  # this server's files, and no other's
+    workdir.mkdir(parents=True, exist_ok=True)
+    # This server's probe files, and no other's; none at all without the probe.
+    probe_dir = new_folder(workdir, f"probe-{mode}") if probe else None
     env = (
         probe_env(probe_dir, scenario.engine, engine_version=checked.engine_version, mode=mode)
-        if probe
+        if probe_dir is not None
         else {DIR_VARIABLE: ""}
     )
     command = server_command(scenario, mode, port=free_port(), extra_env=env, sglang=checked.sglang)
@@ -109,9 +111,9 @@ def measure_mode(
         )
         outputs = tuple(c.output_ids for c in repeats[0].completions)
         top = reference_logprobs(client, scenario, outputs) if mode == "plain" else ()
-        if probe:
+        if probe_dir is not None:
             wait_until_complete(probe_dir, repeats[-1].finished_at)
-    records = read_records(probe_dir) if probe else []
+    records = read_records(probe_dir) if probe_dir is not None else []
     phases = summarize_phases(mode, records, repeats)
     samples = {
         **_repeat_samples(repeats, mode),
