@@ -310,7 +310,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     plan = make_plan(args)
     results = run_plan(plan, args.out)
     # The servers' commands are quoted with this machine's paths: a record names them portably.
-    names = {**default_names(), str(args.out.resolve()): "OUT"}
+    out = args.out.resolve()
+    names = {**default_names(), str(out): "OUT", str(out / "work"): "WORK"}
     results = json.loads(portable(json.dumps(results), names))
     (args.out / "results.json").write_text(json.dumps(results, indent=2) + "\n")
     markdown = render_markdown(results)
