@@ -37,6 +37,6 @@ def test_the_smoke_run_measures_plain_spec_and_the_sweep(tmp_path: Path) -> None
     text = (tmp_path / "results.json").read_text()
     assert str(tmp_path) not in text and str(SCRIPT.parents[1]) not in text
     assert "PYTHONPATH=./perfgate/probe/boot" in results["plain"]["command"]
-    assert "PERFGATE_PROBE_DIR=OUT/" in results["plain"]["command"]
+    assert "PERFGATE_PROBE_DIR=WORK/" in results["plain"]["command"]
     table = (tmp_path / "results.md").read_text()
     assert "| steps | tok/s | speedup |" in table and "| 2 |" in table
