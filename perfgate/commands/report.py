@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -78,27 +79,34 @@ def check_names(
     if where.branch is not None and where.branch not in branches:
         problem = f"no run on branch {where.branch!r} in the history"
         raise _unknown("--branch", problem, branches)
-    scenarios = {scenario for scenario, _, _ in recorded}
-    if where.scenario is not None and where.scenario not in scenarios:
-        config = _optional_config(config_path)
-        if config is None:
-            raise _unknown(
-                "--scenario", f"no scenario {where.scenario!r} in the history", scenarios
-            )
-        scenarios |= set(config.scenarios)
-        if where.scenario not in scenarios:
-            problem = f"no scenario {where.scenario!r} in the config or the history"
-            raise _unknown("--scenario", problem, scenarios)
-    profiles = {profile for _, profile, _ in recorded}
-    if where.profile is not None and where.profile not in profiles:
-        config = _optional_config(config_path)
-        if config is None:
-            problem = f"no runner profile {where.profile!r} in the history"
-            raise _unknown("--profile", problem, profiles)
-        profiles |= baseline_profiles(config.baselines_dir)
-        if where.profile not in profiles:
-            problem = f"no runner profile {where.profile!r} in the history or the baselines"
-            raise _unknown("--profile", problem, profiles)
+    _refuse_unknown_name(
+        "--scenario", "scenario", where.scenario, {s for s, _, _ in recorded}, config_path,
+        lambda config: set(config.scenarios), "the config",
+    )  # fmt: skip
+    _refuse_unknown_name(
+        "--profile", "runner profile", where.profile, {p for _, p, _ in recorded}, config_path,
+        lambda config: baseline_profiles(config.baselines_dir), "the baselines",
+    )  # fmt: skip
+
+
+def _refuse_unknown_name(
+    flag: str,
+    kind: str,
+    wanted: str | None,
+    recorded: set[str],
+    config_path: str | None,
+    from_config: Callable[[Config], set[str]],
+    source: str,
+) -> None:
+    """Refuse `wanted` when neither the history nor (if there is one) the config knows it."""
+    if wanted is None or wanted in recorded:
+        return
+    config = _optional_config(config_path)
+    if config is None:
+        raise _unknown(flag, f"no {kind} {wanted!r} in the history", recorded)
+    known = recorded | from_config(config)
+    if wanted not in known:
+        raise _unknown(flag, f"no {kind} {wanted!r} in {source} or the history", known)
 
 
 def selects_a_run(where: RunFilter, recorded: set[tuple[str, str, str | None]]) -> bool:
