@@ -5,7 +5,8 @@ fingerprint matches its own. Where there is none for this machine's runner profi
 fingerprint differs, a local run is judged against the newest earlier runs of the same scenario
 with the same fingerprint in the history (as asv compares with earlier results of one machine);
 the first such run becomes the reference for the next. CI (`CI=true`, or `--require-baseline`)
-accepts only a matching reviewed baseline. Pure: the history's runs come in as a callable.
+accepts only a matching reviewed baseline. `choose_reference` is pure: the history's runs
+come in as a callable.
 """
 
 from __future__ import annotations
@@ -15,11 +16,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from perfgate import metrics
-from perfgate.baselines import DEFAULT_KEEP, Baseline, BaselineRun
+from perfgate.baselines import DEFAULT_KEEP, Baseline, BaselineRun, load_baseline
 from perfgate.config import Scenario
-from perfgate.errors import ConfigError
+from perfgate.errors import ConfigError, ExitCode
 from perfgate.fingerprint import diff_fingerprints
-from perfgate.gate import DEFAULT_TOLERANCE, Status, Verdict
+from perfgate.gate import DEFAULT_TOLERANCE, Status, Verdict, exit_code, incomparable
 from perfgate.results import Measurement, RunRecord
 
 # Statuses of earlier runs that may stand as a local reference: a regression or an error
@@ -50,9 +51,13 @@ class Reference:
 
     def blocks(self, verdict: Verdict) -> bool:
         """Whether this verdict fails the run, judged against this reference."""
-        if verdict.status in (Status.PASS, Status.IMPROVEMENT):
-            return False
-        return not (self.local and verdict.status is Status.INCONCLUSIVE)
+        return self.exit_code(verdict.status) is not ExitCode.PASS
+
+    def exit_code(self, status: Status) -> ExitCode:
+        """The exit code of a run of this status; locally, inconclusive is no failure."""
+        if self.local and status is Status.INCONCLUSIVE:
+            return ExitCode.PASS
+        return exit_code(status)
 
 
 def requires_baseline(flag: bool, environ: Mapping[str, str]) -> bool:
@@ -78,6 +83,16 @@ def missing_baseline(path: Path, scenario: str, profile: str) -> ConfigError:
         file=path,
         fix=fix_commands(scenario, profile),
     )
+
+
+def load_reviewed(path: Path, profile: str, scenario: str, *, required: bool) -> Baseline | None:
+    """The reviewed baseline at `path`, validated; None where there is none and none is
+    required, bad input (with the commands that make one) where one is."""
+    if path.exists():
+        return load_baseline(path, profile=profile, scenario=scenario)
+    if required:
+        raise missing_baseline(path, scenario, profile)
+    return None
 
 
 def scenario_gating(scenario: Scenario | None) -> tuple[dict[str, float], tuple[str, ...]]:
@@ -106,7 +121,7 @@ def choose_reference(
             f"{name} ({old or 'unset'} -> {new or 'unset'})" for name, old, new in differences
         )
         if require_baseline:
-            return _mismatch(reviewed, shown, fields, measurement)
+            return _mismatch(reviewed, shown, fields, differences, measurement)
         why = f"the reviewed baseline {shown} was measured elsewhere: {fields}"
     else:
         why = f"no reviewed baseline for runner profile {measurement.profile}"
@@ -166,9 +181,14 @@ def _shown(path: Path | None) -> str:
         return str(path)
 
 
-def _mismatch(reviewed: Baseline, shown: str, fields: str, measurement: Measurement) -> Reference:
-    message = f"environment differs from the reviewed baseline's: {fields}"
-    verdicts = tuple(Verdict(m, Status.INCOMPARABLE, message) for m in reviewed.gated)
+def _mismatch(
+    reviewed: Baseline,
+    shown: str,
+    fields: str,
+    differences: Sequence[tuple[str, str | None, str | None]],
+    measurement: Measurement,
+) -> Reference:
+    verdicts = tuple(incomparable(reviewed.gated, differences))
     words = (
         f"not judged: the reviewed baseline {shown} was measured elsewhere ({fields}), "
         "and CI (or --require-baseline) judges only against a matching reviewed baseline; "

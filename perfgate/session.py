@@ -13,9 +13,9 @@ from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
 
-from sqlalchemy.orm import Session
+from sqlalchemy.orm import Session, sessionmaker
 
-from perfgate.baselines import Baseline, baseline_path, load_baseline
+from perfgate.baselines import Baseline, baseline_path
 from perfgate.config import (
     Config,
     Scenario,
@@ -29,7 +29,7 @@ from perfgate.engines.validate import Preflight, check_scenario, preflight
 from perfgate.errors import ConfigError, ExitCode, PerfgateError
 from perfgate.fingerprint import default_profile, detect_gpus, perfgate_version
 from perfgate.folders import session_folder
-from perfgate.gate.verdict import Status, Verdict, exit_code, overall_status
+from perfgate.gate.verdict import Verdict, exit_code, overall_status
 from perfgate.judging import judge_look
 from perfgate.measure import (
     TimedLoop,
@@ -44,7 +44,7 @@ from perfgate.reference import (
     REFERENCE_STATUSES,
     Reference,
     choose_reference,
-    missing_baseline,
+    load_reviewed,
     requires_baseline,
 )
 from perfgate.report import write_history_report
@@ -200,7 +200,9 @@ class ScenarioRun:
             verdicts = tuple(self.looks[index]) if index < len(self.looks) else ()
             status = overall_status(verdicts, measurement.outputs_pass)
             against = self.reference.description if self.reference else None
-            records.append(RunRecord(measurement, context, verdicts, status, None, against))
+            records.append(
+                RunRecord(measurement, context, verdicts, status, judged_against=against)
+            )
         return records
 
 
@@ -259,10 +261,9 @@ class GateSession:
         found = {}
         for name in self.scenarios:
             path = self.baseline_file(name)
-            if path.exists():
-                found[name] = load_baseline(path, profile=self.profile, scenario=name)
-            elif self.require_baseline:
-                raise missing_baseline(path, name, self.profile)
+            reviewed = load_reviewed(path, self.profile, name, required=self.require_baseline)
+            if reviewed is not None:
+                found[name] = reviewed
         return found
 
     def run_for(self, name: str) -> ScenarioRun:
@@ -326,26 +327,10 @@ class GateSession:
     def reference_for(self, run: ScenarioRun) -> Reference:
         """The reviewed baseline if it matches, else (locally) this machine's earlier runs."""
         measurement = run.measurement()
-
-        def earlier_runs() -> list[RunRecord]:
-            sessions = open_history(self.history_url)
-            try:
-                with database_errors(sessions), sessions() as session:
-                    return comparable_runs(
-                        session,
-                        measurement.scenario,
-                        measurement.profile,
-                        measurement.fingerprint,
-                        LOCAL_KEEP,
-                        statuses=[s.value for s in REFERENCE_STATUSES],
-                    )
-            finally:
-                close_history(sessions)
-
         return choose_reference(
             measurement,
             self.baselines.get(run.scenario.name),
-            earlier_runs,
+            lambda: local_runs(open_history(self.history_url), measurement),
             run.scenario,
             require_baseline=self.require_baseline,
         )
@@ -384,9 +369,7 @@ class GateSession:
         """A final record's exit code; locally, an inconclusive verdict fails nothing."""
         run = self.runs.get(record.measurement.scenario)
         reference = run.reference if run else None
-        if reference is not None and reference.local and record.status is Status.INCONCLUSIVE:
-            return ExitCode.PASS
-        return exit_code(record.status)
+        return reference.exit_code(record.status) if reference else exit_code(record.status)
 
     def final_records(self) -> list[RunRecord]:
         """Each scenario's last recorded run: the one whose verdicts are final."""
@@ -427,6 +410,26 @@ class GateSession:
 
 
 NOT_JUDGED = "not judged (--no-gate): recorded only"
+
+
+def local_runs(
+    sessions: sessionmaker[Session], measurement: Measurement, before: int | None = None
+) -> list[RunRecord]:
+    """This machine's earlier runs that may judge `measurement` (same scenario, profile and
+    fingerprint, a reference status), recorded before run `before` if given; closes `sessions`."""
+    try:
+        with database_errors(sessions), sessions() as session:
+            return comparable_runs(
+                session,
+                measurement.scenario,
+                measurement.profile,
+                measurement.fingerprint,
+                LOCAL_KEEP,
+                statuses=[s.value for s in REFERENCE_STATUSES],
+                before=before,
+            )
+    finally:
+        close_history(sessions)
 
 
 def reuse_key_for(scenario: Scenario, checked: Preflight) -> str:

@@ -181,6 +181,11 @@ def test_a_run_without_a_reviewed_baseline_is_judged_again_against_its_machine(
     assert "output_tok_s" in out and "pass" in out
     assert cli(project, "gate", "--run", "1") == 0
     assert "first run of tiny on this machine" in capsys.readouterr().out
+    # Against one earlier run a verdict claims nothing; locally that fails nothing, as in the
+    # session that recorded the run.
+    assert cli(project, "gate", "--run", "2") == 0
+    out = capsys.readouterr().out
+    assert "judged against 1 earlier run on this machine (#1)" in out and "INCONCLUSIVE" in out
     monkeypatch.setenv("CI", "true")
     assert cli(project, "gate", "--run", "5") == 64
     err = capsys.readouterr().err

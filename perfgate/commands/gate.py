@@ -15,18 +15,17 @@ from perfgate.config import Config, Scenario, load_config
 from perfgate.errors import ConfigError
 from perfgate.gate import DEFAULT_ALPHA
 from perfgate.gate.looks import scenario_alpha
-from perfgate.gate.verdict import exit_code, overall_status
+from perfgate.gate.verdict import overall_status
 from perfgate.judging import judge_measurements
 from perfgate.reference import (
-    LOCAL_KEEP,
-    REFERENCE_STATUSES,
     Reference,
     choose_reference,
-    missing_baseline,
+    load_reviewed,
     requires_baseline,
 )
 from perfgate.results import RunRecord
-from perfgate.store import close_history, comparable_runs, load_run, open_existing_history
+from perfgate.session import local_runs
+from perfgate.store import load_run, open_existing_history
 from perfgate.summary import render_record, verdicts_document
 
 
@@ -83,7 +82,7 @@ def handle(args: argparse.Namespace, _rest: list[str]) -> int:
     else:
         verdicts = list(reference.verdicts)
     status = overall_status(verdicts, all(m.outputs_pass for m in measurements))
-    code = int(exit_code(status))
+    code = int(reference.exit_code(status))
     if args.json:
         path = str(baseline.path) if baseline is not None and baseline.path else None
         document = verdicts_document(records, verdicts, status, code, path)
@@ -171,28 +170,10 @@ def _reference(
     m = records[-1].measurement
     path = baseline_path(directory, m.profile, m.scenario)
     require = requires_baseline(args.require_baseline, os.environ)
-    if not path.exists() and require:
-        raise missing_baseline(path, m.scenario, m.profile)
-    reviewed = (
-        load_baseline(path, profile=m.profile, scenario=m.scenario) if path.exists() else None
-    )
-    first = records[0].id
+    reviewed = load_reviewed(path, m.profile, m.scenario, required=require)
 
     def earlier_runs() -> list[RunRecord]:
-        sessions = open_existing_history(history_url(args))
-        try:
-            with sessions() as session:
-                return comparable_runs(
-                    session,
-                    m.scenario,
-                    m.profile,
-                    m.fingerprint,
-                    LOCAL_KEEP,
-                    statuses=[s.value for s in REFERENCE_STATUSES],
-                    before=first,
-                )
-        finally:
-            close_history(sessions)
+        return local_runs(open_existing_history(history_url(args)), m, before=records[0].id)
 
     scenario = config.scenarios.get(m.scenario) if config else None
     return choose_reference(m, reviewed, earlier_runs, scenario, require_baseline=require)
