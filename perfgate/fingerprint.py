@@ -44,20 +44,11 @@ def detect_gpus() -> GpuInfo | None:
     """Read the GPUs through `nvidia-smi`; None where there is none."""
     if shutil.which("nvidia-smi") is None:
         return None
-    try:
-        query = subprocess.run(
-            ["nvidia-smi", "--query-gpu=name,driver_version", "--format=csv,noheader"],
-            capture_output=True,
-            text=True,
-            timeout=30,
-            check=True,
-        )
-        header = subprocess.run(
-            ["nvidia-smi"], capture_output=True, text=True, timeout=30, check=False
-        ).stdout
-    except (OSError, subprocess.SubprocessError):
+    query = _output(["nvidia-smi", "--query-gpu=name,driver_version", "--format=csv,noheader"])
+    if query is None:
         return None
-    rows = [line.split(",") for line in query.stdout.strip().splitlines() if line.strip()]
+    header = _output(["nvidia-smi"]) or ""
+    rows = [line.split(",") for line in query.strip().splitlines() if line.strip()]
     if not rows:
         return None
     cuda = re.search(r"CUDA Version:\s*([\d.]+)", header)
@@ -67,6 +58,15 @@ def detect_gpus() -> GpuInfo | None:
         cuda=cuda.group(1) if cuda else "unknown",
         count=len(rows),
     )
+
+
+def _output(command: list[str]) -> str | None:
+    """What `command` prints, or None if it cannot run or fails."""
+    try:
+        done = subprocess.run(command, capture_output=True, text=True, timeout=30, check=False)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return done.stdout if done.returncode == 0 else None
 
 
 def default_profile(
@@ -106,16 +106,7 @@ def cpu_model() -> str:
     except OSError:
         pass
     if platform.system() == "Darwin":
-        try:
-            brand = subprocess.run(
-                ["sysctl", "-n", "machdep.cpu.brand_string"],
-                capture_output=True,
-                text=True,
-                timeout=10,
-                check=False,
-            ).stdout.strip()
-        except (OSError, subprocess.SubprocessError):
-            brand = ""
+        brand = (_output(["sysctl", "-n", "machdep.cpu.brand_string"]) or "").strip()
         if brand:
             return brand
     return platform.processor() or platform.machine()
