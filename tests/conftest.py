@@ -7,6 +7,9 @@ import os
 import subprocess
 import sys
 import textwrap
+import time
+from collections.abc import Callable
+from contextlib import AbstractContextManager
 from pathlib import Path
 
 import pytest
@@ -74,6 +77,35 @@ class FakeStream(io.StringIO):
 
     def isatty(self) -> bool:
         return self.tty
+
+
+def run_perfgate_while(
+    cwd: Path, argv: list[str], line: str, during: Callable[[], AbstractContextManager[object]]
+) -> tuple[int, str]:
+    """Run `perfgate ARGV`; once `line` shows in its output, enter `during()` and hold it till
+    perfgate ends. Returns perfgate's exit code and output."""
+    output = cwd / "output.txt"
+    env = {k: v for k, v in os.environ.items() if k not in ("PERFGATE_DB_URL", "CI")}
+    with output.open("wb") as out:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "perfgate", *argv],
+            cwd=cwd,
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
+    try:
+        deadline = time.monotonic() + 120
+        while line not in output.read_text(errors="replace"):
+            assert process.poll() is None and time.monotonic() < deadline, output.read_text()
+            time.sleep(0.02)
+        with during():
+            code = process.wait(timeout=300)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+    return code, output.read_text(errors="replace")
 
 
 def write_config(folder: Path, text: str = TINY_SCENARIO) -> Path:

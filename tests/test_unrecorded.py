@@ -3,11 +3,8 @@ whose record still fails is kept in a file that `perfgate history import` loads.
 
 from __future__ import annotations
 
-import os
-import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -17,7 +14,7 @@ from perfgate.errors import ConfigError
 from perfgate.store import close_history, list_runs, open_history
 from perfgate.store.models import RunRow
 
-from .conftest import TINY_SCENARIO, run_perfgate, write_config
+from .conftest import TINY_SCENARIO, run_perfgate, run_perfgate_while, write_config
 from .lockdown import immutable, require_unshare, with_mounts
 
 LONG_NAME = "s" * 201
@@ -105,28 +102,7 @@ def test_a_scenario_name_longer_than_the_history_column_is_refused_at_load(
 
 def _make_immutable_while_measuring(folder: Path, argv: list[str], line: str) -> tuple[int, str]:
     """Run perfgate; once `line` shows it measuring, make its history immutable till it ends."""
-    output = folder / "output.txt"
-    env = {k: v for k, v in os.environ.items() if k not in ("PERFGATE_DB_URL", "CI")}
-    with output.open("wb") as out:
-        process = subprocess.Popen(
-            [sys.executable, "-m", "perfgate", *argv],
-            cwd=folder,
-            env=env,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-        )
-    try:
-        deadline = time.monotonic() + 120
-        while line not in output.read_text(errors="replace"):
-            assert process.poll() is None and time.monotonic() < deadline, output.read_text()
-            time.sleep(0.05)
-        with immutable(folder / "history.db"):
-            code = process.wait(timeout=300)
-    finally:
-        if process.poll() is None:
-            process.send_signal(signal.SIGKILL)
-            process.wait()
-    return code, output.read_text(errors="replace")
+    return run_perfgate_while(folder, argv, line, lambda: immutable(folder / "history.db"))
 
 
 def _import_twice(folder: Path, kept: Path) -> None:

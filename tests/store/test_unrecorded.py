@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -14,7 +12,7 @@ import sqlalchemy
 from perfgate.store import close_history, list_runs, open_history
 from perfgate.store.database import parse_history_url
 
-from ..conftest import run_perfgate, write_config
+from ..conftest import run_perfgate, run_perfgate_while, write_config
 
 SPEC_MEASURING = "tiny-sweep spec: repeat 1 of"
 
@@ -41,6 +39,18 @@ def _scenarios(url: str) -> list[str]:
         close_history(sessions)
 
 
+@contextmanager
+def _failover(db_url: str) -> Iterator[None]:
+    """A failover to a read-only server: every connection is cut, the new ones only read."""
+    _admin(
+        db_url,
+        'ALTER DATABASE "{db}" SET default_transaction_read_only = on',
+        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+        "WHERE datname = '{db}' AND pid <> pg_backend_pid()",
+    )
+    yield
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("backend", ["postgresql"])
 def test_a_sweep_point_whose_record_fails_is_kept_and_imported_once(
@@ -48,35 +58,8 @@ def test_a_sweep_point_whose_record_fails_is_kept_and_imported_once(
 ) -> None:
     write_config(tmp_path)
     close_history(open_history(db_url))
-    output = tmp_path / "output.txt"
-    env = {k: v for k, v in os.environ.items() if k not in ("PERFGATE_DB_URL", "CI")}
     argv = ["sweep", "--scenario", "tiny", "--steps", "2", "--repeats", "1", "--db", db_url]
-    with output.open("wb") as out:
-        process = subprocess.Popen(
-            [sys.executable, "-m", "perfgate", *argv],
-            cwd=tmp_path,
-            env=env,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-        )
-    try:
-        deadline = time.monotonic() + 120
-        while SPEC_MEASURING not in output.read_text(errors="replace"):
-            assert process.poll() is None and time.monotonic() < deadline, output.read_text()
-            time.sleep(0.02)
-        # A failover to a read-only server: every connection is cut, the new ones only read.
-        _admin(
-            db_url,
-            'ALTER DATABASE "{db}" SET default_transaction_read_only = on',
-            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
-            "WHERE datname = '{db}' AND pid <> pg_backend_pid()",
-        )
-        code = process.wait(timeout=300)
-    finally:
-        if process.poll() is None:
-            process.kill()
-            process.wait()
-    text = output.read_text(errors="replace")
+    code, text = run_perfgate_while(tmp_path, argv, SPEC_MEASURING, lambda: _failover(db_url))
     assert code == 64, text
     assert "can be read but not written" in text
     (kept,) = sorted((tmp_path / ".perfgate" / "unrecorded").glob("*.jsonl"))
