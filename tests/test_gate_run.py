@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
 import sqlite3
 from pathlib import Path
 
@@ -11,6 +12,7 @@ import pytest
 
 from .conftest import (
     HERE_PROFILE,
+    REPO,
     SLOW_VERIFY_MS,
     TINY_SCENARIO,
     VERDICT_CODES,
@@ -172,3 +174,25 @@ def test_a_copy_of_perfgate_in_the_current_folder_is_never_imported(tmp_path: Pa
     assert result.returncode == 0, result.stdout + result.stderr
     assert f"tiny on {HERE_PROFILE}: run #1 PASS" in result.stdout
     assert "the copy in the current folder" not in result.stdout + result.stderr
+
+
+@pytest.mark.slow
+def test_a_command_run_from_another_copy_collects_the_suites_of_the_copy_pytest_imports(
+    tmp_path: Path,
+) -> None:
+    # `python -m perfgate run` from a checkout while an installed perfgate comes first on the
+    # path pytest starts with (as on a GPU machine with perfgate installed beside a checkout):
+    # the command and pytest import different copies, and pytest must collect its own.
+    installed = tmp_path / "site"
+    shutil.copytree(
+        REPO / "perfgate", installed / "perfgate", ignore=shutil.ignore_patterns("__pycache__")
+    )
+    checkout = tmp_path / "checkout"
+    shutil.copytree(
+        REPO / "perfgate", checkout / "perfgate", ignore=shutil.ignore_patterns("__pycache__")
+    )
+    write_config(checkout)
+    result = run_perfgate("run", "--no-gate", cwd=checkout, env={"PYTHONPATH": str(installed)})
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "ImportPathMismatchError" not in result.stdout + result.stderr
+    assert f"tiny on {HERE_PROFILE}: run #1 PASS" in result.stdout

@@ -13,6 +13,7 @@ from perfgate.options import add_options, gate_options, option_flags
 from perfgate.session import GateSession
 
 SUITES = Path(__file__).resolve().parent.parent / "suites"
+SUITES_PACKAGE = "perfgate.suites"
 
 
 def register(commands: Any) -> None:
@@ -38,8 +39,11 @@ def handle(args: argparse.Namespace, pytest_args: list[str]) -> int:
     extra = pytest_args[1:]
     # A fresh interpreter, as `pytest perfgate/suites` would be: pytest must import (and
     # assertion-rewrite) the suites itself. Its exit code is the gate's. -P: the current
-    # folder is not put on sys.path, so a copy of perfgate there never shadows this one.
-    command = [sys.executable, "-P", "-m", "pytest", str(SUITES), *option_flags(options), *extra]
+    # folder is not put on sys.path, so a copy of perfgate there never shadows this one; the
+    # suites are named as a package, so pytest collects the copy it imports, whichever copy
+    # ran this command.
+    command = [sys.executable, "-P", "-m", "pytest", "--pyargs", SUITES_PACKAGE]
+    command += [*option_flags(options), *extra]
     exec_pytest(command)
 
 
