@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from dataclasses import replace
 from datetime import UTC, datetime
@@ -18,8 +19,11 @@ from perfgate.equivalence import ForcedToken, Outcome, compare_outputs
 from perfgate.errors import InfrastructureError
 from perfgate.measure import assemble_measurement, teacher_force
 from perfgate.results import ModeResult
+from perfgate.store import close_history, load_run, open_history, record_run
+from perfgate.store.export import run_from_dict, run_to_dict
 from perfgate.teacher import parse_forced, score_outputs, teacher_forcing_body
 
+from . import factories
 from .conftest import write_config
 
 PLAIN = list(range(100, 200))  # 100 tokens
@@ -187,3 +191,27 @@ def test_the_plain_server_catches_a_token_it_would_not_choose(
     (check,) = bad.positions
     assert check.position == tiny.max_new_tokens - 1 and check.outcome is Outcome.DIVERGED
     assert check.top_token == last
+
+
+def test_the_history_and_the_export_keep_every_forced_position(tmp_path: Path) -> None:
+    spec, scores = with_near_tie_at(30)
+    spec[70], scores[70] = 4242, ForcedToken(-3.05, ((-0.05, 555),))
+    base = factories.measurement(spec_outputs=((1, 2, 3), (4, 5, 6)))
+    report = compare_outputs(
+        [spec, [4, 5, 6]], [PLAIN, [4, 5, 6]], teacher=[scores, None], max_near_tie_share=1.0
+    )
+    plain = replace(base.plain, outputs=(tuple(PLAIN), (4, 5, 6)))
+    m = replace(base, spec=replace(base.spec, outputs=(tuple(spec), (4, 5, 6))), plain=plain)
+    original = factories.record(replace(m, equivalence=report))
+    sessions = open_history(f"sqlite:///{tmp_path / 'history.db'}")
+    try:
+        with sessions.begin() as session:
+            run_id = record_run(session, original)
+        with sessions() as session:
+            loaded = load_run(session, run_id)
+    finally:
+        close_history(sessions)
+    assert loaded.measurement.equivalence.prompts == report.prompts
+    exported = run_from_dict(json.loads(json.dumps(run_to_dict(original))))
+    assert exported.measurement.equivalence.prompts == report.prompts
+    assert "not the target's choice at token 70" in loaded.measurement.equivalence.summary()
