@@ -18,6 +18,7 @@ from perfgate.engines.launch import free_port, running_server
 from perfgate.equivalence import ForcedToken, Outcome, compare_outputs
 from perfgate.errors import InfrastructureError
 from perfgate.measure import assemble_measurement, teacher_force
+from perfgate.report import render_report
 from perfgate.results import ModeResult
 from perfgate.store import close_history, load_run, open_history, record_run
 from perfgate.store.export import run_from_dict, run_to_dict
@@ -215,3 +216,5 @@ def test_the_history_and_the_export_keep_every_forced_position(tmp_path: Path) -
     exported = run_from_dict(json.loads(json.dumps(run_to_dict(original))))
     assert exported.measurement.equivalence.prompts == report.prompts
     assert "not the target's choice at token 70" in loaded.measurement.equivalence.summary()
+    page = render_report([replace(loaded, id=1)])
+    assert "near tie at token 30 (margin 0.02); diverged at token 70 (spec 4242, top 555" in page
