@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from perfgate.engines.client import EngineClient
+from perfgate.engines.client import EngineClient, meta_value
 from perfgate.equivalence import ForcedToken
 from perfgate.errors import InfrastructureError
 
@@ -98,7 +98,7 @@ def _items(client: EngineClient, body: Mapping[str, Any], count: int) -> list[Ma
 
 
 def _meta_list(item: Mapping[str, Any], key: str) -> list[Any]:
-    value = item.get("meta_info", {}).get(key)
+    value = meta_value(item.get("meta_info", {}), key)
     if not isinstance(value, list):
         raise InfrastructureError(f"teacher forcing: meta_info.{key} missing from the answer")
     return value
