@@ -159,10 +159,10 @@ class PromptComparison:
             text += f" (spec {self.spec_token}, plain {self.plain_token})"
         ties = [c.describe() for c in self.positions if c.outcome is Outcome.NEAR_TIE]
         bad = [c.describe() for c in self.positions if c.outcome is Outcome.DIVERGED]
-        if ties:
-            text += f"; near ties at {', '.join(ties)}"
-        if bad:
-            text += f"; not the target's choice at {', '.join(bad)}"
+        parts = [f"near ties at {', '.join(ties)}"] if ties else []
+        parts += [f"not the target's choice at {', '.join(bad)}"] if bad else []
+        if parts:
+            text += f" [{'; '.join(parts)}]"
         return text
 
 
