@@ -21,7 +21,7 @@ from perfgate.engines.prometheus import (
     parse_metrics,
 )
 from perfgate.engines.validate import Preflight, preflight
-from perfgate.equivalence import compare_outputs
+from perfgate.equivalence import ForcedToken, compare_outputs
 from perfgate.fingerprint import collect_fingerprint, detect_gpus
 from perfgate.folders import new_folder
 from perfgate.probe import DIR_VARIABLE, probe_env
@@ -34,6 +34,7 @@ from perfgate.probe.reader import (
 from perfgate.progress import SILENT, Reporter
 from perfgate.results import Measurement, ModeResult, PhaseSummary
 from perfgate.serving.measure import measure_serving
+from perfgate.teacher import score_outputs
 
 # The plain twin's top tokens asked for at every output position, for the equivalence rule.
 TOP_LOGPROBS = 5
@@ -302,13 +303,67 @@ def measure_scenario(
         mode: measure_mode(scenario, mode, workdir, loops.get(mode, plain_loop), checked)
         for mode in ("plain", "spec")
     }
-    return assemble_measurement(scenario, profile, results["plain"], results["spec"], started)
+    plain, spec = results["plain"], results["spec"]
+    teacher = teacher_force(scenario, plain, spec, workdir, checked)
+    return assemble_measurement(scenario, profile, plain, spec, started, teacher)
+
+
+def teacher_force(
+    scenario: Scenario,
+    plain: ModeResult,
+    spec: ModeResult,
+    workdir: Path,
+    checked: Preflight | None = None,
+    progress: Reporter = SILENT,
+) -> tuple[tuple[ForcedToken, ...] | None, ...] | None:
+    """Score the speculative outputs that differ from the plain ones on the plain server.
+
+    Identical outputs need nothing (None), nor does a scenario whose equivalence is only
+    reported. Otherwise the plain server is launched once more, untimed and without the
+    probe, and scores each differing output by teacher forcing (perfgate.teacher); the
+    other prompts get None. An engine that refuses input logprobs gives None: the rule then
+    judges each prompt at its first divergence.
+    """
+    differ = [i for i, (s, p) in enumerate(zip(spec.outputs, plain.outputs, strict=True)) if s != p]
+    if not differ or scenario.equivalence != "gate":
+        return None
+    checked = checked or preflight(scenario)
+    command = server_command(
+        scenario, "plain", port=free_port(), extra_env={DIR_VARIABLE: ""}, sglang=checked.sglang
+    )
+    workdir.mkdir(parents=True, exist_ok=True)
+    with (
+        running_server(
+            command,
+            workdir / "server-teacher.log",
+            scenario.startup_timeout_s,
+            gpus=checked.gpus,
+            release_timeout_s=scenario.gpu_release_timeout_s,
+            progress=progress,
+        ) as server,
+        EngineClient(server.base_url, scenario.request_timeout_s) as client,
+    ):
+        prompts = [scenario.prompts[i] for i in differ]
+        try:
+            scored = score_outputs(client, prompts, [spec.outputs[i] for i in differ])
+        except RequestRefused:
+            return None
+    by_prompt = dict(zip(differ, scored, strict=True))
+    return tuple(by_prompt.get(i) for i in range(len(spec.outputs)))
 
 
 def assemble_measurement(
-    scenario: Scenario, profile: str, plain: ModeResult, spec: ModeResult, started: datetime
+    scenario: Scenario,
+    profile: str,
+    plain: ModeResult,
+    spec: ModeResult,
+    started: datetime,
+    teacher: Sequence[Sequence[ForcedToken] | None] | None = None,
 ) -> Measurement:
-    """Join the two servers' results with the equivalence check and the fingerprint."""
+    """Join the two servers' results with the equivalence check and the fingerprint.
+
+    `teacher`: the plain server's scores of the speculative outputs (`teacher_force`).
+    """
     return Measurement(
         scenario=scenario.name,
         profile=profile,
@@ -320,6 +375,7 @@ def assemble_measurement(
             spec.outputs,
             plain.outputs,
             plain.top_logprobs,
+            teacher=teacher,
             near_tie_margin=scenario.near_tie_margin,
             max_near_tie_share=scenario.max_near_tie_share,
         ),

@@ -26,6 +26,7 @@ from perfgate.config import (
 from perfgate.context import detect_context
 from perfgate.engines.commands import Mode
 from perfgate.engines.validate import Preflight, check_scenario, preflight
+from perfgate.equivalence import ForcedToken
 from perfgate.errors import ConfigError, ExitCode, PerfgateError
 from perfgate.fingerprint import default_profile, detect_gpus, perfgate_version
 from perfgate.folders import session_folder
@@ -36,6 +37,7 @@ from perfgate.measure import (
     assemble_measurement,
     measure_mode,
     plain_loop,
+    teacher_force,
 )
 from perfgate.plain_reuse import find_reusable_plain, plain_reuse_key, refresh_reason
 from perfgate.progress import SILENT, Reporter
@@ -151,8 +153,9 @@ class ScenarioRun:
     def measurement(self) -> Measurement:
         if self._measurement is None:
             plain, spec = self.mode_result("plain"), self.mode_result("spec")
+            teacher = self._teacher(plain, spec, self.workdir)
             self._measurement = assemble_measurement(
-                self.scenario, self.profile, plain, spec, self.started_at
+                self.scenario, self.profile, plain, spec, self.started_at, teacher
             )
         return self._measurement
 
@@ -170,7 +173,14 @@ class ScenarioRun:
         started = datetime.now(UTC)
         plain = self._reused("plain") or self._measure("plain", plain_loop, folder)
         spec = self._measure("spec", plain_loop, folder)
-        return assemble_measurement(self.scenario, self.profile, plain, spec, started)
+        teacher = self._teacher(plain, spec, folder)
+        return assemble_measurement(self.scenario, self.profile, plain, spec, started, teacher)
+
+    def _teacher(
+        self, plain: ModeResult, spec: ModeResult, folder: Path
+    ) -> tuple[tuple[ForcedToken, ...] | None, ...] | None:
+        # Where the outputs part, the plain server scores the speculative ones.
+        return teacher_force(self.scenario, plain, spec, folder, self.checked(), self.progress)
 
     def judge(self, baseline: Baseline, alpha: float, max_runs: int | None = None) -> list[Verdict]:
         """Judge against ``baseline``, measuring again while another run can change the outcome.

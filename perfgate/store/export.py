@@ -10,7 +10,7 @@ import dataclasses
 from datetime import datetime
 from typing import Any
 
-from perfgate.equivalence import EquivalenceReport, Outcome, PromptComparison
+from perfgate.equivalence import EquivalenceReport, Outcome, PromptComparison, TokenCheck
 from perfgate.gate.verdict import Status, Verdict
 from perfgate.results import Measurement, ModeResult, PhaseSummary, RunContext, RunRecord
 from perfgate.store.records import attribution_from_dict
@@ -109,7 +109,11 @@ def _mode_from_dict(mode: str, data: dict[str, Any]) -> ModeResult:
 
 
 def _prompt(data: dict[str, Any]) -> PromptComparison:
-    return PromptComparison(**{**data, "outcome": Outcome(data["outcome"])})
+    positions = tuple(
+        TokenCheck(**{**check, "outcome": Outcome(check["outcome"])})
+        for check in data.get("positions") or ()
+    )
+    return PromptComparison(**{**data, "outcome": Outcome(data["outcome"]), "positions": positions})
 
 
 def _verdict(data: dict[str, Any]) -> Verdict:

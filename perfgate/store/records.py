@@ -14,6 +14,7 @@ from perfgate.equivalence import (
     EquivalenceReport,
     Outcome,
     PromptComparison,
+    TokenCheck,
 )
 from perfgate.gate.attribution import Attribution, PhaseShift
 from perfgate.gate.verdict import Status, Verdict
@@ -62,6 +63,7 @@ def record_run(session: Session, record: RunRecord) -> int:
             outcome=c.outcome.value,
             margin=c.margin,
             margin_is_bound=c.margin_is_bound,
+            forced=_forced_row(c),
         )
         for c in m.equivalence.prompts
     ]
@@ -201,7 +203,27 @@ def _comparison(row: OutputRow) -> PromptComparison:
         plain_token=None if row.matched or k >= len(plain) else plain[k],
         margin=row.margin,
         margin_is_bound=bool(row.margin_is_bound),
+        **_forced_fields(row.forced),
     )
+
+
+def _forced_row(c: PromptComparison) -> dict[str, Any] | None:
+    if not c.forced:
+        return None
+    checks = [
+        [p.position, p.spec_token, p.top_token, p.margin, p.outcome.value] for p in c.positions
+    ]
+    return {"compared": c.compared, "positions": checks}
+
+
+def _forced_fields(forced: dict[str, Any] | None) -> dict[str, Any]:
+    if not forced:
+        return {}
+    positions = tuple(
+        TokenCheck(position, spec, top, margin, Outcome(outcome))
+        for position, spec, top, margin, outcome in forced["positions"]
+    )
+    return {"forced": True, "compared": forced["compared"], "positions": positions}
 
 
 def _verdict(row: VerdictRow) -> Verdict:

@@ -30,7 +30,7 @@ from perfgate.engines.validate import Preflight, check_scenario, preflight
 from perfgate.errors import PerfgateError
 from perfgate.gate.judge import DEFAULT_TOLERANCE
 from perfgate.gate.verdict import overall_status
-from perfgate.measure import assemble_measurement, measure_mode
+from perfgate.measure import assemble_measurement, measure_mode, teacher_force
 from perfgate.progress import SILENT, Reporter
 from perfgate.results import Measurement, ModeResult, RunContext, RunRecord
 from perfgate.session import record_linked, reuse_key_for
@@ -195,7 +195,12 @@ class SweepRunner:
         plain = state.plain
         if state.plain_run is not None:
             plain = replace(plain, reused_from=state.plain_run)
-        measurement = assemble_measurement(scenario, self.profile, plain, spec, started)
+        try:
+            teacher = teacher_force(scenario, plain, spec, folder, state.checked, self.progress)
+        except PerfgateError as error:
+            self._failures.append(f"{point.label()}: teacher forcing: {error}")
+            teacher = None
+        measurement = assemble_measurement(scenario, self.profile, plain, spec, started, teacher)
         measurement = replace(measurement, config={**measurement.config, "sweep": state.label})
         run_id = self._record(sessions, measurement)
         state.plain_run = state.plain_run or run_id
