@@ -15,6 +15,8 @@ import pytest
 
 from perfgate.config import load_config
 from perfgate.engines.commands import OWNED_ROLES
+from perfgate.engines.sglang import PINNED as PINNED_SGLANG
+from perfgate.engines.sglang import release
 from perfgate.fingerprint import collect_fingerprint, scenario_digest
 from perfgate.plain_reuse import plain_reuse_key
 from perfgate.serving.sglang_bench import FIGURES
@@ -203,6 +205,12 @@ def test_perfgate_owns_the_flags_of_its_fields() -> None:
         "draft_tokens": "draft_tokens",
         "metrics": "engine_metrics",
     }
+
+
+def test_every_declared_flag_is_one_sglang_has() -> None:
+    known = release(PINNED_SGLANG)
+    roles = [s.flag for s in SCENARIO_FIELDS.values() if s.flag]
+    assert roles and all(known.has(role) for role in roles)
 
 
 def test_the_cross_check_metrics_are_sglang_bench_figures() -> None:

@@ -12,7 +12,7 @@ from typing import Literal
 from perfgate.config import Scenario
 from perfgate.engines.sglang import PINNED, SglangRelease, release
 from perfgate.env_names import is_env_name
-from perfgate.spec.scenario import OWNED_FIELDS, SCENARIO_FIELDS, SPECULATIVE_FLAGS
+from perfgate.spec.scenario import OWNED_FIELDS, SPECULATIVE_FLAGS, flag_role
 
 Mode = Literal["spec", "plain"]
 MODES: tuple[Mode, ...] = ("plain", "spec")  # the order a run measures them in
@@ -130,17 +130,17 @@ def server_command(
     # copy in the folder the run starts from. SGLang's own interpreter is left as it is.
     unsafe_path = ["-P"] if scenario.engine == "embedded" else []
     argv = [python, *unsafe_path, "-m", ENGINE_MODULES[scenario.engine]]
-    argv += [flag(_role("model")), scenario.model, flag(_role("tp")), str(scenario.tp)]
+    argv += [flag(flag_role("model")), scenario.model, flag(flag_role("tp")), str(scenario.tp)]
     if scenario.dtype:
-        argv += [flag(_role("dtype")), scenario.dtype]
+        argv += [flag(flag_role("dtype")), scenario.dtype]
     if scenario.device and scenario.engine == "embedded":
         argv += ["--device", scenario.device]
     max_running = scenario.max_running_requests or DEFAULT_MAX_RUNNING_REQUESTS
-    argv += [flag(_role("max_running_requests")), str(max_running)]
+    argv += [flag(flag_role("max_running_requests")), str(max_running)]
     argv += [flag("host"), host, flag("port"), str(port)]
     env = dict(scenario.env)
     if scenario.engine_metrics and scenario.engine == "sglang":
-        argv.append(flag(_role("engine_metrics")))
+        argv.append(flag(flag_role("engine_metrics")))
         if flags.has("device_timer"):
             env[DEVICE_TIMER_VARIABLE] = "1"
     argv += scenario.extra_args
@@ -172,10 +172,3 @@ def _speculative_args(scenario: Scenario, flag: Callable[[str], str]) -> list[st
         for name, role in SPECULATIVE_FLAGS
         for arg in (flag(role), str(getattr(scenario, name)))
     ]
-
-
-def _role(name: str) -> str:
-    """The role of the flag that scenario field `name` becomes."""
-    role = SCENARIO_FIELDS[name].flag
-    assert role is not None, f"{name} has no flag"
-    return role

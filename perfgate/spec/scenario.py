@@ -172,39 +172,40 @@ def _metric_list(path: Path, where: str, raw: Any) -> tuple[str, ...]:
     return tuple(names)
 
 
-_SERVER = FieldSpec(Shapes.BOTH, Digest.ALWAYS, plain_reuse=True)  # a knob of both servers
-_SPEC = FieldSpec(Shapes.SPEC, Digest.ALWAYS)
-_SETTING = FieldSpec(Shapes.NEITHER, parse=values.positive_float)  # a number > 0
+BOTH, SPEC, PLAIN = Shapes.BOTH, Shapes.SPEC, Shapes.PLAIN
+ALWAYS = Digest.ALWAYS
 
 # In the order of the speculative flags on a command line (algorithm before the draft).
 SCENARIO_FIELDS: Mapping[str, FieldSpec] = {
     # The table's name in the file; runs are recorded under it.
     "name": FieldSpec(Shapes.NEITHER, keys=()),
-    # Also joins the fingerprint as `engine`.
-    "engine": FieldSpec(Shapes.BOTH, Digest.ALWAYS, parse=values.string),
-    "model": replace(_SERVER, flag="model", parse=values.string),
-    "tp": replace(_SERVER, flag="tp", parse=values.positive_int),
-    "dtype": replace(_SERVER, flag="dtype", parse=values.string),
+    # Also joins the fingerprint as `engine`, the plain reuse key with it.
+    "engine": FieldSpec(BOTH, ALWAYS, parse=values.string),
+    "model": FieldSpec(BOTH, ALWAYS, plain_reuse=True, flag="model", parse=values.string),
+    "tp": FieldSpec(BOTH, ALWAYS, plain_reuse=True, flag="tp", parse=values.positive_int),
+    "dtype": FieldSpec(BOTH, ALWAYS, plain_reuse=True, flag="dtype", parse=values.string),
     # The embedded engine's own --device; an SGLang scenario passes SGLang's in extra_args.
-    "device": replace(_SERVER, parse=values.string),
-    "max_running_requests": replace(
-        _SERVER, flag="max_running_requests", parse=values.positive_int
+    "device": FieldSpec(BOTH, ALWAYS, plain_reuse=True, parse=values.string),
+    "max_running_requests": FieldSpec(
+        BOTH, ALWAYS, plain_reuse=True, flag="max_running_requests", parse=values.positive_int
     ),
-    "extra_args": replace(_SERVER, parse=values.str_tuple),
-    "prompts": replace(_SERVER, keys=("prompts", "prompts_file")),
-    "max_new_tokens": replace(_SERVER, parse=values.positive_int),
-    # SGLang only: --enable-metrics; in the plain key as a value, in the digest only when on.
-    "engine_metrics": replace(_SERVER, digest=Digest.WHEN_ON, flag="metrics", parse=values.boolean),
-    "env": FieldSpec(Shapes.BOTH, Digest.AS_ENV, parse=_env),
-    "plain_extra_args": replace(_SERVER, shapes=Shapes.PLAIN, parse=values.str_tuple),
-    "algorithm": replace(_SPEC, flag="algorithm", parse=values.string),
-    "draft": replace(_SPEC, flag="draft", parse=values.string),
-    "steps": replace(_SPEC, flag="steps", parse=values.positive_int),
+    "extra_args": FieldSpec(BOTH, ALWAYS, plain_reuse=True, parse=values.str_tuple),
+    "prompts": FieldSpec(BOTH, ALWAYS, plain_reuse=True, keys=("prompts", "prompts_file")),
+    "max_new_tokens": FieldSpec(BOTH, ALWAYS, plain_reuse=True, parse=values.positive_int),
+    # SGLang only: --enable-metrics. In the plain key as a value; in the digest only when on.
+    "engine_metrics": FieldSpec(
+        BOTH, Digest.WHEN_ON, plain_reuse=True, flag="metrics", parse=values.boolean
+    ),
+    "env": FieldSpec(BOTH, Digest.AS_ENV, parse=_env),
+    "plain_extra_args": FieldSpec(PLAIN, ALWAYS, plain_reuse=True, parse=values.str_tuple),
+    "algorithm": FieldSpec(SPEC, ALWAYS, flag="algorithm", parse=values.string),
+    "draft": FieldSpec(SPEC, ALWAYS, flag="draft", parse=values.string),
+    "steps": FieldSpec(SPEC, ALWAYS, flag="steps", parse=values.positive_int),
     # A tree (topk > 1) can also change the plain twin's scheduling on some SGLang releases;
     # the fingerprint's `overlap_schedule` says how both servers ran.
-    "topk": replace(_SPEC, flag="topk", parse=values.positive_int),
-    "draft_tokens": replace(_SPEC, flag="draft_tokens", parse=values.positive_int),
-    "spec_extra_args": replace(_SPEC, parse=values.str_tuple),
+    "topk": FieldSpec(SPEC, ALWAYS, flag="topk", parse=values.positive_int),
+    "draft_tokens": FieldSpec(SPEC, ALWAYS, flag="draft_tokens", parse=values.positive_int),
+    "spec_extra_args": FieldSpec(SPEC, ALWAYS, parse=values.str_tuple),
     # How many timed runs (and untimed ones) make a figure: not the servers' work, but the
     # reused plain figures must be as many as a fresh measurement would give.
     "repeats": FieldSpec(Shapes.MEASUREMENT, plain_reuse=True, parse=values.positive_int),
@@ -220,10 +221,10 @@ SCENARIO_FIELDS: Mapping[str, FieldSpec] = {
     "near_tie_margin": FieldSpec(Shapes.NEITHER, parse=values.positive_float),
     "max_near_tie_share": FieldSpec(Shapes.NEITHER, parse=values.fraction),
     "equivalence": FieldSpec(Shapes.NEITHER, parse=values.string),
-    "plain_max_age_h": _SETTING,
-    "startup_timeout_s": _SETTING,
-    "request_timeout_s": _SETTING,
-    "gpu_release_timeout_s": _SETTING,
+    "plain_max_age_h": FieldSpec(Shapes.NEITHER, parse=values.positive_float),
+    "startup_timeout_s": FieldSpec(Shapes.NEITHER, parse=values.positive_float),
+    "request_timeout_s": FieldSpec(Shapes.NEITHER, parse=values.positive_float),
+    "gpu_release_timeout_s": FieldSpec(Shapes.NEITHER, parse=values.positive_float),
 }
 
 
@@ -279,6 +280,14 @@ def parse_fields(path: Path, where: str, raw: Mapping[str, Any]) -> dict[str, An
         for name, spec in SCENARIO_FIELDS.items()
         if spec.parse is not None and name in raw
     }
+
+
+def flag_role(name: str) -> str:
+    """The role of the SGLang flag that field `name` becomes (perfgate.engines.sglang)."""
+    role = SCENARIO_FIELDS[name].flag
+    if role is None:
+        raise LookupError(f"the scenario field {name!r} becomes no flag")
+    return role
 
 
 def digest_fields(scenario: Scenario) -> dict[str, Any]:
