@@ -10,7 +10,7 @@ requires; with ``topk > 1`` a tree whose ``steps * topk + 1`` is below its draft
 cannot fill them and is left out, as SGLang's ``bench_speculative.py`` leaves it out.
 
 From the CLI (``--steps 1-10 --topk 1,2 --draft-tokens 4,8 --env NCCL_PROTO=LL,Simple``) or
-from a ``[sweeps.NAME]`` table of the config (perfgate.sweep.config).
+from a ``[sweeps.NAME]`` table of the config (perfgate.spec.sweep).
 """
 
 from __future__ import annotations
