@@ -19,6 +19,7 @@ from perfgate.engines.commands import speculative_overlap
 from perfgate.engines.sglang import release
 from perfgate.errors import ConfigError
 from perfgate.runner.state import load_state_fingerprint
+from perfgate.spec.scenario import digest_fields
 
 # Variables that change performance; their values join the fingerprint as `env.NAME`.
 PERF_ENV_PREFIXES = ("NCCL_", "SGLANG_", "PYTORCH_", "TORCH_", "CUDA_", "OMP_", "MKL_")
@@ -114,26 +115,7 @@ def cpu_model() -> str:
 
 def scenario_digest(scenario: Scenario) -> str:
     """A short hash of everything in a scenario that shapes its numbers."""
-    shaping = {
-        "engine": scenario.engine,
-        "model": scenario.model,
-        "draft": scenario.draft,
-        "algorithm": scenario.algorithm,
-        "steps": scenario.steps,
-        "topk": scenario.topk,
-        "draft_tokens": scenario.draft_tokens,
-        "tp": scenario.tp,
-        "dtype": scenario.dtype,
-        "device": scenario.device,
-        "max_running_requests": scenario.max_running_requests,
-        "prompts": scenario.prompts,
-        "max_new_tokens": scenario.max_new_tokens,
-        "extra_args": scenario.extra_args,
-        "spec_extra_args": scenario.spec_extra_args,
-        "plain_extra_args": scenario.plain_extra_args,
-    }
-    if scenario.engine_metrics:  # only when on: the digests of existing baselines stay valid
-        shaping["engine_metrics"] = True
+    shaping = digest_fields(scenario)  # perfgate.spec.scenario.SCENARIO_FIELDS says which
     blob = json.dumps(shaping, sort_keys=True, default=list).encode()
     return hashlib.sha256(blob).hexdigest()[:16]
 
