@@ -307,23 +307,6 @@ def phase_samples(phases: Sequence[PhaseSummary]) -> dict[str, tuple[float, ...]
     return {metric: tuple(values) for metric, values in samples.items()}
 
 
-def measure_scenario(
-    scenario: Scenario,
-    profile: str,
-    workdir: Path,
-    timed_loops: dict[Mode, TimedLoop] | None = None,
-) -> Measurement:
-    """Measure the plain twin, then the speculative server (never both at once)."""
-    started = datetime.now(UTC)
-    loops = timed_loops or {}
-    checked = preflight(scenario)
-    results = {
-        mode: measure_mode(scenario, mode, workdir, loops.get(mode, run_rounds), checked)
-        for mode in ("plain", "spec")
-    }
-    return assemble_measurement(scenario, profile, results["plain"], results["spec"], started)
-
-
 def assemble_measurement(
     scenario: Scenario, profile: str, plain: ModeResult, spec: ModeResult, started: datetime
 ) -> Measurement:

@@ -16,7 +16,7 @@ own.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
@@ -216,6 +216,23 @@ class ServerPair:
         if mode == "plain":
             result = replace(result, reuse_key=reuse_key_for(scenario, checked))
         return result
+
+
+def measure_scenario(
+    scenario: Scenario,
+    profile: str,
+    workdir: Path,
+    timed_loops: Mapping[Mode, TimedLoop] | None = None,
+) -> Measurement:
+    """Measure the plain twin, then the speculative server (never both at once).
+
+    `timed_loops` runs each server's repeats (default: one after the other, see
+    perfgate.measure.TimedLoop); server logs and probe files go to `workdir`.
+    """
+    servers, loops = ServerPair(profile), timed_loops or {}
+    for mode in ("plain", "spec"):
+        servers.server(scenario, mode, workdir, loops.get(mode, run_rounds))
+    return servers.measure(scenario, workdir)
 
 
 def history_plain_source(history_url: str) -> PlainSource:
