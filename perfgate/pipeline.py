@@ -305,7 +305,9 @@ class ScenarioRun:
         return self._runs[1:]
 
     def measure_again(self) -> Measurement:
-        """Measure both servers afresh, once more, into a folder of the run's own."""
+        """Measure both servers afresh, once more, into a folder of the run's own (after the
+        first run, measured now unless it was)."""
+        self.measurement()
         folder = self.workdir / f"run-{len(self._runs) + 1}"
         measurement = self.measurer.measure(self.scenario, folder)
         self._runs.append(measurement)
