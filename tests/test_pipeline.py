@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -10,6 +11,7 @@ import pytest
 from sqlalchemy import create_engine
 from sqlalchemy.orm import sessionmaker
 
+import perfgate
 from perfgate.config import Scenario, load_config
 from perfgate.errors import InfrastructureError
 from perfgate.gate import Status
@@ -102,3 +104,22 @@ def test_runs_are_recorded_linked_or_kept_when_the_history_refuses(tmp_path: Pat
         record_runs(empty, records, tmp_path, "session")
     kept = tmp_path / UNRECORDED / "session.jsonl"
     assert raised.value.kept == kept and len(kept.read_text().splitlines()) == 2
+
+
+def test_only_the_plugin_and_the_suites_import_the_pytest_session() -> None:
+    package = Path(perfgate.__file__).parent
+    importers = []
+    for path in sorted(package.rglob("*.py")):
+        tree = ast.parse(path.read_text("utf-8"))
+        for node in ast.walk(tree):
+            names = (
+                [node.module or ""]
+                if isinstance(node, ast.ImportFrom)
+                else [a.name for a in node.names]
+                if isinstance(node, ast.Import)
+                else []
+            )
+            if "perfgate.session" in names:
+                importers.append(path.relative_to(package).as_posix())
+    assert importers, "the check reads the imports"
+    assert {p for p in importers if p != "plugin.py" and not p.startswith("suites/")} == set()
