@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import statistics
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -12,8 +13,8 @@ from pathlib import Path
 from perfgate import metrics
 from perfgate.config import Scenario
 from perfgate.engines.client import Completion, EngineClient, RequestRefused
-from perfgate.engines.commands import Mode, server_command
-from perfgate.engines.launch import free_port, running_server
+from perfgate.engines.commands import Mode, ServerCommand, server_command
+from perfgate.engines.launch import Server, free_port, running_server
 from perfgate.engines.prometheus import (
     CATEGORY_OF_PHASE,
     counter_deltas,
@@ -43,7 +44,8 @@ TOP_LOGPROBS = 5
 TimedLoop = Callable[[Callable[[], None], int], None]
 
 
-def plain_loop(one_repeat: Callable[[], None], rounds: int) -> None:
+def run_rounds(one_repeat: Callable[[], None], rounds: int) -> None:
+    """Run `one_repeat` `rounds` times in turn: the TimedLoop where nothing else times them."""
     for _ in range(rounds):
         one_repeat()
 
@@ -62,7 +64,7 @@ def measure_mode(
     scenario: Scenario,
     mode: Mode,
     workdir: Path,
-    timed_loop: TimedLoop = plain_loop,
+    timed_loop: TimedLoop = run_rounds,
     checked: Preflight | None = None,
     *,
     probe: bool = True,
@@ -88,17 +90,7 @@ def measure_mode(
     )
     command = server_command(scenario, mode, port=free_port(), extra_env=env, sglang=checked.sglang)
     log_path = workdir / f"server-{mode}.log"
-    with (
-        running_server(
-            command,
-            log_path,
-            scenario.startup_timeout_s,
-            gpus=checked.gpus,
-            release_timeout_s=scenario.gpu_release_timeout_s,
-            progress=progress,
-        ) as server,
-        EngineClient(server.base_url, scenario.request_timeout_s) as client,
-    ):
+    with server_and_client(scenario, command, log_path, checked, progress) as (server, client):
         info = client.server_info()
         warm_up(client, scenario, mode, progress)
         metrics_before = _engine_counters(client, scenario)
@@ -133,6 +125,33 @@ def measure_mode(
         top_logprobs=top,
         engine_metrics=engine_metrics_summary(metrics_before, metrics_after, records, repeats),
     )
+
+
+@contextmanager
+def server_and_client(
+    scenario: Scenario,
+    command: ServerCommand,
+    log_path: Path,
+    checked: Preflight,
+    progress: Reporter = SILENT,
+) -> Iterator[tuple[Server, EngineClient]]:
+    """Start `command`'s server, wait for it, and hand over a client; stop both on every exit.
+
+    The server logs to `log_path`; on the way out it is stopped and `checked.gpus` waited
+    for, so the next server starts on released GPUs.
+    """
+    with (
+        running_server(
+            command,
+            log_path,
+            scenario.startup_timeout_s,
+            gpus=checked.gpus,
+            release_timeout_s=scenario.gpu_release_timeout_s,
+            progress=progress,
+        ) as server,
+        EngineClient(server.base_url, scenario.request_timeout_s) as client,
+    ):
+        yield server, client
 
 
 def warm_up(client: EngineClient, scenario: Scenario, mode: Mode, progress: Reporter) -> None:
@@ -287,25 +306,6 @@ def phase_samples(phases: Sequence[PhaseSummary]) -> dict[str, tuple[float, ...]
         if metric:
             samples.setdefault(metric, []).append(summary.median_ms)
     return {metric: tuple(values) for metric, values in samples.items()}
-
-
-def measure_scenario(
-    scenario: Scenario,
-    profile: str,
-    workdir: Path,
-    timed_loops: dict[Mode, TimedLoop] | None = None,
-) -> Measurement:
-    """Measure the plain twin, then the speculative server (never both at once)."""
-    started = datetime.now(UTC)
-    loops = timed_loops or {}
-    checked = preflight(scenario)
-    results = {
-        mode: measure_mode(scenario, mode, workdir, loops.get(mode, plain_loop), checked)
-        for mode in ("plain", "spec")
-    }
-    plain, spec = results["plain"], results["spec"]
-    teacher = teacher_force(scenario, plain, spec, workdir, checked)
-    return assemble_measurement(scenario, profile, plain, spec, started, teacher)
 
 
 def teacher_force(

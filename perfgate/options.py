@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from perfgate.config import ENGINES
-from perfgate.session import GateOptions
+from perfgate.pipeline import GateOptions
 
 
 @dataclass(frozen=True)

@@ -23,8 +23,9 @@ from perfgate.ci.pointer import (
 )
 from perfgate.errors import ExitCode, PerfgateError
 from perfgate.options import add_options, gate_options
+from perfgate.pipeline import ScenarioRun, severest
 from perfgate.progress import reporter_for_pytest
-from perfgate.session import GateSession, ScenarioRun, severest
+from perfgate.session import GateSession
 from perfgate.summary import render_terminal_summary
 
 GATE_SESSION = pytest.StashKey[GateSession | PerfgateError]()

@@ -16,7 +16,8 @@ from perfgate.errors import ConfigError
 from perfgate.gate import DEFAULT_ALPHA
 from perfgate.gate.looks import scenario_alpha
 from perfgate.gate.verdict import overall_status
-from perfgate.judging import judge_measurements
+from perfgate.measured_verdicts import judge_measurements
+from perfgate.pipeline import local_runs
 from perfgate.reference import (
     Reference,
     choose_reference,
@@ -24,7 +25,6 @@ from perfgate.reference import (
     requires_baseline,
 )
 from perfgate.results import RunRecord
-from perfgate.session import local_runs
 from perfgate.store import load_run, open_existing_history
 from perfgate.summary import render_record, verdicts_document
 

@@ -10,7 +10,7 @@ from typing import Any, NoReturn
 
 from perfgate.errors import ConfigError, InfrastructureError
 from perfgate.options import add_options, gate_options, option_flags
-from perfgate.session import GateSession
+from perfgate.pipeline import GatePlan
 
 SUITES = Path(__file__).resolve().parent.parent / "suites"
 SUITES_PACKAGE = "perfgate.suites"
@@ -35,7 +35,7 @@ def handle(args: argparse.Namespace, pytest_args: list[str]) -> int:
             fix="see `perfgate run --help`; pytest's own flags go after `--`",
         )
     options = gate_options(lambda name: getattr(args, name))
-    GateSession(options)  # refuse bad config or baselines before pytest starts anything
+    GatePlan(options)  # refuse bad config or baselines before pytest starts anything
     extra = pytest_args[1:]
     # A fresh interpreter, as `pytest perfgate/suites` would be: pytest must import (and
     # assertion-rewrite) the suites itself. Its exit code is the gate's. -P: the current

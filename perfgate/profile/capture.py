@@ -24,10 +24,17 @@ from perfgate import metrics
 from perfgate.config import Scenario
 from perfgate.engines.client import EngineClient
 from perfgate.engines.commands import Mode, ServerCommand, server_command
-from perfgate.engines.launch import free_port, running_server
+from perfgate.engines.launch import free_port
 from perfgate.engines.validate import Preflight, preflight
 from perfgate.errors import InfrastructureError
-from perfgate.measure import Repeat, plain_loop, run_repeats, timed_repeat, warm_up
+from perfgate.measure import (
+    Repeat,
+    run_repeats,
+    run_rounds,
+    server_and_client,
+    timed_repeat,
+    warm_up,
+)
 from perfgate.probe import EVERY_VARIABLE, RANGES_VARIABLE, probe_env
 from perfgate.probe.reader import CycleRecord, read_records, wait_until_complete
 from perfgate.profile.trace import Breakdown, load_trace, parse_spans, phase_breakdown
@@ -87,17 +94,8 @@ def capture_profile(
         "activities": list(activities),
         "profile_prefix": PROFILE_PREFIX,
     }
-    with (
-        running_server(
-            command,
-            workdir / f"server-{mode}.log",
-            scenario.startup_timeout_s,
-            gpus=checked.gpus,
-            release_timeout_s=scenario.gpu_release_timeout_s,
-            progress=progress,
-        ) as server,
-        EngineClient(server.base_url, scenario.request_timeout_s) as client,
-    ):
+    log_path = workdir / f"server-{mode}.log"
+    with server_and_client(scenario, command, log_path, checked, progress) as (_server, client):
         info = client.server_info()
         repeats, trace = _repeats_then_profile(client, scenario, mode, request, probe_dir, progress)
     window = read_window(trace)
@@ -144,7 +142,7 @@ def _repeats_then_profile(
 ) -> tuple[list[Repeat], Path]:
     """Warm up, time the unprofiled repeats, then one repeat whose first cycles are profiled."""
     warm_up(client, scenario, mode, progress)
-    repeats = run_repeats(client, scenario, mode, plain_loop, progress)
+    repeats = run_repeats(client, scenario, mode, run_rounds, progress)
     with progress.step(f"{scenario.name} {mode}: profiled repeat and its trace"):
         client.start_profile(request)
         profiled = timed_repeat(client, scenario)

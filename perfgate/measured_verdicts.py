@@ -1,4 +1,4 @@
-"""Judge measured runs against an approved baseline: verdicts, with attribution. Pure.
+"""The verdicts of measured runs against an approved baseline, with attribution. Pure.
 
 The bridge between what perfgate records (Measurement, Baseline) and the gate's plain-value
 statistics (perfgate.gate). The session uses it after each run, `perfgate gate` to judge a
