@@ -11,6 +11,7 @@ from pathlib import Path
 
 from perfgate import metrics
 from perfgate.config import Scenario
+from perfgate.devices import detect_gpus
 from perfgate.engines.client import Completion, EngineClient, RequestRefused
 from perfgate.engines.commands import Mode, server_command
 from perfgate.engines.launch import free_port, running_server
@@ -22,7 +23,7 @@ from perfgate.engines.prometheus import (
 )
 from perfgate.engines.validate import Preflight, preflight
 from perfgate.equivalence import compare_outputs
-from perfgate.fingerprint import collect_fingerprint, detect_gpus
+from perfgate.fingerprint import collect_fingerprint
 from perfgate.folders import new_folder
 from perfgate.probe import DIR_VARIABLE, probe_env
 from perfgate.probe.reader import (

@@ -24,10 +24,11 @@ from perfgate.config import (
     resolve_sqlite_url,
 )
 from perfgate.context import detect_context
+from perfgate.devices import detect_gpus
 from perfgate.engines.commands import Mode
 from perfgate.engines.validate import Preflight, check_scenario, preflight
 from perfgate.errors import ConfigError, ExitCode, PerfgateError
-from perfgate.fingerprint import default_profile, detect_gpus, perfgate_version
+from perfgate.fingerprint import default_profile, perfgate_version
 from perfgate.folders import session_folder
 from perfgate.gate.verdict import Verdict, exit_code, overall_status
 from perfgate.judging import judge_look

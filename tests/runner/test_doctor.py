@@ -17,9 +17,9 @@ import pytest
 
 from perfgate.store import close_history, open_history
 
+from .. import fake_smi
 from ..conftest import REPO, TINY_SCENARIO, run_perfgate, write_config
 from ..lockdown import FAKE_CPU, fake_cpuinfo, immutable, require_unshare, with_mounts
-from . import fake_smi
 from .conftest import run_cli
 
 ON_CUDA = TINY_SCENARIO.replace('device = "cpu"', 'device = "cuda"')
@@ -45,7 +45,9 @@ def _doctor(
     cpuinfo: Path | None = None,
 ) -> tuple[int, dict[str, Any]]:
     """`perfgate doctor --json ARGS` in tmp_path; every failed check must name its fix."""
-    env = {"PATH": f"{tmp_path / 'none'}:{NO_GPU_PATH}", **LOCAL, **(env or {})}
+    # The GPUs only through an nvidia-smi on PATH: NVML would find a GPU machine's own.
+    path = f"{tmp_path / 'none'}:{NO_GPU_PATH}"
+    env = {"PATH": path, "PERFGATE_GPU_READER": "nvidia-smi", **LOCAL, **(env or {})}
     if read_only or cpuinfo:
         result = _cli_with_mounts(tmp_path, ["doctor", "--json", *args], env, read_only, cpuinfo)
     else:
