@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import functools
 import importlib
+import math
 import os
 import re
 import shutil
@@ -319,6 +320,12 @@ def _nvml_gpu(nvml: Any, index: int, handle: Any, driver: str) -> tuple[Gpu, lis
     return gpu, missing
 
 
+def _mib(size_bytes: int) -> float:
+    """Bytes in MiB as nvidia-smi shows them: rounded up (on an H200, 21006.8 MiB in use
+    shows as 21007, 615.06 reserved as 616)."""
+    return float(math.ceil(size_bytes / MIB))
+
+
 def _nvml_memory(nvml: Any, handle: Any) -> tuple[float, float]:
     """Used and total MiB as nvidia-smi shows them: the v2 query leaves out what the driver
     reserves for itself, which v1 counts as used."""
@@ -332,7 +339,7 @@ def _nvml_memory(nvml: Any, handle: Any) -> tuple[float, float]:
                 raise
     if info is None:
         info = nvml.nvmlDeviceGetMemoryInfo(handle)
-    return float(info.used // MIB), float(info.total // MIB)
+    return _mib(info.used), _mib(info.total)
 
 
 def _nvml_apps(nvml: Any, handle: Any, uuid: str) -> list[ComputeApp]:
@@ -342,9 +349,7 @@ def _nvml_apps(nvml: Any, handle: Any, uuid: str) -> list[ComputeApp]:
     except nvml.NVMLError:
         return []
     return [
-        ComputeApp(
-            int(p.pid), uuid, float(p.usedGpuMemory // MIB) if p.usedGpuMemory is not None else None
-        )
+        ComputeApp(int(p.pid), uuid, _mib(p.usedGpuMemory) if p.usedGpuMemory is not None else None)
         for p in listed
     ]
 

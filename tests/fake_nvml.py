@@ -24,6 +24,11 @@ NVML_ERROR_FUNCTION_NOT_FOUND = 13
 RESERVED_MIB = 500  # what the driver keeps for itself: in v1's `used`, apart in v2
 
 
+def _bytes(mib_text: str) -> int:
+    """MiB as shown by nvidia-smi, as NVML's bytes: a fraction under it (nvidia-smi rounds up)."""
+    return max(0, int(float(mib_text)) * MIB - MIB // 5)
+
+
 class NVMLError(Exception):
     def __init__(self, value: int) -> None:
         super().__init__(value)
@@ -56,7 +61,7 @@ class _Machine:
         return value
 
     def memory(self, handle: int, version: int | None = None) -> SimpleNamespace:
-        used = int(float(self.field(handle, "memory.used"))) * MIB
+        used = _bytes(self.field(handle, "memory.used"))
         total = int(float(self.field(handle, "memory.total"))) * MIB
         if version is None:  # v1: what the driver reserves counts as used
             used += RESERVED_MIB * MIB
@@ -82,7 +87,7 @@ class _Machine:
         return [
             SimpleNamespace(
                 pid=int(app["pid"]),
-                usedGpuMemory=int(float(app["used_memory"])) * MIB
+                usedGpuMemory=_bytes(app["used_memory"])
                 if _number(app["used_memory"]) is not None
                 else None,
             )
