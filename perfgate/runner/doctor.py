@@ -158,6 +158,8 @@ def check_gpus(machine: Machine) -> list[Check]:
     needing = [s for s in machine.scenarios if _needs_gpu(s)]
     try:
         report = read_gpus()
+    except ConfigError as error:  # PERFGATE_GPU_READER names no way to read them
+        return [_fail("gpus", error, FIXES["gpus"])]
     except PerfgateError as error:
         if needing:
             raise

@@ -299,6 +299,19 @@ def test_gpus_busy_for_a_gpu_scenario_are_an_infrastructure_failure(tmp_path: Pa
     assert code == 0 and len(_checks(document, "warn")) == 1
 
 
+def test_a_way_to_read_the_gpus_that_does_not_exist(tmp_path: Path) -> None:
+    write_config(tmp_path)
+    code, document = _doctor(tmp_path, "--no-gate", env={"PERFGATE_GPU_READER": "nvidia_smi"})
+    assert code == 64, document
+    assert _check(document, "gpus") == {
+        "name": "gpus",
+        "status": "fail",
+        "detail": "PERFGATE_GPU_READER: 'nvidia_smi' is not a way to read the GPUs",
+        "exit_code": 64,
+        "fix": "set it to auto, nvml, nvidia-smi, or unset it",
+    }
+
+
 def test_a_gpu_scenario_on_this_machine_without_gpus(tmp_path: Path) -> None:
     _require_no_gpu()
     write_config(tmp_path, ON_CUDA + ON_CPU_TOO)
