@@ -7,7 +7,6 @@ import json
 import os
 import platform
 import re
-import shutil
 import subprocess
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -28,6 +27,8 @@ PERF_ENV_IGNORED = {"PERFGATE_PROBE_DIR", "TORCH_HOME"}
 
 @dataclass(frozen=True)
 class GpuInfo:
+    """The GPUs as the fingerprint names them; `perfgate.devices.detect_gpus` reads them."""
+
     name: str
     driver: str
     cuda: str
@@ -39,26 +40,6 @@ def perfgate_version() -> str:
         return metadata.version("perfgate")
     except metadata.PackageNotFoundError:
         return "0+unknown"
-
-
-def detect_gpus() -> GpuInfo | None:
-    """Read the GPUs through `nvidia-smi`; None where there is none."""
-    if shutil.which("nvidia-smi") is None:
-        return None
-    query = _output(["nvidia-smi", "--query-gpu=name,driver_version", "--format=csv,noheader"])
-    if query is None:
-        return None
-    header = _output(["nvidia-smi"]) or ""
-    rows = [line.split(",") for line in query.strip().splitlines() if line.strip()]
-    if not rows:
-        return None
-    cuda = re.search(r"CUDA Version:\s*([\d.]+)", header)
-    return GpuInfo(
-        name=rows[0][0].strip(),
-        driver=rows[0][1].strip(),
-        cuda=cuda.group(1) if cuda else "unknown",
-        count=len(rows),
-    )
 
 
 def _output(command: list[str]) -> str | None:

@@ -12,6 +12,7 @@ from pathlib import Path
 
 from perfgate import metrics
 from perfgate.config import Scenario
+from perfgate.devices import detect_gpus
 from perfgate.engines.client import Completion, EngineClient, RequestRefused
 from perfgate.engines.commands import Mode, ServerCommand, server_command
 from perfgate.engines.launch import Server, free_port, running_server
@@ -23,7 +24,7 @@ from perfgate.engines.prometheus import (
 )
 from perfgate.engines.validate import Preflight, preflight
 from perfgate.equivalence import ForcedToken, compare_outputs
-from perfgate.fingerprint import collect_fingerprint, detect_gpus
+from perfgate.fingerprint import collect_fingerprint
 from perfgate.folders import new_folder
 from perfgate.probe import DIR_VARIABLE, probe_env
 from perfgate.probe.reader import (

@@ -26,11 +26,12 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from perfgate.baselines import Baseline, baseline_path
 from perfgate.config import Config, Scenario, check_history_name, load_config, resolve_sqlite_url
+from perfgate.devices import detect_gpus
 from perfgate.engines.commands import Mode
 from perfgate.engines.validate import Preflight, check_scenario, preflight
 from perfgate.equivalence import ForcedToken
 from perfgate.errors import ExitCode, PerfgateError
-from perfgate.fingerprint import default_profile, detect_gpus, perfgate_version
+from perfgate.fingerprint import default_profile, perfgate_version
 from perfgate.gate.verdict import Verdict, overall_status
 from perfgate.measure import (
     TimedLoop,

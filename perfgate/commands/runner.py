@@ -11,7 +11,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from perfgate.runner.gpus import DEFAULT_MAX_MEMORY_MIB, DEFAULT_MAX_UTILIZATION, Limits
+from perfgate.runner.gpu_health import DEFAULT_MAX_MEMORY_MIB, DEFAULT_MAX_UTILIZATION, Limits
 from perfgate.runner.hooks import HookOptions, job_completed, job_started, render_result
 
 EPILOG = """exit codes:
