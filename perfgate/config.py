@@ -19,6 +19,7 @@ from perfgate.spec.document import (
     SETTINGS_KEYS,
     TOP_KEYS,
 )
+from perfgate.spec.probe import EVERY_VARIABLE, parse_every
 from perfgate.spec.scenario import (
     ENGINES,
     REQUIRED_FIELDS,
@@ -289,8 +290,6 @@ def _prompts(path: Path, where: str, raw: Mapping[str, Any], base: Path) -> tupl
 
 
 def _probe_stride(path: Path, where: str, env: Mapping[str, str]) -> None:
-    from perfgate.probe import EVERY_VARIABLE, parse_every
-
     try:
         parse_every(env.get(EVERY_VARIABLE))
     except ValueError as error:

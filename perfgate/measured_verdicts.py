@@ -18,9 +18,6 @@ from perfgate.gate.attribution import attribute, cycle_profile
 from perfgate.gate.estimate import estimate_change
 from perfgate.results import Measurement
 
-# The metrics whose changes are explained phase by phase.
-EXPLAINED = ("output_tok_s", "speedup")
-
 
 def current_runs(measurements: Sequence[Measurement]) -> dict[str, list[tuple[float, ...]]]:
     """Per metric, the samples of each measured run, in run order."""
@@ -64,7 +61,7 @@ def judge_look(
     )
     verdicts = [
         replace(v, attribution=explain(v.metric, v.change, measurements, baseline))
-        if v.metric in EXPLAINED and v.change is not None
+        if v.metric in metrics.EXPLAINED and v.change is not None
         else v
         for v in look.verdicts
     ]

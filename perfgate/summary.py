@@ -8,7 +8,7 @@ from typing import Any, Protocol
 
 from perfgate.errors import ExitCode, PerfgateError
 from perfgate.gate.verdict import Status, Verdict
-from perfgate.measured_verdicts import EXPLAINED
+from perfgate.metrics import EXPLAINED
 from perfgate.results import RunRecord
 
 

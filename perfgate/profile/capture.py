@@ -13,10 +13,8 @@ from __future__ import annotations
 
 import json
 import re
-import statistics
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -37,7 +35,7 @@ from perfgate.measure import (
 )
 from perfgate.probe import EVERY_VARIABLE, RANGES_VARIABLE, probe_env
 from perfgate.probe.reader import CycleRecord, read_records, wait_until_complete
-from perfgate.profile.trace import Breakdown, load_trace, parse_spans, phase_breakdown
+from perfgate.profile.trace import ProfileResult, load_trace, parse_spans, phase_breakdown
 from perfgate.progress import SILENT, Reporter
 
 # Rank 0's trace: SGLang names each `[prefix-]<id>-TP-<rank>[-DP-<r>][-PP-<r>][-EP-<r>]
@@ -45,30 +43,6 @@ from perfgate.progress import SILENT, Reporter
 RANK_0 = re.compile(r"-TP-0(?:-(?:DP|PP|EP)-0)*(?:-[A-Z]+)?\.trace\.json(?:\.gz)?$")
 TRACE_WAIT_S = 120.0  # SGLang writes its traces after the profiled steps, in the background
 PROFILE_PREFIX = "perfgate"
-
-
-@dataclass(frozen=True)
-class ProfileResult:
-    """A profile of one server: its trace, the work per phase, and the profiler's cost."""
-
-    scenario: str
-    mode: str
-    command: str
-    server_info: dict[str, Any]
-    trace_path: Path  # as the server wrote it
-    window: dict[str, Any]  # the server's window file; empty where the engine writes none
-    breakdown: Breakdown
-    tok_s: tuple[float, ...]  # the unprofiled repeats
-    cycle_ms_outside: tuple[float, ...]  # the same cycles of the unprofiled repeats
-    cycle_ms_inside: tuple[float, ...]  # the profiled cycles, as the probe timed them
-
-    @property
-    def overhead(self) -> float | None:
-        """The profiled cycles' median time over the unprofiled ones', minus 1."""
-        if not self.cycle_ms_inside or not self.cycle_ms_outside:
-            return None
-        inside = statistics.median(self.cycle_ms_inside)
-        return inside / statistics.median(self.cycle_ms_outside) - 1.0
 
 
 def capture_profile(
