@@ -33,10 +33,11 @@ from perfgate.measure import (
     timed_repeat,
     warm_up,
 )
-from perfgate.probe import EVERY_VARIABLE, RANGES_VARIABLE, probe_env
+from perfgate.probe import RANGES_VARIABLE, probe_env
 from perfgate.probe.reader import CycleRecord, read_records, wait_until_complete
 from perfgate.profile.trace import ProfileResult, load_trace, parse_spans, phase_breakdown
 from perfgate.progress import SILENT, Reporter
+from perfgate.spec.probe import EVERY_VARIABLE
 
 # Rank 0's trace: SGLang names each `[prefix-]<id>-TP-<rank>[-DP-<r>][-PP-<r>][-EP-<r>]
 # [-<STAGE>].trace.json.gz` (scheduler_profiler_mixin.py; profiler_manager.py from 0.5.13).
