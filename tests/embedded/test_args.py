@@ -54,7 +54,7 @@ def test_unknown_flags_exit_64_naming_them(capsys: pytest.CaptureFixture[str]) -
 @pytest.mark.parametrize(
     ("flags", "words"),
     [
-        (["--tp-size", "2"], "--tp-size: 2"),
+        (["--tp-size", "0"], "--tp-size: 0"),
         (["--speculative-algorithm", "EAGLE3"], "--speculative-draft-model-path"),
         ([*SPEC, "--speculative-eagle-topk", "4", "--speculative-num-steps", "3"], "required"),
         (["--debug-verify-delay-ms", "-1"], "--debug-verify-delay-ms"),
@@ -123,12 +123,12 @@ def test_feature_layer_override_parses_three_layers(capsys: pytest.CaptureFixtur
 
 
 def test_bad_combination_exits_64_with_one_line() -> None:
-    command = [sys.executable, "-m", SERVER_MODULE, "--model-path", TARGET, "--tp-size", "2"]
+    command = [sys.executable, "-m", SERVER_MODULE, "--model-path", TARGET, "--tp-size", "3"]
     done = subprocess.run(command, capture_output=True, text=True, timeout=60, env=server_env())
     assert done.returncode == ExitCode.BAD_INPUT
     assert done.stderr.strip().splitlines() == [
-        "error: --tp-size: 2: the embedded engine runs on one device; use --tp-size 1 "
-        "(tensor parallelism needs SGLang)"
+        "error: --tp-size: 3 ranks cannot split the 4 attention heads of --model-path; "
+        "use a --tp-size that divides 4"
     ]
 
 

@@ -85,7 +85,9 @@ def build_parser() -> argparse.ArgumentParser:
         dest="tp_size",
         type=int,
         default=1,
-        help="tensor parallelism; the embedded engine runs on one device, so only 1",
+        help="tensor parallelism: N processes (rank 0 serves HTTP), each holding 1/N of every "
+        "attention and MLP block, on cuda:0..N-1 on CUDA or N CPU processes over gloo "
+        "(default 1)",
     )
     add(
         "--max-running-requests",
@@ -236,12 +238,8 @@ def check_args(args: argparse.Namespace) -> SpecParams | None:
 
 
 def _check_values(args: argparse.Namespace) -> None:
-    if args.tp_size != 1:
-        raise ConfigError(
-            f"{args.tp_size}: the embedded engine runs on one device",
-            field="--tp-size",
-            fix="use --tp-size 1 (tensor parallelism needs SGLang)",
-        )
+    if args.tp_size < 1:
+        raise ConfigError(f"{args.tp_size}: must be >= 1", field="--tp-size")
     if not 0 < args.port < 65536:
         raise ConfigError(f"{args.port} is not a TCP port", field="--port", fix="use 1..65535")
     for flag in ("num_threads", "max_running_requests"):

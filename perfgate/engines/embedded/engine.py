@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import argparse
+import atexit
 import importlib.metadata
 import platform
+import socket
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
@@ -24,15 +26,25 @@ from perfgate.engines.embedded.drafters import Drafter, Eagle3Drafter, Standalon
 from perfgate.engines.embedded.graphs import GraphRunner
 from perfgate.engines.embedded.loading import (
     DRAFT_ARCHITECTURE,
+    draft_config,
     load_draft,
     load_target,
     model_identity,
     resolve_model,
+    target_config,
 )
 from perfgate.engines.embedded.model import BYTE_VOCAB, Transformer
+from perfgate.engines.embedded.parallel import (
+    Leader,
+    TensorGroup,
+    check_split,
+    join_group,
+    shard_model,
+)
 from perfgate.engines.embedded.params import SpecParams
 from perfgate.engines.embedded.profiling import StepProfiler
-from perfgate.engines.embedded.scheduler import Finished, Pending, Scheduler
+from perfgate.engines.embedded.ranks import RankProcesses
+from perfgate.engines.embedded.scheduler import Finished, Pending, Scheduler, Worker
 from perfgate.engines.embedded.scoring import score_input
 from perfgate.engines.embedded.worker import EagleWorker, PlainWorker
 from perfgate.errors import ConfigError
@@ -44,13 +56,18 @@ UNLIMITED_RUNNING_REQUESTS = 4096
 
 
 class Engine:
-    """The worker behind its scheduler, and the totals that /server_info reports."""
+    """The worker behind its scheduler, and the totals that /server_info reports.
+
+    `scheduled` is what the scheduler drives instead of the worker itself: on a
+    tensor-parallel server, a ``Leader`` that sends each batch to the other ranks first.
+    """
 
     def __init__(
         self,
         worker: PlainWorker | EagleWorker,
         max_running_requests: int | None = None,
         draft_tokens: int | None = None,
+        scheduled: Worker | None = None,
     ) -> None:
         self.worker = worker
         self.speculative = isinstance(worker, EagleWorker)
@@ -64,7 +81,7 @@ class Engine:
         self._last_gen_throughput = 0.0
         self.profiler = StepProfiler(worker.device, self._set_step_hook)
         self.scheduler = Scheduler(
-            worker,
+            scheduled or worker,
             max_running_requests,
             self._count,
             self._after_batch,
@@ -215,32 +232,33 @@ class App:
         return {"object": "list", "data": [card]}
 
 
-def build_app(args: argparse.Namespace, spec: SpecParams | None) -> App:
-    """Load the models, build the worker, warm it up; return the app to serve."""
-    device = resolve_device(args.device)
-    dtype = resolve_dtype(args.dtype, device)
-    torch.manual_seed(args.random_seed)
-    if args.num_threads is not None:
-        torch.set_num_threads(args.num_threads)
-    target = load_target(args.model_path, device, dtype)
-    _check_vocab(target, "--model-path")
-    graphs = GraphRunner("cuda" if device.type == "cuda" and not args.disable_cuda_graph else "off")
-    worker: PlainWorker | EagleWorker = PlainWorker(target, graphs, seed=args.random_seed)
-    if spec is not None:
-        drafter = load_drafter(args, target, device, dtype, spec.topk, graphs)
-        worker = EagleWorker(
-            target,
-            drafter,
-            spec,
-            verify_delay_ms=args.debug_verify_delay_ms,
-            simulate_accept_rate=args.debug_simulate_accept_rate,
-            seed=args.random_seed,
-            graphs=graphs,
-        )
+def build_app(args: argparse.Namespace, spec: SpecParams | None, argv: Sequence[str] = ()) -> App:
+    """Load the models, build the worker, warm it up; return the app to serve.
+
+    With --tp-size N above 1, start ranks 1..N-1 first with the same flags (argv) and build
+    this process's shard as rank 0; the ranks stop when this process exits.
+    """
+    leader: Leader | None = None
+    if args.tp_size > 1:
+        check_tp(args, spec)
+        port = _free_port()
+        ranks = RankProcesses(argv, args.tp_size, port)
+        atexit.register(ranks.stop)
+        try:
+            worker, group = build_worker(args, spec, rank=0, port=port)
+        except BaseException:
+            ranks.stop()
+            raise
+        assert group is not None
+        leader = Leader(worker, group)
+    else:
+        worker, _ = build_worker(args, spec)
     draft_tokens = spec.num_draft_tokens if spec is not None else None
-    engine = Engine(worker, args.max_running_requests, draft_tokens)
+    engine = Engine(worker, args.max_running_requests, draft_tokens, scheduled=leader)
     warm_up(engine, spec)
-    args.device, args.dtype = device.type, str(dtype).removeprefix("torch.")
+    device = worker.device
+    args.device, args.dtype = device.type, str(worker.target.output.weight.dtype)
+    args.dtype = args.dtype.removeprefix("torch.")
     args.tokenizer_path = args.tokenizer_path or str(resolve_model(args.model_path).path.resolve())
     args.served_model_name = args.served_model_name or args.model_path
     draft_path = args.speculative_draft_model_path if spec is not None else None
@@ -253,7 +271,73 @@ def build_app(args: argparse.Namespace, spec: SpecParams | None) -> App:
         "device_name": device_name(device),
         "torch_version": torch.__version__,
     }
-    return App(engine, info, context_len=target.max_seq_len)
+    return App(engine, info, context_len=worker.target.max_seq_len)
+
+
+def build_worker(
+    args: argparse.Namespace, spec: SpecParams | None, *, rank: int = 0, port: int | None = None
+) -> tuple[PlainWorker | EagleWorker, TensorGroup | None]:
+    """Load the models the flags name and build their worker, as rank `rank` of --tp-size.
+
+    With --tp-size above 1 this process joins the server's group at 127.0.0.1:port first and
+    keeps only its shard of each model (``parallel.py``); rank r runs on cuda:r on CUDA.
+    """
+    device = resolve_device(args.device)
+    if device.type == "cuda" and args.tp_size > 1:
+        device = torch.device("cuda", rank)
+        torch.cuda.set_device(device)
+    dtype = resolve_dtype(args.dtype, device)
+    torch.manual_seed(args.random_seed)
+    if args.num_threads is not None:
+        torch.set_num_threads(args.num_threads)
+    group = None
+    if args.tp_size > 1:
+        assert port is not None
+        group = join_group(rank, args.tp_size, port, device)
+    target = load_target(args.model_path, device, dtype)
+    _check_vocab(target, "--model-path")
+    graphs = GraphRunner("cuda" if device.type == "cuda" and not args.disable_cuda_graph else "off")
+    drafter = None
+    if spec is not None:
+        drafter = load_drafter(args, target, device, dtype, spec.topk, graphs)
+    if group is not None:
+        _shard(group, target, drafter)
+    worker: PlainWorker | EagleWorker = PlainWorker(target, graphs, seed=args.random_seed)
+    if spec is not None and drafter is not None:
+        worker = EagleWorker(
+            target,
+            drafter,
+            spec,
+            verify_delay_ms=args.debug_verify_delay_ms,
+            simulate_accept_rate=args.debug_simulate_accept_rate,
+            seed=args.random_seed,
+            graphs=graphs,
+        )
+    return worker, group
+
+
+def _shard(group: TensorGroup, target: Transformer, drafter: Drafter | None) -> None:
+    shard_model(target, group)
+    if drafter is not None:
+        shard_model(drafter.model, group)
+
+
+def check_tp(args: argparse.Namespace, spec: SpecParams | None) -> None:
+    """Raise ConfigError unless every model the flags name splits over --tp-size ranks."""
+    models = {"--model-path": args.model_path}
+    if spec is not None:
+        models["--speculative-draft-model-path"] = args.speculative_draft_model_path
+    for flag, path in models.items():
+        model = resolve_model(path)
+        config = draft_config(model) if model.architecture == DRAFT_ARCHITECTURE else None
+        sizes = config or target_config(model)
+        check_split(args.tp_size, sizes.n_head, sizes.ffn_dim, flag)
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
 
 
 def load_drafter(

@@ -182,7 +182,7 @@ class Attention(nn.Module):
         self.wq = nn.Linear(in_dim, dim, bias=False)
         self.wk = nn.Linear(in_dim, dim, bias=False)
         self.wv = nn.Linear(in_dim, dim, bias=False)
-        self.wo = nn.Linear(dim, dim, bias=False)
+        self.wo: nn.Module = nn.Linear(dim, dim, bias=False)  # row-parallel under TP
         self.kv_cache: KVStore | None = None  # a KVCache, or the trainer's unrolled keys
 
     def forward(self, x: Tensor, rope: Rope, view: AttentionView | None) -> Tensor:
@@ -210,7 +210,7 @@ class FeedForward(nn.Module):
         super().__init__()
         self.w1 = nn.Linear(dim, ffn_dim, bias=False)
         self.w3 = nn.Linear(dim, ffn_dim, bias=False)
-        self.w2 = nn.Linear(ffn_dim, dim, bias=False)
+        self.w2: nn.Module = nn.Linear(ffn_dim, dim, bias=False)  # row-parallel under TP
 
     def forward(self, x: Tensor) -> Tensor:
         return self.w2(F.silu(self.w1(x)) * self.w3(x))

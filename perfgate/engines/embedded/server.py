@@ -19,6 +19,9 @@ by one scheduler (``scheduler.py``).
 
 Models load before the port opens, so ``/health`` answers only once the server can generate.
 SIGTERM or SIGINT, or the death of the parent process, stops it with exit code 0.
+
+With ``--tp-size N`` this process is rank 0 of N: it starts the other ranks, each holding its
+shard of the models (``parallel.py``, ``ranks.py``), and they end with it.
 """
 
 from __future__ import annotations
@@ -275,13 +278,14 @@ def _watch_parent(parent_pid: int) -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the server until SIGTERM, SIGINT or the parent's death; return the exit code."""
+    argv = list(sys.argv[1:] if argv is None else argv)
     args = parse_args(argv)
     logging.basicConfig(level=args.log_level.upper(), format="[%(asctime)s] %(message)s")
     signal.signal(signal.SIGTERM, _on_signal)
     signal.signal(signal.SIGINT, _on_signal)
     threading.Thread(target=_watch_parent, args=(os.getppid(),), daemon=True).start()
     try:
-        server = start_server(args)
+        server = start_server(args, argv)
     except PerfgateError as error:
         print(f"error: {error}", file=sys.stderr)
         return error.exit_code
@@ -298,9 +302,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     return ExitCode.PASS
 
 
-def start_server(args: argparse.Namespace) -> Server:
-    """Check the flags, load the models, then open the port; return the server, not serving."""
-    app = build_app(args, check_args(args))
+def start_server(args: argparse.Namespace, argv: Sequence[str] = ()) -> Server:
+    """Check the flags, load the models, then open the port; return the server, not serving.
+
+    argv, the flags as given, start the other ranks of a --tp-size server.
+    """
+    app = build_app(args, check_args(args), argv)
     try:
         return Server((args.host, args.port), app)
     except OSError as error:

@@ -1,0 +1,178 @@
+"""Tensor parallelism: the process group of a ``--tp-size N`` server and the models' shards.
+
+As in SGLang (and Megatron), every attention and MLP block is split over the N ranks: the
+query, key and value projections and the MLP's gate and up projections column-wise (each
+rank computes ``n_head / N`` heads and ``ffn_dim / N`` hidden units), the attention's output
+and the MLP's down projection row-wise, each followed by an all-reduce that sums the ranks'
+partial outputs. The KV caches hold each rank's own heads. The token embedding, the LM head,
+the norms and the EAGLE-3 head's fusing layer are replicated: they are a small part of a
+decoder's work, and replicated they need no collective, so every rank ends each forward with
+the same logits and makes the same decisions without being told them.
+
+Rank 0 is the server: it serves HTTP and schedules. Before each batch it sends the batch's
+requests to the other ranks (``Leader``); each of them runs the same decoding loop on its
+shard (``follow``), drawing the same sampling coins from a generator seeded alike. Control
+messages travel over a gloo group on the CPU; the all-reduces over gloo on the CPU and over
+NCCL on CUDA, where they are captured inside the CUDA graphs like every other kernel.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any, Protocol
+
+import torch
+import torch.distributed as dist
+from torch import Tensor, nn
+
+from perfgate.engines.embedded.batch import Batch, Generation, Request
+from perfgate.engines.embedded.model import Attention, CachedModel, FeedForward
+from perfgate.engines.embedded.ranks import NVLS_VARIABLE
+from perfgate.errors import ConfigError
+
+logger = logging.getLogger("perfgate.engines.embedded")
+
+JOIN_TIMEOUT = timedelta(minutes=10)  # ranks load their models after joining, not before
+
+
+class _Worker(Protocol):
+    def generate(
+        self, requests: Sequence[Request], on_step: Callable[[Batch], None] | None = None
+    ) -> list[Generation]: ...
+
+
+@dataclass(frozen=True)
+class TensorGroup:
+    """This process's place in a tensor-parallel server."""
+
+    rank: int
+    world: int
+    control: Any  # a gloo ProcessGroup: batches travel here, on the CPU
+    reduce: Any  # the ProcessGroup of the all-reduces: gloo on the CPU, NCCL on CUDA
+
+    def all_reduce(self, x: Tensor) -> Tensor:
+        """Sum x over the ranks, in place; return it."""
+        dist.all_reduce(x, group=self.reduce)
+        return x
+
+
+def join_group(rank: int, world: int, port: int, device: torch.device) -> TensorGroup:
+    """Join the server's process group at 127.0.0.1:port; return this rank's group.
+
+    Multicast NVLink reductions (NVLS) stay off unless the environment turns them on: the
+    shared GPU hosts perfgate runs on require it.
+    """
+    os.environ.setdefault(NVLS_VARIABLE, "0")
+    backend = "nccl" if device.type == "cuda" else "gloo"
+    dist.init_process_group(
+        backend,
+        init_method=f"tcp://127.0.0.1:{port}",
+        rank=rank,
+        world_size=world,
+        timeout=JOIN_TIMEOUT,
+    )
+    control = dist.new_group(backend="gloo") if backend != "gloo" else dist.group.WORLD
+    return TensorGroup(rank, world, control, dist.group.WORLD)
+
+
+def check_split(world: int, n_head: int, ffn_dim: int, flag: str) -> None:
+    """Raise ConfigError unless a model's heads and MLP width split evenly over world ranks."""
+    for what, size in (("attention heads", n_head), ("MLP width", ffn_dim)):
+        if size % world:
+            raise ConfigError(
+                f"{world} ranks cannot split the {size} {what} of {flag}",
+                field="--tp-size",
+                fix=f"use a --tp-size that divides {size}",
+            )
+
+
+class RowParallelLinear(nn.Module):
+    """A linear layer over this rank's slice of the input features, then the all-reduce."""
+
+    def __init__(self, linear: nn.Linear, group: TensorGroup) -> None:
+        super().__init__()
+        self.linear = linear
+        self.group = group
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.group.all_reduce(self.linear(x))
+
+
+def _slice_linear(linear: nn.Linear, dim: int, rank: int, world: int) -> nn.Linear:
+    """Return a linear layer holding rank's part of linear's weight, split along dim.
+
+    dim 0 splits the output features (column-parallel), dim 1 the input ones (row-parallel).
+    """
+    weight = linear.weight.detach().chunk(world, dim=dim)[rank].clone()
+    out_features, in_features = weight.shape
+    part = nn.Linear(in_features, out_features, bias=False, device=weight.device)
+    part.weight = nn.Parameter(weight, requires_grad=False)
+    return part
+
+
+def _unsharded(module: nn.Module) -> nn.Linear:
+    if not isinstance(module, nn.Linear):
+        raise RuntimeError(f"cannot shard {module}: the model is sharded already")
+    return module
+
+
+def shard_model(model: CachedModel, group: TensorGroup) -> None:
+    """Keep only this rank's shard of every attention and MLP block of model, in place.
+
+    The KV caches are allocated again for the heads this rank holds.
+    """
+    rank, world = group.rank, group.world
+    rows, slots = model.cache_shape()
+    for module in list(model.modules()):
+        if isinstance(module, Attention):
+            module.wq = _slice_linear(module.wq, 0, rank, world)
+            module.wk = _slice_linear(module.wk, 0, rank, world)
+            module.wv = _slice_linear(module.wv, 0, rank, world)
+            module.wo = RowParallelLinear(
+                _slice_linear(_unsharded(module.wo), 1, rank, world), group
+            )
+            module.n_head //= world
+        elif isinstance(module, FeedForward):
+            module.w1 = _slice_linear(module.w1, 0, rank, world)
+            module.w3 = _slice_linear(module.w3, 0, rank, world)
+            module.w2 = RowParallelLinear(
+                _slice_linear(_unsharded(module.w2), 1, rank, world), group
+            )
+    if rows:
+        model.setup_cache(rows, slots)
+    if next(model.parameters()).is_cuda:
+        torch.cuda.empty_cache()  # the full weights just dropped
+
+
+class Leader:
+    """Rank 0's worker as its scheduler drives it: each batch goes to every rank first."""
+
+    def __init__(self, worker: _Worker, group: TensorGroup) -> None:
+        self.worker = worker
+        self.group = group
+
+    def generate(
+        self, requests: Sequence[Request], on_step: Callable[[Batch], None] | None = None
+    ) -> list[Generation]:
+        """Send the batch to the other ranks, then decode it here with them."""
+        dist.broadcast_object_list([list(requests)], src=0, group=self.group.control)
+        return self.worker.generate(requests, on_step)
+
+
+def follow(worker: _Worker, group: TensorGroup) -> None:
+    """On a rank other than 0: decode every batch rank 0 sends, for ever.
+
+    A batch that fails here fails on rank 0 as well (the same checks run on the same
+    requests), so the loop goes on to the next one, as rank 0's scheduler does.
+    """
+    while True:
+        message: list[Any] = [None]
+        dist.broadcast_object_list(message, src=0, group=group.control)
+        try:
+            worker.generate(message[0])
+        except Exception:
+            logger.exception("rank %d: a batch failed", group.rank)

@@ -1,0 +1,117 @@
+"""The rank processes of a ``--tp-size N`` server: started by it, and never outliving it.
+
+The server (rank 0) starts ranks 1..N-1 as ``python -m perfgate.engines.embedded.ranks`` with
+its own flags, in its own process group, so perfgate's launcher stops them with it. A rank
+also dies with the server however the server ends: on Linux the kernel sends it SIGKILL when
+the server's main thread exits (``PR_SET_PDEATHSIG``), and a watchdog thread ends it when its
+stdin, a pipe from the server, reaches end-of-file (the server is gone, on any system).
+SIGTERM and SIGINT end a rank at once: it holds nothing to save.
+
+The probe's import hook reaches these processes like any other the server starts; each
+writes its own records, marked with its rank.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import logging
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Sequence
+
+logger = logging.getLogger("perfgate.engines.embedded")
+
+RANK_VARIABLE = "PERFGATE_TP_RANK"  # set in every rank process but the server (rank 0)
+NVLS_VARIABLE = "NCCL_NVLS_ENABLE"
+PR_SET_PDEATHSIG = 1  # linux/prctl.h
+STOP_TIMEOUT_S = 5.0
+
+
+def die_with_parent(parent_pid: int) -> None:
+    """Make the kernel kill this process when its parent dies; exit now if it already has."""
+    if sys.platform.startswith("linux"):
+        libc = ctypes.CDLL(None, use_errno=True)
+        if libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0) != 0:
+            logger.warning("prctl(PR_SET_PDEATHSIG) failed: errno %d", ctypes.get_errno())
+    if os.getppid() != parent_pid:  # the parent died before the line above took effect
+        os._exit(1)
+    threading.Thread(target=_watch_stdin, name="perfgate-rank-watchdog", daemon=True).start()
+
+
+def _watch_stdin() -> None:
+    """End the process once the server's end of the stdin pipe is closed."""
+    while sys.stdin.buffer.read(4096):
+        pass
+    os._exit(1)
+
+
+class RankProcesses:
+    """Ranks 1..N-1 of this server: started together, stopped together."""
+
+    def __init__(self, argv: Sequence[str], world: int, port: int) -> None:
+        # NCCL's multicast reductions stay off unless the scenario's environment says otherwise.
+        env = {**os.environ}
+        env.setdefault(NVLS_VARIABLE, "0")
+        self.processes: list[subprocess.Popen[bytes]] = []
+        for rank in range(1, world):
+            command = [
+                sys.executable,
+                "-m",
+                "perfgate.engines.embedded.ranks",
+                str(rank),
+                str(world),
+                str(port),
+                str(os.getpid()),
+                *argv,
+            ]
+            env[RANK_VARIABLE] = str(rank)
+            self.processes.append(subprocess.Popen(command, stdin=subprocess.PIPE, env=env))
+
+    def check_alive(self) -> None:
+        """Raise RuntimeError naming the first rank that has exited."""
+        for rank, process in enumerate(self.processes, start=1):
+            code = process.poll()
+            if code is not None:
+                raise RuntimeError(f"rank {rank} (pid {process.pid}) exited with code {code}")
+
+    def stop(self) -> None:
+        """Close every rank's pipe, then kill those that are still there after a moment."""
+        for process in self.processes:
+            if process.stdin is not None:
+                process.stdin.close()
+        deadline = time.monotonic() + STOP_TIMEOUT_S
+        for process in self.processes:
+            try:
+                process.wait(max(0.0, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+
+
+def main(argv: Sequence[str]) -> int:
+    """Run rank RANK of WORLD: join the group at PORT, load its shards, follow rank 0."""
+    rank, world, port, parent_pid = (int(value) for value in argv[:4])
+    die_with_parent(parent_pid)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    # Imported after the watchdog is up: torch takes seconds to import.
+    from perfgate.engines.embedded.args import check_args, parse_args
+    from perfgate.engines.embedded.engine import build_worker
+    from perfgate.engines.embedded.parallel import follow
+
+    args = parse_args(argv[4:])
+    logging.basicConfig(
+        level=args.log_level.upper(), format=f"[%(asctime)s rank {rank}] %(message)s"
+    )
+    worker, group = build_worker(args, check_args(args), rank=rank, port=port)
+    assert group is not None and group.world == world
+    follow(worker, group)
+    return 0
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
