@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import statistics
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -22,6 +23,7 @@ class CycleRecord:
     started_at: float  # wall clock, seconds since the epoch
     ms: dict[str, float]  # phase -> milliseconds spent in it during this cycle
     every: int = 1  # the probe timed one cycle in this many: this record stands for `every`
+    rank: int = 0  # the process's tensor-parallel rank (torch.distributed's), 0 without TP
 
 
 def _probe_files(out_dir: Path) -> list[Path]:
@@ -92,6 +94,7 @@ def read_records(out_dir: Path) -> list[CycleRecord]:
                         item["t"],
                         item["ms"],
                         int(item.get("every", 1)),
+                        int(item.get("rank", 0)),
                     )
                 )
     return sorted(records, key=lambda r: (r.started_at, r.pid, r.seq))
@@ -109,3 +112,23 @@ def phase_totals_by_pid(
             for phase, ms in record.ms.items():
                 per_phase[phase] = per_phase.get(phase, 0.0) + ms * record.every
     return totals
+
+
+def rank_cycle_ms(records: Sequence[CycleRecord], start: float, end: float) -> dict[str, float]:
+    """The per-rank spread of cycle time over the cycles that began in [start, end].
+
+    ``rank_cycle_ms.<rank>`` is each rank's median cycle in milliseconds and
+    ``rank_cycle_ms.spread`` the slowest median less the fastest: a rank that lags shows
+    there. Empty unless two ranks or more were timed.
+    """
+    cycles: dict[int, list[float]] = {}
+    for record in records:
+        in_window = start <= record.started_at <= end
+        if record.kind == "cycle" and in_window and "cycle" in record.ms:
+            cycles.setdefault(record.rank, []).append(record.ms["cycle"])
+    if len(cycles) < 2:
+        return {}
+    medians = {rank: statistics.median(values) for rank, values in sorted(cycles.items())}
+    summary = {f"rank_cycle_ms.{rank}": ms for rank, ms in medians.items()}
+    summary["rank_cycle_ms.spread"] = max(medians.values()) - min(medians.values())
+    return summary

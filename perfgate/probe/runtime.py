@@ -6,7 +6,8 @@ release and the server's mode in `PERFGATE_PROBE_TABLE`, `PERFGATE_PROBE_ENGINE_
 `time.perf_counter()` on CPU, a CUDA event recorded on the current stream on GPU. Nothing in
 the hot path synchronises the device: finished events are found with non-blocking queries,
 and a writer thread appends one JSON line per cycle to `$PERFGATE_PROBE_DIR/probe-<pid>.jsonl`
-(one file per process, so per TP rank), followed by a `flushed` heartbeat that tells readers
+(one file per process, so per TP rank; each record names its ``rank`` in torch.distributed's
+group, 0 in a process outside one), followed by a `flushed` heartbeat that tells readers
 how far the file is complete. Nothing starts, and no file appears, until a wrapped method
 runs.
 
@@ -149,6 +150,22 @@ def _pick_clock() -> _CpuClock | _CudaClock:
     return _CpuClock()
 
 
+def _process_rank() -> int:
+    """This process's rank in torch.distributed's default group; 0 outside one.
+
+    A tensor-parallel server's ranks (SGLang's, the embedded engine's) join the group before
+    their first forward, so it is known by the first timed call.
+    """
+    torch = sys.modules.get("torch")
+    try:
+        distributed = torch.distributed if torch is not None else None
+        if distributed is not None and distributed.is_available() and distributed.is_initialized():
+            return int(distributed.get_rank())
+    except Exception:
+        pass  # an unusual build of torch: the record says rank 0
+    return 0
+
+
 Span = tuple[Any, Any]
 
 
@@ -178,6 +195,7 @@ class Probe:
         self._ready: deque[dict[str, Any]] = deque()  # resolved records, to be written
         self._seq = 0
         self._every = 1  # the stride of timed decode cycles, set with the clock
+        self._rank = 0  # this process's rank in torch.distributed's group, set with the clock
         self._cycles_seen = 0
         self._last_frame_end = 0.0
         self._last_heartbeat = 0.0
@@ -235,6 +253,7 @@ class Probe:
     def _first_clock(self) -> _CpuClock | _CudaClock:
         clock = _pick_clock()
         self._every = _every if _every is not None else DEFAULT_EVERY[clock.name]
+        self._rank = _process_rank()
         self._clock = clock
         return clock
 
@@ -307,6 +326,7 @@ class Probe:
         return {
             "kind": record["kind"],
             "pid": os.getpid(),
+            "rank": self._rank,
             "seq": record["seq"],
             "t": record["t"],
             "every": record["every"],

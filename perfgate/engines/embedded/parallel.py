@@ -81,10 +81,10 @@ def join_group(rank: int, world: int, port: int, device: torch.device) -> Tensor
 
 def check_split(world: int, n_head: int, ffn_dim: int, flag: str) -> None:
     """Raise ConfigError unless a model's heads and MLP width split evenly over world ranks."""
-    for what, size in (("attention heads", n_head), ("MLP width", ffn_dim)):
+    for what, size in ((f"{n_head} attention heads", n_head), (f"MLP width {ffn_dim}", ffn_dim)):
         if size % world:
             raise ConfigError(
-                f"{world} ranks cannot split the {size} {what} of {flag}",
+                f"{world} ranks cannot split the {what} of {flag}",
                 field="--tp-size",
                 fix=f"use a --tp-size that divides {size}",
             )

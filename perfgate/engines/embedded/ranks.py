@@ -8,7 +8,7 @@ stdin, a pipe from the server, reaches end-of-file (the server is gone, on any s
 SIGTERM and SIGINT end a rank at once: it holds nothing to save.
 
 The probe's import hook reaches these processes like any other the server starts; each
-writes its own records, marked with its rank.
+writes its own records, marked with its rank in the process group.
 """
 
 from __future__ import annotations
@@ -25,7 +25,6 @@ from collections.abc import Sequence
 
 logger = logging.getLogger("perfgate.engines.embedded")
 
-RANK_VARIABLE = "PERFGATE_TP_RANK"  # set in every rank process but the server (rank 0)
 NVLS_VARIABLE = "NCCL_NVLS_ENABLE"
 PR_SET_PDEATHSIG = 1  # linux/prctl.h
 STOP_TIMEOUT_S = 5.0
@@ -68,7 +67,6 @@ class RankProcesses:
                 str(os.getpid()),
                 *argv,
             ]
-            env[RANK_VARIABLE] = str(rank)
             self.processes.append(subprocess.Popen(command, stdin=subprocess.PIPE, env=env))
 
     def check_alive(self) -> None:
