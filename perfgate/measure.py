@@ -30,6 +30,7 @@ from perfgate.probe import DIR_VARIABLE, probe_env
 from perfgate.probe.reader import (
     CycleRecord,
     phase_totals_by_pid,
+    rank_cycle_ms,
     read_records,
     wait_until_complete,
 )
@@ -108,7 +109,8 @@ def measure_mode(
         if probe_dir is not None:
             wait_until_complete(probe_dir, repeats[-1].finished_at)
     records = read_records(probe_dir) if probe_dir is not None else []
-    phases = summarize_phases(mode, records, repeats)
+    # The phases a run records are rank 0's; the other ranks' cycles show in the spread.
+    phases = summarize_phases(mode, [r for r in records if r.rank == 0], repeats)
     samples = {
         **_repeat_samples(repeats, mode),
         "ttft_ms": tuple(ttft_ms),
@@ -124,7 +126,10 @@ def measure_mode(
         server_info=info,
         log_path=str(log_path),
         top_logprobs=top,
-        engine_metrics=engine_metrics_summary(metrics_before, metrics_after, records, repeats),
+        engine_metrics={
+            **engine_metrics_summary(metrics_before, metrics_after, records, repeats),
+            **rank_cycle_ms(records, repeats[0].started_at, repeats[-1].finished_at),
+        },
     )
 
 
