@@ -28,7 +28,7 @@ def test_loads_the_repository_config() -> None:
     # Every shipped scenario can pass: only the one with simulated acceptance reports its
     # equivalence instead of gating it.
     reported = [s.name for s in config.scenarios.values() if s.equivalence == "report"]
-    assert reported == ["embedded-large-gpu"]
+    assert reported == ["embedded-large-gpu", "embedded-large-tp2"]
 
 
 def test_paths_resolve_against_the_config_folder(tmp_path: Path) -> None:

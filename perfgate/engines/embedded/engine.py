@@ -323,7 +323,15 @@ def _shard(group: TensorGroup, target: Transformer, drafter: Drafter | None) -> 
 
 
 def check_tp(args: argparse.Namespace, spec: SpecParams | None) -> None:
-    """Raise ConfigError unless every model the flags name splits over --tp-size ranks."""
+    """Raise ConfigError unless every model the flags name splits over --tp-size ranks, and
+    on CUDA, unless torch sees a GPU per rank."""
+    if resolve_device(args.device).type == "cuda" and torch.cuda.device_count() < args.tp_size:
+        raise ConfigError(
+            f"{args.tp_size} ranks need {args.tp_size} GPUs; torch sees "
+            f"{torch.cuda.device_count()}",
+            field="--tp-size",
+            fix="lower --tp-size, or widen CUDA_VISIBLE_DEVICES",
+        )
     models = {"--model-path": args.model_path}
     if spec is not None:
         models["--speculative-draft-model-path"] = args.speculative_draft_model_path

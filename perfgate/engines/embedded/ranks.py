@@ -59,6 +59,7 @@ class RankProcesses:
         for rank in range(1, world):
             command = [
                 sys.executable,
+                *(["-P"] if getattr(sys.flags, "safe_path", False) else []),  # as the server
                 "-m",
                 "perfgate.engines.embedded.ranks",
                 str(rank),
