@@ -344,11 +344,13 @@ gpu_memory() { # used MiB per GPU, space-separated; empty without nvidia-smi
 }
 
 memory_back() { # memory_back "BEFORE" "NOW": every GPU within the slack of before
-  local -a before=($1) now=($2)
+  local -a was is
   local i
-  [[ ${#before[@]} -eq ${#now[@]} ]] || return 1
-  for i in "${!before[@]}"; do
-    ((now[i] <= before[i] + mem_slack)) || return 1
+  read -r -a was <<< "$1"
+  read -r -a is <<< "$2"
+  [[ ${#was[@]} -eq ${#is[@]} ]] || return 1
+  for i in "${!was[@]}"; do
+    ((is[i] <= was[i] + mem_slack)) || return 1
   done
 }
 
@@ -441,7 +443,12 @@ stage_endings() {
 
 for stage_name in "${stages[@]}"; do
   echo "== $(date -u +%FT%TZ) stage $stage_name"
-  "stage_$stage_name"
+  case $stage_name in
+    compare) stage_compare ;;
+    sweep) stage_sweep ;;
+    profile) stage_profile ;;
+    endings) stage_endings ;;
+  esac
 done
 
 {
