@@ -37,6 +37,7 @@ from perfgate.engines.embedded.model import BYTE_VOCAB, Transformer
 from perfgate.engines.embedded.parallel import (
     Leader,
     TensorGroup,
+    check_replicas,
     check_split,
     join_group,
     shard_model,
@@ -317,8 +318,10 @@ def build_worker(
 
 
 def _shard(group: TensorGroup, target: Transformer, drafter: Drafter | None) -> None:
+    check_replicas(group, target, "--model-path")
     shard_model(target, group)
     if drafter is not None:
+        check_replicas(group, drafter.model, "--speculative-draft-model-path")
         shard_model(drafter.model, group)
 
 

@@ -13,12 +13,19 @@ Rank 0 is the server: it serves HTTP and schedules. Before each batch it sends t
 requests to the other ranks (``Leader``); each of them runs the same decoding loop on its
 shard (``follow``), drawing the same sampling coins from a generator seeded alike. Control
 messages travel over a gloo group on the CPU; the all-reduces over gloo on the CPU and over
-NCCL on CUDA, where they are captured inside the CUDA graphs like every other kernel.
+NCCL on CUDA, where they are captured inside the CUDA graphs like every other kernel. Every
+rank loads the whole model, checks that the others loaded the same, then keeps its shard.
+
+The probe runs in every rank and marks each record with its rank. The phase timings a run
+records are rank 0's (``perfgate.measure``); each rank's median cycle time and their spread go
+with the run's engine metrics (``rank_cycle_ms.<rank>``, ``rank_cycle_ms.spread``), so a rank
+that lags shows. ``perfgate profile`` traces rank 0.
 """
 
 from __future__ import annotations
 
 import logging
+import math
 import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -74,6 +81,8 @@ def join_group(rank: int, world: int, port: int, device: torch.device) -> Tensor
         rank=rank,
         world_size=world,
         timeout=JOIN_TIMEOUT,
+        # NCCL's communicator is made now, not at the first all-reduce: never in a capture.
+        device_id=device if device.type == "cuda" else None,
     )
     control = dist.new_group(backend="gloo") if backend != "gloo" else dist.group.WORLD
     return TensorGroup(rank, world, control, dist.group.WORLD)
@@ -146,6 +155,28 @@ def shard_model(model: CachedModel, group: TensorGroup) -> None:
         model.setup_cache(rows, slots)
     if next(model.parameters()).is_cuda:
         torch.cuda.empty_cache()  # the full weights just dropped
+
+
+def check_replicas(group: TensorGroup, model: nn.Module, flag: str) -> None:
+    """Raise ConfigError unless every rank loaded the same weights of model (before sharding).
+
+    The ranks decide alike only if their logits agree: a model seeded on devices whose random
+    streams differ would make them part ways, and the collectives would then hang.
+    """
+    digest = [float(p.detach().double().abs().sum()) for p in model.parameters()]
+    everyone: list[Any] = [None] * group.world
+    dist.all_gather_object(everyone, digest, group=group.control)
+    same = all(
+        len(other) == len(digest)
+        and all(math.isclose(x, y, rel_tol=1e-9) for x, y in zip(other, digest, strict=True))
+        for other in everyone
+    )
+    if not same:
+        raise ConfigError(
+            f"the ranks loaded different weights for {flag}",
+            field="--tp-size",
+            fix="give the model a weights file (model.safetensors) so every rank loads the same",
+        )
 
 
 class Leader:
