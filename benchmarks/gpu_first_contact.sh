@@ -51,9 +51,13 @@ expect() {  # expect CODE DESCRIPTION COMMAND...: run it, say whether it ended w
 
 nvidia-smi -L 2> /dev/null || echo "no nvidia-smi"
 mapfile -t scenarios < <("$python" - <<'EOF'
+import torch
 from perfgate.config import load_config
+gpus = torch.cuda.device_count()
 for s in load_config("perfgate.toml").scenarios.values():
-    if s.engine == "embedded" and (s.device or "").startswith("cuda"):
+    if s.engine == "embedded" and (s.device or "").startswith("cuda") and s.tp > gpus:
+        print(f"# {s.name}: tp = {s.tp} needs {s.tp} GPUs, this machine shows {gpus}: left out")
+    elif s.engine == "embedded" and (s.device or "").startswith("cuda"):
         print(s.name)
     elif s.engine == "sglang":
         print(f"# {s.name}: SGLang with {s.model}, whose weights come from a hub: left out")
