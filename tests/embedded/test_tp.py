@@ -153,3 +153,20 @@ def test_no_rank_process_outlives_the_server(sig: signal.Signals, tmp_path: Path
         while _alive(ranks[0]) and time.monotonic() < deadline:
             time.sleep(0.05)
         assert not _alive(ranks[0]), f"rank 1 (pid {ranks[0]}) outlived the server ({sig.name})"
+
+
+def test_a_rank_that_cannot_start_ends_the_server_with_exit_69(tmp_path: Path) -> None:
+    script = (
+        "import time\n"
+        "from perfgate.engines.embedded.ranks import RankProcesses\n"
+        "RankProcesses(['--model-path', 'perfgate/llama-tiny', '--no-such-flag'], 2, 1)"
+        ".watch_start()\n"
+        "time.sleep(60)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=60, env=server_env()
+    )
+    assert done.returncode == 69, done.stderr
+    assert "unrecognized arguments: --no-such-flag" in done.stderr  # rank 1's own words
+    assert "error: rank 1 (pid " in done.stderr
+    assert "exited with code 64 while the server was starting" in done.stderr

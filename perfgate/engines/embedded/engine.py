@@ -240,14 +240,17 @@ def build_app(args: argparse.Namespace, spec: SpecParams | None, argv: Sequence[
     this process's shard as rank 0; the ranks stop when this process exits.
     """
     leader: Leader | None = None
+    started = threading.Event()  # set once the server can serve: the ranks are then up
     if args.tp_size > 1:
         check_tp(args, spec)
         port = _free_port()
         ranks = RankProcesses(argv, args.tp_size, port)
         atexit.register(ranks.stop)
+        started = ranks.watch_start()
         try:
             worker, group = build_worker(args, spec, rank=0, port=port)
         except BaseException:
+            started.set()
             ranks.stop()
             raise
         assert group is not None
@@ -257,6 +260,7 @@ def build_app(args: argparse.Namespace, spec: SpecParams | None, argv: Sequence[
     draft_tokens = spec.num_draft_tokens if spec is not None else None
     engine = Engine(worker, args.max_running_requests, draft_tokens, scheduled=leader)
     warm_up(engine, spec)
+    started.set()
     device = worker.device
     args.device, args.dtype = device.type, str(worker.target.output.weight.dtype)
     args.dtype = args.dtype.removeprefix("torch.")

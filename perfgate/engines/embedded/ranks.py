@@ -21,13 +21,17 @@ import subprocess
 import sys
 import threading
 import time
+import traceback
 from collections.abc import Sequence
+
+from perfgate.errors import ExitCode, PerfgateError
 
 logger = logging.getLogger("perfgate.engines.embedded")
 
 NVLS_VARIABLE = "NCCL_NVLS_ENABLE"
 PR_SET_PDEATHSIG = 1  # linux/prctl.h
 STOP_TIMEOUT_S = 5.0
+WATCH_INTERVAL_S = 0.5
 
 
 def die_with_parent(parent_pid: int) -> None:
@@ -43,7 +47,7 @@ def die_with_parent(parent_pid: int) -> None:
 
 def _watch_stdin() -> None:
     """End the process once the server's end of the stdin pipe is closed."""
-    while sys.stdin.buffer.read(4096):
+    while os.read(0, 4096):  # unbuffered: no lock left held at the interpreter's end
         pass
     os._exit(1)
 
@@ -70,12 +74,29 @@ class RankProcesses:
             ]
             self.processes.append(subprocess.Popen(command, stdin=subprocess.PIPE, env=env))
 
-    def check_alive(self) -> None:
-        """Raise RuntimeError naming the first rank that has exited."""
-        for rank, process in enumerate(self.processes, start=1):
-            code = process.poll()
-            if code is not None:
-                raise RuntimeError(f"rank {rank} (pid {process.pid}) exited with code {code}")
+    def watch_start(self) -> threading.Event:
+        """Watch the ranks until the returned event is set: if one exits before, say so and
+        end this process with exit code 69, instead of waiting for it at the first collective.
+        """
+        started = threading.Event()
+        threading.Thread(
+            target=self._watch, args=(started,), name="perfgate-rank-start", daemon=True
+        ).start()
+        return started
+
+    def _watch(self, started: threading.Event) -> None:
+        while not started.wait(WATCH_INTERVAL_S):
+            for rank, process in enumerate(self.processes, start=1):
+                code = process.poll()
+                if code is not None and not started.is_set():
+                    print(
+                        f"error: rank {rank} (pid {process.pid}) exited with code {code} while "
+                        "the server was starting; its lines above say why",
+                        file=sys.stderr,
+                        flush=True,
+                    )
+                    self.stop()
+                    os._exit(ExitCode.INFRASTRUCTURE)
 
     def stop(self) -> None:
         """Close every rank's pipe, then kill those that are still there after a moment."""
@@ -112,5 +133,22 @@ def main(argv: Sequence[str]) -> int:
     return 0
 
 
+def _exit_code(argv: Sequence[str]) -> int:
+    try:
+        return main(argv)
+    except SystemExit as stop:  # argparse: its message is written already
+        return stop.code if isinstance(stop.code, int) else 1
+    except PerfgateError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return error.exit_code
+    except BaseException:
+        traceback.print_exc()
+        return 1
+
+
 if __name__ == "__main__":
-    main(sys.argv[1:])
+    # Without interpreter finalisation, as the server ends: the watchdog thread may be reading.
+    code = _exit_code(sys.argv[1:])
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
