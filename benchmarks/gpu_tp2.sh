@@ -7,7 +7,8 @@
 #
 # Stages, on scenarios embedded-large-gpu (TP1) and embedded-large-tp2 (TP2) of perfgate.toml:
 #   compare  `perfgate run --no-gate` of each: tok/s, verify ms and cycle ms, plain and EAGLE-3,
-#            TP1 against TP2, and the per-rank spread of cycle time (compare.md);
+#            TP1 against TP2, the per-rank spread of cycle time, and the prompts whose plain
+#            (greedy) outputs are token-identical at TP1 and TP2 (compare.md);
 #   sweep    `perfgate sweep --scenario embedded-large-tp2 --steps 1-6 --env NCCL_PROTO=LL,Simple
 #            --env NCCL_ALGO=Ring,Tree`: the table (sweep.md, sweep.json), then, at each steps
 #            value, the environment point of least verify time judged against the one of most
@@ -198,6 +199,18 @@ for scenario in (tp1, tp2):
         )
 lines += ["", "A plain server has no verify phase: its cycle is one target forward, "
           "what verify is to the speculative server."]
+# The plain servers' greedy outputs, TP2 against TP1, prompt by prompt.
+def plain_outputs(scenario):
+    row = con.execute("select max(id) from runs where scenario = ?", (scenario,)).fetchone()
+    return [json.loads(ids) for (ids,) in con.execute(
+        "select plain_ids from outputs where run_id = ? order by prompt_index", (row[0],))]
+one, two = plain_outputs(tp1), plain_outputs(tp2)
+if one and len(one) == len(two):
+    parts = [next((i for i, (a, b) in enumerate(zip(x, y)) if a != b), None) for x, y in zip(one, two)]
+    same = sum(p is None and len(x) == len(y) for p, x, y in zip(parts, one, two))
+    where = ", ".join(f"prompt {k} at token {p}" for k, p in enumerate(parts) if p is not None)
+    lines += ["", f"Plain outputs, TP2 against TP1: {same}/{len(one)} prompts token-identical"
+              + (f"; parted: {where}" if where else "") + "."]
 open(target, "w").write("\n".join(lines) + "\n")
 print("\n".join(lines))
 EOF
