@@ -1,7 +1,7 @@
 """The rank processes of a ``--tp-size N`` server: started by it, and never outliving it.
 
 The server (rank 0) starts ranks 1..N-1 as ``python -m perfgate.engines.embedded.ranks`` with
-its own flags, in its own process group, so perfgate's launcher stops them with it. A rank
+its own flags, in its process group, so perfgate's launcher stops them with it. A rank
 also dies with the server however the server ends: on Linux the kernel sends it SIGKILL when
 the server's main thread exits (``PR_SET_PDEATHSIG``), and a watchdog thread ends it when its
 stdin, a pipe from the server, reaches end-of-file (the server is gone, on any system).
