@@ -109,18 +109,43 @@ def _alive(pid: int) -> bool:
     return state not in ("", "Z", "X")  # a zombie holds nothing but its exit status
 
 
+def _scored(client: httpx.Client, ids: list[int], start: int) -> list[tuple[int, float]]:
+    """Teacher forcing, as the equivalence rule asks it: (token id, logprob) of each scored
+    token, then of each position's top tokens."""
+    body = {
+        "input_ids": ids,
+        "return_logprob": True,
+        "top_logprobs_num": 3,
+        "logprob_start_len": start,
+        "sampling_params": {"temperature": 0, "max_new_tokens": 1},
+    }
+    response = client.post("/generate", json=body)
+    assert response.status_code == 200, response.text
+    meta = response.json()["meta_info"]
+    pairs = [(entry[1], entry[0] or 0.0) for entry in meta["input_token_logprobs"]]
+    tops = [entry for position in meta["input_top_logprobs"] if position for entry in position]
+    return pairs + [(entry[1], entry[0]) for entry in tops]
+
+
 @pytest.mark.parametrize("mode", ["spec", "plain"])
 def test_tp2_over_gloo_gives_tp1s_outputs_on_the_default_prompts(mode: str, tmp_path: Path) -> None:
     prompts = list(load_prompt_set("default"))
     flags = SPEC if mode == "spec" else ()
+    scored = list(b"Hello, world!")
     with _server(tmp_path / "tp1.log", *flags) as (client, _):
         tp1 = _outputs(client, prompts)
+        tp1_scores = _scored(client, scored, 4)
     with _server(tmp_path / "tp2.log", "--tp-size", "2", *flags) as (client, _):
         info = client.get("/server_info").json()
         tp2 = _outputs(client, prompts)
+        tp2_scores = _scored(client, scored, 4)
     assert info["tp_size"] == 2
     assert all(len(output) == GREEDY["max_new_tokens"] for output in tp1)
     assert tp2 == tp1
+    # Teacher forcing runs on every rank too: the same tokens, logprobs within rounding.
+    assert len(tp1_scores) == len(scored) - 4 + 3 * (len(scored) - 5)
+    assert [token for token, _ in tp2_scores] == [token for token, _ in tp1_scores]
+    assert [lp for _, lp in tp2_scores] == pytest.approx([lp for _, lp in tp1_scores], abs=1e-4)
 
 
 def test_every_rank_writes_probe_records_that_carry_its_rank(tmp_path: Path) -> None:

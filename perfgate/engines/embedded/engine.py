@@ -45,7 +45,7 @@ from perfgate.engines.embedded.parallel import (
 from perfgate.engines.embedded.params import SpecParams
 from perfgate.engines.embedded.profiling import StepProfiler
 from perfgate.engines.embedded.ranks import RankProcesses
-from perfgate.engines.embedded.scheduler import Finished, Pending, Scheduler, Worker
+from perfgate.engines.embedded.scheduler import Finished, Pending, Scheduler
 from perfgate.engines.embedded.scoring import score_input
 from perfgate.engines.embedded.worker import EagleWorker, PlainWorker
 from perfgate.errors import ConfigError
@@ -59,8 +59,8 @@ UNLIMITED_RUNNING_REQUESTS = 4096
 class Engine:
     """The worker behind its scheduler, and the totals that /server_info reports.
 
-    `scheduled` is what the scheduler drives instead of the worker itself: on a
-    tensor-parallel server, a ``Leader`` that sends each batch to the other ranks first.
+    On a tensor-parallel server, `leader` runs in the worker's place (``parallel.Leader``): it
+    sends each batch, and each teacher-forced scoring, to the other ranks first.
     """
 
     def __init__(
@@ -68,9 +68,10 @@ class Engine:
         worker: PlainWorker | EagleWorker,
         max_running_requests: int | None = None,
         draft_tokens: int | None = None,
-        scheduled: Worker | None = None,
+        leader: Leader | None = None,
     ) -> None:
         self.worker = worker
+        self.leader = leader
         self.speculative = isinstance(worker, EagleWorker)
         self.draft_tokens = draft_tokens if self.speculative else None
         self.max_running_requests = max_running_requests
@@ -82,7 +83,7 @@ class Engine:
         self._last_gen_throughput = 0.0
         self.profiler = StepProfiler(worker.device, self._set_step_hook)
         self.scheduler = Scheduler(
-            scheduled or worker,
+            leader or worker,
             max_running_requests,
             self._count,
             self._after_batch,
@@ -125,15 +126,19 @@ class Engine:
         inputs = [
             None
             if start is None
-            else score_input(
-                self.worker.target, p.request.prompt_ids, start, p.request.top_logprobs_num or 0
-            )
+            else self.score(p.request.prompt_ids, start, p.request.top_logprobs_num or 0)
             for p, start in zip(pendings, starts, strict=True)
         ]
         return [
             self.render(pending, rid, received, pending.wait(), scored)
             for pending, rid, scored in zip(pendings, request.rids, inputs, strict=True)
         ]
+
+    def score(self, ids: Sequence[int], start: int, top_n: int) -> InputLogprobs:
+        """Score ids[start:] under the target by teacher forcing (``scoring.py``)."""
+        if self.leader is not None:
+            return self.leader.score(ids, start, top_n)
+        return score_input(self.worker.target, ids, start, top_n)
 
     def render(
         self,
@@ -258,7 +263,7 @@ def build_app(args: argparse.Namespace, spec: SpecParams | None, argv: Sequence[
     else:
         worker, _ = build_worker(args, spec)
     draft_tokens = spec.num_draft_tokens if spec is not None else None
-    engine = Engine(worker, args.max_running_requests, draft_tokens, scheduled=leader)
+    engine = Engine(worker, args.max_running_requests, draft_tokens, leader=leader)
     warm_up(engine, spec)
     started.set()
     device = worker.device

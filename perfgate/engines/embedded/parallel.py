@@ -11,7 +11,8 @@ the same logits and makes the same decisions without being told them.
 
 Rank 0 is the server: it serves HTTP and schedules. Before each batch it sends the batch's
 requests to the other ranks (``Leader``); each of them runs the same decoding loop on its
-shard (``follow``), drawing the same sampling coins from a generator seeded alike. Control
+shard (``follow``), drawing the same sampling coins from a generator seeded alike. Scoring a
+prompt by teacher forcing (the equivalence rule's input logprobs) goes to every rank alike. Control
 messages travel over a gloo group on the CPU; the all-reduces over gloo on the CPU and over
 NCCL on CUDA, where they are captured inside the CUDA graphs like every other kernel. Every
 rank loads the whole model, checks that the others loaded the same, then keeps its shard.
@@ -27,6 +28,7 @@ from __future__ import annotations
 import logging
 import math
 import os
+import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
@@ -36,17 +38,25 @@ import torch
 import torch.distributed as dist
 from torch import Tensor, nn
 
+from perfgate.engines.embedded.api import InputLogprobs
 from perfgate.engines.embedded.batch import Batch, Generation, Request
-from perfgate.engines.embedded.model import Attention, CachedModel, FeedForward
+from perfgate.engines.embedded.model import Attention, CachedModel, FeedForward, Transformer
 from perfgate.engines.embedded.ranks import NVLS_VARIABLE
+from perfgate.engines.embedded.scoring import score_input
 from perfgate.errors import ConfigError
 
 logger = logging.getLogger("perfgate.engines.embedded")
 
-JOIN_TIMEOUT = timedelta(minutes=10)  # ranks load their models after joining, not before
+JOIN_TIMEOUT = timedelta(minutes=10)
+GENERATE, SCORE = (
+    "generate",
+    "score",
+)  # the jobs rank 0 sends  # ranks load their models after joining, not before
 
 
 class _Worker(Protocol):
+    target: Transformer
+
     def generate(
         self, requests: Sequence[Request], on_step: Callable[[Batch], None] | None = None
     ) -> list[Generation]: ...
@@ -180,30 +190,51 @@ def check_replicas(group: TensorGroup, model: nn.Module, flag: str) -> None:
 
 
 class Leader:
-    """Rank 0's worker as its scheduler drives it: each batch goes to every rank first."""
+    """Rank 0's worker as its scheduler drives it: each job goes to every rank first.
+
+    Jobs are decoding a batch (the scheduler's thread) and scoring a prompt by teacher
+    forcing (an HTTP handler's thread). They run one at a time, each rank taking them in the
+    order rank 0 sent them, so the ranks' collectives always pair up.
+    """
 
     def __init__(self, worker: _Worker, group: TensorGroup) -> None:
         self.worker = worker
         self.group = group
+        self.lock = threading.Lock()
 
     def generate(
         self, requests: Sequence[Request], on_step: Callable[[Batch], None] | None = None
     ) -> list[Generation]:
         """Send the batch to the other ranks, then decode it here with them."""
-        dist.broadcast_object_list([list(requests)], src=0, group=self.group.control)
-        return self.worker.generate(requests, on_step)
+        with self.lock:
+            _send(self.group, (GENERATE, list(requests)))
+            return self.worker.generate(requests, on_step)
+
+    def score(self, ids: Sequence[int], start: int, top_n: int) -> InputLogprobs:
+        """Score ids[start:] under the target here and on the other ranks."""
+        with self.lock:
+            _send(self.group, (SCORE, list(ids), start, top_n))
+            return score_input(self.worker.target, ids, start, top_n)
+
+
+def _send(group: TensorGroup, job: tuple[Any, ...]) -> None:
+    dist.broadcast_object_list([job], src=0, group=group.control)
 
 
 def follow(worker: _Worker, group: TensorGroup) -> None:
-    """On a rank other than 0: decode every batch rank 0 sends, for ever.
+    """On a rank other than 0: run every job rank 0 sends, for ever.
 
-    A batch that fails here fails on rank 0 as well (the same checks run on the same
+    A job that fails here fails on rank 0 as well (the same checks run on the same
     requests), so the loop goes on to the next one, as rank 0's scheduler does.
     """
     while True:
         message: list[Any] = [None]
         dist.broadcast_object_list(message, src=0, group=group.control)
+        kind, *job = message[0]
         try:
-            worker.generate(message[0])
+            if kind == GENERATE:
+                worker.generate(*job)
+            else:
+                score_input(worker.target, *job)
         except Exception:
-            logger.exception("rank %d: a batch failed", group.rank)
+            logger.exception("rank %d: a job failed", group.rank)
