@@ -348,7 +348,7 @@ EOF
 
 # --- endings: abrupt ends of a TP2 run -------------------------------------------------------
 engine_processes() { # the pids of every engine process (servers, ranks, supervisors) left
-  pgrep -f 'perfgate[.]engines[.](embedded[.]server|embedded[.]ranks|supervise)' | tr '\n' ' '
+  pgrep -f 'perfgate[.]engines[.](embedded[.]server|embedded[.]rank|supervise)' | tr '\n' ' '
 }
 
 gpu_memory() { # used MiB per GPU, space-separated; empty without nvidia-smi

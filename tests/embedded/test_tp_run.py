@@ -18,7 +18,7 @@ from ..conftest import TINY_SCENARIO, write_config
 pytestmark = pytest.mark.slow
 
 SERVING_LINE = "tiny plain: repeat 1 of"
-RANK_MODULE = b"perfgate.engines.embedded.ranks"
+RANK_MODULE = b"perfgate.engines.embedded.rank\0"  # /proc/PID/cmdline: NUL-separated
 WAIT_S = 120.0
 
 

@@ -1,6 +1,6 @@
 """The rank processes of a ``--tp-size N`` server: started by it, and never outliving it.
 
-The server (rank 0) starts ranks 1..N-1 as ``python -m perfgate.engines.embedded.ranks`` with
+The server (rank 0) starts ranks 1..N-1 as ``python -m perfgate.engines.embedded.rank`` with
 its own flags, in its process group, so perfgate's launcher stops them with it. A rank
 also dies with the server however the server ends: on Linux the kernel sends it SIGKILL when
 the server's main thread exits (``PR_SET_PDEATHSIG``), and a watchdog thread ends it when its
@@ -21,14 +21,14 @@ import subprocess
 import sys
 import threading
 import time
-import traceback
 from collections.abc import Sequence
 
-from perfgate.errors import ExitCode, PerfgateError
+from perfgate.errors import ExitCode
 
 logger = logging.getLogger("perfgate.engines.embedded")
 
 NVLS_VARIABLE = "NCCL_NVLS_ENABLE"
+RANK_MODULE = "perfgate.engines.embedded.rank"  # a rank process's entry point
 PR_SET_PDEATHSIG = 1  # linux/prctl.h
 STOP_TIMEOUT_S = 5.0
 WATCH_INTERVAL_S = 0.5
@@ -65,7 +65,7 @@ class RankProcesses:
                 sys.executable,
                 *(["-P"] if getattr(sys.flags, "safe_path", False) else []),  # as the server
                 "-m",
-                "perfgate.engines.embedded.ranks",
+                RANK_MODULE,
                 str(rank),
                 str(world),
                 str(port),
@@ -110,45 +110,3 @@ class RankProcesses:
             except subprocess.TimeoutExpired:
                 process.kill()
                 process.wait()
-
-
-def main(argv: Sequence[str]) -> int:
-    """Run rank RANK of WORLD: join the group at PORT, load its shards, follow rank 0."""
-    rank, world, port, parent_pid = (int(value) for value in argv[:4])
-    die_with_parent(parent_pid)
-    signal.signal(signal.SIGTERM, signal.SIG_DFL)
-    signal.signal(signal.SIGINT, signal.SIG_DFL)
-    # Imported after the watchdog is up: torch takes seconds to import.
-    from perfgate.engines.embedded.args import check_args, parse_args
-    from perfgate.engines.embedded.engine import build_worker
-    from perfgate.engines.embedded.parallel import follow
-
-    args = parse_args(argv[4:])
-    logging.basicConfig(
-        level=args.log_level.upper(), format=f"[%(asctime)s rank {rank}] %(message)s"
-    )
-    worker, group = build_worker(args, check_args(args), rank=rank, port=port)
-    assert group is not None and group.world == world
-    follow(worker, group)
-    return 0
-
-
-def _exit_code(argv: Sequence[str]) -> int:
-    try:
-        return main(argv)
-    except SystemExit as stop:  # argparse: its message is written already
-        return stop.code if isinstance(stop.code, int) else 1
-    except PerfgateError as error:
-        print(f"error: {error}", file=sys.stderr)
-        return error.exit_code
-    except BaseException:
-        traceback.print_exc()
-        return 1
-
-
-if __name__ == "__main__":
-    # Without interpreter finalisation, as the server ends: the watchdog thread may be reading.
-    code = _exit_code(sys.argv[1:])
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(code)

@@ -1,0 +1,58 @@
+"""A rank of a ``--tp-size N`` server, started by rank 0 (``ranks.py``), never by hand.
+
+python -m perfgate.engines.embedded.rank RANK WORLD PORT PARENT_PID SERVER_FLAGS...
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import sys
+import traceback
+from collections.abc import Sequence
+
+from perfgate.engines.embedded.ranks import die_with_parent
+from perfgate.errors import PerfgateError
+
+
+def main(argv: Sequence[str]) -> int:
+    """Run rank RANK of WORLD: join the group at PORT, load its shards, follow rank 0."""
+    rank, world, port, parent_pid = (int(value) for value in argv[:4])
+    die_with_parent(parent_pid)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    # Imported once the watchdog is up: torch takes seconds to import.
+    from perfgate.engines.embedded.args import check_args, parse_args
+    from perfgate.engines.embedded.engine import build_worker
+    from perfgate.engines.embedded.parallel import follow
+
+    args = parse_args(argv[4:])
+    logging.basicConfig(
+        level=args.log_level.upper(), format=f"[%(asctime)s rank {rank}] %(message)s"
+    )
+    worker, group = build_worker(args, check_args(args), rank=rank, port=port)
+    assert group is not None and group.world == world
+    follow(worker, group)
+    return 0
+
+
+def _exit_code(argv: Sequence[str]) -> int:
+    try:
+        return main(argv)
+    except SystemExit as stop:  # argparse: its message is written already
+        return stop.code if isinstance(stop.code, int) else 1
+    except PerfgateError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return error.exit_code
+    except BaseException:
+        traceback.print_exc()
+        return 1
+
+
+if __name__ == "__main__":
+    # Without interpreter finalisation, as the server ends: the watchdog thread may be reading.
+    code = _exit_code(sys.argv[1:])
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
