@@ -141,7 +141,7 @@ step() {
   local took=$(($(date +%s) - started))
   echo "== $name: exit $rc after $took s (expected $want)"
   local shown=${*//$work/WORK}
-  echo "| $name | $rc | $want | $took | \`${shown//$repo/.}\` |" >> "$summary"
+  echo "| $name | $rc | ${want//|/ or } | $took | \`${shown//$repo/.}\` |" >> "$summary"
   if ! [[ $rc =~ ^($want)$ ]]; then
     failed=1
   fi
