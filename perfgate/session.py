@@ -13,7 +13,7 @@ from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
 
-from sqlalchemy.orm import Session, sessionmaker
+from sqlalchemy.orm import Session
 
 from perfgate.baselines import Baseline, baseline_path
 from perfgate.config import (
@@ -21,7 +21,6 @@ from perfgate.config import (
     Scenario,
     check_history_name,
     load_config,
-    resolve_sqlite_url,
 )
 from perfgate.context import detect_context
 from perfgate.engines.commands import Mode
@@ -50,12 +49,11 @@ from perfgate.reference import (
 from perfgate.report import write_history_report
 from perfgate.results import Measurement, ModeResult, RunContext, RunRecord
 from perfgate.store import (
-    close_history,
     comparable_runs,
-    database_errors,
-    open_history,
+    history,
     probe_write,
     record_run,
+    resolve_history_url,
 )
 from perfgate.unrecorded import not_recorded
 
@@ -227,8 +225,9 @@ class GateSession:
         self.baselines_dir = (
             Path(options.baselines).resolve() if options.baselines else self.config.baselines_dir
         )
-        self.history_url = (
-            resolve_sqlite_url(options.db, self.cwd) if options.db else self.config.history_url
+        # options.db holds $PERFGATE_DB_URL already, where the caller read it.
+        self.history_url = resolve_history_url(
+            options.db, cwd=self.cwd, environ={}, config=self.config
         )
         # A history that is wrong, unreachable or refuses writes fails before measuring.
         probe_write(self.history_url)
@@ -289,12 +288,8 @@ class GateSession:
 
         def reusable(scenario: Scenario, checked: Preflight) -> ModeResult | None:
             key = reuse_key_for(scenario, checked)
-            sessions = open_history(self.history_url)
-            try:
-                with database_errors(sessions):
-                    return find_reusable_plain(sessions, scenario, key)
-            finally:
-                close_history(sessions)
+            with history(self.history_url) as sessions:
+                return find_reusable_plain(sessions, scenario, key)
 
         return reusable
 
@@ -330,7 +325,7 @@ class GateSession:
         return choose_reference(
             measurement,
             self.baselines.get(run.scenario.name),
-            lambda: local_runs(open_history(self.history_url), measurement),
+            lambda: local_runs(self.history_url, measurement),
             run.scenario,
             require_baseline=self.require_baseline,
         )
@@ -379,12 +374,8 @@ class GateSession:
     def _record(self) -> None:
         """Record every run in one transaction; if that fails, keep them in a file and say so."""
         try:
-            sessions = open_history(self.history_url)
-            try:
-                with database_errors(sessions, writing=True), sessions.begin() as session:
-                    self.records = record_linked(session, self.records)
-            finally:
-                close_history(sessions)
+            with history(self.history_url, writing=True) as sessions, sessions.begin() as session:
+                self.records = record_linked(session, self.records)
         except PerfgateError as error:
             raise not_recorded(
                 error, self.config.path.parent, self.workdir.name, self.records
@@ -394,9 +385,8 @@ class GateSession:
         """Write the history's report, if the session writes one (the runs are recorded)."""
         if self.report_path is None:
             return
-        sessions = open_history(self.history_url)
         try:
-            with database_errors(sessions), sessions() as session:
+            with history(self.history_url) as sessions, sessions() as session:
                 write_history_report(self.report_path, session)
         except OSError as error:
             raise ConfigError(
@@ -404,8 +394,6 @@ class GateSession:
                 file=self.report_path,
                 fix="make its folder writable, or pass --report PATH, then run `perfgate report`",
             ) from None
-        finally:
-            close_history(sessions)
         self.report_written = True
 
 
@@ -413,23 +401,21 @@ NOT_JUDGED = "not judged (--no-gate): recorded only"
 
 
 def local_runs(
-    sessions: sessionmaker[Session], measurement: Measurement, before: int | None = None
+    url: str, measurement: Measurement, before: int | None = None, *, existing: bool = False
 ) -> list[RunRecord]:
     """This machine's earlier runs that may judge `measurement` (same scenario, profile and
-    fingerprint, a reference status), recorded before run `before` if given; closes `sessions`."""
-    try:
-        with database_errors(sessions), sessions() as session:
-            return comparable_runs(
-                session,
-                measurement.scenario,
-                measurement.profile,
-                measurement.fingerprint,
-                LOCAL_KEEP,
-                statuses=[s.value for s in REFERENCE_STATUSES],
-                before=before,
-            )
-    finally:
-        close_history(sessions)
+    fingerprint, a reference status), recorded before run `before` if given, in the history at
+    `url` (with `existing`, one that must exist already; see perfgate.store.history)."""
+    with history(url, existing=existing) as sessions, sessions() as session:
+        return comparable_runs(
+            session,
+            measurement.scenario,
+            measurement.profile,
+            measurement.fingerprint,
+            LOCAL_KEEP,
+            statuses=[s.value for s in REFERENCE_STATUSES],
+            before=before,
+        )
 
 
 def reuse_key_for(scenario: Scenario, checked: Preflight) -> str:

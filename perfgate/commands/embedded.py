@@ -6,9 +6,12 @@ import argparse
 from pathlib import Path
 from typing import Any
 
+from perfgate.commands import add_command
+from perfgate.settings import Settings
+
 
 def register(commands: Any) -> None:
-    parser = commands.add_parser("embedded", help="the embedded engine's tools (train)")
+    parser = add_command(commands, "embedded")
     actions = parser.add_subparsers(dest="action", metavar="ACTION", required=True)
     train = actions.add_parser(
         "train",
@@ -20,6 +23,10 @@ def register(commands: Any) -> None:
     )
     add_train_arguments(train)
     train.set_defaults(handler=handle_train)
+
+
+def run(settings: Settings, args: argparse.Namespace) -> int:
+    return int(args.handler(settings, args))
 
 
 def add_train_arguments(parser: argparse.ArgumentParser) -> None:
@@ -48,7 +55,7 @@ def add_train_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def handle_train(args: argparse.Namespace, _rest: list[str]) -> int:
+def handle_train(settings: Settings, args: argparse.Namespace) -> int:
     from perfgate.engines.embedded.train import run  # torch loads for this command only
 
     return run(args)

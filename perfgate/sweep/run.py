@@ -34,7 +34,7 @@ from perfgate.measure import assemble_measurement, measure_mode
 from perfgate.progress import SILENT, Reporter
 from perfgate.results import Measurement, ModeResult, RunContext, RunRecord
 from perfgate.session import record_linked, reuse_key_for
-from perfgate.store import close_history, database_errors, open_history
+from perfgate.store import database_errors, history
 from perfgate.sweep.grid import EnvPoint, Point, SweepSpec, grid
 from perfgate.sweep.results import PointResult, SweepResult, median_tok_s
 from perfgate.sweep.stop import BranchTracker
@@ -114,14 +114,11 @@ class SweepRunner:
         """Measure every point, or skip it (early stop, budget, a failed plain twin)."""
         self._total = check_points(self.base, self.spec, self.config_file)
         self._started = time.monotonic()
-        sessions = open_history(self.history_url)
-        try:
+        with history(self.history_url) as sessions:
             for env, branches in grid(self.spec):
                 state = self._plain_twin(env, branches[0][0])
                 for branch in branches:
                     self._branch(sessions, state, branch)
-        finally:
-            close_history(sessions)
         return SweepResult(
             spec=self.spec,
             scenario=self.base.name,
