@@ -105,11 +105,11 @@ def _refusals(record: RunRecord, current_fingerprint: dict[str, str] | None) -> 
     return reasons
 
 
-def _load_records(settings: Settings, args: argparse.Namespace) -> list[RunRecord]:
+def _load_records(settings: Settings, run_ids: list[int]) -> list[RunRecord]:
     from perfgate.store import history, load_run
 
     with history(settings.history_url, existing=True) as sessions, sessions() as session:
-        records = [load_run(session, run_id) for run_id in args.run]
+        records = [load_run(session, run_id) for run_id in run_ids]
     return one_scenario(
         records, "different baselines", "approve the runs of one scenario and profile at a time"
     )
@@ -126,8 +126,15 @@ def _gating(
 
 
 def handle_update(settings: Settings, args: argparse.Namespace) -> int:
+    return update_baseline(settings, args.run, args.approved_by, args.reason, force=args.force)
+
+
+def update_baseline(
+    settings: Settings, run_ids: list[int], approved_by: str, reason: str, *, force: bool = False
+) -> int:
+    """Append the runs `run_ids` to their scenario's baseline (`perfgate baseline update`)."""
     config = load_config(settings.config)
-    records = _load_records(settings, args)
+    records = _load_records(settings, run_ids)
     first = records[0].measurement
     path = baseline_path(
         settings.baselines_dir(config.baselines_dir), first.profile, first.scenario
@@ -137,7 +144,7 @@ def handle_update(settings: Settings, args: argparse.Namespace) -> int:
     tolerances, gated = _gating(config, first.scenario, baseline)
     for record in records:
         refusals = _refusals(record, dict(baseline.fingerprint) if baseline else None)
-        if refusals and not args.force:
+        if refusals and not force:
             raise ConfigError(
                 f"run {record.id} cannot be approved: {'; '.join(refusals)}",
                 field="--run",
@@ -155,8 +162,8 @@ def handle_update(settings: Settings, args: argparse.Namespace) -> int:
             gated=gated,
             run_id=record.id,
             commit=record.context.commit,
-            approved_by=args.approved_by,
-            reason=args.reason,
+            approved_by=approved_by,
+            reason=reason,
         )
     assert baseline is not None  # one --run at least: argparse requires it
     write_baseline(baseline, path)

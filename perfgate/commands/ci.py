@@ -281,7 +281,7 @@ def _approved_by(args: argparse.Namespace) -> str:
 
 
 def handle_approve(settings: Settings, args: argparse.Namespace) -> int:
-    args.approved_by = _approved_by(args)
+    approved_by = _approved_by(args)
     config = load_config(settings.config)
     records = _approval_targets(settings, args, config)
     if not records:
@@ -295,11 +295,10 @@ def handle_approve(settings: Settings, args: argparse.Namespace) -> int:
         key = (record.measurement.profile, record.measurement.scenario)
         groups.setdefault(key, []).append(int(record.id or 0))
     for ids in groups.values():
-        update = argparse.Namespace(**vars(args), run=ids, force=False)
-        baseline_command.handle_update(settings, update)
+        baseline_command.update_baseline(settings, ids, approved_by, args.reason)
     if args.body:
         requested = ", ".join(dict.fromkeys(args.requested_by)) or None
-        body = approval_body(records, args.approved_by, args.reason, requested)
+        body = approval_body(records, approved_by, args.reason, requested)
         Path(args.body).parent.mkdir(parents=True, exist_ok=True)  # .perfgate/ on a fresh checkout
         Path(args.body).write_text(body, "utf-8")
     return 0
