@@ -15,8 +15,8 @@ if TYPE_CHECKING:
     from perfgate.equivalence import EquivalenceReport, compare_outputs
     from perfgate.errors import ConfigError, ExitCode, InfrastructureError, PerfgateError
     from perfgate.gate import Attribution, Status, Verdict, judge_metric, judge_runs
-    from perfgate.judging import judge_measurements
-    from perfgate.measure import measure_scenario
+    from perfgate.measured_verdicts import judge_measurements
+    from perfgate.pipeline import measure_scenario
     from perfgate.report import render_report
     from perfgate.results import Measurement, ModeResult, PhaseSummary, RunContext, RunRecord
 
@@ -39,12 +39,12 @@ _EXPORTS = {
     "Status": "perfgate.gate",
     "Verdict": "perfgate.gate",
     "compare_outputs": "perfgate.equivalence",
-    "judge_measurements": "perfgate.judging",
+    "judge_measurements": "perfgate.measured_verdicts",
     "judge_metric": "perfgate.gate",
     "judge_runs": "perfgate.gate",
     "load_baseline": "perfgate.baselines",
     "load_config": "perfgate.config",
-    "measure_scenario": "perfgate.measure",
+    "measure_scenario": "perfgate.pipeline",
     "render_report": "perfgate.report",
 }
 

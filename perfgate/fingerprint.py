@@ -7,7 +7,6 @@ import json
 import os
 import platform
 import re
-import shutil
 import subprocess
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -19,6 +18,7 @@ from perfgate.engines.commands import speculative_overlap
 from perfgate.engines.sglang import release
 from perfgate.errors import ConfigError
 from perfgate.runner.state import load_state_fingerprint
+from perfgate.spec.scenario import digest_fields
 
 # Variables that change performance; their values join the fingerprint as `env.NAME`.
 PERF_ENV_PREFIXES = ("NCCL_", "SGLANG_", "PYTORCH_", "TORCH_", "CUDA_", "OMP_", "MKL_")
@@ -27,6 +27,8 @@ PERF_ENV_IGNORED = {"PERFGATE_PROBE_DIR", "TORCH_HOME"}
 
 @dataclass(frozen=True)
 class GpuInfo:
+    """The GPUs as the fingerprint names them; `perfgate.devices.detect_gpus` reads them."""
+
     name: str
     driver: str
     cuda: str
@@ -38,26 +40,6 @@ def perfgate_version() -> str:
         return metadata.version("perfgate")
     except metadata.PackageNotFoundError:
         return "0+unknown"
-
-
-def detect_gpus() -> GpuInfo | None:
-    """Read the GPUs through `nvidia-smi`; None where there is none."""
-    if shutil.which("nvidia-smi") is None:
-        return None
-    query = _output(["nvidia-smi", "--query-gpu=name,driver_version", "--format=csv,noheader"])
-    if query is None:
-        return None
-    header = _output(["nvidia-smi"]) or ""
-    rows = [line.split(",") for line in query.strip().splitlines() if line.strip()]
-    if not rows:
-        return None
-    cuda = re.search(r"CUDA Version:\s*([\d.]+)", header)
-    return GpuInfo(
-        name=rows[0][0].strip(),
-        driver=rows[0][1].strip(),
-        cuda=cuda.group(1) if cuda else "unknown",
-        count=len(rows),
-    )
 
 
 def _output(command: list[str]) -> str | None:
@@ -114,26 +96,7 @@ def cpu_model() -> str:
 
 def scenario_digest(scenario: Scenario) -> str:
     """A short hash of everything in a scenario that shapes its numbers."""
-    shaping = {
-        "engine": scenario.engine,
-        "model": scenario.model,
-        "draft": scenario.draft,
-        "algorithm": scenario.algorithm,
-        "steps": scenario.steps,
-        "topk": scenario.topk,
-        "draft_tokens": scenario.draft_tokens,
-        "tp": scenario.tp,
-        "dtype": scenario.dtype,
-        "device": scenario.device,
-        "max_running_requests": scenario.max_running_requests,
-        "prompts": scenario.prompts,
-        "max_new_tokens": scenario.max_new_tokens,
-        "extra_args": scenario.extra_args,
-        "spec_extra_args": scenario.spec_extra_args,
-        "plain_extra_args": scenario.plain_extra_args,
-    }
-    if scenario.engine_metrics:  # only when on: the digests of existing baselines stay valid
-        shaping["engine_metrics"] = True
+    shaping = digest_fields(scenario)  # perfgate.spec.scenario.SCENARIO_FIELDS says which
     blob = json.dumps(shaping, sort_keys=True, default=list).encode()
     return hashlib.sha256(blob).hexdigest()[:16]
 

@@ -4,16 +4,18 @@ from __future__ import annotations
 
 import statistics
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
 from perfgate import metrics
 from perfgate.config import Scenario
+from perfgate.devices import detect_gpus
 from perfgate.engines.client import Completion, EngineClient, RequestRefused
-from perfgate.engines.commands import Mode, server_command
-from perfgate.engines.launch import free_port, running_server
+from perfgate.engines.commands import Mode, ServerCommand, server_command
+from perfgate.engines.launch import Server, free_port, running_server
 from perfgate.engines.prometheus import (
     CATEGORY_OF_PHASE,
     counter_deltas,
@@ -21,8 +23,8 @@ from perfgate.engines.prometheus import (
     parse_metrics,
 )
 from perfgate.engines.validate import Preflight, preflight
-from perfgate.equivalence import compare_outputs
-from perfgate.fingerprint import collect_fingerprint, detect_gpus
+from perfgate.equivalence import ForcedToken, compare_outputs
+from perfgate.fingerprint import collect_fingerprint
 from perfgate.folders import new_folder
 from perfgate.probe import DIR_VARIABLE, probe_env
 from perfgate.probe.reader import (
@@ -34,6 +36,7 @@ from perfgate.probe.reader import (
 from perfgate.progress import SILENT, Reporter
 from perfgate.results import Measurement, ModeResult, PhaseSummary
 from perfgate.serving.measure import measure_serving
+from perfgate.teacher import score_outputs
 
 # The plain twin's top tokens asked for at every output position, for the equivalence rule.
 TOP_LOGPROBS = 5
@@ -42,7 +45,8 @@ TOP_LOGPROBS = 5
 TimedLoop = Callable[[Callable[[], None], int], None]
 
 
-def plain_loop(one_repeat: Callable[[], None], rounds: int) -> None:
+def run_rounds(one_repeat: Callable[[], None], rounds: int) -> None:
+    """Run `one_repeat` `rounds` times in turn: the TimedLoop where nothing else times them."""
     for _ in range(rounds):
         one_repeat()
 
@@ -61,7 +65,7 @@ def measure_mode(
     scenario: Scenario,
     mode: Mode,
     workdir: Path,
-    timed_loop: TimedLoop = plain_loop,
+    timed_loop: TimedLoop = run_rounds,
     checked: Preflight | None = None,
     *,
     probe: bool = True,
@@ -87,17 +91,7 @@ def measure_mode(
     )
     command = server_command(scenario, mode, port=free_port(), extra_env=env, sglang=checked.sglang)
     log_path = workdir / f"server-{mode}.log"
-    with (
-        running_server(
-            command,
-            log_path,
-            scenario.startup_timeout_s,
-            gpus=checked.gpus,
-            release_timeout_s=scenario.gpu_release_timeout_s,
-            progress=progress,
-        ) as server,
-        EngineClient(server.base_url, scenario.request_timeout_s) as client,
-    ):
+    with server_and_client(scenario, command, log_path, checked, progress) as (server, client):
         info = client.server_info()
         warm_up(client, scenario, mode, progress)
         metrics_before = _engine_counters(client, scenario)
@@ -132,6 +126,33 @@ def measure_mode(
         top_logprobs=top,
         engine_metrics=engine_metrics_summary(metrics_before, metrics_after, records, repeats),
     )
+
+
+@contextmanager
+def server_and_client(
+    scenario: Scenario,
+    command: ServerCommand,
+    log_path: Path,
+    checked: Preflight,
+    progress: Reporter = SILENT,
+) -> Iterator[tuple[Server, EngineClient]]:
+    """Start `command`'s server, wait for it, and hand over a client; stop both on every exit.
+
+    The server logs to `log_path`; on the way out it is stopped and `checked.gpus` waited
+    for, so the next server starts on released GPUs.
+    """
+    with (
+        running_server(
+            command,
+            log_path,
+            scenario.startup_timeout_s,
+            gpus=checked.gpus,
+            release_timeout_s=scenario.gpu_release_timeout_s,
+            progress=progress,
+        ) as server,
+        EngineClient(server.base_url, scenario.request_timeout_s) as client,
+    ):
+        yield server, client
 
 
 def warm_up(client: EngineClient, scenario: Scenario, mode: Mode, progress: Reporter) -> None:
@@ -288,27 +309,62 @@ def phase_samples(phases: Sequence[PhaseSummary]) -> dict[str, tuple[float, ...]
     return {metric: tuple(values) for metric, values in samples.items()}
 
 
-def measure_scenario(
+def teacher_force(
     scenario: Scenario,
-    profile: str,
+    plain: ModeResult,
+    spec: ModeResult,
     workdir: Path,
-    timed_loops: dict[Mode, TimedLoop] | None = None,
-) -> Measurement:
-    """Measure the plain twin, then the speculative server (never both at once)."""
-    started = datetime.now(UTC)
-    loops = timed_loops or {}
-    checked = preflight(scenario)
-    results = {
-        mode: measure_mode(scenario, mode, workdir, loops.get(mode, plain_loop), checked)
-        for mode in ("plain", "spec")
-    }
-    return assemble_measurement(scenario, profile, results["plain"], results["spec"], started)
+    checked: Preflight | None = None,
+    progress: Reporter = SILENT,
+) -> tuple[tuple[ForcedToken, ...] | None, ...] | None:
+    """Score the speculative outputs that differ from the plain ones on the plain server.
+
+    Identical outputs need nothing (None), nor does a scenario whose equivalence is only
+    reported. Otherwise the plain server is launched once more, untimed and without the
+    probe, and scores each differing output by teacher forcing (perfgate.teacher); the
+    other prompts get None. An engine that refuses input logprobs gives None: the rule then
+    judges each prompt at its first divergence.
+    """
+    differ = [i for i, (s, p) in enumerate(zip(spec.outputs, plain.outputs, strict=True)) if s != p]
+    if not differ or scenario.equivalence != "gate":
+        return None
+    checked = checked or preflight(scenario)
+    command = server_command(
+        scenario, "plain", port=free_port(), extra_env={DIR_VARIABLE: ""}, sglang=checked.sglang
+    )
+    workdir.mkdir(parents=True, exist_ok=True)
+    with (
+        running_server(
+            command,
+            workdir / "server-teacher.log",
+            scenario.startup_timeout_s,
+            gpus=checked.gpus,
+            release_timeout_s=scenario.gpu_release_timeout_s,
+            progress=progress,
+        ) as server,
+        EngineClient(server.base_url, scenario.request_timeout_s) as client,
+    ):
+        prompts = [scenario.prompts[i] for i in differ]
+        try:
+            scored = score_outputs(client, prompts, [spec.outputs[i] for i in differ])
+        except RequestRefused:
+            return None
+    by_prompt = dict(zip(differ, scored, strict=True))
+    return tuple(by_prompt.get(i) for i in range(len(spec.outputs)))
 
 
 def assemble_measurement(
-    scenario: Scenario, profile: str, plain: ModeResult, spec: ModeResult, started: datetime
+    scenario: Scenario,
+    profile: str,
+    plain: ModeResult,
+    spec: ModeResult,
+    started: datetime,
+    teacher: Sequence[Sequence[ForcedToken] | None] | None = None,
 ) -> Measurement:
-    """Join the two servers' results with the equivalence check and the fingerprint."""
+    """Join the two servers' results with the equivalence check and the fingerprint.
+
+    `teacher`: the plain server's scores of the speculative outputs (`teacher_force`).
+    """
     return Measurement(
         scenario=scenario.name,
         profile=profile,
@@ -320,6 +376,7 @@ def assemble_measurement(
             spec.outputs,
             plain.outputs,
             plain.top_logprobs,
+            teacher=teacher,
             near_tie_margin=scenario.near_tie_margin,
             max_near_tie_share=scenario.max_near_tie_share,
         ),

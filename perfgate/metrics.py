@@ -115,3 +115,6 @@ PHASE_METRIC: dict[str, str] = {
     DRAFT_EXTEND: "draft_extend_ms",
     CYCLE: "cycle_ms",
 }
+
+# The metrics whose changes are explained phase by phase (perfgate.gate.attribution).
+EXPLAINED = ("output_tok_s", "speedup")

@@ -6,10 +6,11 @@ whose plain fingerprint matches, when that run is younger than the scenario's
 `plain_max_age_h`. The fingerprint covers what shapes the plain server's numbers: the
 machine (GPU, driver, CUDA or CPU), the engine and its release, torch, perfgate, the
 performance-relevant environment (NCCL_*, CUDA_*, SGLANG_*...), and the scenario's plain
-side (model, tp, dtype, device, max_running_requests, prompts, max_new_tokens, repeats,
-warmup, extra_args, plain_extra_args, engine metrics). Draft and steps/topk/draft tokens are
-not part of it. `--refresh-plain` measures the twin anyway, and so does every run on a main
-branch, so the history keeps getting fresh plain figures.
+side: the fields perfgate.spec.scenario marks `plain_reuse` (model, tp, dtype, device,
+max_running_requests, prompts, max_new_tokens, repeats, warmup, extra_args,
+plain_extra_args, engine metrics). Draft and steps/topk/draft tokens are not part of it.
+`--refresh-plain` measures the twin anyway, and so does every run on a main branch, so the
+history keeps getting fresh plain figures.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from perfgate.config import Scenario
 from perfgate.fingerprint import GpuInfo, collect_fingerprint
 from perfgate.results import ModeResult
+from perfgate.spec.scenario import plain_side
 from perfgate.store.reuse import latest_plain_result
 
 MAIN_BRANCHES = ("main", "master")
@@ -43,22 +45,8 @@ def plain_reuse_key(
     fingerprint = collect_fingerprint(scenario, info, gpus, environ)
     for key in _SPEC_ONLY:
         fingerprint.pop(key, None)
-    plain_side = {
-        "model": scenario.model,
-        "tp": scenario.tp,
-        "dtype": scenario.dtype,
-        "device": scenario.device,
-        "max_running_requests": scenario.max_running_requests,
-        "prompts": scenario.prompts,
-        "max_new_tokens": scenario.max_new_tokens,
-        "repeats": scenario.repeats,
-        "warmup": scenario.warmup,
-        "extra_args": scenario.extra_args,
-        "plain_extra_args": scenario.plain_extra_args,
-        "engine_metrics": scenario.engine_metrics,
-    }
     blob = json.dumps(
-        {"fingerprint": fingerprint, "plain": plain_side}, sort_keys=True, default=list
+        {"fingerprint": fingerprint, "plain": plain_side(scenario)}, sort_keys=True, default=list
     )
     return hashlib.sha256(blob.encode()).hexdigest()[:24]
 

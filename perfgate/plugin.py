@@ -22,8 +22,9 @@ from perfgate.ci.pointer import (
     write_pointer,
 )
 from perfgate.errors import ExitCode, PerfgateError
+from perfgate.pipeline import ScenarioRun, severest
 from perfgate.progress import reporter_for_pytest
-from perfgate.session import GateSession, ScenarioRun, severest
+from perfgate.session import GateSession
 from perfgate.settings import add_options, resolve_settings
 from perfgate.summary import render_terminal_summary
 

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from perfgate.session import GateOptions
+    from perfgate.pipeline import GateOptions
 
 
 def _engines() -> tuple[str, ...]:
@@ -152,7 +152,7 @@ class Settings:
 
     def gate_options(self) -> GateOptions:
         """The gate session's options (`perfgate run`, the pytest plugin)."""
-        from perfgate.session import GateOptions
+        from perfgate.pipeline import GateOptions
 
         return GateOptions(
             config=self.config,

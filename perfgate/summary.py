@@ -3,15 +3,38 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from pathlib import Path
+from typing import Any, Protocol
 
-from perfgate.errors import PerfgateError
+from perfgate.errors import ExitCode, PerfgateError
 from perfgate.gate.verdict import Status, Verdict
-from perfgate.judging import EXPLAINED
+from perfgate.metrics import EXPLAINED
 from perfgate.results import RunRecord
 
-if TYPE_CHECKING:
-    from perfgate.session import GateSession
+
+class FinishedSession(Protocol):
+    """What a gate session (perfgate.session.GateSession) tells once it has finished."""
+
+    @property
+    def profile(self) -> str: ...
+    @property
+    def history_url(self) -> str: ...
+    @property
+    def report_path(self) -> Path | None: ...
+    @property
+    def report_written(self) -> bool: ...
+    @property
+    def exit_code(self) -> ExitCode: ...
+    @property
+    def records(self) -> Sequence[RunRecord]: ...
+
+    def final_records(self) -> list[RunRecord]: ...
+
+    def errors(self) -> dict[str, PerfgateError]: ...
+
+    def plain_note(self, name: str) -> str | None: ...
+
+    def judged_locally(self, name: str) -> bool: ...
 
 
 def _number(value: float | None, fmt: str) -> str:
@@ -89,7 +112,7 @@ def _run_name(record: RunRecord) -> str:
     return f"run #{record.id}" if record.id is not None else "run (not recorded)"
 
 
-def render_terminal_summary(session: GateSession, error: PerfgateError | None) -> list[str]:
+def render_terminal_summary(session: FinishedSession, error: PerfgateError | None) -> list[str]:
     """Everything the session has to say at its end.
 
     A scenario measured more than once (its first verdicts were inconclusive) shows one line
@@ -99,9 +122,9 @@ def render_terminal_summary(session: GateSession, error: PerfgateError | None) -
     final = {id(r) for r in session.final_records()}
     for record in session.records:
         if id(record) in final:
-            run = session.runs.get(record.measurement.scenario)
-            lines += render_record(record, run.plain_note if run else None)
-            if run and run.reference and run.reference.local:
+            name = record.measurement.scenario
+            lines += render_record(record, session.plain_note(name))
+            if session.judged_locally(name):
                 lines += _local_inconclusive(record)
         else:
             m = record.measurement
@@ -109,9 +132,8 @@ def render_terminal_summary(session: GateSession, error: PerfgateError | None) -
                 f"{m.scenario} on {m.profile}: {_run_name(record)} {record.status.value}, "
                 "measured again"
             )
-    for name, run in session.runs.items():
-        if run.error is not None:
-            lines.append(f"{name}: not measured: {run.error}")
+    for name, failure in session.errors().items():
+        lines.append(f"{name}: not measured: {failure}")
     if error is not None:
         lines.append(f"perfgate: error: {error}")
     if session.report_written:

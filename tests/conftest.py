@@ -8,12 +8,13 @@ import subprocess
 import sys
 import textwrap
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager
 from pathlib import Path
 
 import pytest
 
+from perfgate import devices
 from perfgate.fingerprint import default_profile
 
 REPO = Path(__file__).resolve().parent.parent
@@ -66,6 +67,14 @@ def _developer_machine(monkeypatch: pytest.MonkeyPatch) -> None:
     """Run each test as on a developer's machine: `.ci/run` sets CI=true, which makes every
     gate run demand a reviewed baseline. The tests of that behaviour set CI themselves."""
     monkeypatch.delenv("CI", raising=False)
+
+
+@pytest.fixture(autouse=True)
+def _gpus_read_afresh() -> Iterator[None]:
+    """Each test reads the GPUs it sets up: what a test before it read once is forgotten."""
+    devices.reset_cache()
+    yield
+    devices.reset_cache()
 
 
 class FakeStream(io.StringIO):

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 
+from perfgate.config import Scenario
 from perfgate.equivalence import compare_outputs
 from perfgate.gate import Status, Verdict
 from perfgate.results import Measurement, ModeResult, PhaseSummary, RunContext, RunRecord
@@ -79,3 +81,16 @@ def record(
         ),
     )
     return RunRecord(measurement_, RunContext(commit=commit, branch="main"), verdicts, status)
+
+
+class QueuedMeasurer:
+    """A Measurer (perfgate.pipeline) that hands out `measurements` in turn, launching nothing;
+    `folders` says where each was asked for."""
+
+    def __init__(self, *measurements: Measurement) -> None:
+        self.queue = list(measurements)
+        self.folders: list[Path] = []
+
+    def measure(self, scenario: Scenario, folder: Path) -> Measurement:
+        self.folders.append(folder)
+        return self.queue.pop(0)

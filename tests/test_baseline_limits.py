@@ -13,7 +13,8 @@ import pytest
 
 from perfgate.baselines import dump_baseline, load_baseline, write_baseline
 from perfgate.errors import ConfigError, ExitCode
-from perfgate.session import GateOptions, GateSession
+from perfgate.pipeline import GateOptions
+from perfgate.session import GateSession
 
 from .conftest import run_perfgate, write_config
 from .test_baselines import _approve

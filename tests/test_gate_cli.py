@@ -12,11 +12,12 @@ from perfgate.baselines import Baseline, load_baseline
 from perfgate.cli import main
 from perfgate.config import load_config
 from perfgate.gate import Status, Verdict, exit_code, overall_status
+from perfgate.pipeline import ScenarioRun, record_linked
 from perfgate.results import RunContext, RunRecord
-from perfgate.session import ScenarioRun, record_linked
 from perfgate.store import open_history
 
 from .conftest import TINY_SCENARIO, write_config
+from .factories import QueuedMeasurer
 from .test_judging import noisy
 
 CONFIG = TINY_SCENARIO.replace(
@@ -196,11 +197,9 @@ def test_a_run_without_a_reviewed_baseline_is_judged_again_against_its_machine(
 
 def _session_verdicts(project: Path, baseline: Baseline, alpha: float) -> ScenarioRun:
     """One scenario's loop as a session runs it: tok/s near the tolerance, up to 3 runs."""
-    queue = [noisy(116, tok_s=116.0), noisy(117, tok_s=116.0)]
+    measurer = QueuedMeasurer(*(noisy(seed, tok_s=116.0) for seed in (115, 116, 117)))
     scenario = load_config(project / "perfgate.toml").scenarios["tiny"]
-    run = ScenarioRun(scenario, "cpu", project)
-    run._measurement = noisy(115, tok_s=116.0)
-    run._fresh_measurement = lambda *args, **kw: queue.pop(0)  # type: ignore[method-assign]
+    run = ScenarioRun(scenario, project, measurer)
     run.judge(baseline, alpha=alpha)
     return run
 

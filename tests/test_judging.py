@@ -13,13 +13,13 @@ from perfgate.baselines import Baseline, approve_run
 from perfgate.config import load_config
 from perfgate.equivalence import compare_outputs
 from perfgate.gate import Status
-from perfgate.judging import judge_measurements
+from perfgate.measured_verdicts import judge_measurements
+from perfgate.pipeline import ScenarioRun, record_linked
 from perfgate.results import Measurement, PhaseSummary, RunContext, RunRecord
-from perfgate.session import ScenarioRun, record_linked
 from perfgate.store import load_run, open_history
 
 from .conftest import write_config
-from .factories import measurement
+from .factories import QueuedMeasurer, measurement
 
 GATED = ("output_tok_s", "speedup", "accept_length", "verify_ms")
 
@@ -134,17 +134,19 @@ def test_judged_runs_keep_their_attribution_and_margins_in_the_history(tmp_path:
     assert loaded.measurement.equivalence == tied and loaded.measurement.equivalence.ok
 
 
-def test_inconclusive_verdicts_measure_again_and_every_run_is_recorded(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_inconclusive_verdicts_measure_again_and_every_run_is_recorded(tmp_path: Path) -> None:
     # The first run sits near the tolerance; the runs measured again settle it.
-    queue = [noisy(21, tok_s=116.0), noisy(22, tok_s=116.0)]
-    monkeypatch.setattr(ScenarioRun, "_fresh_measurement", lambda *args, **kw: queue.pop(0))
+    measurer = QueuedMeasurer(
+        noisy(20, tok_s=116.5), noisy(21, tok_s=116.0), noisy(22, tok_s=116.0)
+    )
     scenario = replace(load_config(write_config(tmp_path)).scenarios["tiny"], max_runs=3)
-    run = ScenarioRun(scenario, "cpu", tmp_path)
-    run._measurement = noisy(20, tok_s=116.5)
+    run = ScenarioRun(scenario, tmp_path, measurer)
     verdicts = run.judge(BASELINE, alpha=0.2)
     assert len(run.looks) == len(run.measurements()) >= 2
+    # Each run measured into a folder of its own.
+    assert (
+        measurer.folders == [tmp_path, *(tmp_path / f"run-{n}" for n in (2, 3))][: len(run.looks)]
+    )
     assert Status.INCONCLUSIVE in {v.status for v in run.looks[0]}
     assert all(v.status is not Status.INCONCLUSIVE for v in verdicts) or len(run.looks) == 3
     records = run.records(RunContext())
@@ -160,23 +162,18 @@ def test_inconclusive_verdicts_measure_again_and_every_run_is_recorded(
 
 def test_a_decided_first_run_is_not_measured_again(tmp_path: Path) -> None:
     scenario = load_config(write_config(tmp_path)).scenarios["tiny"]
-    run = ScenarioRun(scenario, "cpu", tmp_path)
-    run._measurement = noisy(30)
+    run = ScenarioRun(scenario, tmp_path, QueuedMeasurer(noisy(30)))
     assert [v.status for v in run.judge(BASELINE, alpha=0.2)] == [Status.PASS] * 4
     assert run.reruns == [] and len(run.looks) == 1
 
 
-def test_a_regression_already_decided_is_not_measured_again(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_a_regression_already_decided_is_not_measured_again(tmp_path: Path) -> None:
     # verify 30% slower decides the scenario's status; tok/s sits near its tolerance
     # (inconclusive), but no further run could turn the build green, so none is measured.
-    queue = [noisy(41, tok_s=116.5, verify_ms=26.0), noisy(42, tok_s=116.5, verify_ms=26.0)]
-    monkeypatch.setattr(ScenarioRun, "_fresh_measurement", lambda *args, **kw: queue.pop(0))
+    measurer = QueuedMeasurer(*(noisy(seed, tok_s=116.5, verify_ms=26.0) for seed in (40, 41, 42)))
     scenario = replace(load_config(write_config(tmp_path)).scenarios["tiny"], max_runs=3)
-    run = ScenarioRun(scenario, "cpu", tmp_path)
-    run._measurement = noisy(40, tok_s=116.5, verify_ms=26.0)
+    run = ScenarioRun(scenario, tmp_path, measurer)
     verdicts = {v.metric: v.status for v in run.judge(BASELINE, alpha=0.2)}
     assert verdicts["verify_ms"] is Status.REGRESSION
     assert Status.INCONCLUSIVE in verdicts.values()
-    assert run.reruns == [] and len(run.looks) == 1 and len(queue) == 2
+    assert run.reruns == [] and len(run.looks) == 1 and len(measurer.queue) == 2

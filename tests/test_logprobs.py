@@ -8,9 +8,12 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import pytest
 
 from perfgate.config import load_config
 from perfgate.engines.client import Completion, EngineClient, RequestRefused, parse_completion
+from perfgate.engines.embedded.api import InputLogprobs, parse_generate, render_generation
+from perfgate.engines.embedded.batch import Generation, RequestError
 from perfgate.measure import TOP_LOGPROBS, reference_logprobs
 
 from .conftest import write_config
@@ -98,3 +101,35 @@ def test_reference_logprobs_stop_where_the_pass_left_the_timed_outputs(tmp_path:
     assert client.asked == [TOP_LOGPROBS]
     assert [len(t) for t in top] == [4, 2]  # prompt b: position 1's context still matches
     assert reference_logprobs(FakeClient(None), scenario, [(1,), (2,)]) == ()  # type: ignore[arg-type]
+
+
+def test_the_embedded_api_reads_and_renders_input_logprobs_as_sglang() -> None:
+    body = {
+        "input_ids": [[104, 105, 33], [97, 98]],
+        "sampling_params": {"temperature": 0, "max_new_tokens": 0},
+        "return_logprob": True,
+        "logprob_start_len": [1, -1],
+        "top_logprobs_num": 2,
+    }
+    request = parse_generate(body)
+    assert request.input_starts == [1, None]
+    inputs = InputLogprobs((105, 33), (None, -0.25), (None, ((-0.25, 33), (-2.0, 32))))
+    meta = render_generation(Generation([]), 3, "r", 0.0, None, 2, inputs)["meta_info"]
+    # Entry 0 (the token at logprob_start_len) has no logprob, as SGLang returns it.
+    assert meta["input_token_logprobs"] == [[None, 105, None], [-0.25, 33, None]]
+    assert meta["input_top_logprobs"] == [None, [[-0.25, 33, None], [-2.0, 32, None]]]
+    assert meta["output_token_logprobs"] == [] and meta["output_top_logprobs"] == []
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"logprob_start_len": 3}, r"logprob_start_len must be -1 .* 0\.\.2, got 3"),
+        ({"logprob_start_len": -2}, "logprob_start_len"),
+        ({"logprob_start_len": 0, "stream": True}, "not streamed"),
+    ],
+)
+def test_input_logprobs_out_of_the_input_are_refused(change: dict[str, Any], message: str) -> None:
+    body = {"input_ids": [1, 2, 3], "return_logprob": True, **change}
+    with pytest.raises(RequestError, match=message):
+        parse_generate(body)

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from perfgate.ci.pointer import SessionPointer
 from perfgate.errors import ExitCode
 from perfgate.gate.verdict import Status, Verdict
-from perfgate.judging import EXPLAINED
+from perfgate.metrics import EXPLAINED
 from perfgate.results import RunRecord
 
 SUMMARY_LIMIT_BYTES = 1_000_000  # under the 1 MiB (1024k) a step summary may hold

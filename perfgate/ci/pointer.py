@@ -28,7 +28,7 @@ from perfgate.errors import ConfigError, PerfgateError
 from perfgate.files import write_text_atomically
 
 if TYPE_CHECKING:
-    from perfgate.session import GateSession
+    from perfgate.summary import FinishedSession
 
 POINTER = Path(".perfgate") / "last-session.json"
 SCHEMA = 1
@@ -92,12 +92,11 @@ def restore_pointer(root: Path, text: str | None) -> None:
         write_text_atomically(path, text)
 
 
-def session_pointer(session: GateSession, error: PerfgateError | None) -> SessionPointer:
+def session_pointer(session: FinishedSession, error: PerfgateError | None) -> SessionPointer:
     """The pointer of a session that ran (`error`: one raised while finishing it)."""
     errors = [
-        SessionError(name, str(run.error), int(run.error.exit_code))
-        for name, run in session.runs.items()
-        if run.error is not None
+        SessionError(name, str(failure), int(failure.exit_code))
+        for name, failure in session.errors().items()
     ]
     if error is not None:
         errors.append(SessionError(None, str(error), int(error.exit_code)))

@@ -20,8 +20,9 @@ from perfgate.baselines import (
 from perfgate.commands import add_command
 from perfgate.commands.common import one_scenario
 from perfgate.config import Config, load_config
+from perfgate.devices import detect_gpus
 from perfgate.errors import ConfigError
-from perfgate.fingerprint import default_profile, detect_gpus, diff_fingerprints
+from perfgate.fingerprint import default_profile, diff_fingerprints
 from perfgate.gate.attribution import cycle_profile
 from perfgate.gate.estimate import clean_runs
 from perfgate.gate.stats import median, pooled_pairwise_sd

@@ -39,8 +39,9 @@ from perfgate.ci.settings import check_settings
 from perfgate.commands import add_command
 from perfgate.commands import baseline as baseline_command
 from perfgate.config import Config, load_config
+from perfgate.devices import detect_gpus
 from perfgate.errors import ConfigError, ExitCode, PerfgateError
-from perfgate.fingerprint import default_profile, detect_gpus
+from perfgate.fingerprint import default_profile
 from perfgate.results import RunRecord
 from perfgate.settings import Settings, add_options
 

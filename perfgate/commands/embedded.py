@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
 from typing import Any
 
 from perfgate.commands import add_command
+from perfgate.engines.embedded.train_args import add_train_arguments
 from perfgate.settings import Settings
 
 
@@ -27,32 +27,6 @@ def register(commands: Any) -> None:
 
 def run(settings: Settings, args: argparse.Namespace) -> int:
     return int(args.handler(settings, args))
-
-
-def add_train_arguments(parser: argparse.ArgumentParser) -> None:
-    """Add the training command's flags to parser (without importing torch)."""
-    parser.add_argument(
-        "--out",
-        type=Path,
-        required=True,
-        help="directory to write llama-tiny/ and eagle3-llama-tiny/ into; pass "
-        "perfgate/engines/embedded/models to replace the shipped weights",
-    )
-    parser.add_argument(
-        "--scale",
-        type=float,
-        default=1.0,
-        help="multiply every phase's steps by this (e.g. 0.01 for a smoke run); default 1",
-    )
-    parser.add_argument(
-        "--threads", type=int, default=None, help="torch CPU threads (default: torch's choice)"
-    )
-    parser.add_argument(
-        "--skip-quality",
-        action="store_true",
-        help="do not measure the trained models on the default prompts (distinct n-grams, "
-        "accept lengths) for training.json",
-    )
 
 
 def handle_train(settings: Settings, args: argparse.Namespace) -> int:

@@ -17,7 +17,7 @@ from perfgate.errors import ConfigError
 from perfgate.gate import DEFAULT_ALPHA
 from perfgate.gate.looks import scenario_alpha
 from perfgate.gate.verdict import overall_status
-from perfgate.judging import judge_measurements
+from perfgate.measured_verdicts import judge_measurements
 from perfgate.reference import (
     Reference,
     choose_reference,
@@ -165,7 +165,7 @@ def _reference(
     reviewed = load_reviewed(path, m.profile, m.scenario, required=require)
 
     def earlier_runs() -> list[RunRecord]:
-        from perfgate.session import local_runs
+        from perfgate.pipeline import local_runs
 
         return local_runs(settings.history_url, m, before=records[0].id, existing=True)
 

@@ -35,9 +35,9 @@ def run(settings: Settings, args: argparse.Namespace) -> int:
             field=pytest_args[0],
             fix="see `perfgate run --help`; pytest's own flags go after `--`",
         )
-    from perfgate.session import GateSession
+    from perfgate.pipeline import GatePlan
 
-    GateSession(settings.gate_options())  # refuse bad config or baselines before pytest starts
+    GatePlan(settings.gate_options())  # refuse bad config or baselines before pytest starts
     extra = pytest_args[1:]
     # A fresh interpreter, as `pytest perfgate/suites` would be: pytest must import (and
     # assertion-rewrite) the suites itself. Its exit code is the gate's. -P: the current

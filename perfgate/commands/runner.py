@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from perfgate.commands import add_command
-from perfgate.runner.gpus import DEFAULT_MAX_MEMORY_MIB, DEFAULT_MAX_UTILIZATION, Limits
+from perfgate.runner.gpu_health import DEFAULT_MAX_MEMORY_MIB, DEFAULT_MAX_UTILIZATION, Limits
 from perfgate.settings import Settings
 
 EPILOG = """exit codes:

@@ -11,8 +11,9 @@ from typing import Any
 from perfgate.commands import add_command
 from perfgate.config import Config, check_history_name, load_config
 from perfgate.context import detect_context
+from perfgate.devices import detect_gpus
 from perfgate.errors import ConfigError
-from perfgate.fingerprint import default_profile, detect_gpus
+from perfgate.fingerprint import default_profile
 from perfgate.folders import process_folder
 from perfgate.progress import stderr_reporter
 from perfgate.settings import Settings, add_options

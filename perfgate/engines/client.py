@@ -136,6 +136,10 @@ class EngineClient:
             )
         return [parse_completion(item) for item in payload]
 
+    def post_json(self, path: str, body: Mapping[str, Any]) -> Any:
+        """POST a JSON body to `path`; return the answer's JSON (HTTP 4xx: RequestRefused)."""
+        return self._request("POST", path, json=body)
+
     def server_info(self) -> dict[str, Any]:
         """Return `/server_info`, falling back to its older name `/get_server_info`."""
         paths = all_names("server_info")

@@ -12,6 +12,7 @@ from typing import Literal
 from perfgate.config import Scenario
 from perfgate.engines.sglang import PINNED, SglangRelease, release
 from perfgate.env_names import is_env_name
+from perfgate.spec.scenario import OWNED_FIELDS, SPECULATIVE_FLAGS, flag_role
 
 Mode = Literal["spec", "plain"]
 MODES: tuple[Mode, ...] = ("plain", "spec")  # the order a run measures them in
@@ -25,20 +26,12 @@ ENGINE_MODULES = {
 # the plain server at its own default: perfgate always sets it, the same on both servers.
 DEFAULT_MAX_RUNNING_REQUESTS = 48
 
-# Flags perfgate sets itself, by role, and the scenario field to use instead of passing them.
+# Flags perfgate sets itself, by role, and the scenario field to use instead of passing them
+# (perfgate.spec.scenario declares each field's flag).
 OWNED_ROLES = {
-    "model": "model",
-    "tp": "tp",
-    "dtype": "dtype",
-    "max_running_requests": "max_running_requests",
+    **OWNED_FIELDS,
     "host": "(perfgate chooses it)",
     "port": "(perfgate chooses a free one)",
-    "algorithm": "algorithm",
-    "draft": "draft",
-    "steps": "steps",
-    "topk": "topk",
-    "draft_tokens": "draft_tokens",
-    "metrics": "engine_metrics",
 }
 DEVICE_TIMER_VARIABLE = "SGLANG_ENABLE_METRICS_DEVICE_TIMER"
 SPEC_V2 = "SGLANG_ENABLE_SPEC_V2"
@@ -137,17 +130,17 @@ def server_command(
     # copy in the folder the run starts from. SGLang's own interpreter is left as it is.
     unsafe_path = ["-P"] if scenario.engine == "embedded" else []
     argv = [python, *unsafe_path, "-m", ENGINE_MODULES[scenario.engine]]
-    argv += [flag("model"), scenario.model, flag("tp"), str(scenario.tp)]
+    argv += [flag(flag_role("model")), scenario.model, flag(flag_role("tp")), str(scenario.tp)]
     if scenario.dtype:
-        argv += [flag("dtype"), scenario.dtype]
+        argv += [flag(flag_role("dtype")), scenario.dtype]
     if scenario.device and scenario.engine == "embedded":
         argv += ["--device", scenario.device]
     max_running = scenario.max_running_requests or DEFAULT_MAX_RUNNING_REQUESTS
-    argv += [flag("max_running_requests"), str(max_running)]
+    argv += [flag(flag_role("max_running_requests")), str(max_running)]
     argv += [flag("host"), host, flag("port"), str(port)]
     env = dict(scenario.env)
     if scenario.engine_metrics and scenario.engine == "sglang":
-        argv.append(flag("metrics"))
+        argv.append(flag(flag_role("engine_metrics")))
         if flags.has("device_timer"):
             env[DEVICE_TIMER_VARIABLE] = "1"
     argv += scenario.extra_args
@@ -175,14 +168,7 @@ def _speculative_args(scenario: Scenario, flag: Callable[[str], str]) -> list[st
     # All three of steps/topk/draft tokens are always explicit: SGLang's auto-selection
     # would otherwise choose per model architecture (topk 4 for Llama).
     return [
-        flag("algorithm"),
-        scenario.algorithm,
-        flag("draft"),
-        scenario.draft,
-        flag("steps"),
-        str(scenario.steps),
-        flag("topk"),
-        str(scenario.topk),
-        flag("draft_tokens"),
-        str(scenario.draft_tokens),
+        arg
+        for name, role in SPECULATIVE_FLAGS
+        for arg in (flag(role), str(getattr(scenario, name)))
     ]

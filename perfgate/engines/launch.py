@@ -17,9 +17,10 @@ from typing import IO
 
 import httpx
 
+from perfgate.devices import Gpu
 from perfgate.engines import supervise
 from perfgate.engines.commands import ServerCommand
-from perfgate.engines.gpus import Gpu, GpuWatch
+from perfgate.engines.gpu_memory import GpuWatch
 from perfgate.engines.listener import foreign_listeners
 from perfgate.engines.sglang import ARGUMENT_CHECKS
 from perfgate.errors import ConfigError, ExitCode, InfrastructureError

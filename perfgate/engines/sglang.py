@@ -125,6 +125,9 @@ FACTS: tuple[Fact, ...] = (
     Fact("meta_info", "histogram", "spec_accept_histogram", VersionRange(">=0.5.9,<0.5.21")),
     Fact("meta_info", "token_logprobs", "output_token_logprobs"),
     Fact("meta_info", "top_logprobs", "output_top_logprobs"),
+    # Teacher forcing (perfgate.teacher): the input tokens' logprobs from logprob_start_len.
+    Fact("meta_info", "input_token_logprobs", "input_token_logprobs"),
+    Fact("meta_info", "input_top_logprobs", "input_top_logprobs"),
     # GPU time per forward category (Prometheus, with --enable-metrics and the variable).
     Fact("env", "device_timer", "SGLANG_ENABLE_METRICS_DEVICE_TIMER", _since("0.5.7")),
     Fact("string", "device_time", "sglang:forward_execution_seconds_total", _since("0.5.11")),

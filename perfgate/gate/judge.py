@@ -69,6 +69,7 @@ from perfgate.gate.interval import (
 from perfgate.gate.looks import MIN_SETTLE_CHANCE, look_levels, settle_chance
 from perfgate.gate.verdict import Status, Verdict
 from perfgate.metrics import METRICS
+from perfgate.spec.document import DEFAULT_ALPHA
 
 __all__ = [  # what other modules import from here
     "DEFAULT_ALPHA",
@@ -87,7 +88,7 @@ __all__ = [  # what other modules import from here
 ]
 
 DEFAULT_TOLERANCE = 0.03
-DEFAULT_ALPHA = 0.2  # family-wise, per scenario, over all looks, at the tolerance (see above)
+# DEFAULT_ALPHA: family-wise, per scenario, over all looks, at the tolerance (see above).
 # With fewer approved runs than this the spread between launches is barely known.
 FEW_BASELINE_RUNS = 3
 

@@ -12,10 +12,10 @@ from pathlib import Path
 
 import perfgate
 from perfgate.errors import ConfigError
+from perfgate.spec.probe import EVERY_VARIABLE, parse_every
 
 DIR_VARIABLE = "PERFGATE_PROBE_DIR"  # set and non-empty: the probe is on in that server
 RANGES_VARIABLE = "PERFGATE_PROBE_RANGES"  # "1": mark the phases for profilers all along
-EVERY_VARIABLE = "PERFGATE_PROBE_EVERY"  # time one decode cycle in this many
 BOOT_DIR = Path(__file__).resolve().parent / "boot"
 PERFGATE_HOME = Path(perfgate.__file__).resolve().parent.parent
 
@@ -49,20 +49,3 @@ def probe_env(
     if mode:
         variables["PERFGATE_PROBE_MODE"] = mode
     return variables
-
-
-def parse_every(value: str | None) -> int | None:
-    """The stride `PERFGATE_PROBE_EVERY` asks for: None when unset, a ValueError when it is
-    not a whole number from 1 up."""
-    if value is None or value.strip() == "":
-        return None
-    try:
-        every = int(value)
-    except ValueError:
-        every = 0
-    if every < 1:
-        raise ValueError(
-            f"{EVERY_VARIABLE}={value!r} is not a whole number from 1 up; set it to the stride "
-            "of timed decode cycles (1 times every cycle) or unset it for the default"
-        )
-    return every

@@ -56,8 +56,9 @@ from types import ModuleType
 from typing import Any
 
 from perfgate import metrics
-from perfgate.probe import DIR_VARIABLE, EVERY_VARIABLE, RANGES_VARIABLE, parse_every
+from perfgate.probe import DIR_VARIABLE, RANGES_VARIABLE
 from perfgate.probe.targets import ProbeTarget, select_targets
+from perfgate.spec.probe import EVERY_VARIABLE, parse_every
 
 TABLE_VARIABLE = "PERFGATE_PROBE_TABLE"
 VERSION_VARIABLE = "PERFGATE_PROBE_ENGINE_VERSION"

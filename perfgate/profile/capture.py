@@ -13,10 +13,8 @@ from __future__ import annotations
 
 import json
 import re
-import statistics
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -24,44 +22,28 @@ from perfgate import metrics
 from perfgate.config import Scenario
 from perfgate.engines.client import EngineClient
 from perfgate.engines.commands import Mode, ServerCommand, server_command
-from perfgate.engines.launch import free_port, running_server
+from perfgate.engines.launch import free_port
 from perfgate.engines.validate import Preflight, preflight
 from perfgate.errors import InfrastructureError
-from perfgate.measure import Repeat, plain_loop, run_repeats, timed_repeat, warm_up
-from perfgate.probe import EVERY_VARIABLE, RANGES_VARIABLE, probe_env
+from perfgate.measure import (
+    Repeat,
+    run_repeats,
+    run_rounds,
+    server_and_client,
+    timed_repeat,
+    warm_up,
+)
+from perfgate.probe import RANGES_VARIABLE, probe_env
 from perfgate.probe.reader import CycleRecord, read_records, wait_until_complete
-from perfgate.profile.trace import Breakdown, load_trace, parse_spans, phase_breakdown
+from perfgate.profile.trace import ProfileResult, load_trace, parse_spans, phase_breakdown
 from perfgate.progress import SILENT, Reporter
+from perfgate.spec.probe import EVERY_VARIABLE
 
 # Rank 0's trace: SGLang names each `[prefix-]<id>-TP-<rank>[-DP-<r>][-PP-<r>][-EP-<r>]
 # [-<STAGE>].trace.json.gz` (scheduler_profiler_mixin.py; profiler_manager.py from 0.5.13).
 RANK_0 = re.compile(r"-TP-0(?:-(?:DP|PP|EP)-0)*(?:-[A-Z]+)?\.trace\.json(?:\.gz)?$")
 TRACE_WAIT_S = 120.0  # SGLang writes its traces after the profiled steps, in the background
 PROFILE_PREFIX = "perfgate"
-
-
-@dataclass(frozen=True)
-class ProfileResult:
-    """A profile of one server: its trace, the work per phase, and the profiler's cost."""
-
-    scenario: str
-    mode: str
-    command: str
-    server_info: dict[str, Any]
-    trace_path: Path  # as the server wrote it
-    window: dict[str, Any]  # the server's window file; empty where the engine writes none
-    breakdown: Breakdown
-    tok_s: tuple[float, ...]  # the unprofiled repeats
-    cycle_ms_outside: tuple[float, ...]  # the same cycles of the unprofiled repeats
-    cycle_ms_inside: tuple[float, ...]  # the profiled cycles, as the probe timed them
-
-    @property
-    def overhead(self) -> float | None:
-        """The profiled cycles' median time over the unprofiled ones', minus 1."""
-        if not self.cycle_ms_inside or not self.cycle_ms_outside:
-            return None
-        inside = statistics.median(self.cycle_ms_inside)
-        return inside / statistics.median(self.cycle_ms_outside) - 1.0
 
 
 def capture_profile(
@@ -87,17 +69,8 @@ def capture_profile(
         "activities": list(activities),
         "profile_prefix": PROFILE_PREFIX,
     }
-    with (
-        running_server(
-            command,
-            workdir / f"server-{mode}.log",
-            scenario.startup_timeout_s,
-            gpus=checked.gpus,
-            release_timeout_s=scenario.gpu_release_timeout_s,
-            progress=progress,
-        ) as server,
-        EngineClient(server.base_url, scenario.request_timeout_s) as client,
-    ):
+    log_path = workdir / f"server-{mode}.log"
+    with server_and_client(scenario, command, log_path, checked, progress) as (_server, client):
         info = client.server_info()
         repeats, trace = _repeats_then_profile(client, scenario, mode, request, probe_dir, progress)
     window = read_window(trace)
@@ -144,7 +117,7 @@ def _repeats_then_profile(
 ) -> tuple[list[Repeat], Path]:
     """Warm up, time the unprofiled repeats, then one repeat whose first cycles are profiled."""
     warm_up(client, scenario, mode, progress)
-    repeats = run_repeats(client, scenario, mode, plain_loop, progress)
+    repeats = run_repeats(client, scenario, mode, run_rounds, progress)
     with progress.step(f"{scenario.name} {mode}: profiled repeat and its trace"):
         client.start_profile(request)
         profiled = timed_repeat(client, scenario)

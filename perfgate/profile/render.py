@@ -6,9 +6,8 @@ import statistics
 from typing import Any
 
 from perfgate import metrics
-from perfgate.profile.capture import ProfileResult
 from perfgate.profile.categories import CATEGORIES
-from perfgate.profile.trace import Breakdown
+from perfgate.profile.trace import Breakdown, ProfileResult
 
 PHASE_ORDER = (*metrics.NAMED_PHASES, metrics.OTHER, metrics.PREFILL)
 TOP_N = 8  # kernels (or ops) listed per phase: what each category is made of

@@ -23,6 +23,7 @@ from __future__ import annotations
 import bisect
 import gzip
 import json
+import statistics
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -230,3 +231,27 @@ def _self_times(ops: Sequence[Span]) -> list[tuple[Span, float, str]]:
         result.append((op, op.dur_us, parent_category or categorize(op.name)))
         stack.append((op, len(result) - 1))
     return result
+
+
+@dataclass(frozen=True)
+class ProfileResult:
+    """A profile of one server: its trace, the work per phase, and the profiler's cost."""
+
+    scenario: str
+    mode: str
+    command: str
+    server_info: dict[str, Any]
+    trace_path: Path  # as the server wrote it
+    window: dict[str, Any]  # the server's window file; empty where the engine writes none
+    breakdown: Breakdown
+    tok_s: tuple[float, ...]  # the unprofiled repeats
+    cycle_ms_outside: tuple[float, ...]  # the same cycles of the unprofiled repeats
+    cycle_ms_inside: tuple[float, ...]  # the profiled cycles, as the probe timed them
+
+    @property
+    def overhead(self) -> float | None:
+        """The profiled cycles' median time over the unprofiled ones', minus 1."""
+        if not self.cycle_ms_inside or not self.cycle_ms_outside:
+            return None
+        inside = statistics.median(self.cycle_ms_inside)
+        return inside / statistics.median(self.cycle_ms_outside) - 1.0

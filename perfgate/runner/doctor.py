@@ -20,18 +20,12 @@ from typing import Any
 
 from perfgate.baselines import Baseline, baseline_path, load_baseline
 from perfgate.config import Config, Scenario, load_config
+from perfgate.devices import GpuReport, detect_gpus, read_gpus
 from perfgate.engines.launch import free_port
 from perfgate.errors import ConfigError, ExitCode, PerfgateError
-from perfgate.fingerprint import GpuInfo, default_profile, detect_gpus, perfgate_version
+from perfgate.fingerprint import GpuInfo, default_profile, perfgate_version
 from perfgate.reference import fix_commands, missing_baseline, requires_baseline
-from perfgate.runner.gpus import (
-    GpuProblem,
-    GpuReport,
-    Limits,
-    find_problems,
-    read_gpus,
-    select_visible,
-)
+from perfgate.runner.gpu_health import GpuProblem, Limits, find_problems, select_visible
 from perfgate.runner.predict import PredictedServer, predict_fingerprint, predict_server
 from perfgate.runner.state import STATE_VARIABLE
 from perfgate.store import probe_write
@@ -169,13 +163,15 @@ def check_gpus(machine: Machine) -> list[Check]:
     needing = [s for s in machine.scenarios if _needs_gpu(s)]
     try:
         report = read_gpus()
+    except ConfigError as error:  # PERFGATE_GPU_READER names no way to read them
+        return [_fail("gpus", error, FIXES["gpus"])]
     except PerfgateError as error:
         if needing:
             raise
         detail = f"{error}; the selected scenarios run on the CPU"
         return [Check("gpus", WARN, detail, 0, FIXES["gpus"])]
     if report is None or not report.gpus:
-        why = "no nvidia-smi on PATH" if report is None else "nvidia-smi lists no GPU"
+        why = "no nvidia-smi on PATH" if report is None else f"{report.source} lists no GPU"
         if needing:
             return [_no_gpu(machine, scenario, why) for scenario in needing]
         return [Check("gpus", OK, f"none ({why}; the selected scenarios run on the CPU)")]

@@ -21,10 +21,11 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from perfgate.ci.workflow_commands import Annotation
+from perfgate.devices import GpuReport, read_gpus
 from perfgate.errors import ExitCode
 from perfgate.files import write_text_atomically
-from perfgate.runner.gpus import GpuReport, Limits, find_problems, fingerprint_fields, read_gpus
-from perfgate.runner.gpus import select_visible as visible
+from perfgate.runner.gpu_health import Limits, find_problems, fingerprint_fields
+from perfgate.runner.gpu_health import select_visible as visible
 from perfgate.runner.leftovers import (
     OWNER_VARIABLE,
     Leftover,

@@ -6,9 +6,9 @@ import math
 from collections.abc import Sequence
 
 from perfgate.serving.generator import LoadRun
+from perfgate.spec.serving import SERVING_METRICS
 
-# The recorded serving metrics of one load, by name (perfgate.metrics holds their directions).
-SERVING_METRICS = ("serving_output_tok_s", "ttft_ms_p50", "ttft_ms_p99", "itl_ms_p50", "itl_ms_p99")
+__all__ = ["SERVING_METRICS", "percentile", "summarize_load"]
 
 
 def percentile(values: Sequence[float], q: float) -> float:

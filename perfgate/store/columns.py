@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from datetime import datetime
 from typing import Any
 
@@ -21,6 +21,7 @@ from perfgate.results import RunRecord
 from perfgate.store.models import PhaseRow, RunRow, SampleRow, VerdictRow
 from perfgate.store.queries import RunFilter
 from perfgate.store.records import as_utc
+from perfgate.store.verdicts import stored_values, verdict_columns
 
 __all__ = [
     "HistoryColumns",
@@ -64,6 +65,10 @@ class VerdictFacts:
     tolerance: float | None
 
 
+# The fields of a recorded verdict the report reads, as the history stores them.
+_FACTS = tuple(f.name for f in fields(VerdictFacts))
+
+
 @dataclass
 class HistoryColumns:
     """The selected runs, oldest first, and what was measured in each, by run id.
@@ -99,19 +104,11 @@ def history_columns(session: Session, where: RunFilter | None = None) -> History
     phases = phases.where(PhaseRow.run_id.in_(chosen))
     phases = phases.group_by(PhaseRow.run_id, PhaseRow.mode, PhaseRow.phase)
     _group(columns.phase_ms, connection.execute(phases).all())
-    verdicts = select(
-        VerdictRow.run_id,
-        VerdictRow.metric,
-        VerdictRow.status,
-        VerdictRow.baseline,
-        VerdictRow.current,
-        VerdictRow.change,
-        VerdictRow.tolerance,
-    ).where(VerdictRow.run_id.in_(chosen))
-    for run_id, metric, status, baseline, current, change, tolerance in connection.execute(
-        verdicts
-    ).all():
-        facts = VerdictFacts(status, baseline, current, change, tolerance)
+    verdicts = select(VerdictRow.run_id, *verdict_columns(("metric", *_FACTS)))
+    for run_id, metric, *stored in connection.execute(
+        verdicts.where(VerdictRow.run_id.in_(chosen))
+    ):
+        facts = VerdictFacts(**dict(zip(_FACTS, stored, strict=True)))
         columns.verdicts.setdefault(metric, {})[run_id] = facts
     return columns
 
@@ -216,9 +213,8 @@ def columns_from_records(records: Sequence[RunRecord]) -> HistoryColumns:
         for key, means in phases.items():
             columns.phase_ms.setdefault(key, {})[facts.id] = sum(means) / len(means)
         for v in record.verdicts:
-            columns.verdicts.setdefault(v.metric, {})[facts.id] = VerdictFacts(
-                v.status.value, v.baseline, v.current, v.change, v.tolerance
-            )
+            stored = stored_values(v, _FACTS)
+            columns.verdicts.setdefault(v.metric, {})[facts.id] = VerdictFacts(**stored)
     return columns
 
 

@@ -10,10 +10,10 @@ import dataclasses
 from datetime import datetime
 from typing import Any
 
-from perfgate.equivalence import EquivalenceReport, Outcome, PromptComparison
-from perfgate.gate.verdict import Status, Verdict
+from perfgate.equivalence import EquivalenceReport, Outcome, PromptComparison, TokenCheck
+from perfgate.gate.verdict import Status
 from perfgate.results import Measurement, ModeResult, PhaseSummary, RunContext, RunRecord
-from perfgate.store.records import attribution_from_dict
+from perfgate.store.verdicts import stored_values, verdict_from_values
 
 
 def run_to_dict(record: RunRecord) -> dict[str, Any]:
@@ -40,7 +40,7 @@ def run_to_dict(record: RunRecord) -> dict[str, Any]:
             "max_near_tie_share": m.equivalence.max_near_tie_share,
             "prompts": [dataclasses.asdict(p) for p in m.equivalence.prompts],
         },
-        "verdicts": [{**dataclasses.asdict(v), "status": v.status.value} for v in record.verdicts],
+        "verdicts": [stored_values(v) for v in record.verdicts],
         "judged_against": record.judged_against,
     }
 
@@ -66,7 +66,7 @@ def run_from_dict(data: dict[str, Any]) -> RunRecord:
     return RunRecord(
         measurement=measurement,
         context=RunContext(**data["context"]),
-        verdicts=tuple(_verdict(v) for v in data["verdicts"]),
+        verdicts=tuple(verdict_from_values(v) for v in data["verdicts"]),
         status=Status(data["status"]),
         id=data.get("id"),
         judged_against=data.get("judged_against"),
@@ -109,18 +109,11 @@ def _mode_from_dict(mode: str, data: dict[str, Any]) -> ModeResult:
 
 
 def _prompt(data: dict[str, Any]) -> PromptComparison:
-    return PromptComparison(**{**data, "outcome": Outcome(data["outcome"])})
-
-
-def _verdict(data: dict[str, Any]) -> Verdict:
-    return Verdict(
-        **{
-            **data,
-            "status": Status(data["status"]),
-            "attribution": attribution_from_dict(data.get("attribution")),
-            "with_runs": tuple(int(i) for i in data.get("with_runs") or ()),
-        }
+    positions = tuple(
+        TokenCheck(**{**check, "outcome": Outcome(check["outcome"])})
+        for check in data.get("positions") or ()
     )
+    return PromptComparison(**{**data, "outcome": Outcome(data["outcome"]), "positions": positions})
 
 
 def _time(moment: datetime) -> str:

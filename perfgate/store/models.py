@@ -97,6 +97,9 @@ class OutputRow(Base):
     outcome: Mapped[str | None] = mapped_column(String(10))
     margin: Mapped[float | None] = mapped_column(Float)
     margin_is_bound: Mapped[bool | None]
+    # With teacher forcing: {"compared": tokens, "positions": [[position, spec token, top
+    # token, margin, outcome], ...]} (perfgate.equivalence.TokenCheck); None without.
+    forced: Mapped[dict[str, Any] | None] = mapped_column(JSON)
 
 
 class VerdictRow(Base):

@@ -14,12 +14,13 @@ from perfgate.equivalence import (
     EquivalenceReport,
     Outcome,
     PromptComparison,
+    TokenCheck,
 )
-from perfgate.gate.attribution import Attribution, PhaseShift
-from perfgate.gate.verdict import Status, Verdict
+from perfgate.gate.verdict import Status
 from perfgate.results import Measurement, ModeResult, PhaseSummary, RunContext, RunRecord
 from perfgate.store.database import WRITE_LOCK
-from perfgate.store.models import OutputRow, PhaseRow, RunRow, SampleRow, VerdictRow
+from perfgate.store.models import OutputRow, PhaseRow, RunRow, SampleRow
+from perfgate.store.verdicts import verdict_from_row, verdict_row
 
 
 def record_run(session: Session, record: RunRecord) -> int:
@@ -62,10 +63,11 @@ def record_run(session: Session, record: RunRecord) -> int:
             outcome=c.outcome.value,
             margin=c.margin,
             margin_is_bound=c.margin_is_bound,
+            forced=_forced_row(c),
         )
         for c in m.equivalence.prompts
     ]
-    row.verdicts = [_verdict_row(v) for v in record.verdicts]
+    row.verdicts = [verdict_row(v) for v in record.verdicts]
     session.add(row)
     session.flush()
     return row.id
@@ -85,28 +87,6 @@ def take_write_lock(session: Session) -> None:
 
 
 _WRITE_LOCKED = "perfgate.write_locked_transaction"
-
-
-# Verdict fields kept in VerdictRow.detail rather than in columns of their own.
-_DETAIL_FIELDS = ("runs", "baseline_runs", "p_value", "alpha")
-
-
-def _verdict_row(verdict: Verdict) -> VerdictRow:
-    detail: dict[str, Any] = {name: getattr(verdict, name) for name in _DETAIL_FIELDS}
-    detail["with_runs"] = list(verdict.with_runs)
-    detail["attribution"] = verdict.attribution.to_dict() if verdict.attribution else None
-    return VerdictRow(
-        metric=verdict.metric,
-        status=verdict.status.value,
-        message=verdict.message,
-        baseline=verdict.baseline,
-        current=verdict.current,
-        change=verdict.change,
-        ci_low=verdict.ci_low,
-        ci_high=verdict.ci_high,
-        tolerance=verdict.tolerance,
-        detail=detail,
-    )
 
 
 def _server_dict(result: ModeResult) -> dict[str, object]:
@@ -149,7 +129,7 @@ def to_record(row: RunRow) -> RunRecord:
     return RunRecord(
         measurement=measurement,
         context=RunContext(row.commit, row.branch, row.pr, row.ci_url, row.dirty),
-        verdicts=tuple(_verdict(v) for v in row.verdicts),
+        verdicts=tuple(verdict_from_row(v) for v in row.verdicts),
         status=Status(row.status),
         id=row.id,
         judged_against=row.judged_against,
@@ -201,45 +181,24 @@ def _comparison(row: OutputRow) -> PromptComparison:
         plain_token=None if row.matched or k >= len(plain) else plain[k],
         margin=row.margin,
         margin_is_bound=bool(row.margin_is_bound),
+        **_forced_fields(row.forced),
     )
 
 
-def _verdict(row: VerdictRow) -> Verdict:
-    detail = row.detail or {}
-    return Verdict(
-        metric=row.metric,
-        status=Status(row.status),
-        message=row.message,
-        baseline=row.baseline,
-        current=row.current,
-        change=row.change,
-        ci_low=row.ci_low,
-        ci_high=row.ci_high,
-        tolerance=row.tolerance,
-        runs=detail.get("runs"),
-        baseline_runs=detail.get("baseline_runs"),
-        p_value=detail.get("p_value"),
-        alpha=detail.get("alpha"),
-        attribution=attribution_from_dict(detail.get("attribution")),
-        with_runs=tuple(detail.get("with_runs") or ()),
-    )
-
-
-def attribution_from_dict(raw: dict[str, Any] | None) -> Attribution | None:
-    """An attribution from its dict (`Attribution.to_dict`, or `dataclasses.asdict`)."""
-    if not raw:
+def _forced_row(c: PromptComparison) -> dict[str, Any] | None:
+    if not c.forced:
         return None
+    checks = [
+        [p.position, p.spec_token, p.top_token, p.margin, p.outcome.value] for p in c.positions
+    ]
+    return {"compared": c.compared, "positions": checks}
 
-    def shift(item: dict[str, Any]) -> PhaseShift:
-        return PhaseShift(item["phase"], item["baseline_ms"], item["current_ms"], item["share"])
 
-    accept, tok_s = raw.get("accept_length"), raw.get("tok_s_change")
-    return Attribution(
-        metric=raw["metric"],
-        change=raw["change"],
-        cycle=shift(raw["cycle"]),
-        phases=tuple(shift(p) for p in raw["phases"]),
-        accept_length=(accept[0], accept[1]) if accept else None,
-        tok_s_change=(tok_s[0], tok_s[1]) if tok_s else None,
-        summary=raw["summary"],
+def _forced_fields(forced: dict[str, Any] | None) -> dict[str, Any]:
+    if not forced:
+        return {}
+    positions = tuple(
+        TokenCheck(position, spec, top, margin, Outcome(outcome))
+        for position, spec, top, margin, outcome in forced["positions"]
     )
+    return {"forced": True, "compared": forced["compared"], "positions": positions}

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from perfgate.measure import TimedLoop, plain_loop
+from perfgate.measure import TimedLoop, run_rounds
 
 _MODULE_ORDER = ("test_throughput", "test_phases", "test_equivalence")
 
@@ -25,7 +25,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 def timed_loop(benchmark: object) -> TimedLoop:
     """Time the repeats with pytest-benchmark, so `--benchmark-json` holds them too."""
     if getattr(benchmark, "disabled", True):
-        return plain_loop
+        return run_rounds
 
     def loop(one_repeat: object, rounds: int) -> None:
         benchmark.pedantic(one_repeat, rounds=rounds, iterations=1, warmup_rounds=0)  # type: ignore[attr-defined]

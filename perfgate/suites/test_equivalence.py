@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from perfgate.session import ScenarioRun
+from perfgate.pipeline import ScenarioRun
 
 
 def test_outputs_equivalent(scenario_run: ScenarioRun) -> None:

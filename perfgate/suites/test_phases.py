@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 from perfgate import metrics
-from perfgate.session import GateSession, ScenarioRun
+from perfgate.session import GateSession
 
 PHASE_METRICS = ("verify_ms", "draft_ms", "draft_extend_ms", "cycle_ms")
 
 
-def test_phase_breakdown(scenario_run: ScenarioRun) -> None:
-    spec = scenario_run.mode_result("spec")
+def test_phase_breakdown(perfgate_session: GateSession, perfgate_scenario: str) -> None:
+    spec = perfgate_session.server_result(perfgate_scenario, "spec")
     seen = {p.phase for p in spec.phases}
     assert {metrics.DRAFT, metrics.VERIFY, metrics.CYCLE} <= seen, f"phases probed: {seen}"
     for repeat in {p.repeat for p in spec.phases}:

@@ -4,18 +4,21 @@ from __future__ import annotations
 
 import pytest
 
+from perfgate.engines.commands import Mode
 from perfgate.measure import TimedLoop
-from perfgate.session import GateSession, ScenarioRun
+from perfgate.session import GateSession
 
 THROUGHPUT_METRICS = ("output_tok_s", "speedup", "accept_length", "ttft_ms")
 
 
 @pytest.mark.parametrize("mode", ["plain", "spec"])
-def test_throughput(scenario_run: ScenarioRun, mode: str, timed_loop: TimedLoop) -> None:
-    measured_before = mode in scenario_run.results
-    result = scenario_run.mode_result(mode, timed_loop)  # type: ignore[arg-type]
+def test_throughput(
+    perfgate_session: GateSession, perfgate_scenario: str, mode: Mode, timed_loop: TimedLoop
+) -> None:
+    measured_before = perfgate_session.measured(perfgate_scenario, mode)
+    result = perfgate_session.server_result(perfgate_scenario, mode, timed_loop)
     tok_s = result.samples["output_tok_s"]
-    assert len(tok_s) == scenario_run.scenario.repeats
+    assert len(tok_s) == perfgate_session.scenarios[perfgate_scenario].repeats
     assert all(value > 0 for value in tok_s)
     if result.reused_from is not None:
         pytest.skip(f"plain figures reused from run #{result.reused_from}, not timed in this run")

@@ -10,36 +10,35 @@ requires; with ``topk > 1`` a tree whose ``steps * topk + 1`` is below its draft
 cannot fill them and is left out, as SGLang's ``bench_speculative.py`` leaves it out.
 
 From the CLI (``--steps 1-10 --topk 1,2 --draft-tokens 4,8 --env NCCL_PROTO=LL,Simple``) or
-from a ``[sweeps.NAME]`` table of the config (perfgate.sweep.config).
+from a ``[sweeps.NAME]`` table of the config (perfgate.spec.sweep).
 """
 
 from __future__ import annotations
 
 import itertools
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
-from pathlib import Path
+from dataclasses import dataclass
 
 from perfgate.env_names import is_env_name
 from perfgate.errors import ConfigError
+from perfgate.spec.sweep import SweepSpec, parse_int_list
+
+# SweepSpec and parse_int_list live with the config's schema (perfgate.spec.sweep).
+__all__ = [
+    "MAX_POINTS",
+    "EnvPoint",
+    "Point",
+    "SweepSpec",
+    "branches",
+    "env_points",
+    "grid",
+    "parse_env_flag",
+    "parse_int_list",
+]
 
 MAX_POINTS = 1000  # a grid larger than this is a typo, not a plan
 
 EnvPoint = tuple[tuple[str, str], ...]  # (variable, value) pairs, in the matrix's order
-
-
-@dataclass(frozen=True)
-class SweepSpec:
-    """A sweep as configured: the scenario it varies and the values it tries."""
-
-    name: str
-    scenario: str
-    steps: tuple[int, ...]
-    topk: tuple[int, ...] = (1,)
-    draft_tokens: tuple[int, ...] = ()  # for trees (topk > 1)
-    env: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
-    repeats: int | None = None  # None: the scenario's
-    early_stop: bool = True
 
 
 @dataclass(frozen=True)
@@ -102,31 +101,6 @@ def grid(spec: SweepSpec) -> list[tuple[EnvPoint, list[list[Point]]]]:
             fix="sweep fewer values at once",
         )
     return layout
-
-
-def parse_int_list(text: str, where: str, *, file: Path | None = None) -> tuple[int, ...]:
-    """Parse ``1-10``, ``1,2,4`` or ``1-3,8`` into distinct positive ints, in order."""
-    values: list[int] = []
-    try:
-        for part in (p.strip() for p in text.split(",")):
-            first, dash, last = part.partition("-")
-            low, high = int(first), int(last) if dash else int(first)
-            values += range(low, high + 1)
-    except ValueError:
-        raise ConfigError(
-            f"{text!r} is not a list of numbers",
-            file=file,
-            field=where,
-            fix="write e.g. 1-10 or 1,2,4",
-        ) from None
-    if not values or min(values) < 1:
-        raise ConfigError(
-            f"{text!r} holds no value, or one below 1",
-            file=file,
-            field=where,
-            fix="use values >= 1",
-        )
-    return tuple(dict.fromkeys(values))
 
 
 def parse_env_flag(text: str) -> tuple[str, tuple[str, ...]]:

@@ -1,9 +1,9 @@
 """Measure a sweep: the plain twin once per environment point, then every speculative point.
 
-Each point is measured and recorded the way a gate run is (perfgate.measure, perfgate.session,
-perfgate.store): the speculative server launched with the probe, its outputs checked against
-the plain twin's, the run recorded in the history in its own transaction as soon as it is
-measured, without verdicts (a sweep judges no baseline). The plain twin does not depend on
+Each point is measured and recorded the way a gate run is (perfgate.pipeline): the
+speculative server launched with the probe, its outputs checked against the plain twin's, the
+run recorded in the history in its own transaction as soon as it is measured, without
+verdicts (a sweep judges no baseline). The plain twin does not depend on
 steps, topk or draft tokens, so it is measured once per environment point and its figures
 are reused for every speculative point under it: the first point's run records it as
 measured, the others as reused from that run.
@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import re
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
@@ -26,21 +25,17 @@ from pathlib import Path
 from sqlalchemy.orm import Session, sessionmaker
 
 from perfgate.config import Scenario
-from perfgate.engines.validate import Preflight, check_scenario, preflight
+from perfgate.engines.validate import check_scenario
 from perfgate.errors import PerfgateError
 from perfgate.gate.judge import DEFAULT_TOLERANCE
-from perfgate.gate.verdict import overall_status
 from perfgate.measure import assemble_measurement, measure_mode
+from perfgate.pipeline import MeasureMode, ServerPair, record_runs, unjudged_record
 from perfgate.progress import SILENT, Reporter
-from perfgate.results import Measurement, ModeResult, RunContext, RunRecord
-from perfgate.session import record_linked, reuse_key_for
-from perfgate.store import database_errors, history
+from perfgate.results import Measurement, ModeResult, RunContext
+from perfgate.store import history
 from perfgate.sweep.grid import EnvPoint, Point, SweepSpec, grid
 from perfgate.sweep.results import PointResult, SweepResult, median_tok_s
 from perfgate.sweep.stop import BranchTracker
-from perfgate.unrecorded import not_recorded
-
-MeasureMode = Callable[..., ModeResult]  # perfgate.measure.measure_mode's signature
 
 
 def point_scenario(base: Scenario, spec: SweepSpec, point: Point) -> Scenario:
@@ -75,11 +70,12 @@ def check_points(base: Scenario, spec: SweepSpec, file: Path | None) -> int:
 
 @dataclass
 class _EnvState:
-    """One environment point being measured: its plain twin and the run that recorded it."""
+    """One environment point being measured: its servers (one preflight for all its points),
+    its plain twin and the run that recorded it."""
 
     label: str
+    servers: ServerPair
     plain: ModeResult | None = None
-    checked: Preflight | None = None
     skip: str | None = None  # why none of its points can be measured
     plain_run: int | None = None
 
@@ -129,26 +125,20 @@ class SweepRunner:
         )
 
     def _plain_twin(self, env: EnvPoint, first: Point) -> _EnvState:
-        state = _EnvState(sweep_label(self.spec, env))
+        servers = ServerPair(self.profile, self.config_file, self.progress, launch=self.measure)
+        state = _EnvState(sweep_label(self.spec, env), servers)
         if self._over_budget():
             state.skip = self._budget_note()
             return state
         scenario, clock = point_scenario(self.base, self.spec, first), time.monotonic()
         try:
-            state.checked = preflight(scenario, self.config_file)
-            plain = self.measure(
-                scenario,
-                "plain",
-                self._folder(state.label),
-                checked=state.checked,
-                progress=self.progress,
-            )
+            plain = servers.server(scenario, "plain", self._folder(state.label))
         except PerfgateError as error:
             self._failures.append(f"plain twin ({state.label}): {error}")
             self.progress.note(f"plain twin ({state.label}): failed: {error}")
             state.skip = "the plain twin failed"
             return state
-        state.plain = replace(plain, reuse_key=reuse_key_for(scenario, state.checked))
+        state.plain = plain
         self._plain[state.label] = median_tok_s(plain)
         took = time.monotonic() - clock
         self.progress.note(
@@ -182,9 +172,7 @@ class SweepRunner:
         started, clock = datetime.now(UTC), time.monotonic()
         folder = self._folder(state.label, point)
         try:
-            spec = self.measure(
-                scenario, "spec", folder, checked=state.checked, progress=self.progress
-            )
+            spec = state.servers.server(scenario, "spec", folder)
         except PerfgateError as error:
             self._failures.append(f"{point.label()}: {error}")
             self._add(PointResult(point, state.label, skipped=f"failed: {error}"))
@@ -192,7 +180,12 @@ class SweepRunner:
         plain = state.plain
         if state.plain_run is not None:
             plain = replace(plain, reused_from=state.plain_run)
-        measurement = assemble_measurement(scenario, self.profile, plain, spec, started)
+        try:
+            teacher = state.servers.scored(scenario, plain, spec, folder)
+        except PerfgateError as error:
+            self._failures.append(f"{point.label()}: teacher forcing: {error}")
+            teacher = None
+        measurement = assemble_measurement(scenario, self.profile, plain, spec, started, teacher)
         measurement = replace(measurement, config={**measurement.config, "sweep": state.label})
         run_id = self._record(sessions, measurement)
         state.plain_run = state.plain_run or run_id
@@ -201,16 +194,11 @@ class SweepRunner:
         self._add(PointResult(point, state.label, run_id, measurement, clearly_worse=worse), clock)
 
     def _record(self, sessions: sessionmaker[Session], measurement: Measurement) -> int:
-        record = RunRecord(
-            measurement, self.context, (), overall_status((), measurement.outputs_pass)
-        )
-        try:
-            with database_errors(sessions, writing=True), sessions.begin() as session:
-                (recorded,) = record_linked(session, [record])
-        except PerfgateError as error:
-            root = self.config_file.parent if self.config_file else Path.cwd()
-            name = f"{self.workdir.parent.name}-{self.workdir.name}"
-            raise not_recorded(error, root, name, [record]) from None
+        """Record one point's run in its own transaction, as soon as it is measured."""
+        root = self.config_file.parent if self.config_file else Path.cwd()
+        name = f"{self.workdir.parent.name}-{self.workdir.name}"
+        record = unjudged_record(measurement, self.context)
+        (recorded,) = record_runs(sessions, [record], root, name)
         assert recorded.id is not None
         return recorded.id
 

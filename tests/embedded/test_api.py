@@ -65,7 +65,7 @@ def test_input_ids_single_and_batch_with_per_prompt_params() -> None:
             {
                 "text": "a",
                 "return_logprob": True,
-                "logprob_start_len": 0,
+                "logprob_start_len": 1,  # past the one-token input
                 "sampling_params": GREEDY,
             },
             "output tokens only",

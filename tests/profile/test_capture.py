@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from perfgate import measure
 from perfgate.config import load_config
 from perfgate.engines import sglang
 from perfgate.engines.validate import Preflight
@@ -32,7 +33,7 @@ def test_only_sglang_servers_mark_phases_all_along(
         launched["env"] = command.env
         raise InfrastructureError("not launched in this test")
 
-    monkeypatch.setattr(capture, "running_server", no_server)
+    monkeypatch.setattr(measure, "running_server", no_server)  # capture serves through it
     scenario = replace(load_config(write_config(tmp_path)).scenarios["tiny"], engine=engine)
     release = sglang.release(sglang.PINNED) if engine == "sglang" else None
     with pytest.raises(InfrastructureError, match="not launched"):

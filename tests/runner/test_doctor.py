@@ -17,9 +17,9 @@ import pytest
 
 from perfgate.store import close_history, open_history
 
+from .. import fake_smi
 from ..conftest import REPO, TINY_SCENARIO, run_perfgate, write_config
 from ..lockdown import FAKE_CPU, fake_cpuinfo, immutable, require_unshare, with_mounts
-from . import fake_smi
 from .conftest import run_cli
 
 ON_CUDA = TINY_SCENARIO.replace('device = "cpu"', 'device = "cuda"')
@@ -45,7 +45,9 @@ def _doctor(
     cpuinfo: Path | None = None,
 ) -> tuple[int, dict[str, Any]]:
     """`perfgate doctor --json ARGS` in tmp_path; every failed check must name its fix."""
-    env = {"PATH": f"{tmp_path / 'none'}:{NO_GPU_PATH}", **LOCAL, **(env or {})}
+    # The GPUs only through an nvidia-smi on PATH: NVML would find a GPU machine's own.
+    path = f"{tmp_path / 'none'}:{NO_GPU_PATH}"
+    env = {"PATH": path, "PERFGATE_GPU_READER": "nvidia-smi", **LOCAL, **(env or {})}
     if read_only or cpuinfo:
         result = _cli_with_mounts(tmp_path, ["doctor", "--json", *args], env, read_only, cpuinfo)
     else:
@@ -295,6 +297,19 @@ def test_gpus_busy_for_a_gpu_scenario_are_an_infrastructure_failure(tmp_path: Pa
     write_config(tmp_path)  # the same GPUs only warn when the scenario runs on the CPU
     code, document = _doctor(tmp_path, "--no-gate", env=smi)
     assert code == 0 and len(_checks(document, "warn")) == 1
+
+
+def test_a_way_to_read_the_gpus_that_does_not_exist(tmp_path: Path) -> None:
+    write_config(tmp_path)
+    code, document = _doctor(tmp_path, "--no-gate", env={"PERFGATE_GPU_READER": "nvidia_smi"})
+    assert code == 64, document
+    assert _check(document, "gpus") == {
+        "name": "gpus",
+        "status": "fail",
+        "detail": "PERFGATE_GPU_READER: 'nvidia_smi' is not a way to read the GPUs",
+        "exit_code": 64,
+        "fix": "set it to auto, nvml, nvidia-smi, or unset it",
+    }
 
 
 def test_a_gpu_scenario_on_this_machine_without_gpus(tmp_path: Path) -> None:

@@ -16,11 +16,12 @@ from pathlib import Path
 import pytest
 
 from perfgate.config import load_config
-from perfgate.fingerprint import collect_fingerprint, detect_gpus
+from perfgate.devices import detect_gpus
+from perfgate.fingerprint import collect_fingerprint
 from perfgate.runner.leftovers import read_process
 
+from .. import fake_smi
 from ..conftest import REPO, write_config
-from . import fake_smi
 from .conftest import run_cli
 
 pytestmark = pytest.mark.slow
@@ -127,7 +128,7 @@ def test_the_fingerprint_takes_the_saved_settings(
 ) -> None:
     env = _hook_env(tmp_path, runner_name, fake_smi.gpus(8, **{"2": {"power.limit": "500.00"}}))
     assert run_cli("runner", "job-started", "--wait-s", "0", env=env, cwd=tmp_path).returncode == 0
-    for name in ("PATH", "FAKE_NVIDIA_SMI"):
+    for name in ("PATH", "FAKE_NVIDIA_SMI", "PERFGATE_GPU_READER"):
         monkeypatch.setenv(name, env[name])
     scenario = next(iter(load_config(write_config(tmp_path)).scenarios.values()))
     state = {"PERFGATE_MACHINE_STATE": str(tmp_path / "temp" / "perfgate-machine-state.json")}

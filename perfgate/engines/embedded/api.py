@@ -17,7 +17,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from perfgate.engines.embedded.batch import Generation, Request, RequestError
+from perfgate.engines.embedded.batch import Generation, Request, RequestError, TopLogprobs
 from perfgate.engines.embedded.sampling import GREEDY, TOP_K_ALL, Sampling
 
 DEFAULT_MAX_NEW_TOKENS = 128  # SGLang's default
@@ -77,6 +77,8 @@ class GenerateRequest:
     samplings: list[Sampling] | None = None  # per prompt; None: greedy (perfgate's own calls)
     stream: bool = False
     stream_intervals: list[int] = field(default_factory=list)  # per prompt; empty: every step
+    # Per prompt: where its input logprobs start (logprob_start_len), None for none.
+    input_starts: list[int | None] = field(default_factory=list)
 
     def requests(self) -> list[Request]:
         """Return one engine request per prompt."""
@@ -88,6 +90,20 @@ class GenerateRequest:
                 self.prompts, self.max_new_tokens, top, samplings, strict=True
             )
         ]
+
+
+@dataclass(frozen=True)
+class InputLogprobs:
+    """The target's logprobs of a request's input tokens, from ``logprob_start_len`` on.
+
+    As SGLang 0.5.23 returns them (``SchedulerLogprobResultProcessor``): entry j is input
+    token ``start + j``; its logprob given the tokens before it, and the top tokens of that
+    distribution. Entry 0 has neither (None), whatever the start.
+    """
+
+    token_ids: tuple[int, ...]
+    logprobs: tuple[float | None, ...]
+    top: tuple[TopLogprobs | None, ...]
 
 
 def encode_text(text: str) -> list[int]:
@@ -113,6 +129,9 @@ def parse_generate(body: Any) -> GenerateRequest:
     prompts, is_batch = _parse_prompts(body)
     if stream and is_batch:
         raise RequestError("a stream has one prompt: send one 'text' or 'input_ids' per request")
+    logprobs, starts = _parse_logprobs(body, prompts)
+    if stream and any(start is not None for start in starts):
+        raise RequestError("input logprobs (logprob_start_len >= 0) are not streamed; stream false")
     params = body.get("sampling_params") or {}
     if isinstance(params, dict):
         params = [params] * len(prompts)
@@ -128,10 +147,11 @@ def parse_generate(body: Any) -> GenerateRequest:
         [p.max_new_tokens for p in parsed],
         [str(r) for r in rids],
         is_batch,
-        _parse_logprobs(body, len(prompts)),
+        logprobs,
         [p.sampling for p in parsed],
         stream,
         [p.stream_interval for p in parsed],
+        starts,
     )
 
 
@@ -146,24 +166,31 @@ def _per_prompt(body: dict[str, Any], key: str, count: int, default: Any) -> lis
     return [value] * count
 
 
-def _parse_logprobs(body: dict[str, Any], count: int) -> list[int | None]:
-    """Return per prompt: None without return_logprob, else its top_logprobs_num."""
+def _parse_logprobs(
+    body: dict[str, Any], prompts: list[list[int]]
+) -> tuple[list[int | None], list[int | None]]:
+    """Return per prompt its top_logprobs_num (None without return_logprob) and where its
+    input logprobs start (None: output tokens only, SGLang's ``logprob_start_len`` -1)."""
+    count = len(prompts)
     wants = _per_prompt(body, "return_logprob", count, False)
     tops = _per_prompt(body, "top_logprobs_num", count, 0)
     starts = _per_prompt(body, "logprob_start_len", count, OUTPUT_ONLY)
     result: list[int | None] = []
-    for want, top, start in zip(wants, tops, starts, strict=True):
+    inputs: list[int | None] = []
+    for want, top, start, prompt in zip(wants, tops, starts, prompts, strict=True):
         if not isinstance(want, bool):
             raise RequestError(f"return_logprob must be a bool, got {want!r}")
         if not isinstance(top, int) or isinstance(top, bool) or top < 0:
             raise RequestError(f"top_logprobs_num must be an int >= 0, got {top!r}")
-        if want and start != OUTPUT_ONLY:
+        ok = isinstance(start, int) and not isinstance(start, bool)
+        if want and (not ok or not OUTPUT_ONLY <= start < len(prompt)):
             raise RequestError(
-                f"logprob_start_len {start!r}: the embedded engine returns the logprobs of "
-                f"output tokens only; omit it or pass {OUTPUT_ONLY}"
+                f"logprob_start_len must be {OUTPUT_ONLY} (output tokens only) or a position "
+                f"in the input, 0..{len(prompt) - 1}, got {start!r}"
             )
         result.append(top if want else None)
-    return result
+        inputs.append(start if want and start != OUTPUT_ONLY else None)
+    return result, inputs
 
 
 def _parse_prompts(body: dict[str, Any]) -> tuple[list[list[int]], bool]:
@@ -275,11 +302,13 @@ def render_generation(
     e2e_latency_s: float,
     draft_tokens: int | None,
     top_logprobs_num: int | None = None,
+    input_logprobs: InputLogprobs | None = None,
 ) -> dict[str, Any]:
     """Return SGLang's response object for one finished sequence.
 
     draft_tokens: the server's --speculative-num-draft-tokens, None on a plain server.
     top_logprobs_num: None unless the request asked for logprobs (``return_logprob``).
+    input_logprobs: the input tokens' logprobs, when ``logprob_start_len`` asked for them.
     """
     meta_info = progress_meta(rid, prompt_tokens, generation.completion_tokens)
     meta_info["finish_reason"] = {"type": "length", "length": generation.completion_tokens}
@@ -287,7 +316,7 @@ def render_generation(
     if draft_tokens is not None:
         meta_info.update(spec_meta(generation, draft_tokens))
     if top_logprobs_num is not None:
-        meta_info.update(render_logprobs(generation, top_logprobs_num))
+        meta_info.update(render_logprobs(generation, top_logprobs_num, input_logprobs))
     return {
         "text": decode_text(generation.output_ids),
         "output_ids": generation.output_ids,
@@ -361,24 +390,34 @@ def render_chunk(rid: str, prompt_tokens: int, output_ids: list[int], text: str)
     }
 
 
-def render_logprobs(generation: Generation, top_logprobs_num: int) -> dict[str, Any]:
+def render_logprobs(
+    generation: Generation, top_logprobs_num: int, inputs: InputLogprobs | None = None
+) -> dict[str, Any]:
     """Return SGLang's logprob fields: [logprob, token_id, text] entries, text null.
 
-    ``output_top_logprobs`` comes with ``top_logprobs_num`` > 0 only, as in SGLang; the input
-    fields are empty, since only output tokens' logprobs are returned.
+    ``output_top_logprobs`` and ``input_top_logprobs`` come with ``top_logprobs_num`` > 0
+    only, as in SGLang; the input fields are empty unless ``inputs`` are given.
     """
     logprobs = generation.output_logprobs or ()
     fields: dict[str, Any] = {
-        "input_token_logprobs": [],
+        "input_token_logprobs": [
+            [logprob, token, None]
+            for logprob, token in zip(inputs.logprobs, inputs.token_ids, strict=True)
+        ]
+        if inputs
+        else [],
         "output_token_logprobs": [
             [logprob, token, None]
             for logprob, token in zip(logprobs, generation.output_ids, strict=True)
         ],
     }
     if top_logprobs_num > 0:
-        fields["input_top_logprobs"] = []
+        fields["input_top_logprobs"] = [_render_top(top) for top in inputs.top] if inputs else []
         fields["output_top_logprobs"] = [
-            [[logprob, token, None] for logprob, token in top]
-            for top in generation.output_top_logprobs or ()
+            _render_top(top) for top in generation.output_top_logprobs or ()
         ]
     return fields
+
+
+def _render_top(top: TopLogprobs | None) -> list[list[Any]] | None:
+    return None if top is None else [[logprob, token, None] for logprob, token in top]

@@ -12,7 +12,12 @@ from typing import Any
 
 import torch
 
-from perfgate.engines.embedded.api import WEIGHT_VERSION, GenerateRequest, render_generation
+from perfgate.engines.embedded.api import (
+    WEIGHT_VERSION,
+    GenerateRequest,
+    InputLogprobs,
+    render_generation,
+)
 from perfgate.engines.embedded.args import resolve_device, resolve_dtype
 from perfgate.engines.embedded.batch import Generation
 from perfgate.engines.embedded.drafters import Drafter, Eagle3Drafter, StandaloneDrafter
@@ -28,6 +33,7 @@ from perfgate.engines.embedded.model import BYTE_VOCAB, Transformer
 from perfgate.engines.embedded.params import SpecParams
 from perfgate.engines.embedded.profiling import StepProfiler
 from perfgate.engines.embedded.scheduler import Finished, Pending, Scheduler
+from perfgate.engines.embedded.scoring import score_input
 from perfgate.engines.embedded.worker import EagleWorker, PlainWorker
 from perfgate.errors import ConfigError
 
@@ -97,13 +103,27 @@ class Engine:
         Returns SGLang's response objects, in the order of the prompts.
         """
         pendings = self.submit(request)
+        starts = request.input_starts or [None] * len(pendings)
+        inputs = [
+            None
+            if start is None
+            else score_input(
+                self.worker.target, p.request.prompt_ids, start, p.request.top_logprobs_num or 0
+            )
+            for p, start in zip(pendings, starts, strict=True)
+        ]
         return [
-            self.render(pending, rid, received, pending.wait())
-            for pending, rid in zip(pendings, request.rids, strict=True)
+            self.render(pending, rid, received, pending.wait(), scored)
+            for pending, rid, scored in zip(pendings, request.rids, inputs, strict=True)
         ]
 
     def render(
-        self, pending: Pending, rid: str, received: float, finished: Finished
+        self,
+        pending: Pending,
+        rid: str,
+        received: float,
+        finished: Finished,
+        input_logprobs: InputLogprobs | None = None,
     ) -> dict[str, Any]:
         """Return SGLang's response object for a finished sequence."""
         request = pending.request
@@ -114,6 +134,7 @@ class Engine:
             finished.finished_at - received,
             self.draft_tokens,
             request.top_logprobs_num,
+            input_logprobs,
         )
 
     def flush(self) -> None:

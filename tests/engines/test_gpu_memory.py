@@ -1,4 +1,4 @@
-"""GPUs through nvidia-smi: which ones a server gets, refused when busy, waited for release."""
+"""GPUs read through a stand-in nvidia-smi: which ones a server gets, refused when busy, waited for release."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from perfgate.engines.gpus import GpuWatch, check_gpus_for, query_gpus, visible_gpus
+from perfgate.engines.gpu_memory import GpuWatch, check_gpus_for, query_gpus, visible_gpus
 from perfgate.errors import ConfigError, InfrastructureError
 
 from .conftest import SetGpus

@@ -1,4 +1,6 @@
-"""``[sweeps.NAME]`` tables of the config file, validated into SweepSpecs. Pure.
+"""What a sweep varies, as configured: ``[sweeps.NAME]`` tables validated into SweepSpecs. Pure.
+
+perfgate.sweep.grid lays a SweepSpec out into the points a sweep measures.
 
 ::
 
@@ -15,13 +17,29 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from perfgate.env_names import refuse_bad_env_names
 from perfgate.errors import ConfigError
-from perfgate.sweep.grid import SweepSpec, parse_int_list
+from perfgate.spec.values import boolean, positive_int
+
+
+@dataclass(frozen=True)
+class SweepSpec:
+    """A sweep as configured: the scenario it varies and the values it tries."""
+
+    name: str
+    scenario: str
+    steps: tuple[int, ...]
+    topk: tuple[int, ...] = (1,)
+    draft_tokens: tuple[int, ...] = ()  # for trees (topk > 1)
+    env: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    repeats: int | None = None  # None: the scenario's
+    early_stop: bool = True
+
 
 _KEYS = {"scenario", "steps", "topk", "draft_tokens", "repeats", "early_stop", "env"}
 
@@ -63,7 +81,7 @@ def parse_sweep_table(path: Path, name: str, raw: Any, scenarios: Sequence[str])
         draft_tokens=_ints(path, f"{where}.draft_tokens", raw.get("draft_tokens", []), empty=True),
         env=_env_table(path, f"{where}.env", raw.get("env", {})),
         repeats=_optional_int(path, f"{where}.repeats", raw.get("repeats")),
-        early_stop=_bool(path, f"{where}.early_stop", raw.get("early_stop", True)),
+        early_stop=boolean(path, f"{where}.early_stop", raw.get("early_stop", True)),
     )
 
 
@@ -106,19 +124,30 @@ def _env_table(path: Path, where: str, value: Any) -> dict[str, tuple[str, ...]]
     return matrix
 
 
+def parse_int_list(text: str, where: str, *, file: Path | None = None) -> tuple[int, ...]:
+    """Parse ``1-10``, ``1,2,4`` or ``1-3,8`` into distinct positive ints, in order."""
+    values: list[int] = []
+    try:
+        for part in (p.strip() for p in text.split(",")):
+            first, dash, last = part.partition("-")
+            low, high = int(first), int(last) if dash else int(first)
+            values += range(low, high + 1)
+    except ValueError:
+        raise ConfigError(
+            f"{text!r} is not a list of numbers",
+            file=file,
+            field=where,
+            fix="write e.g. 1-10 or 1,2,4",
+        ) from None
+    if not values or min(values) < 1:
+        raise ConfigError(
+            f"{text!r} holds no value, or one below 1",
+            file=file,
+            field=where,
+            fix="use values >= 1",
+        )
+    return tuple(dict.fromkeys(values))
+
+
 def _optional_int(path: Path, where: str, value: Any) -> int | None:
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ConfigError(
-            f"must be an integer >= 1, not {value!r}", file=path, field=where, fix="fix it"
-        )
-    return value
-
-
-def _bool(path: Path, where: str, value: Any) -> bool:
-    if not isinstance(value, bool):
-        raise ConfigError(
-            f"must be true or false, not {value!r}", file=path, field=where, fix="write true"
-        )
-    return value
+    return None if value is None else positive_int(path, where, value)

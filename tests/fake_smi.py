@@ -5,8 +5,10 @@
     nvidia-smi                                                    -> a header with the CUDA version
 
 The JSON file (``$FAKE_NVIDIA_SMI``) holds ``{"gpus": [{field: value}], "apps": [{field:
-value}], "rejected": [field], "cuda": "12.8"}``; a field a GPU lacks prints ``[N/A]``, a
-rejected field fails the whole query as an old driver does.
+value}], "rejected": [field], "cuda": "12.8", "broken": false}``; a field a GPU lacks prints
+``[N/A]``, a rejected field fails the whole query as an old driver does, and a broken driver
+fails every call. `install` also sets ``PERFGATE_GPU_READER=nvidia-smi``, so that perfgate
+reads the stand-in even where NVML would find a real GPU.
 """
 
 from __future__ import annotations
@@ -60,13 +62,34 @@ def install(
     """Write the stand-in into `folder` and return the variables that put it first on PATH."""
     folder.mkdir(parents=True, exist_ok=True)
     state = folder / "nvidia-smi.json"
-    state.write_text(
-        json.dumps({"gpus": list(gpu_rows), "apps": list(apps), "rejected": list(rejected)})
-    )
+    update(state, gpu_rows, apps, rejected)
     script = folder / "nvidia-smi"
     script.write_text(f'#!/bin/sh\nexec {sys.executable} {HERE} "$@"\n')
     script.chmod(script.stat().st_mode | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)
-    return {"PATH": f"{folder}{os.pathsep}{os.environ['PATH']}", "FAKE_NVIDIA_SMI": str(state)}
+    return {
+        "PATH": f"{folder}{os.pathsep}{os.environ['PATH']}",
+        "FAKE_NVIDIA_SMI": str(state),
+        "PERFGATE_GPU_READER": "nvidia-smi",
+    }
+
+
+def update(
+    state: Path,
+    gpu_rows: Sequence[Mapping[str, str]],
+    apps: Sequence[Mapping[str, str]] = (),
+    rejected: Sequence[str] = (),
+    broken: bool = False,
+) -> None:
+    """What the stand-in shows from now on; written whole, as another thread may be reading."""
+    document = {"gpus": list(gpu_rows), "apps": list(apps), "rejected": list(rejected)}
+    partial = state.with_suffix(".partial")
+    partial.write_text(json.dumps({**document, "broken": broken}))
+    os.replace(partial, state)
+
+
+def calls_log(state: Path) -> Path:
+    """Where the stand-in writes the arguments of each call, one line per call."""
+    return state.with_suffix(".calls")
 
 
 def _rows(fields: list[str], records: list[dict[str, Any]]) -> str:
@@ -74,7 +97,16 @@ def _rows(fields: list[str], records: list[dict[str, Any]]) -> str:
 
 
 def main(argv: list[str]) -> int:
-    state = json.loads(Path(os.environ["FAKE_NVIDIA_SMI"]).read_text())
+    path = Path(os.environ["FAKE_NVIDIA_SMI"])
+    with calls_log(path).open("a") as log:  # one line per call, for the tests that count them
+        log.write(" ".join(argv) + "\n")
+    state = json.loads(path.read_text())
+    if state.get("broken"):
+        print(
+            "NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver",
+            file=sys.stderr,
+        )
+        return 9
     query = next((a for a in argv if a.startswith("--query-")), None)
     if query is None:
         print(

@@ -6,17 +6,10 @@ from pathlib import Path
 
 import pytest
 
-from perfgate.runner.gpus import (
-    GpuReport,
-    Limits,
-    find_problems,
-    fingerprint_fields,
-    parse_gpu_row,
-    read_gpus,
-    select_visible,
-)
+from perfgate.devices import GpuReport, parse_gpu_row, read_gpus
+from perfgate.runner.gpu_health import Limits, find_problems, fingerprint_fields, select_visible
 
-from . import fake_smi
+from .. import fake_smi
 
 FIELDS = ["index", "uuid", "name", "driver_version", "memory.used", "memory.total"]
 

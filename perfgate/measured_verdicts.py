@@ -1,4 +1,4 @@
-"""Judge measured runs against an approved baseline: verdicts, with attribution. Pure.
+"""The verdicts of measured runs against an approved baseline, with attribution. Pure.
 
 The bridge between what perfgate records (Measurement, Baseline) and the gate's plain-value
 statistics (perfgate.gate). The session uses it after each run, `perfgate gate` to judge a
@@ -17,9 +17,6 @@ from perfgate.gate import Attribution, CycleProfile, Verdict
 from perfgate.gate.attribution import attribute, cycle_profile
 from perfgate.gate.estimate import estimate_change
 from perfgate.results import Measurement
-
-# The metrics whose changes are explained phase by phase.
-EXPLAINED = ("output_tok_s", "speedup")
 
 
 def current_runs(measurements: Sequence[Measurement]) -> dict[str, list[tuple[float, ...]]]:
@@ -64,7 +61,7 @@ def judge_look(
     )
     verdicts = [
         replace(v, attribution=explain(v.metric, v.change, measurements, baseline))
-        if v.metric in EXPLAINED and v.change is not None
+        if v.metric in metrics.EXPLAINED and v.change is not None
         else v
         for v in look.verdicts
     ]

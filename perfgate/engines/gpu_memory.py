@@ -1,57 +1,29 @@
-"""The GPUs a server will use, read through `nvidia-smi`: visible, free, and released again.
+"""The GPUs a server will use: visible, free of other work, and their memory released again.
 
-Without `nvidia-smi` (a laptop, a CPU runner) there is nothing to check or wait for, and every
-function here says so instead of failing.
+The GPUs are read through `perfgate.devices` (NVML, or nvidia-smi). Without either (a laptop,
+a CPU runner) there is nothing to check or wait for, and every function here says so instead
+of failing.
 """
 
 from __future__ import annotations
 
-import shutil
-import subprocess
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from perfgate.devices import Gpu, read_gpus
 from perfgate.errors import ConfigError, InfrastructureError
 
-QUERY = "index,uuid,name,memory.total,memory.used"
 BUSY_FRACTION = 0.2  # memory already in use on a GPU a server is about to load onto
 RELEASE_SLACK_MIB = 512.0  # what "back to where it was" tolerates (driver, other tenants)
 POLL_S = 1.0
 
 
-@dataclass(frozen=True)
-class Gpu:
-    index: int
-    uuid: str
-    name: str
-    memory_total_mib: float
-    memory_used_mib: float
-
-
 def query_gpus(timeout_s: float = 30.0) -> list[Gpu] | None:
-    """Every GPU `nvidia-smi` shows, in its order; None when there is no `nvidia-smi`."""
-    if shutil.which("nvidia-smi") is None:
-        return None
-    try:
-        done = subprocess.run(
-            ["nvidia-smi", f"--query-gpu={QUERY}", "--format=csv,noheader,nounits"],
-            capture_output=True,
-            text=True,
-            timeout=timeout_s,
-            check=False,
-        )
-    except (OSError, subprocess.SubprocessError) as error:
-        raise InfrastructureError(f"nvidia-smi failed: {error}") from None
-    if done.returncode != 0:
-        reason = (done.stderr or done.stdout).strip().splitlines()[-1:] or ["no output"]
-        raise InfrastructureError(f"nvidia-smi failed (code {done.returncode}): {reason[0]}")
-    return [_parse_row(line) for line in done.stdout.splitlines() if line.strip()]
-
-
-def _parse_row(line: str) -> Gpu:
-    index, uuid, name, total, used = (part.strip() for part in line.split(","))
-    return Gpu(int(index), uuid, name, float(total), float(used))
+    """Every GPU and the memory it uses now, in the driver's order; None where there is no
+    way to read them (no NVML, no nvidia-smi)."""
+    report = read_gpus(apps=False, timeout_s=timeout_s)
+    return None if report is None else list(report.gpus)
 
 
 def visible_gpus(
