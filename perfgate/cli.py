@@ -1,16 +1,21 @@
-"""`perfgate`: the command line. Each command lives in perfgate/commands/<name>.py."""
+"""`perfgate`: the command line. Each command lives in perfgate/commands/<name>.py.
+
+Only the chosen command's module is imported (the table in perfgate.commands lists them all),
+so `perfgate --help` and `perfgate CMD --help` start in a fraction of a second.
+"""
 
 from __future__ import annotations
 
 import argparse
+import importlib
 import sys
 import textwrap
 from collections.abc import Sequence
-from typing import NoReturn
+from typing import Any, NoReturn
 
-from perfgate.commands import COMMANDS
+from perfgate.commands import BY_NAME, COMMANDS
 from perfgate.errors import ExitCode, PerfgateError
-from perfgate.fingerprint import perfgate_version
+from perfgate.settings import settings_from
 
 EPILOG = """exit codes:
   0   pass            every verdict pass or improvement, outputs equivalent
@@ -28,29 +33,61 @@ class _Parser(argparse.ArgumentParser):
         self.exit(int(ExitCode.BAD_INPUT), f"{self.prog}: error: {message}\n")
 
 
-def build_parser() -> argparse.ArgumentParser:
+class _Version(argparse.Action):
+    """--version, reading the installed version only when asked."""
+
+    def __init__(self, option_strings: Sequence[str], dest: str, **kwargs: Any) -> None:
+        super().__init__(option_strings, dest, nargs=0, help="show perfgate's version and exit")
+
+    def __call__(self, parser: argparse.ArgumentParser, *_: Any) -> NoReturn:
+        from perfgate.fingerprint import perfgate_version
+
+        print(f"perfgate {perfgate_version()}")
+        parser.exit()
+
+
+def chosen_command(argv: Sequence[str]) -> str | None:
+    """The command `argv` names (its first word that is not a flag), if it is one."""
+    first = next((word for word in argv if not word.startswith("-")), None)
+    return first if first in BY_NAME else None
+
+
+def build_parser(command: str | None = None, *, every: bool = False) -> argparse.ArgumentParser:
+    """The parser: every command listed; the flags of `command` (of each with `every`).
+
+    Only the modules of the commands whose flags are declared are imported.
+    """
     parser = _Parser(
         prog="perfgate",
         description="A CI performance gate for speculative decoding.",
         epilog=EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("--version", action="version", version=f"perfgate {perfgate_version()}")
-    commands = parser.add_subparsers(title="commands", metavar="COMMAND", parser_class=_Parser)
+    parser.add_argument("--version", action=_Version)
+    commands = parser.add_subparsers(
+        title="commands", dest="command", metavar="COMMAND", parser_class=_Parser
+    )
     commands.required = True
-    for command in COMMANDS:
-        command.register(commands)
+    for entry in COMMANDS:
+        if every or entry.name == command:
+            importlib.import_module(entry.module).register(commands)
+        else:
+            commands.add_parser(entry.name, help=entry.help)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; return the exit code."""
-    parser = build_parser()
-    args, rest = parser.parse_known_args(argv)
+    words = list(sys.argv[1:] if argv is None else argv)
+    chosen = chosen_command(words)
+    parser = build_parser(chosen)
+    args, rest = parser.parse_known_args(words)
     if rest and not getattr(args, "accepts_extra", False):
         parser.error(f"unrecognized arguments: {' '.join(rest)}")
+    args.extra = rest
     try:
-        return int(args.handler(args, rest))
+        module = importlib.import_module(BY_NAME[args.command].module)
+        return int(module.run(settings_from(args), args))
     except PerfgateError as error:
         print(f"perfgate: error: {error}", file=sys.stderr)
         if error.detail:

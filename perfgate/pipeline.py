@@ -25,7 +25,7 @@ from typing import Protocol, TypeVar
 from sqlalchemy.orm import Session, sessionmaker
 
 from perfgate.baselines import Baseline, baseline_path
-from perfgate.config import Config, Scenario, check_history_name, load_config, resolve_sqlite_url
+from perfgate.config import Config, Scenario, check_history_name, load_config
 from perfgate.devices import detect_gpus
 from perfgate.engines.commands import Mode
 from perfgate.engines.validate import Preflight, check_scenario, preflight
@@ -53,13 +53,13 @@ from perfgate.reference import (
 )
 from perfgate.results import Measurement, ModeResult, RunContext, RunRecord
 from perfgate.store import (
-    close_history,
     comparable_runs,
     database_errors,
-    open_history,
     probe_write,
     record_run,
+    resolve_history_url,
 )
+from perfgate.store import history as store_history
 from perfgate.unrecorded import not_recorded
 
 T = TypeVar("T")
@@ -108,9 +108,8 @@ class GatePlan:
         self.baselines_dir = (
             Path(options.baselines).resolve() if options.baselines else self.config.baselines_dir
         )
-        self.history_url = (
-            resolve_sqlite_url(options.db, cwd) if options.db else self.config.history_url
-        )
+        # options.db holds $PERFGATE_DB_URL already, where the caller read it.
+        self.history_url = resolve_history_url(options.db, cwd=cwd, environ={}, config=self.config)
         # A history that is wrong, unreachable or refuses writes fails before measuring.
         probe_write(self.history_url)
         self.require_baseline = requires_baseline(options.require_baseline, os.environ)
@@ -141,7 +140,7 @@ class GatePlan:
         return choose_reference(
             measurement,
             self.baselines.get(scenario.name),
-            lambda: local_runs(open_history(self.history_url), measurement),
+            lambda: local_runs(self.history_url, measurement),
             scenario,
             require_baseline=self.require_baseline,
         )
@@ -259,12 +258,8 @@ def history_plain_source(history_url: str) -> PlainSource:
 
     def reusable(scenario: Scenario, checked: Preflight) -> ModeResult | None:
         key = reuse_key_for(scenario, checked)
-        sessions = open_history(history_url)
-        try:
-            with database_errors(sessions):
-                return find_reusable_plain(sessions, scenario, key)
-        finally:
-            close_history(sessions)
+        with store_history(history_url) as sessions:
+            return find_reusable_plain(sessions, scenario, key)
 
     return reusable
 
@@ -384,23 +379,21 @@ class ScenarioRun:
 
 
 def local_runs(
-    sessions: sessionmaker[Session], measurement: Measurement, before: int | None = None
+    url: str, measurement: Measurement, before: int | None = None, *, existing: bool = False
 ) -> list[RunRecord]:
     """This machine's earlier runs that may judge `measurement` (same scenario, profile and
-    fingerprint, a reference status), recorded before run `before` if given; closes `sessions`."""
-    try:
-        with database_errors(sessions), sessions() as session:
-            return comparable_runs(
-                session,
-                measurement.scenario,
-                measurement.profile,
-                measurement.fingerprint,
-                LOCAL_KEEP,
-                statuses=[s.value for s in REFERENCE_STATUSES],
-                before=before,
-            )
-    finally:
-        close_history(sessions)
+    fingerprint, a reference status), recorded before run `before` if given, in the history at
+    `url` (with `existing`, one that must exist already; see perfgate.store.history)."""
+    with store_history(url, existing=existing) as sessions, sessions() as session:
+        return comparable_runs(
+            session,
+            measurement.scenario,
+            measurement.profile,
+            measurement.fingerprint,
+            LOCAL_KEEP,
+            statuses=[s.value for s in REFERENCE_STATUSES],
+            before=before,
+        )
 
 
 def record_linked(session: Session, records: list[RunRecord]) -> list[RunRecord]:
@@ -427,13 +420,11 @@ def record_runs(
     `history` is the history's URL (opened and closed here) or an open one.
     """
     try:
-        sessions = open_history(history) if isinstance(history, str) else history
-        try:
-            with database_errors(sessions, writing=True), sessions.begin() as session:
+        if isinstance(history, str):
+            with store_history(history, writing=True) as sessions, sessions.begin() as session:
                 return record_linked(session, records)
-        finally:
-            if isinstance(history, str):
-                close_history(sessions)
+        with database_errors(history, writing=True), history.begin() as session:
+            return record_linked(session, records)
     except PerfgateError as error:
         raise not_recorded(error, root, name, records) from None
 

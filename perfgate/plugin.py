@@ -22,10 +22,10 @@ from perfgate.ci.pointer import (
     write_pointer,
 )
 from perfgate.errors import ExitCode, PerfgateError
-from perfgate.options import add_options, gate_options
 from perfgate.pipeline import ScenarioRun, severest
 from perfgate.progress import reporter_for_pytest
 from perfgate.session import GateSession
+from perfgate.settings import add_options, resolve_settings
 from perfgate.summary import render_terminal_summary
 
 GATE_SESSION = pytest.StashKey[GateSession | PerfgateError]()
@@ -47,8 +47,8 @@ def gate_session(config: pytest.Config) -> GateSession:
     value = config.stash.get(GATE_SESSION, None)
     if value is None:
         try:
-            options = gate_options(lambda name: config.getoption(f"perfgate_{name}"))
-            value = GateSession(options, progress=reporter_for_pytest(config))
+            settings = resolve_settings(lambda dest: config.getoption(f"perfgate_{dest}"))
+            value = GateSession(settings.gate_options(), progress=reporter_for_pytest(config))
         except PerfgateError as error:
             value = error
         # An older session's must not pass for this one's.

@@ -33,7 +33,7 @@ from perfgate.plain_reuse import refresh_reason
 from perfgate.progress import SILENT, Reporter
 from perfgate.report import write_history_report
 from perfgate.results import ModeResult, RunRecord
-from perfgate.store import close_history, database_errors, open_history
+from perfgate.store import history
 
 NOT_JUDGED = "not judged (--no-gate): recorded only"
 
@@ -188,9 +188,8 @@ class GateSession:
         """Write the history's report, if the session writes one (the runs are recorded)."""
         if self.report_path is None:
             return
-        sessions = open_history(self.history_url)
         try:
-            with database_errors(sessions), sessions() as session:
+            with history(self.history_url) as sessions, sessions() as session:
                 write_history_report(self.report_path, session)
         except OSError as error:
             raise ConfigError(
@@ -198,8 +197,6 @@ class GateSession:
                 file=self.report_path,
                 fix="make its folder writable, or pass --report PATH, then run `perfgate report`",
             ) from None
-        finally:
-            close_history(sessions)
         self.report_written = True
 
 

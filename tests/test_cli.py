@@ -7,9 +7,15 @@ import shlex
 from importlib import metadata
 from pathlib import Path
 
-from perfgate.cli import main
+import pytest
 
-from .conftest import REPO, run_perfgate
+from perfgate.cli import build_parser, main
+from perfgate.commands import COMMANDS
+from perfgate.errors import ConfigError
+from perfgate.settings import OPTIONS, Settings, add_options, option_flags, settings_from
+
+from .conftest import REPO, run_perfgate, write_config
+from .in_process import perfgate_main
 
 
 def test_help_lists_the_commands(capsys) -> None:  # type: ignore[no-untyped-def]
@@ -31,7 +37,7 @@ def test_version_prints_the_installed_version() -> None:
 
 
 def test_dry_run_prints_both_servers_of_each_scenario() -> None:
-    result = run_perfgate("servers", "--dry-run", "--scenario", "llama33-70b-eagle3-tp8", cwd=REPO)
+    result = perfgate_main("servers", "--dry-run", "--scenario", "llama33-70b-eagle3-tp8", cwd=REPO)
     assert result.returncode == 0, result.stderr
     plain, spec = result.stdout.strip().splitlines()
     spec_words, plain_words = shlex.split(spec), shlex.split(plain)
@@ -52,7 +58,7 @@ def test_dry_run_prints_both_servers_of_each_scenario() -> None:
 
 
 def test_engine_override(tmp_path: Path) -> None:
-    result = run_perfgate(
+    result = perfgate_main(
         "servers",
         "--dry-run",
         "--engine",
@@ -63,5 +69,94 @@ def test_engine_override(tmp_path: Path) -> None:
     )
     assert result.returncode == 0
     assert all("-m perfgate.engines.embedded.server" in line for line in result.stdout.splitlines())
-    bad = run_perfgate("servers", "--dry-run", "--engine", "vllm", cwd=REPO)
+    bad = perfgate_main("servers", "--dry-run", "--engine", "vllm", cwd=REPO)
     assert bad.returncode == 64 and "invalid choice: 'vllm'" in bad.stderr
+
+
+HEAVY = ("sqlalchemy", "alembic", "numpy", "jinja2", "httpx", "torch", "safetensors")
+_IMPORTS_AFTER = """
+import sys
+from perfgate.cli import main
+from perfgate.commands import COMMANDS
+
+heavy = {heavy!r}
+cases = [["--help"], ["--version"]] + [[c.name, "--help"] for c in COMMANDS]
+for argv in cases if {every} else cases[:2]:
+    try:
+        main(argv)
+    except SystemExit:
+        pass
+    loaded = sorted(name for name in heavy if name in sys.modules)
+    print(" ".join(argv), "->", ",".join(loaded) or "none", file=sys.stderr)
+"""
+
+
+def _imports_after(every: bool) -> list[str]:
+    import subprocess
+    import sys
+
+    script = _IMPORTS_AFTER.format(heavy=HEAVY, every=every)
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, cwd=REPO)
+    assert done.returncode == 0, done.stderr
+    return done.stderr.splitlines()
+
+
+def test_help_and_version_import_no_heavy_library() -> None:
+    assert _imports_after(every=False) == ["--help -> none", "--version -> none"]
+
+
+def test_each_commands_help_imports_no_heavy_library() -> None:
+    lines = _imports_after(every=True)
+    assert all(line.endswith("-> none") for line in lines), lines
+    assert len(lines) == 2 + len(COMMANDS)
+
+
+def test_every_command_is_listed_and_has_register_and_run(capsys) -> None:  # type: ignore[no-untyped-def]
+    import importlib
+
+    try:
+        main(["--help"])
+    except SystemExit as done:
+        assert done.code == 0
+    out = capsys.readouterr().out
+    parser = build_parser(every=True)  # every module's flags, declared together
+    for command in COMMANDS:
+        assert f"    {command.name} " in out
+        module = importlib.import_module(command.module)
+        assert callable(module.register) and callable(module.run)
+    assert parser.parse_args(["history", "list", "--limit", "3"]).limit == 3
+
+
+def test_a_command_line_resolves_the_shared_options_once(monkeypatch, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    monkeypatch.setenv("PERFGATE_DB_URL", "sqlite:///from-env.db")
+    monkeypatch.setenv("PERFGATE_PROFILE", "h200x8")
+    monkeypatch.chdir(tmp_path)
+    args = build_parser("doctor").parse_args(["doctor", "--scenario", "a", "--scenario", "b"])
+    settings = settings_from(args)
+    assert settings.scenarios == ("a", "b") and settings.profile == "h200x8"
+    assert settings.history_url == f"sqlite:///{tmp_path / 'from-env.db'}"
+    given = settings_from(build_parser("doctor").parse_args(["doctor", "--db", "sqlite:///x.db"]))
+    assert given.history_url == f"sqlite:///{tmp_path / 'x.db'}"  # --db before the variable
+
+
+def test_the_history_url_falls_back_to_the_config_then_the_default(
+    monkeypatch, tmp_path: Path
+) -> None:  # type: ignore[no-untyped-def]
+    monkeypatch.delenv("PERFGATE_DB_URL", raising=False)
+    monkeypatch.chdir(tmp_path)
+    assert Settings().history_url == f"sqlite:///{tmp_path / '.perfgate' / 'history.db'}"
+    write_config(tmp_path)  # history = "sqlite:///history.db", beside the config
+    assert Settings().history_url == f"sqlite:///{tmp_path / 'history.db'}"
+    missing = Settings(config=str(tmp_path / "missing.toml"))
+    with pytest.raises(ConfigError):
+        _ = missing.history_url  # a config named but absent is an error, not the default
+
+
+def test_the_plugin_and_perfgate_run_share_the_declarations() -> None:
+    flags: list[str] = []
+    add_options(lambda flag, **_: flags.append(flag), flag_prefix="--perfgate-")
+    assert flags == [f"--perfgate-{option.name}" for option in OPTIONS]
+    run_args = build_parser("run").parse_args(["run", "--no-gate", "--scenario", "s"])
+    settings = settings_from(run_args, environ={})
+    assert option_flags(settings) == ["--perfgate-scenario=s", "--perfgate-no-gate"]
+    assert settings.gate_options().gate is False

@@ -26,7 +26,6 @@ from typing import TYPE_CHECKING, Any
 
 from perfgate.errors import ConfigError, PerfgateError
 from perfgate.files import write_text_atomically
-from perfgate.store.database import describe, parse_history_url
 
 if TYPE_CHECKING:
     from perfgate.summary import FinishedSession
@@ -101,6 +100,8 @@ def session_pointer(session: FinishedSession, error: PerfgateError | None) -> Se
     ]
     if error is not None:
         errors.append(SessionError(None, str(error), int(error.exit_code)))
+    from perfgate.store.database import describe, parse_history_url  # SQLAlchemy: only here
+
     final = {r.measurement.scenario: r.id for r in session.final_records() if r.id is not None}
     return SessionPointer(
         exit_code=int(session.exit_code if error is None else error.exit_code),

@@ -1,33 +1,65 @@
-"""The CLI's commands: each module has `register(subparsers)` and a handler."""
+"""The CLI's commands, listed here without importing them.
 
-from perfgate.commands import (
-    baseline,
-    ci,
-    db,
-    doctor,
-    embedded,
-    gate,
-    history,
-    profile,
-    report,
-    run,
-    runner,
-    servers,
-    sweep,
-)
+Each module (perfgate/commands/<name>.py) has `register(subparsers)`, which declares its
+flags, and `run(settings, args) -> int`. `perfgate --help` lists the table below; a command's
+module is imported only when that command is chosen.
+"""
 
-COMMANDS = (
-    run,
-    servers,
-    sweep,
-    profile,
-    gate,
-    baseline,
-    report,
-    history,
-    db,
-    doctor,
-    ci,
-    runner,
-    embedded,
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass(frozen=True)
+class Command:
+    name: str
+    help: str  # the one line `perfgate --help` shows
+    module: str
+
+
+COMMANDS: tuple[Command, ...] = (
+    Command(
+        "run",
+        "measure, judge, record and report the scenarios (runs the gate suites)",
+        "perfgate.commands.run",
+    ),
+    Command(
+        "servers",
+        "print the server command lines of a run (--dry-run), or start one server",
+        "perfgate.commands.servers",
+    ),
+    Command(
+        "sweep",
+        "measure a grid of steps/topk/draft tokens and environments; print the best",
+        "perfgate.commands.sweep",
+    ),
+    Command(
+        "profile",
+        "profile a few decode cycles with torch.profiler: work per phase and category",
+        "perfgate.commands.profile",
+    ),
+    Command(
+        "gate",
+        "judge recorded runs again against a baseline (records nothing)",
+        "perfgate.commands.gate",
+    ),
+    Command("baseline", "update, show or migrate approved baselines", "perfgate.commands.baseline"),
+    Command("report", "write the HTML trend report from the history", "perfgate.commands.report"),
+    Command("history", "list, show or export recorded runs", "perfgate.commands.history"),
+    Command("db", "upgrade the history database or show its schema", "perfgate.commands.db"),
+    Command(
+        "doctor",
+        "check GPUs, driver, CUDA, torch, engines, ports, history and baselines",
+        "perfgate.commands.doctor",
+    ),
+    Command("ci", "job summary, annotations and baseline approval for CI", "perfgate.commands.ci"),
+    Command("runner", "job hooks for a self-hosted GPU runner", "perfgate.commands.runner"),
+    Command("embedded", "the embedded engine's tools (train)", "perfgate.commands.embedded"),
 )
+BY_NAME = {command.name: command for command in COMMANDS}
+
+
+def add_command(commands: Any, name: str, **kwargs: Any) -> Any:
+    """The parser of command `name`, its one-line help taken from the table."""
+    return commands.add_parser(name, help=BY_NAME[name].help, **kwargs)

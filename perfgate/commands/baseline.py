@@ -6,10 +6,7 @@ import argparse
 import math
 import statistics
 from dataclasses import replace
-from pathlib import Path
-from typing import Any
-
-from sqlalchemy.orm import Session
+from typing import TYPE_CHECKING, Any
 
 from perfgate import metrics
 from perfgate.baselines import (
@@ -20,7 +17,8 @@ from perfgate.baselines import (
     load_baseline,
     write_baseline,
 )
-from perfgate.commands.common import history_url, one_scenario
+from perfgate.commands import add_command
+from perfgate.commands.common import one_scenario
 from perfgate.config import Config, load_config
 from perfgate.devices import detect_gpus
 from perfgate.errors import ConfigError
@@ -31,11 +29,14 @@ from perfgate.gate.stats import median, pooled_pairwise_sd
 from perfgate.gate.verdict import Status
 from perfgate.reference import scenario_gating
 from perfgate.results import RunRecord
-from perfgate.store import load_run, open_existing_history
+from perfgate.settings import Settings, add_options
+
+if TYPE_CHECKING:
+    from sqlalchemy.orm import Session
 
 
 def register(commands: Any) -> None:
-    parser = commands.add_parser("baseline", help="update, show or migrate approved baselines")
+    parser = add_command(commands, "baseline")
     actions = parser.add_subparsers(dest="action", metavar="ACTION", required=True)
     update = actions.add_parser(
         "update",
@@ -61,7 +62,7 @@ def register(commands: Any) -> None:
 
     show = actions.add_parser("show", help="print a baseline")
     show.add_argument("--scenario", required=True, metavar="NAME")
-    show.add_argument("--profile", metavar="NAME")
+    add_options(show.add_argument, ("profile",))
     _add_paths(show, db=False)
     show.set_defaults(handler=handle_show)
 
@@ -75,15 +76,14 @@ def register(commands: Any) -> None:
     migrate.set_defaults(handler=handle_migrate)
 
 
+def run(settings: Settings, args: argparse.Namespace) -> int:
+    return int(args.handler(settings, args))
+
+
 def _add_paths(parser: argparse.ArgumentParser, *, db: bool) -> None:
-    parser.add_argument("--config", metavar="PATH")
-    parser.add_argument("--baselines", metavar="DIR")
-    if db:
-        parser.add_argument("--db", metavar="URL")
-
-
-def _baselines_dir(args: argparse.Namespace, config: Config) -> Path:
-    return Path(args.baselines) if args.baselines else config.baselines_dir
+    add_options(
+        parser.add_argument, ("config", "baselines", "db") if db else ("config", "baselines")
+    )
 
 
 def _refusals(record: RunRecord, current_fingerprint: dict[str, str] | None) -> list[str]:
@@ -106,10 +106,11 @@ def _refusals(record: RunRecord, current_fingerprint: dict[str, str] | None) -> 
     return reasons
 
 
-def _load_records(args: argparse.Namespace) -> list[RunRecord]:
-    sessions = open_existing_history(history_url(args))
-    with sessions() as session:
-        records = [load_run(session, run_id) for run_id in args.run]
+def _load_records(settings: Settings, run_ids: list[int]) -> list[RunRecord]:
+    from perfgate.store import history, load_run
+
+    with history(settings.history_url, existing=True) as sessions, sessions() as session:
+        records = [load_run(session, run_id) for run_id in run_ids]
     return one_scenario(
         records, "different baselines", "approve the runs of one scenario and profile at a time"
     )
@@ -125,17 +126,26 @@ def _gating(
     return scenario_gating(found)
 
 
-def handle_update(args: argparse.Namespace, _rest: list[str]) -> int:
-    config = load_config(args.config)
-    records = _load_records(args)
+def handle_update(settings: Settings, args: argparse.Namespace) -> int:
+    return update_baseline(settings, args.run, args.approved_by, args.reason, force=args.force)
+
+
+def update_baseline(
+    settings: Settings, run_ids: list[int], approved_by: str, reason: str, *, force: bool = False
+) -> int:
+    """Append the runs `run_ids` to their scenario's baseline (`perfgate baseline update`)."""
+    config = load_config(settings.config)
+    records = _load_records(settings, run_ids)
     first = records[0].measurement
-    path = baseline_path(_baselines_dir(args, config), first.profile, first.scenario)
+    path = baseline_path(
+        settings.baselines_dir(config.baselines_dir), first.profile, first.scenario
+    )
     identity = {"profile": first.profile, "scenario": first.scenario}
     baseline = load_baseline(path, **identity) if path.exists() else None
     tolerances, gated = _gating(config, first.scenario, baseline)
     for record in records:
         refusals = _refusals(record, dict(baseline.fingerprint) if baseline else None)
-        if refusals and not args.force:
+        if refusals and not force:
             raise ConfigError(
                 f"run {record.id} cannot be approved: {'; '.join(refusals)}",
                 field="--run",
@@ -153,8 +163,8 @@ def handle_update(args: argparse.Namespace, _rest: list[str]) -> int:
             gated=gated,
             run_id=record.id,
             commit=record.context.commit,
-            approved_by=args.approved_by,
-            reason=args.reason,
+            approved_by=approved_by,
+            reason=reason,
         )
     assert baseline is not None  # one --run at least: argparse requires it
     write_baseline(baseline, path)
@@ -162,10 +172,10 @@ def handle_update(args: argparse.Namespace, _rest: list[str]) -> int:
     return 0
 
 
-def handle_show(args: argparse.Namespace, _rest: list[str]) -> int:
-    config = load_config(args.config)
-    profile = args.profile or default_profile(detect_gpus())
-    path = baseline_path(_baselines_dir(args, config), profile, args.scenario)
+def handle_show(settings: Settings, args: argparse.Namespace) -> int:
+    config = load_config(settings.config)
+    profile = settings.profile or default_profile(detect_gpus())
+    path = baseline_path(settings.baselines_dir(config.baselines_dir), profile, args.scenario)
     baseline = load_baseline(path, profile=profile, scenario=args.scenario)
     for line in render_baseline(baseline):
         print(line)
@@ -215,17 +225,18 @@ def _render_phases(baseline: Baseline) -> list[str]:
     return [f"  phases, mean ms per cycle: {named}"]
 
 
-def handle_migrate(args: argparse.Namespace, _rest: list[str]) -> int:
-    config = load_config(args.config)
-    directory = _baselines_dir(args, config)
+def handle_migrate(settings: Settings, args: argparse.Namespace) -> int:
+    config = load_config(settings.config)
+    directory = settings.baselines_dir(config.baselines_dir)
     files = sorted(directory.glob("*/*.json"))
     loaded = [load_baseline(p, profile=p.parent.name, scenario=p.stem) for p in files]
     old = [b for b in loaded if b.schema_version < SCHEMA_VERSION]
     if not old:
         print(f"{directory}: every baseline file is schema {SCHEMA_VERSION} already")
         return 0
-    sessions = open_existing_history(history_url(args))
-    with sessions() as session:
+    from perfgate.store import history
+
+    with history(settings.history_url, existing=True) as sessions, sessions() as session:
         for baseline in old:
             migrated, found = _with_history_phases(session, baseline)
             assert baseline.path is not None  # loaded from a file
@@ -239,6 +250,8 @@ def handle_migrate(args: argparse.Namespace, _rest: list[str]) -> int:
 
 def _with_history_phases(session: Session, baseline: Baseline) -> tuple[Baseline, int]:
     """The baseline with each run's phase means from the history, and how many were found."""
+    from perfgate.store import load_run
+
     runs, found = [], 0
     for run in baseline.runs:
         try:

@@ -36,20 +36,20 @@ from perfgate.ci.markdown import (
 )
 from perfgate.ci.pointer import POINTER, SessionPointer, load_pointer
 from perfgate.ci.settings import check_settings
+from perfgate.commands import add_command
 from perfgate.commands import baseline as baseline_command
-from perfgate.commands.common import history_url
 from perfgate.config import Config, load_config
 from perfgate.devices import detect_gpus
 from perfgate.errors import ConfigError, ExitCode, PerfgateError
 from perfgate.fingerprint import default_profile
 from perfgate.results import RunRecord
-from perfgate.store import RunFilter, close_history, list_runs, load_runs, open_existing_history
+from perfgate.settings import Settings, add_options
 
 LATEST = "latest"
 
 
 def register(commands: Any) -> None:
-    parser = commands.add_parser("ci", help="job summary, annotations and baseline approval for CI")
+    parser = add_command(commands, "ci")
     actions = parser.add_subparsers(dest="action", metavar="ACTION", required=True)
 
     summary = actions.add_parser(
@@ -79,9 +79,8 @@ def register(commands: Any) -> None:
         "--branch by a push (not a pull request) on this runner profile.",
     )
     approve.add_argument("--runs", required=True, metavar="IDS", help=f"run ids, or {LATEST!r}")
-    approve.add_argument("--scenario", action="append", default=[], metavar="NAME")
+    add_options(approve.add_argument, ("scenario", "profile"))
     approve.add_argument("--branch", default="main", metavar="NAME")
-    approve.add_argument("--profile", metavar="NAME")
     approve.add_argument("--approved-by", metavar="NAME", help="who approved the runs")
     approve.add_argument(
         "--approvals",
@@ -99,9 +98,7 @@ def register(commands: Any) -> None:
     )
     approve.add_argument("--reason", required=True, metavar="TEXT")
     approve.add_argument("--body", metavar="PATH", help="write the pull request's description")
-    approve.add_argument("--config", metavar="PATH")
-    approve.add_argument("--db", metavar="URL")
-    approve.add_argument("--baselines", metavar="DIR")
+    add_options(approve.add_argument, ("config", "db", "baselines"))
     approve.set_defaults(handler=handle_approve)
 
     settings = actions.add_parser(
@@ -122,14 +119,16 @@ def register(commands: Any) -> None:
     settings.set_defaults(handler=handle_settings)
 
 
+def run(settings: Settings, args: argparse.Namespace) -> int:
+    return int(args.handler(settings, args))
+
+
 def _session_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--session", metavar="PATH", default=str(POINTER), help=f"the pointer file ({POINTER})"
     )
-    parser.add_argument("--config", metavar="PATH")
-    parser.add_argument(
-        "--db", metavar="URL", help="history (default: $PERFGATE_DB_URL, else the pointer's)"
-    )
+    pointer_db = {"help": "history (default: $PERFGATE_DB_URL, else the pointer's)"}
+    add_options(parser.add_argument, ("config", "db"), overrides={"db": pointer_db})
 
 
 def ci_links(environ: Mapping[str, str]) -> Links:
@@ -152,24 +151,24 @@ def load_session(
         pointer = load_pointer(path)
     except ConfigError as error:
         return None, [], [str(error)]
-    url = db or os.environ.get("PERFGATE_DB_URL") or (pointer.history if pointer else None)
-    if pointer is None or not pointer.final_runs or not url:
+    if pointer is None or not pointer.final_runs:
+        return pointer, [], []
+    if not (db or os.environ.get("PERFGATE_DB_URL") or pointer.history):
         return pointer, [], []
     try:
-        sessions = open_existing_history(url)
-        try:
-            with sessions() as session:
-                loaded = load_runs(session, list(pointer.final_runs.values()))
-        finally:
-            close_history(sessions)
+        from perfgate.store import history, load_runs, resolve_history_url
+
+        url = resolve_history_url(db, recorded=pointer.history)
+        with history(url, existing=True) as sessions, sessions() as session:
+            loaded = load_runs(session, list(pointer.final_runs.values()))
     except PerfgateError as error:
         return pointer, [], [f"the history could not be read: {error}"]
     by_id = {r.id: r for r in loaded if r.id is not None}
     return pointer, final_records(pointer, by_id), []
 
 
-def handle_summary(args: argparse.Namespace, _rest: list[str]) -> int:
-    pointer, finals, notes = load_session(Path(args.session), args.db)
+def handle_summary(settings: Settings, args: argparse.Namespace) -> int:
+    pointer, finals, notes = load_session(Path(args.session), settings.db)
     links = ci_links(os.environ)
     if args.comment:
         text = render_markdown(pointer, finals, links, COMMENT_LIMIT_BYTES, notes, comment=True)
@@ -212,28 +211,28 @@ def _baseline_files(pointer: SessionPointer | None, config_path: str | None) -> 
     return files
 
 
-def handle_annotations(args: argparse.Namespace, _rest: list[str]) -> int:
-    pointer, finals, notes = load_session(Path(args.session), args.db)
-    for annotation in session_annotations(pointer, finals, _baseline_files(pointer, args.config)):
+def handle_annotations(settings: Settings, args: argparse.Namespace) -> int:
+    pointer, finals, notes = load_session(Path(args.session), settings.db)
+    files = _baseline_files(pointer, settings.config)
+    for annotation in session_annotations(pointer, finals, files):
         print(annotation.render())
     for note in notes:
         print(f"::warning title=perfgate::{note}")
     return 0
 
 
-def _approval_targets(args: argparse.Namespace, config: Config) -> list[RunRecord]:
+def _approval_targets(
+    settings: Settings, args: argparse.Namespace, config: Config
+) -> list[RunRecord]:
     """The runs to approve: those named, or the newest pushed run of each scenario."""
-    sessions = open_existing_history(history_url(args))
-    try:
-        with sessions() as session:
-            if args.runs.strip() != LATEST:
-                return load_runs(session, _run_ids(args.runs))
-            profile = args.profile or default_profile(detect_gpus())
-            return [
-                _latest(session, s.name, profile, args.branch) for s in config.select(args.scenario)
-            ]
-    finally:
-        close_history(sessions)
+    from perfgate.store import history, load_runs
+
+    with history(settings.history_url, existing=True) as sessions, sessions() as session:
+        if args.runs.strip() != LATEST:
+            return load_runs(session, _run_ids(args.runs))
+        profile = settings.profile or default_profile(detect_gpus())
+        scenarios = config.select(list(settings.scenarios))
+        return [_latest(session, s.name, profile, args.branch) for s in scenarios]
 
 
 def _run_ids(text: str) -> list[int]:
@@ -249,6 +248,8 @@ def _run_ids(text: str) -> list[int]:
 
 
 def _latest(session: Any, scenario: str, profile: str, branch: str) -> RunRecord:
+    from perfgate.store import RunFilter, list_runs
+
     where = RunFilter(scenario=scenario, profile=profile, branch=branch)
     pushed = [r for r in list_runs(session, where=where) if r.context.pr is None]
     if not pushed:
@@ -280,10 +281,10 @@ def _approved_by(args: argparse.Namespace) -> str:
     return reviewer(args.approvals, args.requested_by)
 
 
-def handle_approve(args: argparse.Namespace, _rest: list[str]) -> int:
-    args.approved_by = _approved_by(args)
-    config = load_config(args.config)
-    records = _approval_targets(args, config)
+def handle_approve(settings: Settings, args: argparse.Namespace) -> int:
+    approved_by = _approved_by(args)
+    config = load_config(settings.config)
+    records = _approval_targets(settings, args, config)
     if not records:
         raise ConfigError(
             f"names no recorded run ({args.runs})",
@@ -295,11 +296,10 @@ def handle_approve(args: argparse.Namespace, _rest: list[str]) -> int:
         key = (record.measurement.profile, record.measurement.scenario)
         groups.setdefault(key, []).append(int(record.id or 0))
     for ids in groups.values():
-        update = argparse.Namespace(**vars(args), run=ids, force=False)
-        baseline_command.handle_update(update, [])
+        baseline_command.update_baseline(settings, ids, approved_by, args.reason)
     if args.body:
         requested = ", ".join(dict.fromkeys(args.requested_by)) or None
-        body = approval_body(records, args.approved_by, args.reason, requested)
+        body = approval_body(records, approved_by, args.reason, requested)
         Path(args.body).parent.mkdir(parents=True, exist_ok=True)  # .perfgate/ on a fresh checkout
         Path(args.body).write_text(body, "utf-8")
     return 0
@@ -326,7 +326,7 @@ def approval_body(
     return fit_blocks(head, blocks, COMMENT_LIMIT_BYTES)
 
 
-def handle_settings(args: argparse.Namespace, _rest: list[str]) -> int:
+def handle_settings(settings: Settings, args: argparse.Namespace) -> int:
     repo = args.repo or os.environ.get("GITHUB_REPOSITORY")
     if not repo or repo.count("/") != 1:
         raise ConfigError(

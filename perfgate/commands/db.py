@@ -5,19 +5,12 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from perfgate.commands.common import history_url
-from perfgate.store import (
-    inspect_history,
-    missing_history,
-    stamp_history,
-    upgrade_history,
-)
-from perfgate.store.database import describe, parse_history_url
-from perfgate.store.schema import check_schema
+from perfgate.commands import add_command
+from perfgate.settings import HISTORY_OPTIONS, Settings, add_options
 
 
 def register(commands: Any) -> None:
-    parser = commands.add_parser("db", help="upgrade the history database or show its schema")
+    parser = add_command(commands, "db")
     actions = parser.add_subparsers(dest="action", metavar="ACTION", required=True)
     upgrade = actions.add_parser(
         "upgrade",
@@ -44,13 +37,19 @@ def register(commands: Any) -> None:
         (current, handle_current),
         (stamp, handle_stamp),
     ):
-        action.add_argument("--config", metavar="PATH", help="perfgate.toml to read")
-        action.add_argument("--db", metavar="URL", help="history database (SQLAlchemy URL)")
+        add_options(action.add_argument, HISTORY_OPTIONS)
         action.set_defaults(handler=handler)
 
 
-def handle_upgrade(args: argparse.Namespace, _rest: list[str]) -> int:
-    url = history_url(args)
+def run(settings: Settings, args: argparse.Namespace) -> int:
+    return int(args.handler(settings, args))
+
+
+def handle_upgrade(settings: Settings, args: argparse.Namespace) -> int:
+    from perfgate.store import upgrade_history
+    from perfgate.store.database import describe, parse_history_url
+
+    url = settings.history_url
     before = upgrade_history(url)
     where = describe(parse_history_url(url))
     if before.is_current:
@@ -60,8 +59,12 @@ def handle_upgrade(args: argparse.Namespace, _rest: list[str]) -> int:
     return 0
 
 
-def handle_current(args: argparse.Namespace, _rest: list[str]) -> int:
-    url = history_url(args)
+def handle_current(settings: Settings, args: argparse.Namespace) -> int:
+    from perfgate.store import inspect_history, missing_history
+    from perfgate.store.database import describe, parse_history_url
+    from perfgate.store.schema import check_schema
+
+    url = settings.history_url
     state = inspect_history(url)
     where = describe(parse_history_url(url))
     check_schema(state, where)  # a newer perfgate's, or not perfgate's: one line, exit 64
@@ -77,8 +80,11 @@ def handle_current(args: argparse.Namespace, _rest: list[str]) -> int:
     return 0
 
 
-def handle_stamp(args: argparse.Namespace, _rest: list[str]) -> int:
-    url = history_url(args)
+def handle_stamp(settings: Settings, args: argparse.Namespace) -> int:
+    from perfgate.store import inspect_history, missing_history, stamp_history
+    from perfgate.store.database import describe, parse_history_url
+
+    url = settings.history_url
     found = inspect_history(url)
     if not found.tables and not found.version_table:
         raise missing_history(url)  # nothing to stamp: create no file nor table

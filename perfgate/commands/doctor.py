@@ -4,11 +4,10 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 from typing import Any
 
-from perfgate.config import ENGINES
-from perfgate.runner.doctor import DoctorOptions, doctor_exit_code, run_checks
+from perfgate.commands import add_command
+from perfgate.settings import Settings, add_options
 
 EPILOG = """exit codes:
   0   every check ok (warnings allowed)
@@ -20,9 +19,9 @@ EPILOG = """exit codes:
 
 
 def register(commands: Any) -> None:
-    parser = commands.add_parser(
+    parser = add_command(
+        commands,
         "doctor",
-        help="check GPUs, driver, CUDA, torch, engines, ports, history and baselines",
         description="Check that this machine can run the gate on the selected scenarios: "
         "GPUs (idle and healthy), driver, CUDA, torch, the engines' installs, free ports, that "
         "the history takes writes (a write transaction, rolled back), and what each run will "
@@ -32,33 +31,29 @@ def register(commands: Any) -> None:
         epilog=EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("--config", metavar="PATH")
-    parser.add_argument("--scenario", action="append", default=[], metavar="NAME")
-    parser.add_argument("--engine", choices=ENGINES)
-    parser.add_argument("--db", metavar="URL", help="history URL (default: the config's)")
-    parser.add_argument("--baselines", metavar="DIR")
-    parser.add_argument("--profile", metavar="NAME")
-    parser.add_argument("--no-gate", action="store_true", help="baselines are not needed")
-    parser.add_argument(
-        "--require-baseline",
-        action="store_true",
-        help="as `perfgate run --require-baseline` (the default where CI=true): a missing or "
-        "non-matching reviewed baseline fails",
+    add_options(
+        parser.add_argument,
+        ("config", "scenario", "engine", "db", "baselines", "profile"),
     )
+    parser.add_argument(
+        "--no-gate", action="store_true", help="baselines are not needed (a first run)"
+    )
+    add_options(parser.add_argument, ("require-baseline",))
     parser.add_argument("--json", action="store_true", help="print the checks as JSON")
-    parser.set_defaults(handler=handle)
 
 
-def handle(args: argparse.Namespace, _rest: list[str]) -> int:
+def run(settings: Settings, args: argparse.Namespace) -> int:
+    from perfgate.runner.doctor import DoctorOptions, doctor_exit_code, run_checks
+
     options = DoctorOptions(
-        config=args.config,
-        scenarios=tuple(args.scenario),
-        engine=args.engine,
-        db=args.db or os.environ.get("PERFGATE_DB_URL") or None,
-        baselines=args.baselines,
-        profile=args.profile or os.environ.get("PERFGATE_PROFILE") or None,
-        gate=not args.no_gate,
-        require_baseline=args.require_baseline,
+        config=settings.config,
+        scenarios=settings.scenarios,
+        engine=settings.engine,
+        db=settings.db or None,
+        baselines=settings.baselines,
+        profile=settings.profile or None,
+        gate=settings.gate,
+        require_baseline=settings.require_baseline,
     )
     checks = run_checks(options)
     code = int(doctor_exit_code(checks))

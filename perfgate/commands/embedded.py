@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
 from typing import Any
+
+from perfgate.commands import add_command
+from perfgate.engines.embedded.train_args import add_train_arguments
+from perfgate.settings import Settings
 
 
 def register(commands: Any) -> None:
-    parser = commands.add_parser("embedded", help="the embedded engine's tools (train)")
+    parser = add_command(commands, "embedded")
     actions = parser.add_subparsers(dest="action", metavar="ACTION", required=True)
     train = actions.add_parser(
         "train",
@@ -22,33 +25,11 @@ def register(commands: Any) -> None:
     train.set_defaults(handler=handle_train)
 
 
-def add_train_arguments(parser: argparse.ArgumentParser) -> None:
-    """Add the training command's flags to parser (without importing torch)."""
-    parser.add_argument(
-        "--out",
-        type=Path,
-        required=True,
-        help="directory to write llama-tiny/ and eagle3-llama-tiny/ into; pass "
-        "perfgate/engines/embedded/models to replace the shipped weights",
-    )
-    parser.add_argument(
-        "--scale",
-        type=float,
-        default=1.0,
-        help="multiply every phase's steps by this (e.g. 0.01 for a smoke run); default 1",
-    )
-    parser.add_argument(
-        "--threads", type=int, default=None, help="torch CPU threads (default: torch's choice)"
-    )
-    parser.add_argument(
-        "--skip-quality",
-        action="store_true",
-        help="do not measure the trained models on the default prompts (distinct n-grams, "
-        "accept lengths) for training.json",
-    )
+def run(settings: Settings, args: argparse.Namespace) -> int:
+    return int(args.handler(settings, args))
 
 
-def handle_train(args: argparse.Namespace, _rest: list[str]) -> int:
+def handle_train(settings: Settings, args: argparse.Namespace) -> int:
     from perfgate.engines.embedded.train import run  # torch loads for this command only
 
     return run(args)

@@ -10,14 +10,14 @@ from pathlib import Path
 from typing import Any
 
 from perfgate.baselines import baseline_path, load_baseline
-from perfgate.commands.common import history_url, one_scenario
+from perfgate.commands import add_command
+from perfgate.commands.common import one_scenario
 from perfgate.config import Config, Scenario, load_config
 from perfgate.errors import ConfigError
 from perfgate.gate import DEFAULT_ALPHA
 from perfgate.gate.looks import scenario_alpha
 from perfgate.gate.verdict import overall_status
 from perfgate.measured_verdicts import judge_measurements
-from perfgate.pipeline import local_runs
 from perfgate.reference import (
     Reference,
     choose_reference,
@@ -25,14 +25,14 @@ from perfgate.reference import (
     requires_baseline,
 )
 from perfgate.results import RunRecord
-from perfgate.store import load_run, open_existing_history
+from perfgate.settings import HISTORY_OPTIONS, Settings, add_options
 from perfgate.summary import render_record, verdicts_document
 
 
 def register(commands: Any) -> None:
-    parser = commands.add_parser(
+    parser = add_command(
+        commands,
         "gate",
-        help="judge recorded runs again against a baseline (records nothing)",
         description="Judge recorded runs against their scenario's reviewed baseline (or, "
         "without one for their machine, the earlier runs of that machine, as the run itself "
         "was judged), or --baseline FILE, and print the verdicts (--json: as JSON). One --run "
@@ -57,22 +57,13 @@ def register(commands: Any) -> None:
         help="the false-alarm level for the scenario's gated metrics; default: the level the "
         "run's session judged it at (its share of the config's), or the config's",
     )
-    parser.add_argument(
-        "--require-baseline",
-        action="store_true",
-        help="judge only against a matching reviewed baseline (the default where CI=true); "
-        "without it, a run with none is judged against the earlier runs of its machine",
-    )
-    parser.add_argument("--config", metavar="PATH")
-    parser.add_argument("--db", metavar="URL")
-    parser.add_argument("--baselines", metavar="DIR")
-    parser.set_defaults(handler=handle)
+    add_options(parser.add_argument, ("require-baseline", *HISTORY_OPTIONS, "baselines"))
 
 
-def handle(args: argparse.Namespace, _rest: list[str]) -> int:
-    config = _config(args)
-    records = _records(args)
-    reference = _reference(args, config, records)
+def run(settings: Settings, args: argparse.Namespace) -> int:
+    config = _config(settings, args)
+    records = _records(settings, args)
+    reference = _reference(settings, args, config, records)
     max_runs = reference.run_budget(_max_runs(config, records[-1]))
     alpha = _alpha(args, config, records, max_runs)
     measurements = [r.measurement for r in records]
@@ -103,12 +94,12 @@ def handle(args: argparse.Namespace, _rest: list[str]) -> int:
     return code
 
 
-def _config(args: argparse.Namespace) -> Config | None:
+def _config(settings: Settings, args: argparse.Namespace) -> Config | None:
     """The config; none is needed when --baseline names the file (and --alpha or default)."""
     try:
-        return load_config(args.config)
+        return load_config(settings.config)
     except ConfigError:
-        if args.config or not args.baseline:
+        if settings.config or not args.baseline:
             raise
         return None
 
@@ -143,10 +134,11 @@ def _max_runs(config: Config | None, record: RunRecord) -> int:
     return Scenario.max_runs  # the dataclass's default
 
 
-def _records(args: argparse.Namespace) -> list[RunRecord]:
+def _records(settings: Settings, args: argparse.Namespace) -> list[RunRecord]:
     """The runs named, preceded by the earlier runs a single run was judged with."""
-    sessions = open_existing_history(history_url(args))
-    with sessions() as session:
+    from perfgate.store import history, load_run
+
+    with history(settings.history_url, existing=True) as sessions, sessions() as session:
         records = [load_run(session, run_id) for run_id in args.run]
         if len(records) == 1:
             earlier = next((v.with_runs for v in records[0].verdicts if v.with_runs), ())
@@ -157,23 +149,25 @@ def _records(args: argparse.Namespace) -> list[RunRecord]:
 
 
 def _reference(
-    args: argparse.Namespace, config: Config | None, records: list[RunRecord]
+    settings: Settings, args: argparse.Namespace, config: Config | None, records: list[RunRecord]
 ) -> Reference:
     """What to judge against: --baseline, else what the recording session would choose."""
     if args.baseline:
         baseline = load_baseline(Path(args.baseline))
         return Reference(f"judged against {args.baseline} ({len(baseline.runs)} run(s))", baseline)
-    directory = Path(args.baselines) if args.baselines else None
+    directory = Path(settings.baselines) if settings.baselines else None
     if directory is None:
         assert config is not None  # _config only returns None when --baseline is given
         directory = config.baselines_dir
     m = records[-1].measurement
     path = baseline_path(directory, m.profile, m.scenario)
-    require = requires_baseline(args.require_baseline, os.environ)
+    require = requires_baseline(settings.require_baseline, os.environ)
     reviewed = load_reviewed(path, m.profile, m.scenario, required=require)
 
     def earlier_runs() -> list[RunRecord]:
-        return local_runs(open_existing_history(history_url(args)), m, before=records[0].id)
+        from perfgate.pipeline import local_runs
+
+        return local_runs(settings.history_url, m, before=records[0].id, existing=True)
 
     scenario = config.scenarios.get(m.scenario) if config else None
     return choose_reference(m, reviewed, earlier_runs, scenario, require_baseline=require)

@@ -9,31 +9,23 @@ import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
 
-from perfgate.commands.common import history_url
+from perfgate.commands import add_command
 from perfgate.errors import ConfigError
 from perfgate.files import write_atomically
 from perfgate.gate.verdict import Status
-from perfgate.results import RunRecord
-from perfgate.store import (
-    RunFilter,
-    close_history,
-    database_errors,
-    iter_runs,
-    list_runs,
-    load_run,
-    open_existing_history,
-    open_history,
-)
-from perfgate.store.export import run_from_dict, run_to_dict
-from perfgate.store.imports import import_runs
+from perfgate.settings import HISTORY_OPTIONS, Settings, add_options
+
+if TYPE_CHECKING:
+    from perfgate.results import RunRecord
+    from perfgate.store import RunFilter
 
 STATUSES = [status.value for status in Status]
 
 
 def register(commands: Any) -> None:
-    parser = commands.add_parser("history", help="list, show or export recorded runs")
+    parser = add_command(commands, "history")
     actions = parser.add_subparsers(dest="action", metavar="ACTION", required=True)
     listing = actions.add_parser("list", help="one line per run, newest last")
     _add_filters(listing)
@@ -70,31 +62,38 @@ def register(commands: Any) -> None:
     load.set_defaults(handler=handle_import)
 
 
+def run(settings: Settings, args: argparse.Namespace) -> int:
+    return int(args.handler(settings, args))
+
+
 def _add_database(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--config", metavar="PATH", help="perfgate.toml to read")
-    parser.add_argument("--db", metavar="URL", help="history database (SQLAlchemy URL)")
+    add_options(parser.add_argument, HISTORY_OPTIONS)
 
 
 def _add_filters(parser: argparse.ArgumentParser) -> None:
     _add_database(parser)
-    parser.add_argument("--scenario", metavar="NAME")
-    parser.add_argument("--profile", metavar="NAME", help="runner profile, e.g. cpu or h200x8")
+    # Filters, not the shared --scenario/--profile that choose what to run.
+    parser.add_argument("--scenario", dest="only_scenario", metavar="NAME")
+    parser.add_argument(
+        "--profile", dest="only_profile", metavar="NAME", help="runner profile, e.g. cpu or h200x8"
+    )
     parser.add_argument("--branch", metavar="NAME")
     parser.add_argument("--pr", metavar="NUMBER", help="pull request")
     parser.add_argument("--status", choices=STATUSES, help="the run's overall status")
 
 
 def _filter(args: argparse.Namespace) -> RunFilter:
-    return RunFilter(args.scenario, args.profile, args.branch, args.pr, args.status)
+    from perfgate.store import RunFilter
+
+    return RunFilter(args.only_scenario, args.only_profile, args.branch, args.pr, args.status)
 
 
-def handle_list(args: argparse.Namespace, _rest: list[str]) -> int:
-    sessions = open_existing_history(history_url(args))
-    try:
-        with database_errors(sessions), sessions() as session:
-            runs = list_runs(session, limit=args.limit or None, where=_filter(args))
-    finally:
-        close_history(sessions)
+def handle_list(settings: Settings, args: argparse.Namespace) -> int:
+    from perfgate.store import history, list_runs
+    from perfgate.store.export import run_to_dict
+
+    with history(settings.history_url, existing=True) as sessions, sessions() as session:
+        runs = list_runs(session, limit=args.limit or None, where=_filter(args))
     if args.json:
         print(json.dumps([run_to_dict(run) for run in runs], indent=2))
         return 0
@@ -108,13 +107,12 @@ def handle_list(args: argparse.Namespace, _rest: list[str]) -> int:
     return 0
 
 
-def handle_show(args: argparse.Namespace, _rest: list[str]) -> int:
-    sessions = open_existing_history(history_url(args))
-    try:
-        with database_errors(sessions), sessions() as session:
-            run = load_run(session, args.run)
-    finally:
-        close_history(sessions)
+def handle_show(settings: Settings, args: argparse.Namespace) -> int:
+    from perfgate.store import history, load_run
+    from perfgate.store.export import run_to_dict
+
+    with history(settings.history_url, existing=True) as sessions, sessions() as session:
+        run = load_run(session, args.run)
     if args.json:
         print(json.dumps(run_to_dict(run), indent=2))
     else:
@@ -122,30 +120,32 @@ def handle_show(args: argparse.Namespace, _rest: list[str]) -> int:
     return 0
 
 
-def handle_export(args: argparse.Namespace, _rest: list[str]) -> int:
-    sessions = open_existing_history(history_url(args))
+def handle_export(settings: Settings, args: argparse.Namespace) -> int:
+    from perfgate.store import history, iter_runs
+    from perfgate.store.export import run_to_dict
+
     count = 0
-    try:
-        with database_errors(sessions), sessions() as session, _output(args.out) as out:
-            for count, run in enumerate(iter_runs(session, _filter(args)), start=1):
-                _write_run(out, run_to_dict(run), count == 1, args.json)
-            if args.json:
-                out.write("[]\n" if count == 0 else "\n]\n")
-    finally:
-        close_history(sessions)
+    with (
+        history(settings.history_url, existing=True) as sessions,
+        sessions() as session,
+        _output(args.out) as out,
+    ):
+        for count, run in enumerate(iter_runs(session, _filter(args)), start=1):
+            _write_run(out, run_to_dict(run), count == 1, args.json)
+        if args.json:
+            out.write("[]\n" if count == 0 else "\n]\n")
     if args.out:
         print(f"wrote {args.out}: {count} run(s)")
     return 0
 
 
-def handle_import(args: argparse.Namespace, _rest: list[str]) -> int:
+def handle_import(settings: Settings, args: argparse.Namespace) -> int:
+    from perfgate.store import history
+    from perfgate.store.imports import import_runs
+
     records = load_runs_file(Path(args.file))
-    sessions = open_history(history_url(args))
-    try:
-        with database_errors(sessions, writing=True), sessions.begin() as session:
-            imported = import_runs(session, records)
-    finally:
-        close_history(sessions)
+    with history(settings.history_url, writing=True) as sessions, sessions.begin() as session:
+        imported = import_runs(session, records)
     new = [f"#{run.id}" for run in imported if run.new]
     held = [f"#{run.id}" for run in imported if not run.new]
     line = f"imported {len(new)} run(s)" + (f" as {', '.join(new)}" if new else "")
@@ -157,6 +157,8 @@ def handle_import(args: argparse.Namespace, _rest: list[str]) -> int:
 
 def load_runs_file(path: Path) -> list[RunRecord]:
     """The runs of a file `perfgate history export` wrote (JSON lines or a JSON array)."""
+    from perfgate.store.export import run_from_dict
+
     fix = "import a file `perfgate history export` wrote, or one kept in .perfgate/unrecorded/"
     try:
         text = path.read_text("utf-8")

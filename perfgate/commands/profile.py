@@ -12,15 +12,15 @@ from pathlib import Path
 from typing import Any
 
 from perfgate import metrics
-from perfgate.config import ENGINES, Scenario, load_config
+from perfgate.commands import add_command
+from perfgate.config import Scenario, load_config
 from perfgate.engines.commands import MODES
 from perfgate.engines.validate import check_scenario, preflight
 from perfgate.errors import ConfigError
 from perfgate.folders import new_folder, process_folder, stamp
-from perfgate.profile.capture import capture_profile
-from perfgate.profile.render import profile_json, render_markdown
 from perfgate.profile.trace import GPU_KERNELS
 from perfgate.progress import stderr_reporter
+from perfgate.settings import Settings, add_options
 
 ACTIVITIES = ("CPU", "GPU")
 LOW_COVERAGE = 0.5  # of the cycle time, below which a GPU trace surely misses kernels
@@ -28,9 +28,9 @@ TRACE_NAME = "trace.json.gz"
 
 
 def register(commands: Any) -> None:
-    parser = commands.add_parser(
+    parser = add_command(
+        commands,
         "profile",
-        help="profile a few decode cycles with torch.profiler: work per phase and category",
         description="Launch a scenario's server with the probe, time its repeats, then profile "
         "the next --cycles decode cycles through the server's /start_profile (SGLang's API; "
         "the embedded engine serves it too). Writes the trace (Chrome format, gzipped: "
@@ -38,9 +38,9 @@ def register(commands: Any) -> None:
         "prints the table: device time (GPU kernels; CPU operators on a CPU) per phase and "
         "category (matmul, attention, communication, other), and the profiler's own cost.",
     )
-    parser.add_argument("--config", metavar="PATH", help="perfgate.toml to read")
+    add_options(parser.add_argument, ("config",))
     parser.add_argument("--scenario", metavar="NAME", help="default: the first default scenario")
-    parser.add_argument("--engine", choices=ENGINES, help="override the scenario's engine")
+    add_options(parser.add_argument, ("engine",))
     parser.add_argument("--mode", choices=MODES, default="spec", help="server to profile")
     parser.add_argument(
         "--cycles", type=int, default=5, help="decode cycles to profile (default 5; keep it small)"
@@ -59,12 +59,14 @@ def register(commands: Any) -> None:
         "its own launch in the trace",
     )
     parser.add_argument("--out", metavar="DIR", help="default: .perfgate/profiles/<time>")
-    parser.set_defaults(handler=handle)
 
 
-def handle(args: argparse.Namespace, _rest: list[str]) -> int:
-    config = load_config(args.config)
-    scenario = _scenario(args, config.select([args.scenario] if args.scenario else []))
+def run(settings: Settings, args: argparse.Namespace) -> int:
+    from perfgate.profile.capture import capture_profile
+    from perfgate.profile.render import profile_json, render_markdown
+
+    config = load_config(settings.config)
+    scenario = _scenario(args, config.select(settings.scenarios))
     activities = _activities(args.activities)
     if args.cycles < 1:
         raise ConfigError("must be >= 1", field="--cycles", fix="profile a few cycles, e.g. 5")

@@ -5,33 +5,32 @@ from __future__ import annotations
 import argparse
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from perfgate.commands.common import history_url
-from perfgate.config import Config, find_config, load_config
+from perfgate.commands import add_command
 from perfgate.errors import ConfigError
-from perfgate.report import write_history_report
-from perfgate.report.links import safe_url
-from perfgate.store import (
-    RunFilter,
-    close_history,
-    database_errors,
-    open_existing_history,
-    recorded_names,
-)
+from perfgate.settings import HISTORY_OPTIONS, Settings, add_options
+
+if TYPE_CHECKING:
+    from perfgate.config import Config
+    from perfgate.store import RunFilter
 
 
 def register(commands: Any) -> None:
-    parser = commands.add_parser(
+    parser = add_command(
+        commands,
         "report",
-        help="write the HTML trend report from the history",
         description="Write the HTML trend report: one self-contained file, viewable offline.",
     )
-    parser.add_argument("--config", metavar="PATH", help="perfgate.toml to read")
-    parser.add_argument("--db", metavar="URL", help="history database (SQLAlchemy URL)")
+    add_options(parser.add_argument, HISTORY_OPTIONS)
     parser.add_argument("--out", metavar="PATH", default="reports/index.html")
-    parser.add_argument("--scenario", metavar="NAME", help="only this scenario's runs")
-    parser.add_argument("--profile", metavar="NAME", help="only this runner profile's runs")
+    # Filters, not the shared --scenario/--profile that choose what to run.
+    parser.add_argument(
+        "--scenario", dest="only_scenario", metavar="NAME", help="only this scenario's runs"
+    )
+    parser.add_argument(
+        "--profile", dest="only_profile", metavar="NAME", help="only this runner profile's runs"
+    )
     parser.add_argument("--branch", metavar="NAME", help="only this branch's runs")
     parser.add_argument(
         "--repo-url",
@@ -39,25 +38,24 @@ def register(commands: Any) -> None:
         help="the repository's web page, for commit and PR links "
         "(default: read from the runs' GitHub Actions URLs)",
     )
-    parser.set_defaults(handler=handle)
 
 
-def handle(args: argparse.Namespace, _rest: list[str]) -> int:
+def run(settings: Settings, args: argparse.Namespace) -> int:
+    from perfgate.report import write_history_report
+    from perfgate.report.links import safe_url
+    from perfgate.store import RunFilter, history, recorded_names
+
     if args.repo_url is not None and safe_url(args.repo_url) is None:
         raise ConfigError(
             f"{args.repo_url!r} is not an http(s) URL",
             field="--repo-url",
             fix="give the repository's web address, e.g. https://github.com/OWNER/REPO",
         )
-    where = RunFilter(scenario=args.scenario, profile=args.profile, branch=args.branch)
-    sessions = open_existing_history(history_url(args))
-    try:
-        with database_errors(sessions), sessions() as session:
-            recorded = recorded_names(session)
-            check_names(where, recorded, args.config)
-            path = write_history_report(Path(args.out), session, where, args.repo_url)
-    finally:
-        close_history(sessions)
+    where = RunFilter(scenario=args.only_scenario, profile=args.only_profile, branch=args.branch)
+    with history(settings.history_url, existing=True) as sessions, sessions() as session:
+        recorded = recorded_names(session)
+        check_names(where, recorded, settings.config)
+        path = write_history_report(Path(args.out), session, where, args.repo_url)
     if selects_a_run(where, recorded):
         print(f"wrote {path}")
     elif where.describe():
@@ -127,6 +125,8 @@ def baseline_profiles(baselines_dir: Path) -> set[str]:
 
 def _optional_config(path: str | None) -> Config | None:
     """The config given or found here; None when there is none (the report needs none)."""
+    from perfgate.config import find_config, load_config
+
     try:
         found = Path(path) if path else find_config()
     except ConfigError:

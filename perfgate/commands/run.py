@@ -8,34 +8,36 @@ import sys
 from pathlib import Path
 from typing import Any, NoReturn
 
+from perfgate.commands import add_command
 from perfgate.errors import ConfigError, InfrastructureError
-from perfgate.options import add_options, gate_options, option_flags
-from perfgate.pipeline import GatePlan
+from perfgate.settings import Settings, add_options, option_flags
 
 SUITES = Path(__file__).resolve().parent.parent / "suites"
 SUITES_PACKAGE = "perfgate.suites"
 
 
 def register(commands: Any) -> None:
-    parser = commands.add_parser(
+    parser = add_command(
+        commands,
         "run",
-        help="measure, judge, record and report the scenarios (runs the gate suites)",
         description="Run the gate suites (perfgate/suites) under pytest. Arguments after `--` "
         "go to pytest, e.g. `perfgate run -- --benchmark-json out.json`.",
     )
-    add_options(parser.add_argument, flag_prefix="--", dest_prefix="")
-    parser.set_defaults(handler=handle, accepts_extra=True)
+    add_options(parser.add_argument)
+    parser.set_defaults(accepts_extra=True)
 
 
-def handle(args: argparse.Namespace, pytest_args: list[str]) -> int:
+def run(settings: Settings, args: argparse.Namespace) -> int:
+    pytest_args: list[str] = args.extra
     if pytest_args and pytest_args[0] != "--":
         raise ConfigError(
             f"unknown flag {pytest_args[0]!r}",
             field=pytest_args[0],
             fix="see `perfgate run --help`; pytest's own flags go after `--`",
         )
-    options = gate_options(lambda name: getattr(args, name))
-    GatePlan(options)  # refuse bad config or baselines before pytest starts anything
+    from perfgate.pipeline import GatePlan
+
+    GatePlan(settings.gate_options())  # refuse bad config or baselines before pytest starts
     extra = pytest_args[1:]
     # A fresh interpreter, as `pytest perfgate/suites` would be: pytest must import (and
     # assertion-rewrite) the suites itself. Its exit code is the gate's. -P: the current
@@ -43,7 +45,7 @@ def handle(args: argparse.Namespace, pytest_args: list[str]) -> int:
     # suites are named as a package, so pytest collects the copy it imports, whichever copy
     # ran this command.
     command = [sys.executable, "-P", "-m", "pytest", "--pyargs", SUITES_PACKAGE]
-    command += [*option_flags(options), *extra]
+    command += [*option_flags(settings), *extra]
     exec_pytest(command)
 
 

@@ -11,8 +11,9 @@ import os
 from pathlib import Path
 from typing import Any
 
+from perfgate.commands import add_command
 from perfgate.runner.gpu_health import DEFAULT_MAX_MEMORY_MIB, DEFAULT_MAX_UTILIZATION, Limits
-from perfgate.runner.hooks import HookOptions, job_completed, job_started, render_result
+from perfgate.settings import Settings
 
 EPILOG = """exit codes:
   0   the machine is clean, idle and healthy (job-completed: always, problems are warnings)
@@ -21,7 +22,7 @@ EPILOG = """exit codes:
 
 
 def register(commands: Any) -> None:
-    parser = commands.add_parser("runner", help="job hooks for a self-hosted GPU runner")
+    parser = add_command(commands, "runner")
     hooks = parser.add_subparsers(dest="hook", metavar="HOOK", required=True)
     started = hooks.add_parser(
         "job-started",
@@ -42,6 +43,10 @@ def register(commands: Any) -> None:
     )
     _common(completed)
     completed.set_defaults(handler=handle_completed)
+
+
+def run(settings: Settings, args: argparse.Namespace) -> int:
+    return int(args.handler(settings, args))
 
 
 def _started_args(started: argparse.ArgumentParser) -> None:
@@ -83,6 +88,8 @@ def _int_env(name: str) -> int | None:
 
 
 def _print(result: Any, hook: str, as_json: bool) -> int:
+    from perfgate.runner.hooks import render_result
+
     if as_json:
         document = {
             "exit_code": int(result.exit_code),
@@ -99,7 +106,9 @@ def _print(result: Any, hook: str, as_json: bool) -> int:
     return int(result.exit_code)
 
 
-def handle_started(args: argparse.Namespace, _rest: list[str]) -> int:
+def handle_started(settings: Settings, args: argparse.Namespace) -> int:
+    from perfgate.runner.hooks import HookOptions, job_started
+
     options = HookOptions(
         limits=Limits(args.max_memory_mib, args.max_utilization),
         wait_s=args.wait_s,
@@ -110,5 +119,7 @@ def handle_started(args: argparse.Namespace, _rest: list[str]) -> int:
     return _print(job_started(options), "job-started", args.json)
 
 
-def handle_completed(args: argparse.Namespace, _rest: list[str]) -> int:
+def handle_completed(settings: Settings, args: argparse.Namespace) -> int:
+    from perfgate.runner.hooks import HookOptions, job_completed
+
     return _print(job_completed(HookOptions(grace_s=args.grace_s)), "job-completed", args.json)

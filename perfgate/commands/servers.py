@@ -9,38 +9,36 @@ import time
 from pathlib import Path
 from typing import Any
 
-from perfgate.config import ENGINES, Scenario, load_config
+from perfgate.commands import add_command
+from perfgate.config import Scenario, load_config
 from perfgate.engines import sglang as sglang_facts
 from perfgate.engines.commands import MODES, Mode, server_command
-from perfgate.engines.launch import free_port, running_server
 from perfgate.engines.validate import check_scenario, preflight, refuse_embedded_only
 from perfgate.errors import ConfigError
 from perfgate.probe import probe_env
 from perfgate.progress import stderr_reporter
+from perfgate.settings import Settings, add_options
 
 
 def register(commands: Any) -> None:
-    parser = commands.add_parser(
+    parser = add_command(
+        commands,
         "servers",
-        help="print the server command lines of a run (--dry-run), or start one server",
         description="With --dry-run, print the exact command lines a run would launch, one per "
         "line, shell-quoted, with their environment: the plain twin, then the speculative server "
         "(notes on what was not checked go to stderr). Without it, check the machine, start one "
         "server (--mode) as a run would and keep it up until Ctrl-C.",
     )
-    parser.add_argument("--config", metavar="PATH", help="perfgate.toml to read")
-    parser.add_argument("--scenario", action="append", default=[], metavar="NAME")
-    parser.add_argument("--engine", choices=ENGINES, help="override the scenario's engine")
+    add_options(parser.add_argument, ("config", "scenario", "engine"))
     parser.add_argument("--dry-run", action="store_true", help="print, do not launch")
     parser.add_argument("--mode", choices=MODES, default="spec", help="server to start")
-    parser.set_defaults(handler=handle)
 
 
-def handle(args: argparse.Namespace, _rest: list[str]) -> int:
-    config = load_config(args.config)
-    scenarios = config.select(args.scenario)
-    if args.engine:
-        scenarios = [s.with_engine(args.engine) for s in scenarios]
+def run(settings: Settings, args: argparse.Namespace) -> int:
+    config = load_config(settings.config)
+    scenarios = config.select(settings.scenarios)
+    if settings.engine:
+        scenarios = [s.with_engine(settings.engine) for s in scenarios]
     probe_root = config.path.parent / ".perfgate" / "servers"
     if args.dry_run:
         for scenario in scenarios:
@@ -50,6 +48,8 @@ def handle(args: argparse.Namespace, _rest: list[str]) -> int:
 
 
 def _print_commands(scenario: Scenario, file: Path, probe_root: Path) -> None:
+    from perfgate.engines.launch import free_port
+
     refuse_embedded_only(scenario, file)  # before any note on the installed release
     release = _installed_or_pinned(scenario) if scenario.engine == "sglang" else None
     for note in check_scenario(scenario, file, release):
@@ -78,6 +78,8 @@ def _installed_or_pinned(scenario: Scenario) -> sglang_facts.SglangRelease:
 
 
 def _serve(scenario: Scenario, mode: Mode, file: Path, probe_root: Path) -> int:
+    from perfgate.engines.launch import free_port, running_server
+
     checked = preflight(scenario, file)
     for note in checked.notes:
         print(f"# {note}", file=sys.stderr)

@@ -4,29 +4,27 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from perfgate.commands.common import history_url
-from perfgate.config import ENGINES, Config, check_history_name, load_config
+from perfgate.commands import add_command
+from perfgate.config import Config, check_history_name, load_config
 from perfgate.context import detect_context
 from perfgate.devices import detect_gpus
 from perfgate.errors import ConfigError
 from perfgate.fingerprint import default_profile
 from perfgate.folders import process_folder
 from perfgate.progress import stderr_reporter
-from perfgate.store import probe_write
+from perfgate.settings import Settings, add_options
 from perfgate.sweep.grid import SweepSpec, parse_env_flag, parse_int_list
 from perfgate.sweep.render import render_markdown, sweep_json
-from perfgate.sweep.run import SweepRunner
 
 
 def register(commands: Any) -> None:
-    parser = commands.add_parser(
+    parser = add_command(
+        commands,
         "sweep",
-        help="measure a grid of steps/topk/draft tokens and environments; print the best",
         description="Measure a scenario over a grid of speculative settings (--steps, --topk, "
         "--draft-tokens) under every combination of environment values (--env), or a "
         "[sweeps.NAME] table of the config (--sweep; flags override its fields). The plain twin "
@@ -39,7 +37,7 @@ def register(commands: Any) -> None:
         "if the budget ran out before any point was measured.",
     )
     add = parser.add_argument
-    add("--config", metavar="PATH", help="perfgate.toml to read")
+    add_options(add, ("config",))
     add("--sweep", metavar="NAME", help="a [sweeps.NAME] table of the config")
     add("--scenario", metavar="NAME", help="the scenario to vary (default: the first default one)")
     add(
@@ -53,33 +51,25 @@ def register(commands: Any) -> None:
     add("--repeats", type=int, help="repeats per server (default: the scenario's)")
     add("--no-early-stop", action="store_true", help="measure every point of every branch")
     add("--budget-s", type=float, help="launch no server after this many seconds")
-    add("--engine", choices=ENGINES, help="override the scenario's engine")
-    add(
-        "--db",
-        metavar="URL",
-        help="history database (default: $PERFGATE_DB_URL, else the config's)",
-    )
-    add(
-        "--profile",
-        metavar="NAME",
-        help="runner profile (default: $PERFGATE_PROFILE or the hardware's)",
-    )
+    add_options(add, ("engine", "db", "profile"))
     add("--json", metavar="PATH", help="also write the sweep as JSON here")
     add("--markdown", metavar="PATH", help="also write the table here")
-    parser.set_defaults(handler=handle)
 
 
-def handle(args: argparse.Namespace, _rest: list[str]) -> int:
-    config = load_config(args.config)
+def run(settings: Settings, args: argparse.Namespace) -> int:
+    from perfgate.store import probe_write
+    from perfgate.sweep.run import SweepRunner
+
+    config = load_config(settings.config)
     spec = sweep_spec(args, config)
     (base,) = config.select([spec.scenario])
-    if args.engine:
-        base = base.with_engine(args.engine)
+    if settings.engine:
+        base = base.with_engine(settings.engine)
     if args.budget_s is not None and args.budget_s <= 0:
         raise ConfigError("must be > 0", field="--budget-s", fix="give seconds, e.g. 450")
-    profile = args.profile or os.environ.get("PERFGATE_PROFILE") or default_profile(detect_gpus())
+    profile = settings.profile or default_profile(detect_gpus())
     check_history_name(profile, field="runner profile (--profile, PERFGATE_PROFILE)")
-    url = history_url(args)
+    url = settings.history_url
     probe_write(url)  # a history that refuses writes fails before anything is measured
     runner = SweepRunner(
         spec=spec,

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from perfgate.baselines import Baseline, baseline_path, load_baseline
-from perfgate.config import Config, Scenario, load_config, resolve_sqlite_url
+from perfgate.config import Config, Scenario, load_config
 from perfgate.devices import GpuReport, detect_gpus, read_gpus
 from perfgate.engines.launch import free_port
 from perfgate.errors import ConfigError, ExitCode, PerfgateError
@@ -29,7 +29,12 @@ from perfgate.runner.gpu_health import GpuProblem, Limits, find_problems, select
 from perfgate.runner.predict import PredictedServer, predict_fingerprint, predict_server
 from perfgate.runner.state import STATE_VARIABLE
 from perfgate.store import probe_write
-from perfgate.store.database import describe, parse_history_url, sqlite_path
+from perfgate.store.database import (
+    describe,
+    parse_history_url,
+    resolve_history_url,
+    sqlite_path,
+)
 
 SGLANG_DEFAULT_PORT = 30000  # where a hand-started SGLang server listens
 FAIL, WARN, OK = "fail", "warn", "ok"
@@ -252,10 +257,9 @@ def check_ports(machine: Machine) -> list[Check]:
 
 
 def _history_url(machine: Machine) -> str:
-    if machine.options.db:
-        return resolve_sqlite_url(machine.options.db, Path.cwd())
-    assert machine.config is not None
-    return machine.config.history_url
+    assert machine.options.db or machine.config is not None
+    # options.db holds $PERFGATE_DB_URL already, where the command line read it.
+    return resolve_history_url(machine.options.db, environ={}, config=machine.config)
 
 
 def check_history_db(machine: Machine) -> list[Check]:

@@ -104,7 +104,7 @@ def predict_fingerprint(
 
 def _embedded_identity(name: str) -> tuple[str | None, str]:
     """The identity the embedded server will report for a model, or None and why not."""
-    from perfgate.engines.embedded.loading import model_identity, resolve_model  # torch: lazily
+    from perfgate.engines.embedded.model_dirs import model_identity, resolve_model
 
     weights = resolve_model(name).weights
     if weights is not None and weights.stat().st_size > MAX_HASHED_WEIGHTS_BYTES:

@@ -28,6 +28,7 @@ from perfgate.store.database import (
     enable_wal,
     open_error,
     parse_history_url,
+    resolve_history_url,
     sqlite_path,
 )
 from perfgate.store.probe import probe_file, probe_folder, write_and_roll_back, write_error
@@ -63,6 +64,7 @@ __all__ = [
     "close_history",
     "comparable_runs",
     "database_errors",
+    "history",
     "history_columns",
     "inspect_history",
     "iter_runs",
@@ -77,12 +79,50 @@ __all__ = [
     "probe_write",
     "record_run",
     "recorded_names",
+    "resolve_history_url",
     "run_ids",
     "stamp_history",
     "upgrade_history",
 ]
 
 T = TypeVar("T")
+
+
+@contextmanager
+def history(
+    url: str, *, existing: bool = False, writing: bool = False
+) -> Iterator[sessionmaker[Session]]:
+    """The history at a SQLAlchemy URL, opened for the block; its engine disposed after it.
+
+    Opening brings the schema to this perfgate's revision (see `open_history`); with
+    `existing`, a command that only reads refuses a history that is not there and creates
+    nothing (see `open_existing_history`). A database failure inside the block (SQLAlchemyError,
+    OSError) becomes a one-line perfgate error naming the database: exit 64 for a URL, file or
+    database that is wrong, 69 for a server that cannot be reached; with `writing`, a history
+    that refuses the block's writes is bad input (64), as `probe_write` says it.
+    """
+    try:
+        sessions = open_existing_history(url) if existing else open_history(url)
+    except OSError as error:  # the file or its folder, before the driver saw it
+        raise _file_error(url, error) from None
+    engine = sessions.kw["bind"]
+    try:
+        yield sessions
+    except SQLAlchemyError as error:
+        raise (write_error if writing else open_error)(engine.url, error) from None
+    finally:
+        engine.dispose()
+
+
+def _file_error(url: str, error: OSError) -> ConfigError:
+    parsed = parse_history_url(url)
+    path = sqlite_path(parsed)
+    return ConfigError(
+        f"cannot open the history ({error.strerror or error})",
+        file=path,
+        field=None if path is not None else URL_FIELD,
+        fix="check that its folder exists and is writable, or point the history URL elsewhere",
+    )
 
 
 def open_history(url: str) -> sessionmaker[Session]:

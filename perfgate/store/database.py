@@ -12,14 +12,19 @@ SQLAlchemy, which perfgate does not ship).
 
 from __future__ import annotations
 
+import os
 import time
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import URL, Connection, Engine, create_engine, event, make_url
 from sqlalchemy.exc import ArgumentError, NoSuchModuleError, OperationalError
 
 from perfgate.errors import ConfigError, InfrastructureError, PerfgateError
+
+if TYPE_CHECKING:
+    from perfgate.config import Config
 
 BUSY_TIMEOUT_S = 30
 # Execution options for a SQLite transaction that will write: it takes the write lock at BEGIN.
@@ -180,3 +185,39 @@ def _sqlite_error(path: Path, error: Exception, reason: str) -> PerfgateError:
             fix="check that the folder exists and is writable",
         )
     return InfrastructureError(f"{path}: the history database failed: {reason}")
+
+
+def resolve_history_url(
+    db: str | None,
+    config_path: str | None = None,
+    *,
+    cwd: Path | None = None,
+    environ: Mapping[str, str] | None = None,
+    config: Config | None = None,
+    recorded: str | None = None,
+) -> str:
+    """The history URL: `db` (--db), else $PERFGATE_DB_URL, else the config's, else the default.
+
+    `recorded` (a session pointer's history) stands in for the config's where given. The
+    config is `config` if given (its error, if it has none, is the caller's), else the file at
+    `config_path`, else the first one found from `cwd` up; without a config (and no
+    `config_path` given) the default file in `cwd`. A relative SQLite path is taken from `cwd`
+    (default: the current folder).
+    """
+    from perfgate.config import DEFAULT_HISTORY, find_config, load_config, resolve_sqlite_url
+
+    here = cwd or Path.cwd()
+    env = os.environ if environ is None else environ
+    given = db or env.get("PERFGATE_DB_URL")
+    if given:
+        return resolve_sqlite_url(given, here)
+    if recorded is not None:
+        return recorded
+    if config is not None:
+        return config.history_url
+    try:
+        return load_config(config_path or find_config(here)).history_url
+    except ConfigError:
+        if config_path:
+            raise
+        return resolve_sqlite_url(DEFAULT_HISTORY, here)

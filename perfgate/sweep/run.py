@@ -32,7 +32,7 @@ from perfgate.measure import assemble_measurement, measure_mode
 from perfgate.pipeline import MeasureMode, ServerPair, record_runs, unjudged_record
 from perfgate.progress import SILENT, Reporter
 from perfgate.results import Measurement, ModeResult, RunContext
-from perfgate.store import close_history, open_history
+from perfgate.store import history
 from perfgate.sweep.grid import EnvPoint, Point, SweepSpec, grid
 from perfgate.sweep.results import PointResult, SweepResult, median_tok_s
 from perfgate.sweep.stop import BranchTracker
@@ -110,14 +110,11 @@ class SweepRunner:
         """Measure every point, or skip it (early stop, budget, a failed plain twin)."""
         self._total = check_points(self.base, self.spec, self.config_file)
         self._started = time.monotonic()
-        sessions = open_history(self.history_url)
-        try:
+        with history(self.history_url) as sessions:
             for env, branches in grid(self.spec):
                 state = self._plain_twin(env, branches[0][0])
                 for branch in branches:
                     self._branch(sessions, state, branch)
-        finally:
-            close_history(sessions)
         return SweepResult(
             spec=self.spec,
             scenario=self.base.name,

@@ -12,8 +12,9 @@ import pytest
 from perfgate.results import RunContext
 from perfgate.store import open_history, record_run
 
-from ..conftest import run_perfgate, write_config
+from ..conftest import write_config
 from ..factories import measurement, record
+from ..in_process import perfgate_main
 
 
 def _history(folder: Path) -> None:
@@ -33,7 +34,7 @@ def _history(folder: Path) -> None:
 
 
 def _approve(folder: Path, *args: str):  # type: ignore[no-untyped-def]
-    return run_perfgate(
+    return perfgate_main(
         "ci", "approve", "--approved-by", "alice", "--reason", "new kernel", *args, cwd=folder
     )
 
@@ -87,7 +88,7 @@ def test_the_body_renders_what_it_was_given_as_text(tmp_path: Path) -> None:
     )
     with sessions.begin() as session:
         record_run(session, replace(record(measurement("tiny")), context=context))
-    result = run_perfgate(
+    result = perfgate_main(
         "ci", "approve", "--runs", "1", "--approved-by", "bob" + HOSTILE,
         "--reason", "faster\n# kernel " + HOSTILE, "--body", "body.md", cwd=tmp_path,
     )  # fmt: skip
@@ -111,7 +112,7 @@ def _approval(login: str, state: str = "approved", environment: str = "baseline-
 
 def _approve_reviewed(folder: Path, approvals: list, *requesters: str):  # type: ignore[no-untyped-def, type-arg]
     flags = [arg for name in requesters for arg in ("--requested-by", name)]
-    return run_perfgate(
+    return perfgate_main(
         "ci", "approve", "--runs", "1", "--approvals", json.dumps(approvals), *flags,
         "--reason", "new kernel", "--body", "body.md", cwd=folder,
     )  # fmt: skip
@@ -157,7 +158,7 @@ def test_a_deployment_its_requester_approved_alone_is_refused(
     write_config(tmp_path)
     _history(tmp_path)
     flags = ["--approvals", approvals if isinstance(approvals, str) else json.dumps(approvals)]
-    result = run_perfgate(
+    result = perfgate_main(
         "ci", "approve", "--runs", "1", *flags, "--requested-by", "alice",
         "--requested-by", "alice-rerun", "--reason", "r", cwd=tmp_path,
     )  # fmt: skip
@@ -171,9 +172,9 @@ def test_approved_by_or_approvals_one_of_them(tmp_path: Path) -> None:
     _history(tmp_path)
     both = _approve(tmp_path, "--runs", "1", "--approvals", "[]", "--requested-by", "x")
     assert both.returncode == 64 and "--approved-by" in both.stderr
-    neither = run_perfgate("ci", "approve", "--runs", "1", "--reason", "r", cwd=tmp_path)
+    neither = perfgate_main("ci", "approve", "--runs", "1", "--reason", "r", cwd=tmp_path)
     assert neither.returncode == 64 and "--approved-by" in neither.stderr
-    lonely = run_perfgate(
+    lonely = perfgate_main(
         "ci", "approve", "--runs", "1", "--approvals", "[]", "--reason", "r", cwd=tmp_path
     )
     assert lonely.returncode == 64 and "--requested-by" in lonely.stderr

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from ..conftest import run_perfgate
+from ..in_process import perfgate_main
 from . import fake_gh
 
 REPO = "acme/gate"
@@ -66,7 +66,7 @@ SOUND: dict[str, dict[str, Any]] = {
 def _settings(tmp_path: Path, api: dict[str, Any], *args: str):  # type: ignore[no-untyped-def]
     gh = fake_gh.install(tmp_path / "gh", [], api)
     env = {**gh, "GH_TOKEN": "test-token"}
-    return run_perfgate("ci", "settings", "--repo", REPO, *args, cwd=tmp_path, env=env)
+    return perfgate_main("ci", "settings", "--repo", REPO, *args, cwd=tmp_path, env=env)
 
 
 def test_a_repository_set_up_as_the_guide_says_passes(tmp_path: Path) -> None:
@@ -131,7 +131,7 @@ def test_no_environment_no_protection_and_what_cannot_be_read(tmp_path: Path) ->
 
 
 def test_without_gh_it_is_an_infrastructure_failure(tmp_path: Path) -> None:
-    result = run_perfgate(
+    result = perfgate_main(
         "ci", "settings", "--repo", REPO, cwd=tmp_path, env={"PATH": os.path.dirname(sys.executable)}
     )  # fmt: skip
     assert result.returncode == 69, result.stdout + result.stderr
@@ -140,7 +140,7 @@ def test_without_gh_it_is_an_infrastructure_failure(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("repo", ["", "acme"])
 def test_the_repository_must_be_named(tmp_path: Path, repo: str) -> None:
-    result = run_perfgate(
+    result = perfgate_main(
         "ci", "settings", "--repo", repo, cwd=tmp_path, env={"GITHUB_REPOSITORY": ""}
     )
     assert result.returncode == 64 and "--repo:" in result.stderr, result.stderr

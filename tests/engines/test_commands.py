@@ -122,9 +122,10 @@ def test_meta_info_names_newest_first() -> None:
 
 
 def test_dry_run_says_which_release_the_lines_are_for(tmp_path) -> None:  # type: ignore[no-untyped-def]
-    from ..conftest import REPO, run_perfgate
+    from ..conftest import REPO
+    from ..in_process import perfgate_main
 
-    result = run_perfgate("servers", "--dry-run", "--scenario", "llama33-70b-eagle3-tp8", cwd=REPO)
+    result = perfgate_main("servers", "--dry-run", "--scenario", "llama33-70b-eagle3-tp8", cwd=REPO)
     assert result.returncode == 0, result.stderr
     assert "SGLang is not installed in" in result.stderr
     assert "printing the command lines of SGLang 0.5.23" in result.stderr
@@ -134,26 +135,28 @@ def test_dry_run_says_which_release_the_lines_are_for(tmp_path) -> None:  # type
 
 
 def test_dry_run_refuses_what_sglang_would_change(tmp_path) -> None:  # type: ignore[no-untyped-def]
-    from ..conftest import run_perfgate, write_config
+    from ..conftest import write_config
+    from ..in_process import perfgate_main
 
     write_config(
         tmp_path,
         '[scenarios.x]\nengine = "sglang"\nmodel = "org/m"\ndraft = "org/d"\nsteps = 3\ntopk = 1\ndraft_tokens = 8\n',
     )
-    result = run_perfgate("servers", "--dry-run", cwd=tmp_path)
+    result = perfgate_main("servers", "--dry-run", cwd=tmp_path)
     assert result.returncode == 64
     assert "scenarios.x.draft_tokens: is 8 with topk = 1" in result.stderr
 
 
 def test_dry_run_refuses_an_environment_name_a_shell_would_run(tmp_path) -> None:  # type: ignore[no-untyped-def]
-    from ..conftest import run_perfgate, write_config
+    from ..conftest import write_config
+    from ..in_process import perfgate_main
 
     write_config(
         tmp_path,
         '[scenarios.x]\nengine = "sglang"\nmodel = "org/m"\ndraft = "org/d"\n'
         '[scenarios.x.env]\n"NCCL_A$(touch pwned)" = "1"\n',
     )
-    result = run_perfgate("servers", "--dry-run", cwd=tmp_path)
+    result = perfgate_main("servers", "--dry-run", cwd=tmp_path)
     assert result.returncode == 64, result.stdout + result.stderr
     (line,) = result.stderr.strip().splitlines()
     assert "scenarios.x.env: 'NCCL_A$(touch pwned)' is not an environment variable name" in line

@@ -15,8 +15,8 @@ from perfgate.store import load_run
 from perfgate.store.export import run_from_dict, run_to_dict
 from perfgate.store.imports import import_runs
 
-from ..conftest import run_perfgate
 from ..factories import measurement, record
+from ..in_process import perfgate_main
 
 SHIFT = PhaseShift("verify", 5.0, 6.0, 0.8)
 ATTRIBUTION = Attribution("output_tok_s", -0.1, SHIFT, (SHIFT,), (2.5, 2.4), None, "verify +1 ms")
@@ -63,7 +63,7 @@ def test_exported_runs_keep_their_links_under_new_ids(sessions: sessionmaker[Ses
 def test_a_file_that_holds_no_runs_is_bad_input(tmp_path: Path) -> None:
     path = tmp_path / "runs.jsonl"
     path.write_text(json.dumps(run_to_dict(_judged())) + "\n" + '{"scenario": "x"}\n')
-    done = run_perfgate("history", "import", str(path), "--db", "sqlite:///h.db", cwd=tmp_path)
+    done = perfgate_main("history", "import", str(path), "--db", "sqlite:///h.db", cwd=tmp_path)
     assert done.returncode == 64, done.stdout + done.stderr
     assert done.stderr.startswith(f"perfgate: error: {path}: line 2: not a run as perfgate")
     assert not (tmp_path / "h.db").exists()

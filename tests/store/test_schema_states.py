@@ -18,7 +18,7 @@ from perfgate.store import close_history, inspect_history, open_history
 from perfgate.store.database import create_history_engine, parse_history_url
 from perfgate.store.schema import FIRST_REVISION, head_revision
 
-from ..conftest import run_perfgate
+from ..in_process import perfgate_main
 
 STATES = {
     "two-rows": ["INSERT INTO alembic_version (version_num) VALUES ('0002')"],
@@ -87,21 +87,21 @@ def test_the_command_line_says_it_in_one_line_and_db_stamp_repairs_it(
     history: str, state: str, tmp_path: Path
 ) -> None:
     _execute(history, STATES[state])
-    refused = run_perfgate("history", "list", "--db", history, cwd=tmp_path)
+    refused = perfgate_main("history", "list", "--db", history, cwd=tmp_path)
     assert refused.returncode == 64, refused.stdout + refused.stderr
     assert refused.stderr.count("\n") == 1 and "Traceback" not in refused.stderr
     assert refused.stderr.startswith("perfgate: error: ")
-    stamped = run_perfgate("db", "stamp", head_revision(), "--db", history, cwd=tmp_path)
+    stamped = perfgate_main("db", "stamp", head_revision(), "--db", history, cwd=tmp_path)
     assert stamped.returncode == 0, stamped.stdout + stamped.stderr
     assert inspect_history(history).current == head_revision()
-    listed = run_perfgate("history", "list", "--db", history, cwd=tmp_path)
+    listed = perfgate_main("history", "list", "--db", history, cwd=tmp_path)
     assert listed.returncode == 0, listed.stdout + listed.stderr
 
 
 def test_db_stamp_refuses_a_revision_the_tables_are_not_at(history: str, tmp_path: Path) -> None:
     _execute(history, STATES["dropped"])
     before = _snapshot(history, tmp_path)
-    done = run_perfgate("db", "stamp", FIRST_REVISION, "--db", history, cwd=tmp_path)
+    done = perfgate_main("db", "stamp", FIRST_REVISION, "--db", history, cwd=tmp_path)
     assert done.returncode == 64, done.stdout + done.stderr
     assert f"its tables are at revision {head_revision()}, not {FIRST_REVISION}" in done.stderr
     assert _snapshot(history, tmp_path) == before

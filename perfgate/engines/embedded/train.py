@@ -34,7 +34,6 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from perfgate.commands.embedded import add_train_arguments
 from perfgate.engines.embedded.corpus import (
     EVAL_BUCKET,
     FINETUNE_BUCKET,
@@ -60,6 +59,7 @@ from perfgate.engines.embedded.model import (
     Transformer,
     init_weights,
 )
+from perfgate.engines.embedded.train_args import add_train_arguments
 from perfgate.errors import ConfigError
 from perfgate.progress import SILENT, Reporter, stderr_reporter
 
