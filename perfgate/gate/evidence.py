@@ -16,8 +16,11 @@ from perfgate.gate.tail import SlowTail, slow_tail
 from perfgate.gate.verdict import Status
 from perfgate.metrics import Direction
 
-# The share of a metric's alpha its median test gets; the mean test (used only when the
-# current runs have a slow tail) gets the rest.
+# The share of a metric's alpha its median test gets when the current runs have a slow tail
+# and the mean is judged too; the mean test gets the rest. Without a slow tail the median test
+# is the only one and gets all of it: the tail test looks at how repeats fall around their own
+# run's median, which (on normal noise) is independent of where the medians lie, so choosing
+# the split by it keeps the metric's chance of a false claim within its level.
 MEDIAN_SHARE = 0.7
 # Metrics that are zero, or not measured at all, when the server produced nothing.
 PRODUCED = frozenset({"output_tok_s", "speedup"})
@@ -37,14 +40,21 @@ class Evidence:
     def p_regression(self) -> float:
         """The metric's p-value: its tests' p-values over their shares of alpha, the least.
 
+        Without a slow tail the median is the only test, at the whole level.
+
         Rejecting when this is at most the metric's level rejects exactly when one of its
         tests rejects at its share, so Holm's procedure can order the metrics by it.
         """
-        p = p_regression(self.by_median, self.direction, self.tolerance) / MEDIAN_SHARE
+        p = p_regression(self.by_median, self.direction, self.tolerance)
         if self.tail.heavier:
             by_mean = p_regression(self.by_mean, self.direction, self.tolerance)
-            p = min(p, by_mean / (1.0 - MEDIAN_SHARE))
+            p = min(p / MEDIAN_SHARE, by_mean / (1.0 - MEDIAN_SHARE))
         return min(p, 1.0)
+
+    @property
+    def median_share(self) -> float:
+        """The share of the metric's alpha its median test gets: all of it, without a tail."""
+        return MEDIAN_SHARE if self.tail.heavier else 1.0
 
 
 def gather_evidence(
@@ -77,7 +87,7 @@ def decide_evidence(evidence: Evidence, *, alpha: float, beta: float) -> Judgeme
     """
     e = evidence
     median = decide(
-        e.by_median, e.direction, e.tolerance, alpha=alpha * MEDIAN_SHARE, beta=beta, final=False
+        e.by_median, e.direction, e.tolerance, alpha=alpha * e.median_share, beta=beta, final=False
     )
     chosen = median
     if e.tail.heavier and median.status is not Status.REGRESSION:

@@ -19,7 +19,8 @@ move. A change that makes a share of the repeats slow leaves the median in place
 second test watches the distribution (perfgate.gate.tail): when the current runs have
 significantly more repeats far behind their run's median than the baseline's, the mean of
 the repeats is judged as well, and a pass needs both the median and the mean within the
-tolerance. A metric's ``alpha`` is split between its two tests (perfgate.gate.evidence).
+tolerance. A metric's ``alpha`` is split between its two tests only when both are run (a slow
+tail); otherwise the median test has all of it (perfgate.gate.evidence).
 
 What the levels mean, exactly (under the model of perfgate.gate.estimate: normal noise on
 the log scale, run shifts and repeat noise independent):
@@ -28,9 +29,10 @@ the log scale, run shifts and repeat noise independent):
   regression while every metric's true change is within its tolerance, over the whole loop
   of looks: it is spent over the looks (perfgate.gate.looks), split by Holm's step-down
   procedure (Holm 1979) among the gated metrics at each look, whatever the correlation
-  between them, and split between a metric's median and mean tests. The bound is for the
-  worst case, every change sitting exactly at its tolerance; at no change the chance is far
-  smaller. Several scenarios of a session share the session's ``alpha`` equally.
+  between them, and split between a metric's median and mean tests when the slow tail calls
+  for the mean. The bound is for the worst case, every change sitting exactly at its
+  tolerance; at no change the chance is far smaller. Several scenarios of a session share
+  the session's ``alpha`` equally.
 * ``beta`` bounds the chance, over all looks, that a metric whose true change sits exactly at
   the tolerance is passed (0.2 by default); at twice the tolerance a pass is rare.
 
@@ -248,7 +250,7 @@ def _with_settle(
         return judgement
     worst, _ = tolerance_bounds(evidence.direction, evidence.tolerance)
     by_mean = judgement.estimate.centre == "mean"
-    share = (1.0 - MEDIAN_SHARE) if by_mean else MEDIAN_SHARE
+    share = (1.0 - MEDIAN_SHARE) if by_mean else evidence.median_share
     chance = settle_chance(
         judgement.estimate,
         goodness(judgement.estimate, evidence.direction),
