@@ -79,7 +79,6 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "perfgate.cli",
             "perfgate.commands",
             "perfgate.settings",
-            "perfgate.options",
             "perfgate.plugin",
             "perfgate.suites",
         ),
