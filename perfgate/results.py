@@ -83,7 +83,7 @@ class Measurement:
     @property
     def equivalence_gated(self) -> bool:
         """Whether the outputs' equivalence decides the run (the scenario's `equivalence`)."""
-        return self.config.get("equivalence", "gate") == "gate"
+        return bool(self.config.get("equivalence", "gate") == "gate")
 
     @property
     def outputs_pass(self) -> bool:

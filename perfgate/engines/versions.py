@@ -10,6 +10,7 @@ SGLang's own environment.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 # PEP 440 in the parts releases use: 0.5.6, 0.5.6.post2, 0.5.10rc1, 0.5.4.dev12+gabc.
@@ -75,7 +76,7 @@ class VersionRange:
     def contains(self, version: str | Version) -> bool:
         """True when `version` satisfies every bound."""
         v = parse_version(version) if isinstance(version, str) else version
-        checks = {
+        checks: dict[str, Callable[[Version], bool]] = {
             ">=": lambda b: v >= b,
             "<": lambda b: _below(v, b),
             "==": lambda b: v.key == b.key,

@@ -121,7 +121,7 @@ class _CudaClock:
         try:
             event = self._free.pop()
         except IndexError:
-            event = self._event(enable_timing=True)
+            event = self._event(enable_timing=True)  # type: ignore[no-untyped-call]
         event.record(self._stream_now())  # on the current stream; no synchronisation
         return event
 
@@ -389,7 +389,7 @@ class PhaseRanges:
         import torch
 
         self._record_function = torch.profiler.record_function
-        if torch.cuda.is_available() and torch.cuda.is_initialized():
+        if torch.cuda.is_available() and torch.cuda.is_initialized():  # type: ignore[no-untyped-call]
             self._nvtx = torch.cuda.nvtx
 
 

@@ -71,7 +71,7 @@ def coverage(phases: dict[str, dict[str, Any]], cycle_ms: tuple[float, ...]) -> 
     if not cycle_ms:
         return None
     work = sum(row["total_ms_per_cycle"] for p, row in phases.items() if p != metrics.PREFILL)
-    return work / statistics.median(cycle_ms)
+    return float(work) / statistics.median(cycle_ms)
 
 
 def render_markdown(report: dict[str, Any], focus: str = metrics.VERIFY) -> str:

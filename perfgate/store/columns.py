@@ -113,7 +113,7 @@ def history_columns(session: Session, where: RunFilter | None = None) -> History
     return columns
 
 
-def _central_values(chosen: ScalarSelect[Any]) -> Select[Any]:
+def _central_values(chosen: ScalarSelect[Any]) -> Select[*tuple[Any, ...]]:
     value, count = SampleRow.value, func.count()
     trimmed = (func.sum(value) - func.min(value) - func.max(value)) / (count - 2)
     central = case((count >= 3, trimmed), else_=func.avg(value))
@@ -125,7 +125,7 @@ def _central_values(chosen: ScalarSelect[Any]) -> Select[Any]:
     )
 
 
-def _run_columns(chosen: ScalarSelect[Any]) -> Select:
+def _run_columns(chosen: ScalarSelect[Any]) -> Select[*tuple[Any, ...]]:
     # The plain twin's origin sits inside the `servers` JSON; read only that path of it.
     reused = RunRow.servers[("plain", "reused_from")].as_string()
     query = (

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -166,13 +167,15 @@ class Batch:
             self.active = torch.tensor([n > 0 for n in self.remaining], device=self.device)
         return committed
 
-    def _logprobs(self, tokens: Tensor, logits: Tensor) -> tuple[list, list, list]:
+    def _logprobs(self, tokens: Tensor, logits: Tensor) -> tuple[list[Any], list[Any], list[Any]]:
         logp = F.log_softmax(logits.float(), dim=-1)  # [B, K, vocab]
         chosen = logp.gather(2, tokens.unsqueeze(-1)).squeeze(-1)
         top_values, top_ids = logp.topk(self.top_n, dim=-1)
         return chosen.tolist(), top_values.tolist(), top_ids.tolist()
 
-    def _keep_logprobs(self, row: int, take: int, logprobs: tuple[list, list, list]) -> None:
+    def _keep_logprobs(
+        self, row: int, take: int, logprobs: tuple[list[Any], list[Any], list[Any]]
+    ) -> None:
         chosen, top_values, top_ids = logprobs
         self.logprobs[row].extend(chosen[row][:take])
         top = self.requests[row].top_logprobs_num or 0

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from functools import partial
-from typing import NamedTuple, Protocol
+from typing import NamedTuple, Protocol, cast
 
 import torch
 import torch.nn.functional as F
@@ -238,7 +238,7 @@ class Eagle3Drafter:
         self, tokens: Tensor, hidden: Tensor | None, positions: Tensor, view: AttentionView
     ) -> tuple[Tensor, Tensor | None]:
         assert hidden is not None
-        return self.head(tokens, hidden, positions, view)
+        return cast("tuple[Tensor, Tensor | None]", self.head(tokens, hidden, positions, view))
 
 
 class StandaloneDrafter:

@@ -75,7 +75,7 @@ class GraphRunner:
         self.captures += 1
         if self.mode == "emulate":
             return _Graph(None, buffers, tuple(t.clone() for t in fn(*buffers)))
-        side = torch.cuda.Stream()
+        side = torch.cuda.Stream()  # type: ignore[no-untyped-call]
         side.wait_stream(torch.cuda.current_stream())
         with torch.cuda.stream(side):
             for _ in range(WARMUP_RUNS):

@@ -24,16 +24,16 @@ from perfgate.engines.embedded.model import (
     init_weights,
 )
 from perfgate.engines.embedded.model_dirs import (  # found without torch; named here too
-    CONFIG_FILE,
-    DRAFT_ARCHITECTURE,
-    TARGET_ARCHITECTURE,
-    WEIGHTS_FILE,
-    ModelDir,
-    resolve_model,
+    CONFIG_FILE as CONFIG_FILE,
 )
+from perfgate.engines.embedded.model_dirs import DRAFT_ARCHITECTURE as DRAFT_ARCHITECTURE
 from perfgate.engines.embedded.model_dirs import MODELS_DIR as MODELS_DIR
 from perfgate.engines.embedded.model_dirs import NAME_PREFIX as NAME_PREFIX
+from perfgate.engines.embedded.model_dirs import TARGET_ARCHITECTURE as TARGET_ARCHITECTURE
+from perfgate.engines.embedded.model_dirs import WEIGHTS_FILE as WEIGHTS_FILE
+from perfgate.engines.embedded.model_dirs import ModelDir as ModelDir
 from perfgate.engines.embedded.model_dirs import model_identity as model_identity
+from perfgate.engines.embedded.model_dirs import resolve_model as resolve_model
 from perfgate.engines.embedded.model_dirs import shipped_models as shipped_models
 from perfgate.errors import ConfigError
 

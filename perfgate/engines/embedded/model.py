@@ -21,7 +21,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import NamedTuple
+from typing import NamedTuple, cast
 
 import torch
 import torch.nn.functional as F
@@ -202,7 +202,7 @@ class Attention(nn.Module):
             out = F.scaled_dot_product_attention(
                 q, k_all[:, :, :kv_len], v_all[:, :, :kv_len], attn_mask=view.mask
             )
-        return self.wo(out.transpose(1, 2).reshape(bsz, seqlen, -1))
+        return cast(Tensor, self.wo(out.transpose(1, 2).reshape(bsz, seqlen, -1)))
 
 
 class FeedForward(nn.Module):
@@ -213,7 +213,7 @@ class FeedForward(nn.Module):
         self.w2: nn.Module = nn.Linear(ffn_dim, dim, bias=False)  # row-parallel under TP
 
     def forward(self, x: Tensor) -> Tensor:
-        return self.w2(F.silu(self.w1(x)) * self.w3(x))
+        return cast(Tensor, self.w2(F.silu(self.w1(x)) * self.w3(x)))
 
 
 class TransformerBlock(nn.Module):
@@ -226,7 +226,7 @@ class TransformerBlock(nn.Module):
 
     def forward(self, x: Tensor, rope: Rope, view: AttentionView | None) -> Tensor:
         h = x + self.attention(self.attention_norm(x), rope, view)
-        return h + self.feed_forward(self.ffn_norm(h))
+        return cast(Tensor, h + self.feed_forward(self.ffn_norm(h)))
 
 
 class CachedModel(nn.Module):
@@ -329,7 +329,7 @@ class Eagle3Layer(nn.Module):
         x = torch.cat([self.embed_norm(embeds), self.hidden_norm(hidden)], dim=-1)
         # The residual stream carries the feature, as in EAGLE-3's reference layer.
         h = hidden + self.attention(x, rope, view)
-        return h + self.feed_forward(self.ffn_norm(h))
+        return cast(Tensor, h + self.feed_forward(self.ffn_norm(h)))
 
 
 class _Shared(NamedTuple):
@@ -357,7 +357,7 @@ class Eagle3Draft(CachedModel):
 
     def fuse(self, features: Tensor) -> Tensor:
         """Reduce the concatenated low/mid/high features [B, T, 3·dim] to [B, T, dim]."""
-        return self.fc(features)
+        return cast(Tensor, self.fc(features))
 
     def forward(
         self, tokens: Tensor, hidden: Tensor, positions: Tensor, view: AttentionView | None = None

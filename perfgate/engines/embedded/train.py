@@ -142,7 +142,7 @@ def train_loop(
                 group["lr"] = lr_at(step, spec)
             loss = loss_fn(next(batches))
             optimizer.zero_grad(set_to_none=True)
-            loss.backward()
+            loss.backward()  # type: ignore[no-untyped-call]
             torch.nn.utils.clip_grad_norm_(params, 1.0)
             optimizer.step()
             losses.append(float(loss.detach()))
@@ -348,7 +348,7 @@ def sources_of(corpus: Corpus, spec: Phase) -> list[Tensor]:
 
 def train_models(
     corpus: Corpus, recipe: Sequence[Phase], quality: bool = True, progress: Reporter = SILENT
-) -> tuple[Transformer, Eagle3Draft, dict]:
+) -> tuple[Transformer, Eagle3Draft, dict[str, Any]]:
     """Run the recipe; return the trained target, head and the training record."""
     target = build_target()
     losses: dict[str, dict[str, float]] = {}

@@ -166,7 +166,8 @@ class VerifyDelay:
 
     def __call__(self) -> None:
         if self.cuda_cycles:
-            torch.cuda._sleep(self.cuda_cycles)  # on the current stream, where the probe looks
+            # On the current stream, where the probe looks.
+            torch.cuda._sleep(self.cuda_cycles)  # type: ignore[no-untyped-call]
         elif self.delay_ms > 0:
             time.sleep(self.delay_ms / 1000)
 
@@ -174,13 +175,14 @@ class VerifyDelay:
 def cuda_sleep_cycles_per_ms(device: torch.device, cycles: int = 10_000_000) -> float:
     """Time torch.cuda._sleep on device; return the spin cycles that take one millisecond."""
     with torch.cuda.device(device):
-        torch.cuda._sleep(cycles // 100)  # warm-up
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        torch.cuda._sleep(cycles // 100)  # type: ignore[no-untyped-call]  # warm-up
+        start = torch.cuda.Event(enable_timing=True)  # type: ignore[no-untyped-call]
+        end = torch.cuda.Event(enable_timing=True)  # type: ignore[no-untyped-call]
         start.record()
-        torch.cuda._sleep(cycles)
+        torch.cuda._sleep(cycles)  # type: ignore[no-untyped-call]
         end.record()
         end.synchronize()
-        return cycles / start.elapsed_time(end)
+        return cycles / float(start.elapsed_time(end))
 
 
 class SimulatedAcceptance:
