@@ -63,6 +63,7 @@ def test_the_record_pins_what_the_weights_were_trained_on(record: dict[str, Any]
     assert record["recipe"] == [asdict(p) for p in train.RECIPE]
 
 
+@pytest.mark.slow  # reruns training steps or the whole recipe at a small scale
 def test_the_corpus_is_built_deterministically(record: dict[str, Any]) -> None:
     corpus = load_corpus()
     again = Corpus(corpus.python_version, tuple(d.encode() for d in iter_docstrings(stdlib_root())))
@@ -72,6 +73,7 @@ def test_the_corpus_is_built_deterministically(record: dict[str, Any]) -> None:
     assert len(corpus.text) > train.MIN_CORPUS_BYTES and len(corpus.split(EVAL_BUCKET)) > 10_000
 
 
+@pytest.mark.slow  # reruns training steps or the whole recipe at a small scale
 def test_pretraining_reproduces_its_first_losses(record: dict[str, Any], bound: float) -> None:
     model = train.build_target()
     spec = train.phase("pretrain")
@@ -80,6 +82,7 @@ def test_pretraining_reproduces_its_first_losses(record: dict[str, Any], bound: 
     assert train.checkpoints(losses)[str(CHECK_STEPS)] == pytest.approx(expected, rel=bound)
 
 
+@pytest.mark.slow  # reruns training steps or the whole recipe at a small scale
 def test_draft_distillation_reproduces_its_first_losses(
     record: dict[str, Any], bound: float
 ) -> None:
@@ -92,6 +95,7 @@ def test_draft_distillation_reproduces_its_first_losses(
     assert train.checkpoints(losses)[str(CHECK_STEPS)] == pytest.approx(expected, rel=bound)
 
 
+@pytest.mark.slow  # reruns training steps or the whole recipe at a small scale
 def test_the_shipped_weights_score_what_training_recorded(
     record: dict[str, Any], bound: float, target: Transformer, eagle_head: Eagle3Draft
 ) -> None:
@@ -159,6 +163,7 @@ def test_a_terminal_gets_a_bar_of_the_steps() -> None:
     assert re.search(r"\x1b\[32mdraft: 5 steps in [\d.]+ s\x1b\[0m\n$", shown)
 
 
+@pytest.mark.slow  # reruns training steps or the whole recipe at a small scale
 def test_the_command_trains_and_writes_loadable_models(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
