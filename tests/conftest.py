@@ -69,6 +69,18 @@ def _developer_machine(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("CI", raising=False)
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _no_parallel_runner_in_children() -> Iterator[None]:
+    """Under `pytest -n`, a worker's PYTEST_XDIST_* variables would reach the pytest that
+    `perfgate run` starts, and pytest-benchmark there would take itself for an xdist worker
+    and stop timing: the gate runs a test starts are never parallel ones. Session-wide, so
+    module fixtures that run the gate see it too."""
+    with pytest.MonkeyPatch.context() as patch:
+        for name in ("PYTEST_XDIST_WORKER", "PYTEST_XDIST_WORKER_COUNT", "PYTEST_XDIST_TESTRUNUID"):
+            patch.delenv(name, raising=False)
+        yield
+
+
 @pytest.fixture(autouse=True)
 def _gpus_read_afresh() -> Iterator[None]:
     """Each test reads the GPUs it sets up: what a test before it read once is forgotten."""

@@ -123,6 +123,10 @@ def _wait(
         time.sleep(0.02)
 
 
+def _read(path: Path) -> str:
+    return path.read_text() if path.exists() else ""
+
+
 def end_abruptly(kind: str, tmp_path: Path, server: str) -> None:
     """Start a server through a pytest launcher, end it the way `kind` says, and check that
     none of the server's processes outlives the ending."""
@@ -132,7 +136,8 @@ def end_abruptly(kind: str, tmp_path: Path, server: str) -> None:
     try:
         _wait(lambda: marked_processes(mark), launcher, "the server started")
         if not hang:
-            _wait((tmp_path / "ready").exists, launcher, "the server was healthy")
+            # Written by another process: wait for its content, not only for the file.
+            _wait(lambda: _read(tmp_path / "ready").strip(), launcher, "the server was healthy")
         if kind in ("sigint", "sigterm", "sigkill"):
             launcher.send_signal(getattr(signal, kind.upper()))
         elif kind == "crash":
