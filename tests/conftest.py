@@ -161,3 +161,13 @@ def run_perfgate(
         timeout=timeout,
         check=False,
     )
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Modules with slow tests first, each module kept whole (its fixtures set up once).
+
+    On two workers (scripts/test), a minute-long test collected last would run alone at the
+    end while the other worker idles; started first, the short tests fill in around it.
+    """
+    slow_modules = {item.path for item in items if item.get_closest_marker("slow")}
+    items.sort(key=lambda item: item.path not in slow_modules)  # stable: order kept within
