@@ -7,7 +7,7 @@
 # model weights from a hub, so they are listed and left out): `perfgate doctor`, then
 #   1. `perfgate run`: no reviewed baseline on this machine, so the run records itself as the
 #      local reference (exit 0 expected);
-#   2. `perfgate run --no-gate` twice more, as the README asks before a first approval;
+#   2. `perfgate run --no-gate` twice more, as docs/baselines.md asks before a first approval;
 #   3. `perfgate baseline update --run ID --run ID --run ID`: the first approval of those three
 #      runs, into a baselines folder of its own;
 #   4. `perfgate run`: judged against that reviewed baseline (exit 0 expected);

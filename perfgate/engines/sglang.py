@@ -8,7 +8,7 @@ and that a fact marked as gone is gone: the ranges are proven, not remembered. T
 method tables live beside the embedded engine's, in `perfgate/probe/targets.py`, keyed the
 same way.
 
-To support a new SGLang release, see "Supporting a new SGLang release" in README.md.
+To support a new SGLang release, see "Supporting a new SGLang release" in docs/sglang.md.
 """
 
 from __future__ import annotations
@@ -202,7 +202,7 @@ def release(version: str, *, field: str = "sglang") -> SglangRelease:
             f"SGLang {version} is outside the releases perfgate supports ({SUPPORTED})",
             field=field,
             fix=f"install a supported release (CI checks {PINNED}), or add this one: "
-            "README.md, 'Supporting a new SGLang release'",
+            "docs/sglang.md, 'Supporting a new SGLang release'",
         )
     return SglangRelease(version, tuple(f for f in FACTS if f.versions.contains(parsed)))
 

@@ -79,7 +79,7 @@ class Machine:
 
 # The fix of each check's failures that carry none of their own.
 FIXES = {
-    "config": "correct the file or field named (README.md, Configuration), or pass --config PATH",
+    "config": "correct the file or field named (docs/configuration.md), or pass --config PATH",
     "perfgate": "reinstall perfgate with its dependencies (scripts/bootstrap, or pip install .)",
     "engines": "fix the engine's install in the scenario's interpreter (scenarios.NAME.python)",
     "gpus": "run `nvidia-smi` by hand to see the driver's own error, and repair the driver",
