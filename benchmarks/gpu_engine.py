@@ -35,7 +35,7 @@ from typing import Any
 from portable_paths import default_names, portable
 
 from perfgate.config import Scenario
-from perfgate.engines.commands import Mode
+from perfgate.engines.server_commands import Mode
 from perfgate.errors import PerfgateError
 from perfgate.measure import measure_mode
 from perfgate.prompts import load_prompt_set

@@ -41,7 +41,7 @@ from pathlib import Path
 from typing import Any
 
 from perfgate.config import Scenario, load_config
-from perfgate.engines.commands import Mode, server_command
+from perfgate.engines.server_commands import Mode, server_command
 from perfgate.engines.validate import preflight
 from perfgate.errors import ConfigError, ExitCode, InfrastructureError, PerfgateError
 from perfgate.measure import measure_mode

@@ -21,7 +21,7 @@ from pathlib import Path
 
 from perfgate.config import Scenario, load_config
 from perfgate.engines.client import EngineClient
-from perfgate.engines.commands import server_command
+from perfgate.engines.server_commands import server_command
 from perfgate.engines.launch import free_port, running_server
 from perfgate.equivalence import EquivalenceReport, compare_outputs
 from perfgate.errors import PerfgateError

@@ -14,7 +14,7 @@ from importlib import metadata
 from typing import Any
 
 from perfgate.config import Scenario
-from perfgate.engines.commands import speculative_overlap
+from perfgate.engines.server_commands import speculative_overlap
 from perfgate.engines.sglang import release
 from perfgate.errors import ConfigError
 from perfgate.runner.state import load_state_fingerprint

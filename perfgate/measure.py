@@ -14,7 +14,6 @@ from perfgate import metrics
 from perfgate.config import Scenario
 from perfgate.devices import detect_gpus
 from perfgate.engines.client import Completion, EngineClient, RequestRefused
-from perfgate.engines.commands import Mode, ServerCommand, server_command
 from perfgate.engines.launch import Server, free_port, running_server
 from perfgate.engines.prometheus import (
     CATEGORY_OF_PHASE,
@@ -22,6 +21,7 @@ from perfgate.engines.prometheus import (
     device_seconds_by_category,
     parse_metrics,
 )
+from perfgate.engines.server_commands import Mode, ServerCommand, server_command
 from perfgate.engines.validate import Preflight, preflight
 from perfgate.equivalence import ForcedToken, compare_outputs
 from perfgate.fingerprint import collect_fingerprint

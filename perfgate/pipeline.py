@@ -27,7 +27,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from perfgate.baselines import Baseline, baseline_path
 from perfgate.config import Config, Scenario, check_history_name, load_config
 from perfgate.devices import detect_gpus
-from perfgate.engines.commands import Mode
+from perfgate.engines.server_commands import Mode
 from perfgate.engines.validate import Preflight, check_scenario, preflight
 from perfgate.equivalence import ForcedToken
 from perfgate.errors import ExitCode, PerfgateError

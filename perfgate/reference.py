@@ -20,7 +20,7 @@ from perfgate.baselines import DEFAULT_KEEP, Baseline, BaselineRun, load_baselin
 from perfgate.config import Scenario
 from perfgate.errors import ConfigError, ExitCode
 from perfgate.fingerprint import diff_fingerprints
-from perfgate.gate import DEFAULT_TOLERANCE, Status, Verdict, exit_code, incomparable
+from perfgate.gate import DEFAULT_TOLERANCE, Status, Verdict, incomparable
 from perfgate.results import Measurement, RunRecord
 
 # Statuses of earlier runs that may stand as a local reference: a regression or an error
@@ -57,7 +57,7 @@ class Reference:
         """The exit code of a run of this status; locally, inconclusive is no failure."""
         if self.local and status is Status.INCONCLUSIVE:
             return ExitCode.PASS
-        return exit_code(status)
+        return status_exit_code(status)
 
 
 def requires_baseline(flag: bool, environ: Mapping[str, str]) -> bool:
@@ -198,3 +198,17 @@ def _mismatch(
 
 
 LOCAL_KEEP = DEFAULT_KEEP  # earlier runs a local reference holds, newest first
+
+
+def status_exit_code(status: Status) -> ExitCode:
+    """The process exit code for a run's overall status (see perfgate.errors): the gate
+    decides statuses, the command line and the plugin turn them into codes."""
+    return {
+        Status.PASS: ExitCode.PASS,
+        Status.IMPROVEMENT: ExitCode.PASS,
+        Status.REGRESSION: ExitCode.REGRESSION,
+        Status.INCONCLUSIVE: ExitCode.INCONCLUSIVE,
+        # Judging against a baseline of another environment, or none, is a setup mistake.
+        Status.INCOMPARABLE: ExitCode.BAD_INPUT,
+        Status.ERROR: ExitCode.BAD_INPUT,
+    }[status]

@@ -13,10 +13,10 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from perfgate.context import detect_context
-from perfgate.engines.commands import Mode
+from perfgate.engines.server_commands import Mode
 from perfgate.errors import ConfigError, ExitCode, PerfgateError
 from perfgate.folders import session_folder
-from perfgate.gate.verdict import Verdict, exit_code
+from perfgate.gate.verdict import Verdict
 from perfgate.measure import TimedLoop, run_rounds
 from perfgate.pipeline import (
     GateOptions,
@@ -31,6 +31,7 @@ from perfgate.pipeline import (
 )
 from perfgate.plain_reuse import refresh_reason
 from perfgate.progress import SILENT, Reporter
+from perfgate.reference import status_exit_code
 from perfgate.report import write_history_report
 from perfgate.results import ModeResult, RunRecord
 from perfgate.store import history
@@ -159,7 +160,7 @@ class GateSession:
         """A final record's exit code; locally, an inconclusive verdict fails nothing."""
         run = self.runs.get(record.measurement.scenario)
         reference = run.reference if run else None
-        return reference.exit_code(record.status) if reference else exit_code(record.status)
+        return reference.exit_code(record.status) if reference else status_exit_code(record.status)
 
     def final_records(self) -> list[RunRecord]:
         """Each scenario's last recorded run: the one whose verdicts are final."""

@@ -11,8 +11,9 @@ import pytest
 from perfgate.baselines import Baseline, load_baseline
 from perfgate.cli import main
 from perfgate.config import load_config
-from perfgate.gate import Status, Verdict, exit_code, overall_status
+from perfgate.gate import Status, Verdict, overall_status
 from perfgate.pipeline import ScenarioRun, record_linked
+from perfgate.reference import status_exit_code
 from perfgate.results import RunContext, RunRecord
 from perfgate.store import open_history
 
@@ -218,6 +219,6 @@ def test_gate_judges_a_run_again_as_its_session_did(project: Path, capsys, scena
     code = cli(project, "gate", "--run", str(ids[-1]), "--json")
     result = json.loads(capsys.readouterr().out)
     assert result["runs"] == ids
-    assert result["status"] == status.value and code == int(exit_code(status))
+    assert result["status"] == status.value and code == int(status_exit_code(status))
     again = {v["metric"]: (v["status"], v["alpha"]) for v in result["verdicts"]}
     assert again == {v.metric: (v.status.value, pytest.approx(v.alpha)) for v in run.looks[-1]}

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from perfgate.engines.commands import ServerCommand
 from perfgate.engines.launch import free_port, running_server, start_server
+from perfgate.engines.server_commands import ServerCommand
 from perfgate.errors import ConfigError, InfrastructureError
 from perfgate.progress import Reporter
 
@@ -162,7 +162,7 @@ def test_the_embedded_server_is_never_a_copy_in_the_current_folder(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from perfgate.config import load_config
-    from perfgate.engines.commands import server_command
+    from perfgate.engines.server_commands import server_command
     from perfgate.probe import DIR_VARIABLE
 
     from .conftest import write_config

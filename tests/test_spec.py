@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from perfgate.config import load_config
-from perfgate.engines.commands import OWNED_ROLES
+from perfgate.engines.server_commands import OWNED_ROLES
 from perfgate.engines.sglang import PINNED as PINNED_SGLANG
 from perfgate.engines.sglang import release
 from perfgate.fingerprint import collect_fingerprint, scenario_digest

@@ -13,8 +13,8 @@ import pytest
 
 from perfgate.config import Scenario, load_config
 from perfgate.engines.client import EngineClient
-from perfgate.engines.commands import server_command
 from perfgate.engines.launch import free_port, running_server
+from perfgate.engines.server_commands import server_command
 from perfgate.equivalence import ForcedToken, Outcome, compare_outputs
 from perfgate.errors import InfrastructureError
 from perfgate.measure import assemble_measurement, teacher_force

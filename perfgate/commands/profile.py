@@ -14,7 +14,7 @@ from typing import Any
 from perfgate import metrics
 from perfgate.commands import add_command
 from perfgate.config import Scenario, load_config
-from perfgate.engines.commands import MODES
+from perfgate.engines.server_commands import MODES
 from perfgate.engines.validate import check_scenario, preflight
 from perfgate.errors import ConfigError
 from perfgate.folders import new_folder, process_folder, stamp

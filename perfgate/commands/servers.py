@@ -12,7 +12,7 @@ from typing import Any
 from perfgate.commands import add_command
 from perfgate.config import Scenario, load_config
 from perfgate.engines import sglang as sglang_facts
-from perfgate.engines.commands import MODES, Mode, server_command
+from perfgate.engines.server_commands import MODES, Mode, server_command
 from perfgate.engines.validate import check_scenario, preflight, refuse_embedded_only
 from perfgate.errors import ConfigError
 from perfgate.probe import probe_env

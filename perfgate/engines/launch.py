@@ -19,9 +19,9 @@ import httpx
 
 from perfgate.devices import Gpu
 from perfgate.engines import supervise
-from perfgate.engines.commands import ServerCommand
 from perfgate.engines.gpu_memory import GpuWatch
 from perfgate.engines.listener import foreign_listeners
+from perfgate.engines.server_commands import ServerCommand
 from perfgate.engines.sglang import ARGUMENT_CHECKS
 from perfgate.errors import ConfigError, ExitCode, InfrastructureError
 from perfgate.progress import SILENT, Reporter, Step, clean_line, format_duration

@@ -142,7 +142,7 @@ FACTS: tuple[Fact, ...] = (
     Fact("env", "spec_v2_switch", "SGLANG_ENABLE_SPEC_V2", VersionRange(">=0.5.6,<0.5.14")),
     # Where the switch is off (its default below 0.5.11), the speculative server runs without
     # the overlap scheduler; 0.5.11 to 0.5.12.post1 also fall back to spec v1 for trees
-    # ("spec v2 currently only supports topk = 1"). perfgate.engines.commands schedules the
+    # ("spec v2 currently only supports topk = 1"). perfgate.engines.server_commands schedules the
     # plain twin the same way.
     Fact(
         "env", "spec_v2_default_off", "SGLANG_ENABLE_SPEC_V2=False", VersionRange(">=0.5.6,<0.5.11")

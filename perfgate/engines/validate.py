@@ -18,8 +18,8 @@ from perfgate.config import Scenario
 from perfgate.devices import Gpu
 from perfgate.engines import embedded
 from perfgate.engines import sglang as sglang_facts
-from perfgate.engines.commands import OWNED_ROLES, flag_names
 from perfgate.engines.gpu_memory import check_gpus_for, query_gpus
+from perfgate.engines.server_commands import OWNED_ROLES, flag_names
 from perfgate.engines.sglang import InstalledVersions, SglangRelease
 from perfgate.errors import ConfigError
 

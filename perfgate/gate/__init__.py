@@ -14,7 +14,7 @@ from perfgate.gate.judge import (
     judge_metric,
     judge_runs,
 )
-from perfgate.gate.verdict import Status, Verdict, exit_code, overall_status
+from perfgate.gate.verdict import Status, Verdict, overall_status
 
 __all__ = [
     "DEFAULT_ALPHA",
@@ -30,7 +30,6 @@ __all__ = [
     "attribute",
     "decide",
     "estimate_change",
-    "exit_code",
     "holm_levels",
     "incomparable",
     "judge_look",

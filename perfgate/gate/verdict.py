@@ -7,7 +7,6 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from perfgate.errors import ExitCode
 from perfgate.gate.attribution import Attribution
 
 
@@ -68,16 +67,3 @@ def overall_status(verdicts: Iterable[Verdict], equivalent: bool = True) -> Stat
         if status in statuses:
             return status
     return Status.PASS
-
-
-def exit_code(status: Status) -> ExitCode:
-    """The process exit code for a run's overall status (see perfgate.errors)."""
-    return {
-        Status.PASS: ExitCode.PASS,
-        Status.IMPROVEMENT: ExitCode.PASS,
-        Status.REGRESSION: ExitCode.REGRESSION,
-        Status.INCONCLUSIVE: ExitCode.INCONCLUSIVE,
-        # Judging against a baseline of another environment, or none, is a setup mistake.
-        Status.INCOMPARABLE: ExitCode.BAD_INPUT,
-        Status.ERROR: ExitCode.BAD_INPUT,
-    }[status]

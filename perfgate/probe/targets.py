@@ -40,7 +40,7 @@ from perfgate.engines.sglang import SPEC_V1_RELEASES, SUPPORTED
 from perfgate.engines.versions import VersionRange
 from perfgate.metrics import ACCEPT, CYCLE, DRAFT, DRAFT_EXTEND, VERIFY
 
-Mode = str  # "spec" or "plain" (perfgate.engines.commands.Mode)
+Mode = str  # "spec" or "plain" (perfgate.engines.server_commands.Mode)
 BOTH_MODES: tuple[Mode, ...] = ("plain", "spec")
 
 

@@ -21,8 +21,8 @@ from typing import Any
 from perfgate import metrics
 from perfgate.config import Scenario
 from perfgate.engines.client import EngineClient
-from perfgate.engines.commands import Mode, ServerCommand, server_command
 from perfgate.engines.launch import free_port
+from perfgate.engines.server_commands import Mode, ServerCommand, server_command
 from perfgate.engines.validate import Preflight, preflight
 from perfgate.errors import InfrastructureError
 from perfgate.measure import (

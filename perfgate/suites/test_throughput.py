@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from perfgate.engines.commands import Mode
+from perfgate.engines.server_commands import Mode
 from perfgate.measure import TimedLoop
 from perfgate.session import GateSession
 

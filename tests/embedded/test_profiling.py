@@ -11,13 +11,13 @@ import httpx
 import pytest
 
 from perfgate.config import load_config
-from perfgate.engines.commands import server_command
 from perfgate.engines.embedded.api import GenerateRequest
 from perfgate.engines.embedded.batch import RequestError
 from perfgate.engines.embedded.engine import Engine
 from perfgate.engines.embedded.profiling import ProfileRequest, parse_profile_request
 from perfgate.engines.embedded.worker import PlainWorker
 from perfgate.engines.launch import free_port, running_server
+from perfgate.engines.server_commands import server_command
 from perfgate.probe import probe_env
 from perfgate.profile.trace import load_trace
 

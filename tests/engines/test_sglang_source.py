@@ -24,7 +24,7 @@ import pytest
 
 from perfgate.config import Scenario
 from perfgate.engines import sglang as facts
-from perfgate.engines.commands import MODES, server_command
+from perfgate.engines.server_commands import MODES, server_command
 from perfgate.engines.versions import parse_version
 from perfgate.probe.targets import SGLANG_TARGETS, ProbeTarget, select_targets
 
@@ -291,8 +291,8 @@ def test_the_embedded_only_flags_are_exactly_those_sglang_lacks(tree: tuple[str,
 
 @pytest.mark.slow
 def test_an_argument_sglang_does_not_know_is_bad_input_with_its_message(tmp_path: Path) -> None:
-    from perfgate.engines.commands import ServerCommand
     from perfgate.engines.launch import free_port, start_server
+    from perfgate.engines.server_commands import ServerCommand
     from perfgate.errors import ConfigError
 
     try:

@@ -49,7 +49,7 @@ LAUNCHER_TEST = textwrap.dedent(
     """
     import os, sys, time
     from pathlib import Path
-    from perfgate.engines.commands import ServerCommand
+    from perfgate.engines.server_commands import ServerCommand
     from perfgate.engines.launch import free_port, running_server
 
     def test_hold_a_server():

@@ -11,8 +11,8 @@ import time
 from pathlib import Path
 
 from perfgate.config import load_config
-from perfgate.engines.commands import server_command
 from perfgate.engines.launch import free_port, start_server
+from perfgate.engines.server_commands import server_command
 
 
 def main(config: str, log: str) -> None:

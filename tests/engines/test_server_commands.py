@@ -9,7 +9,7 @@ import pytest
 
 from perfgate.config import Scenario
 from perfgate.engines import sglang as facts
-from perfgate.engines.commands import server_command
+from perfgate.engines.server_commands import server_command
 from perfgate.errors import ConfigError
 
 SCENARIO = Scenario(
