@@ -17,13 +17,13 @@ from perfgate.gate import (
     Status,
     Verdict,
     estimate_change,
-    exit_code,
     holm_levels,
     judge_metric,
     judge_runs,
     overall_status,
 )
 from perfgate.gate.stats import median, pooled_pairwise_sd, t_cdf, t_ppf
+from perfgate.reference import status_exit_code
 
 
 def runs(
@@ -153,7 +153,7 @@ def test_a_server_that_produced_nothing_is_a_regression(
     verdict = judge_metric("output_tok_s", BASE, current, 0.03)
     assert verdict.status is Status.REGRESSION
     assert verdict.message == "the server produced nothing" + shown
-    assert exit_code(overall_status([verdict])) is ExitCode.REGRESSION
+    assert status_exit_code(overall_status([verdict])) is ExitCode.REGRESSION
 
 
 def test_a_degenerate_spread_never_gives_certainty() -> None:
@@ -248,9 +248,9 @@ def test_overall_status_and_exit_codes() -> None:
     assert overall_status([ok]) is Status.PASS
     assert overall_status([ok, bad]) is Status.REGRESSION
     assert overall_status([ok], equivalent=False) is Status.REGRESSION
-    assert exit_code(Status.PASS) is ExitCode.PASS
-    assert exit_code(Status.REGRESSION) is ExitCode.REGRESSION
-    assert exit_code(Status.INCONCLUSIVE) is ExitCode.INCONCLUSIVE
+    assert status_exit_code(Status.PASS) is ExitCode.PASS
+    assert status_exit_code(Status.REGRESSION) is ExitCode.REGRESSION
+    assert status_exit_code(Status.INCONCLUSIVE) is ExitCode.INCONCLUSIVE
 
 
 @pytest.mark.parametrize(
