@@ -166,7 +166,7 @@ def run_perfgate(
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Modules with slow tests first, each module kept whole (its fixtures set up once).
 
-    On two workers (scripts/test), a minute-long test collected last would run alone at the
+    On several workers (scripts/test), a minute-long test collected last would run alone at the
     end while the other worker idles; started first, the short tests fill in around it.
     """
     slow_modules = {item.path for item in items if item.get_closest_marker("slow")}
