@@ -52,6 +52,7 @@ from perfgate.reference import (
     requires_baseline,
 )
 from perfgate.results import Measurement, ModeResult, RunContext, RunRecord
+from perfgate.spec.options import GateOptions
 from perfgate.store import (
     comparable_runs,
     database_errors,
@@ -68,22 +69,6 @@ MeasureMode = Callable[..., ModeResult]  # perfgate.measure.measure_mode's signa
 TeacherForce = Callable[..., "tuple[tuple[ForcedToken, ...] | None, ...] | None"]  # teacher_force
 # Where reused plain figures come from: the scenario and its preflight in, a result or None.
 PlainSource = Callable[[Scenario, Preflight], ModeResult | None]
-
-
-@dataclass(frozen=True)
-class GateOptions:
-    """The knobs shared by `perfgate run` (`--NAME`) and pytest (`--perfgate-NAME`)."""
-
-    config: str | None = None
-    scenarios: tuple[str, ...] = ()
-    engine: str | None = None
-    db: str | None = None
-    baselines: str | None = None
-    profile: str | None = None
-    report: str | None = None  # "" writes no report
-    gate: bool = True  # False: measure and record, judge nothing (to make a first baseline)
-    refresh_plain: bool = False  # measure the plain twin even where the history has one
-    require_baseline: bool = False  # only a matching reviewed baseline judges (CI=true too)
 
 
 class GatePlan:

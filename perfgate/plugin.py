@@ -48,7 +48,7 @@ def gate_session(config: pytest.Config) -> GateSession:
     if value is None:
         try:
             settings = resolve_settings(lambda dest: config.getoption(f"perfgate_{dest}"))
-            value = GateSession(settings.gate_options(), progress=reporter_for_pytest(config))
+            value = GateSession(settings, progress=reporter_for_pytest(config))
         except PerfgateError as error:
             value = error
         # An older session's must not pass for this one's.

@@ -19,7 +19,6 @@ from perfgate.folders import session_folder
 from perfgate.gate.verdict import Verdict
 from perfgate.measure import TimedLoop, run_rounds
 from perfgate.pipeline import (
-    GateOptions,
     GatePlan,
     PlainSource,
     ScenarioRun,
@@ -34,6 +33,7 @@ from perfgate.progress import SILENT, Reporter
 from perfgate.reference import status_exit_code
 from perfgate.report import write_history_report
 from perfgate.results import ModeResult, RunRecord
+from perfgate.spec.options import GateOptions
 from perfgate.store import history
 
 NOT_JUDGED = "not judged (--no-gate): recorded only"

@@ -13,10 +13,9 @@ import os
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-if TYPE_CHECKING:
-    from perfgate.pipeline import GateOptions
+from perfgate.spec.options import GateOptions
 
 
 def _engines() -> tuple[str, ...]:
@@ -121,23 +120,13 @@ def add_options(
 
 
 @dataclass(frozen=True)
-class Settings:
-    """The shared options of one command line (or pytest session), resolved once.
+class Settings(GateOptions):
+    """The shared options of one command line (or pytest session), resolved once: the
+    fields of GateOptions, with what they resolve to.
 
     The environment's defaults ($PERFGATE_DB_URL, $PERFGATE_PROFILE) are applied; the history
     URL and the config are resolved on first use, since not every command needs them.
     """
-
-    config: str | None = None
-    scenarios: tuple[str, ...] = ()
-    engine: str | None = None
-    db: str | None = None
-    baselines: str | None = None
-    profile: str | None = None
-    report: str | None = None  # "" writes no report
-    gate: bool = True  # False: measure and record, judge nothing (to make a first baseline)
-    refresh_plain: bool = False  # measure the plain twin even where the history has one
-    require_baseline: bool = False  # only a matching reviewed baseline judges (CI=true too)
 
     @functools.cached_property
     def history_url(self) -> str:
@@ -149,23 +138,6 @@ class Settings:
     def baselines_dir(self, config_baselines: Path) -> Path:
         """--baselines if given, else the config's folder."""
         return Path(self.baselines) if self.baselines else config_baselines
-
-    def gate_options(self) -> GateOptions:
-        """The gate session's options (`perfgate run`, the pytest plugin)."""
-        from perfgate.pipeline import GateOptions
-
-        return GateOptions(
-            config=self.config,
-            scenarios=self.scenarios,
-            engine=self.engine,
-            db=self.db,
-            baselines=self.baselines,
-            profile=self.profile,
-            report=self.report,
-            gate=self.gate,
-            refresh_plain=self.refresh_plain,
-            require_baseline=self.require_baseline,
-        )
 
 
 def resolve_settings(
@@ -202,7 +174,7 @@ def settings_from(args: Any, environ: Mapping[str, str] | None = None) -> Settin
     return resolve_settings(lambda dest: getattr(args, dest, None), environ)
 
 
-def option_flags(settings: Settings | GateOptions, flag_prefix: str = "--perfgate-") -> list[str]:
+def option_flags(settings: GateOptions, flag_prefix: str = "--perfgate-") -> list[str]:
     """Turn settings back into command-line flags (for `perfgate run` calling pytest)."""
     flags: list[str] = []
     singles = {

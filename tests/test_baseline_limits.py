@@ -13,8 +13,8 @@ import pytest
 
 from perfgate.baselines import dump_baseline, load_baseline, write_baseline
 from perfgate.errors import ConfigError, ExitCode
-from perfgate.pipeline import GateOptions
 from perfgate.session import GateSession
+from perfgate.spec.options import GateOptions
 
 from .conftest import run_perfgate, write_config
 from .test_baselines import _approve

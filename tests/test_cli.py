@@ -159,4 +159,4 @@ def test_the_plugin_and_perfgate_run_share_the_declarations() -> None:
     run_args = build_parser("run").parse_args(["run", "--no-gate", "--scenario", "s"])
     settings = settings_from(run_args, environ={})
     assert option_flags(settings) == ["--perfgate-scenario=s", "--perfgate-no-gate"]
-    assert settings.gate_options().gate is False
+    assert settings.gate is False

@@ -16,8 +16,8 @@ import perfgate.session
 from perfgate.config import load_config
 from perfgate.folders import new_folder, session_folder
 from perfgate.measure import measure_mode
-from perfgate.pipeline import GateOptions
 from perfgate.session import GateSession
+from perfgate.spec.options import GateOptions
 
 from .conftest import write_config
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+from dataclasses import replace
 from typing import Any
 
 from perfgate.commands import add_command
@@ -43,18 +44,10 @@ def register(commands: Any) -> None:
 
 
 def run(settings: Settings, args: argparse.Namespace) -> int:
-    from perfgate.runner.doctor import DoctorOptions, doctor_exit_code, run_checks
+    from perfgate.runner.doctor import doctor_exit_code, run_checks
 
-    options = DoctorOptions(
-        config=settings.config,
-        scenarios=settings.scenarios,
-        engine=settings.engine,
-        db=settings.db or None,
-        baselines=settings.baselines,
-        profile=settings.profile or None,
-        gate=settings.gate,
-        require_baseline=settings.require_baseline,
-    )
+    # An empty --db or --profile means unset, as it does in the other commands.
+    options = replace(settings, db=settings.db or None, profile=settings.profile or None)
     checks = run_checks(options)
     code = int(doctor_exit_code(checks))
     if args.json:

@@ -37,7 +37,7 @@ def run(settings: Settings, args: argparse.Namespace) -> int:
         )
     from perfgate.pipeline import GatePlan
 
-    GatePlan(settings.gate_options())  # refuse bad config or baselines before pytest starts
+    GatePlan(settings)  # refuse bad config or baselines before pytest starts
     extra = pytest_args[1:]
     # A fresh interpreter, as `pytest perfgate/suites` would be: pytest must import (and
     # assertion-rewrite) the suites itself. Its exit code is the gate's. -P: the current

@@ -28,6 +28,7 @@ from perfgate.reference import fix_commands, missing_baseline, requires_baseline
 from perfgate.runner.gpu_health import GpuProblem, Limits, find_problems, select_visible
 from perfgate.runner.predict import PredictedServer, predict_fingerprint, predict_server
 from perfgate.runner.state import STATE_VARIABLE
+from perfgate.spec.options import GateOptions
 from perfgate.store import probe_write
 from perfgate.store.database import (
     describe,
@@ -53,23 +54,11 @@ class Check:
         return vars(self).copy()
 
 
-@dataclass(frozen=True)
-class DoctorOptions:
-    config: str | None = None
-    scenarios: tuple[str, ...] = ()
-    engine: str | None = None
-    db: str | None = None
-    baselines: str | None = None
-    profile: str | None = None
-    gate: bool = True  # False: baselines are not needed (a first run)
-    require_baseline: bool = False  # as `perfgate run --require-baseline` (CI=true does too)
-
-
 @dataclass
 class Machine:
     """What the checks share: the config, the scenarios, the GPUs and the servers' facts."""
 
-    options: DoctorOptions
+    options: GateOptions
     environ: Mapping[str, str]
     config: Config | None = None
     scenarios: list[Scenario] = field(default_factory=list)
@@ -385,7 +374,7 @@ CHECKS: Sequence[tuple[str, Callable[[Machine], list[Check]]]] = (
 )
 
 
-def run_checks(options: DoctorOptions, environ: Mapping[str, str] | None = None) -> list[Check]:
+def run_checks(options: GateOptions, environ: Mapping[str, str] | None = None) -> list[Check]:
     """Every check, in order; a config that cannot be read stops those that need it."""
     machine = Machine(options, os.environ if environ is None else environ)
     checks: list[Check] = []
