@@ -1,0 +1,79 @@
+"""Between-launch and within-run spread of the gated metrics, from a history of fresh launches.
+
+    for i in $(seq 10); do perfgate run --scenario S --no-gate --db sqlite:///H.db --report ''; done
+    python benchmarks/launch_noise.py H.db S [--out FILE.md]
+
+Per gated metric (output_tok_s, verify_ms, accept_length, speedup; as the samples table
+stores them): each run's median over its repeats, then across runs the mean of those medians,
+their coefficient of variation (the between-launch spread) and the median over runs of each
+run's own coefficient of variation (the within-run spread). The ratio of the two is the noise
+shape benchmarks/gate_quality.py simulates ("restarts > repeats" is a ratio of 3).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sqlite3
+import statistics
+import sys
+from pathlib import Path
+
+METRICS = ("output_tok_s", "verify_ms", "accept_length", "speedup")
+
+
+def cv(values: list[float]) -> float:
+    mean = statistics.fmean(values)
+    return statistics.stdev(values) / mean if len(values) > 1 and mean else 0.0
+
+
+def table(db: Path, scenario: str) -> str:
+    with sqlite3.connect(db) as connection:
+        runs = [
+            r for (r,) in connection.execute("SELECT id FROM runs WHERE scenario = ?", (scenario,))
+        ]
+        rows = connection.execute(
+            "SELECT run_id, mode, metric, value FROM samples WHERE run_id IN "
+            f"({','.join('?' * len(runs))}) ORDER BY run_id, repeat",
+            runs,
+        ).fetchall()
+    samples: dict[tuple[str, str], dict[int, list[float]]] = {}
+    for run_id, mode, metric, value in rows:
+        if metric in METRICS:
+            samples.setdefault((metric, mode), {}).setdefault(run_id, []).append(value)
+    lines = [
+        f"{len(runs)} launches of {scenario}; per run the median over its repeats.",
+        "",
+        "| metric | server | mean of run medians | between launches (CV) | within a run "
+        "(median CV) | ratio |",
+        "| --- | --- | ---: | ---: | ---: | ---: |",
+    ]
+    for (metric, mode), per_run in sorted(samples.items()):
+        medians = [statistics.median(v) for v in per_run.values()]
+        within = statistics.median(cv(v) for v in per_run.values())
+        between = cv(medians)
+        ratio = f"{between / within:.1f}" if within else "-"
+        lines.append(
+            f"| {metric} | {mode} | {statistics.fmean(medians):.4g} | {between:.2%} | "
+            f"{within:.2%} | {ratio} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("db", type=Path, help="the SQLite history the launches recorded into")
+    parser.add_argument("scenario")
+    parser.add_argument("--out", type=Path, default=None)
+    args = parser.parse_args(argv)
+    if not args.db.is_file():
+        print(f"launch_noise: {args.db}: no such history file", file=sys.stderr)
+        return 64
+    text = table(args.db, args.scenario)
+    print(text, end="")
+    if args.out:
+        args.out.write_text(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
