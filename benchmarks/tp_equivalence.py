@@ -17,14 +17,18 @@ from __future__ import annotations
 import argparse
 import sys
 import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from perfgate.config import Scenario, load_config
 from perfgate.engines.client import EngineClient
+from perfgate.engines.launch import free_port
 from perfgate.engines.server_commands import server_command
-from perfgate.engines.launch import free_port, running_server
+from perfgate.engines.validate import preflight
 from perfgate.equivalence import EquivalenceReport, compare_outputs
 from perfgate.errors import PerfgateError
+from perfgate.measure import server_and_client
 from perfgate.probe import DIR_VARIABLE
 from perfgate.teacher import score_outputs
 
@@ -34,7 +38,9 @@ def generate(scenario: Scenario, max_new_tokens: int, folder: Path) -> list[tupl
         return [c.output_ids for c in client.generate(scenario.prompts, max_new_tokens)]
 
 
-def judge(one: Scenario, many_outputs: list[tuple[int, ...]], max_new_tokens: int, folder: Path):
+def judge(
+    one: Scenario, many_outputs: list[tuple[int, ...]], max_new_tokens: int, folder: Path
+) -> EquivalenceReport:
     with _plain_server(one, folder) as client:
         own = [c.output_ids for c in client.generate(one.prompts, max_new_tokens)]
         scores = score_outputs(client, one.prompts, many_outputs)
@@ -47,23 +53,16 @@ def judge(one: Scenario, many_outputs: list[tuple[int, ...]], max_new_tokens: in
     )
 
 
-class _plain_server:
-    """The scenario's plain server (no probe) and a client of it, for a `with` block."""
-
-    def __init__(self, scenario: Scenario, folder: Path) -> None:
-        self.scenario, self.folder = scenario, folder
-
-    def __enter__(self) -> EngineClient:
-        s = self.scenario
-        command = server_command(s, "plain", port=free_port(), extra_env={DIR_VARIABLE: ""})
-        self._server = running_server(command, self.folder / f"{s.name}.log", s.startup_timeout_s)
-        server = self._server.__enter__()
-        self._client = EngineClient(server.base_url, s.request_timeout_s)
-        return self._client
-
-    def __exit__(self, *exc: object) -> None:
-        self._client.close()
-        self._server.__exit__(*exc)
+@contextmanager
+def _plain_server(scenario: Scenario, folder: Path) -> Iterator[EngineClient]:
+    """The scenario's plain server (no probe), checked as a gate run checks it, and a client."""
+    checked = preflight(scenario)
+    command = server_command(
+        scenario, "plain", port=free_port(), extra_env={DIR_VARIABLE: ""}, sglang=checked.sglang
+    )
+    log = folder / f"{scenario.name}.log"
+    with server_and_client(scenario, command, log, checked) as (_, client):
+        yield client
 
 
 def report(one: Scenario, many: Scenario, tokens: int, result: EquivalenceReport) -> str:

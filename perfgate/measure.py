@@ -338,17 +338,8 @@ def teacher_force(
         scenario, "plain", port=free_port(), extra_env={DIR_VARIABLE: ""}, sglang=checked.sglang
     )
     workdir.mkdir(parents=True, exist_ok=True)
-    with (
-        running_server(
-            command,
-            workdir / "server-teacher.log",
-            scenario.startup_timeout_s,
-            gpus=checked.gpus,
-            release_timeout_s=scenario.gpu_release_timeout_s,
-            progress=progress,
-        ) as server,
-        EngineClient(server.base_url, scenario.request_timeout_s) as client,
-    ):
+    log = workdir / "server-teacher.log"
+    with server_and_client(scenario, command, log, checked, progress) as (_, client):
         prompts = [scenario.prompts[i] for i in differ]
         try:
             scored = score_outputs(client, prompts, [spec.outputs[i] for i in differ])

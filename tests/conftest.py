@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from perfgate import devices
+from perfgate.engines.supervise import _processes
 from perfgate.fingerprint import default_profile
 
 REPO = Path(__file__).resolve().parent.parent
@@ -171,3 +172,45 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """
     slow_modules = {item.path for item in items if item.get_closest_marker("slow")}
     items.sort(key=lambda item: item.path not in slow_modules)  # stable: order kept within
+
+
+RUN_WAIT_S = 120.0  # how long a started `perfgate run` may take to reach a line or to end
+
+
+def start_perfgate_run(folder: Path) -> tuple[subprocess.Popen[bytes], Path]:
+    """Start `perfgate run` in `folder` in its own session, its output to a file; return both."""
+    output = folder / "output.txt"
+    env = {k: v for k, v in os.environ.items() if k not in ("PERFGATE_DB_URL", "CI")}
+    with output.open("wb") as out:  # a file, not a pipe: a process left behind never blocks
+        process = subprocess.Popen(
+            [sys.executable, "-m", "perfgate", "run"],
+            cwd=folder,
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,  # its own group, as a shell job or a CI step has
+        )
+    return process, output
+
+
+def wait_for_line(process: subprocess.Popen[bytes], output: Path, line: str) -> None:
+    """Wait (at most RUN_RUN_WAIT_S) until the run's output shows `line`; fail if it ends first."""
+    deadline = time.monotonic() + RUN_WAIT_S
+    while line not in output.read_text(errors="replace"):
+        assert process.poll() is None, f"perfgate run ended early:\n{output.read_text()}"
+        assert time.monotonic() < deadline, f"no {line!r} within {RUN_WAIT_S:.0f} s"
+        time.sleep(0.05)
+
+
+def living(pids: list[int]) -> list[int]:
+    """Those of `pids` still running (a zombie holds nothing)."""
+    alive = {pid for pid, _, _, state in _processes() if state != "Z"}
+    return [pid for pid in pids if pid in alive]
+
+
+def wait_until_gone(pids: list[int]) -> list[int]:
+    """Wait (at most RUN_WAIT_S) until none of `pids` lives; return those still alive."""
+    deadline = time.monotonic() + RUN_WAIT_S
+    while living(pids) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    return living(pids)

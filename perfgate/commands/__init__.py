@@ -15,47 +15,29 @@ from typing import Any
 class Command:
     name: str
     help: str  # the one line `perfgate --help` shows
-    module: str
+
+    @property
+    def module(self) -> str:
+        """The module that declares and runs it: perfgate/commands/<name>.py."""
+        return f"perfgate.commands.{self.name}"
 
 
 COMMANDS: tuple[Command, ...] = (
+    Command("run", "measure, judge, record and report the scenarios (runs the gate suites)"),
+    Command("servers", "print the server command lines of a run (--dry-run), or start one server"),
+    Command("sweep", "measure a grid of steps/topk/draft tokens and environments; print the best"),
     Command(
-        "run",
-        "measure, judge, record and report the scenarios (runs the gate suites)",
-        "perfgate.commands.run",
+        "profile", "profile a few decode cycles with torch.profiler: work per phase and category"
     ),
-    Command(
-        "servers",
-        "print the server command lines of a run (--dry-run), or start one server",
-        "perfgate.commands.servers",
-    ),
-    Command(
-        "sweep",
-        "measure a grid of steps/topk/draft tokens and environments; print the best",
-        "perfgate.commands.sweep",
-    ),
-    Command(
-        "profile",
-        "profile a few decode cycles with torch.profiler: work per phase and category",
-        "perfgate.commands.profile",
-    ),
-    Command(
-        "gate",
-        "judge recorded runs again against a baseline (records nothing)",
-        "perfgate.commands.gate",
-    ),
-    Command("baseline", "update, show or migrate approved baselines", "perfgate.commands.baseline"),
-    Command("report", "write the HTML trend report from the history", "perfgate.commands.report"),
-    Command("history", "list, show or export recorded runs", "perfgate.commands.history"),
-    Command("db", "upgrade the history database or show its schema", "perfgate.commands.db"),
-    Command(
-        "doctor",
-        "check GPUs, driver, CUDA, torch, engines, ports, history and baselines",
-        "perfgate.commands.doctor",
-    ),
-    Command("ci", "job summary, annotations and baseline approval for CI", "perfgate.commands.ci"),
-    Command("runner", "job hooks for a self-hosted GPU runner", "perfgate.commands.runner"),
-    Command("embedded", "the embedded engine's tools (train)", "perfgate.commands.embedded"),
+    Command("gate", "judge recorded runs again against a baseline (records nothing)"),
+    Command("baseline", "update, show or migrate approved baselines"),
+    Command("report", "write the HTML trend report from the history"),
+    Command("history", "list, show or export recorded runs"),
+    Command("db", "upgrade the history database or show its schema"),
+    Command("doctor", "check GPUs, driver, CUDA, torch, engines, ports, history and baselines"),
+    Command("ci", "job summary, annotations and baseline approval for CI"),
+    Command("runner", "job hooks for a self-hosted GPU runner"),
+    Command("embedded", "the embedded engine's tools (train)"),
 )
 BY_NAME = {command.name: command for command in COMMANDS}
 

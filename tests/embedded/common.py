@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 import os
+import subprocess
+import time
 from collections.abc import Callable
 from pathlib import Path
 
+import httpx
+import pytest
 import torch
 
 import perfgate
@@ -30,6 +34,23 @@ DRAFT_KINDS = ("eagle3", "self", "perturbed")
 SpecWorkerFactory = Callable[..., EagleWorker]
 
 SERVER_MODULE = "perfgate.engines.embedded.server"
+
+
+def wait_healthy(
+    client: httpx.Client, process: subprocess.Popen[bytes], log: Path, timeout_s: float
+) -> None:
+    """Wait for a server started by a test to answer /health; fail with its log if it does
+    not, or if it exits first."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        assert process.poll() is None, f"server exited early:\n{log.read_text()}"
+        try:
+            if client.get("/health").status_code == 200:
+                return
+        except httpx.TransportError:
+            pass
+        time.sleep(0.1)
+    pytest.fail(f"server not healthy after {timeout_s} s:\n{log.read_text()}")
 
 
 def requests(

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -18,31 +17,13 @@ import pytest
 from perfgate.engines.embedded.batch import Request
 from perfgate.engines.embedded.server import READY_LINE
 from perfgate.engines.embedded.worker import PlainWorker
+from perfgate.engines.launch import free_port
 
-from .common import DRAFT, SERVER_MODULE, TARGET, server_env
+from .common import DRAFT, SERVER_MODULE, TARGET, server_env, wait_healthy
 
 STEPS = 3
 GREEDY = {"temperature": 0, "max_new_tokens": 9}
 START_TIMEOUT_S = 60.0
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-def _wait_healthy(client: httpx.Client, process: subprocess.Popen[bytes], log: Path) -> None:
-    deadline = time.monotonic() + START_TIMEOUT_S
-    while time.monotonic() < deadline:
-        assert process.poll() is None, f"server exited early:\n{log.read_text()}"
-        try:
-            if client.get("/health").status_code == 200:
-                return
-        except httpx.TransportError:
-            pass
-        time.sleep(0.1)
-    pytest.fail(f"server not healthy after {START_TIMEOUT_S} s:\n{log.read_text()}")
 
 
 CHAIN = ("--speculative-eagle-topk", "1", "--speculative-num-draft-tokens", str(STEPS + 1))
@@ -62,7 +43,7 @@ def tree_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[http
 def _serve(
     tmp_path_factory: pytest.TempPathFactory, extra: tuple[str, ...]
 ) -> Iterator[tuple[httpx.Client, Path]]:
-    port = _free_port()
+    port = free_port()
     log = tmp_path_factory.mktemp("server") / "stderr.log"
     flags = [
         *("--model-path", TARGET, "--port", str(port), "--num-threads", "1"),
@@ -76,7 +57,7 @@ def _serve(
         )
     try:
         with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=30.0) as client:
-            _wait_healthy(client, process, log)
+            wait_healthy(client, process, log, START_TIMEOUT_S)
             yield client, log
     finally:
         process.send_signal(signal.SIGTERM)
@@ -179,7 +160,7 @@ def test_server_info_and_flush_cache(server: tuple[httpx.Client, Path]) -> None:
 
 
 def test_server_exits_when_its_parent_dies(tmp_path: Path) -> None:
-    port = _free_port()
+    port = free_port()
     log = tmp_path / "stderr.log"
     launcher = (
         "import subprocess, sys\n"

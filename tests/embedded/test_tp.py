@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -19,11 +18,12 @@ from pathlib import Path
 import httpx
 import pytest
 
+from perfgate.engines.launch import free_port
 from perfgate.probe import probe_env
 from perfgate.probe.reader import rank_cycle_ms, read_records, wait_until_complete
 from perfgate.prompts import load_prompt_set
 
-from .common import DRAFT, SERVER_MODULE, TARGET, server_env
+from .common import DRAFT, SERVER_MODULE, TARGET, server_env, wait_healthy
 
 pytestmark = pytest.mark.slow
 
@@ -37,18 +37,12 @@ SPEC = (
 )
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 @contextmanager
 def _server(
     log: Path, *flags: str, env: dict[str, str] | None = None
 ) -> Iterator[tuple[httpx.Client, subprocess.Popen[bytes]]]:
     """Start a CPU server with flags; yield a client and the process; stop it (SIGTERM)."""
-    port = _free_port()
+    port = free_port()
     command = [sys.executable, "-m", SERVER_MODULE, "--model-path", TARGET, "--port", str(port)]
     with log.open("wb") as stderr:
         process = subprocess.Popen(
@@ -58,25 +52,12 @@ def _server(
         )
     try:
         with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=60.0) as client:
-            _wait_healthy(client, process, log)
+            wait_healthy(client, process, log, START_TIMEOUT_S)
             yield client, process
     finally:
         if process.poll() is None:
             process.send_signal(signal.SIGTERM)
         process.wait(timeout=30)
-
-
-def _wait_healthy(client: httpx.Client, process: subprocess.Popen[bytes], log: Path) -> None:
-    deadline = time.monotonic() + START_TIMEOUT_S
-    while time.monotonic() < deadline:
-        assert process.poll() is None, f"server exited early:\n{log.read_text()}"
-        try:
-            if client.get("/health").status_code == 200:
-                return
-        except httpx.TransportError:
-            pass
-        time.sleep(0.1)
-    pytest.fail(f"server not healthy after {START_TIMEOUT_S} s:\n{log.read_text()}")
 
 
 def _outputs(client: httpx.Client, prompts: list[str]) -> list[list[int]]:

@@ -59,3 +59,10 @@ def sessions(db_url: str) -> Iterator[sessionmaker[Session]]:
     factory = open_history(db_url)
     yield factory
     close_history(factory)
+
+
+@pytest.fixture
+def history(db_url: str) -> str:
+    """A history at this perfgate's schema on the test's backend, closed again (WAL folded)."""
+    close_history(open_history(db_url))
+    return db_url

@@ -36,13 +36,6 @@ def _tables(url: str) -> set[str]:
         engine.dispose()
 
 
-@pytest.fixture
-def history(db_url: str) -> str:
-    """A perfgate history at this perfgate's schema, on the test's backend."""
-    close_history(open_history(db_url))
-    return db_url
-
-
 def test_a_history_that_takes_writes_is_left_as_it_was(history: str, tmp_path: Path) -> None:
     before = _snapshot(tmp_path)
     tables = _tables(history)

@@ -58,13 +58,6 @@ def _snapshot(url: str, folder: Path) -> object:
         engine.dispose()
 
 
-@pytest.fixture
-def history(db_url: str) -> str:
-    """A history with one table of every revision, at this perfgate's schema, its WAL folded."""
-    close_history(open_history(db_url))
-    return db_url
-
-
 @pytest.mark.parametrize("state", list(STATES))
 def test_a_wrong_schema_version_is_refused_untouched(
     history: str, state: str, tmp_path: Path
