@@ -1,4 +1,4 @@
-"""`perfgate embedded`: the embedded engine's own tools; `train` rebuilds its shipped models."""
+"""`perfgate embedded`: the embedded engine's own tools; `train` trains its models."""
 
 from __future__ import annotations
 
@@ -15,10 +15,15 @@ def register(commands: Any) -> None:
     actions = parser.add_subparsers(dest="action", metavar="ACTION", required=True)
     train = actions.add_parser(
         "train",
-        help="train the shipped tiny target and its EAGLE-3 head from the stdlib docstrings",
-        description="Train perfgate/llama-tiny and perfgate/eagle3-llama-tiny from this "
-        "interpreter's standard-library docstrings, on the CPU (about 20 minutes on 2 cores), and "
-        "write them with a training.json recording the corpus, the recipe and the losses. The "
+        help="train a target and its EAGLE-3 head from the stdlib docstrings: the shipped tiny "
+        "pair, or the GPU configuration's large pair into this machine's model cache",
+        description="Train a target and its EAGLE-3 head from this interpreter's "
+        "standard-library docstrings and write them with a training.json recording the corpus, "
+        "the recipe, the device, the losses and the seconds. --size tiny (the default) trains "
+        "perfgate/llama-tiny and perfgate/eagle3-llama-tiny on the CPU (about 20 minutes on 2 "
+        "cores) into --out. --size large --device cuda trains perfgate/llama-large and "
+        "perfgate/eagle3-llama-large on one GPU (sized for about 5 minutes on an H200) into the "
+        "model cache, where the embedded engine loads them from; run it once per machine. The "
         "same as `python -m perfgate.engines.embedded.train`.",
     )
     add_train_arguments(train)

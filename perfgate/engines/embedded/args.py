@@ -15,6 +15,7 @@ from typing import NoReturn
 
 import torch
 
+from perfgate.engines.embedded.model_dirs import LOAD_FORMATS
 from perfgate.engines.embedded.params import (
     AUTO_NUM_DRAFT_TOKENS,
     AUTO_NUM_STEPS,
@@ -67,6 +68,15 @@ def build_parser() -> argparse.ArgumentParser:
     )
     add("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
     add("--port", type=int, default=30000, help="port to listen on (default 30000)")
+    add(
+        "--load-format",
+        choices=LOAD_FORMATS,
+        default="auto",
+        help="auto: load the models' weights (perfgate/llama-large's from the cache `perfgate "
+        "embedded train --size large` fills); dummy: seed them from the config instead, for "
+        "speed measurements only: acceptance and equivalence then mean nothing (as in SGLang, "
+        "it applies to the draft model too)",
+    )
     add(
         "--dtype",
         choices=("auto", *DTYPES),

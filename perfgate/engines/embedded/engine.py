@@ -276,12 +276,13 @@ def build_app(args: argparse.Namespace, spec: SpecParams | None, argv: Sequence[
     args.tokenizer_path = args.tokenizer_path or str(resolve_model(args.model_path).path.resolve())
     args.served_model_name = args.served_model_name or args.model_path
     draft_path = args.speculative_draft_model_path if spec is not None else None
+    seeded = args.load_format == "dummy"
     info = {
         **vars(args),
         "version": perfgate_version(),
         "engine": ENGINE_NAME,
-        "model_identity": model_identity(args.model_path),
-        "draft_model_identity": model_identity(draft_path) if draft_path else None,
+        "model_identity": model_identity(args.model_path, seeded),
+        "draft_model_identity": model_identity(draft_path, seeded) if draft_path else None,
         "device_name": device_name(device),
         "torch_version": torch.__version__,
     }
@@ -308,7 +309,7 @@ def build_worker(
     if args.tp_size > 1:
         assert port is not None
         group = join_group(rank, args.tp_size, port, device)
-    target = load_target(args.model_path, device, dtype)
+    target = load_target(args.model_path, device, dtype, args.load_format)
     _check_vocab(target, "--model-path")
     graphs = GraphRunner("cuda" if device.type == "cuda" and not args.disable_cuda_graph else "off")
     drafter = None
@@ -393,7 +394,7 @@ def load_drafter(
                 fix="use --speculative-algorithm EAGLE3, or a target model such as "
                 "perfgate/llama-tiny",
             )
-        model = load_target(path, device, dtype)
+        model = load_target(path, device, dtype, args.load_format)
         _check_vocab(model, "--speculative-draft-model-path")
         return StandaloneDrafter(model, topk, graphs)
     if not is_head:
@@ -403,7 +404,7 @@ def load_drafter(
             fix="use --speculative-algorithm STANDALONE to draft with it, or an EAGLE-3 head "
             "such as perfgate/eagle3-llama-tiny",
         )
-    head = load_draft(path, target, device, dtype)
+    head = load_draft(path, target, device, dtype, args.load_format)
     layers = args.debug_eagle3_feature_layers
     if layers is not None:
         _check_layers(layers, target)

@@ -2,7 +2,10 @@
 
 A model is a directory holding ``config.json`` (its architecture, sizes and init seed) and,
 optionally, ``model.safetensors``; without weights it is initialised from the seed. Shipped
-models are named HF-style, ``perfgate/<dir>`` for ``perfgate/engines/embedded/models/<dir>``.
+models are named HF-style, ``perfgate/<dir>`` for ``perfgate/engines/embedded/models/<dir>``;
+those a cached recipe trains (``recipes.py``) load their weights from the cache, and refuse to
+load without them unless ``load_format`` is ``"dummy"`` (SGLang's ``--load-format dummy``:
+seeded weights, for speed measurements).
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ from perfgate.engines.embedded.model_dirs import (  # found without torch; named
     CONFIG_FILE as CONFIG_FILE,
 )
 from perfgate.engines.embedded.model_dirs import DRAFT_ARCHITECTURE as DRAFT_ARCHITECTURE
+from perfgate.engines.embedded.model_dirs import LOAD_FORMATS as LOAD_FORMATS
 from perfgate.engines.embedded.model_dirs import MODELS_DIR as MODELS_DIR
 from perfgate.engines.embedded.model_dirs import NAME_PREFIX as NAME_PREFIX
 from perfgate.engines.embedded.model_dirs import TARGET_ARCHITECTURE as TARGET_ARCHITECTURE
@@ -56,19 +60,28 @@ def draft_config(model: ModelDir) -> DraftConfig:
     return _build(DraftConfig, raw, model)
 
 
-def load_target(path_or_name: str, device: torch.device, dtype: torch.dtype) -> Transformer:
-    """Build the target, load or seed its weights, and allocate its caches on device."""
-    model = resolve_model(path_or_name)
-    with _building_on(model, device):
+def load_target(
+    path_or_name: str, device: torch.device, dtype: torch.dtype, load_format: str = "auto"
+) -> Transformer:
+    """Build the target, load or seed its weights, and allocate its caches on device.
+
+    ``load_format`` "dummy" seeds the weights whatever the folder holds.
+    """
+    model = _resolve_loadable(path_or_name, load_format)
+    with _building_on(model, device, load_format):
         transformer = Transformer(target_config(model))
-    return _finish(transformer, model, device, dtype)
+    return _finish(transformer, model, device, dtype, load_format)
 
 
 def load_draft(
-    path_or_name: str, target: Transformer, device: torch.device, dtype: torch.dtype
+    path_or_name: str,
+    target: Transformer,
+    device: torch.device,
+    dtype: torch.dtype,
+    load_format: str = "auto",
 ) -> Eagle3Draft:
     """Build an EAGLE-3 head over target, load or seed its weights, allocate its caches."""
-    model = resolve_model(path_or_name)
+    model = _resolve_loadable(path_or_name, load_format)
     config = draft_config(model)
     if config.dim != target.config.dim:
         raise ConfigError(
@@ -86,32 +99,55 @@ def load_draft(
         )
     # The head caches one entry per target position, so it spans the target's context.
     config = dataclasses.replace(config, max_seq_len=target.config.max_seq_len)
-    with _building_on(model, device):
+    with _building_on(model, device, load_format):
         head = Eagle3Draft(config, target)
-    return _finish(head, model, device, dtype)
+    return _finish(head, model, device, dtype, load_format)
 
 
 def save_weights(model: nn.Module, directory: Path) -> Path:
-    """Write model's own parameters to directory/model.safetensors; return the file."""
+    """Write model's own parameters, in their dtype, to directory/model.safetensors.
+
+    Returns the file. Loading casts them to the dtype the engine runs in.
+    """
     path = directory / WEIGHTS_FILE
     save_model(model, str(path))
     return path
 
 
-def _building_on(model: ModelDir, device: torch.device) -> torch.device:
+def _resolve_loadable(path_or_name: str, load_format: str) -> ModelDir:
+    """Find the model; refuse a recipe-trained one whose weights are not cached here."""
+    if load_format not in LOAD_FORMATS:
+        raise ConfigError(
+            f"load format {load_format!r}", field="--load-format", fix=f"use {LOAD_FORMATS}"
+        )
+    model = resolve_model(path_or_name)
+    missing = model.missing_weights()
+    if missing is not None and load_format != "dummy":
+        raise missing
+    return model
+
+
+def _seeded(model: ModelDir, load_format: str) -> bool:
+    return model.weights is None or load_format == "dummy"
+
+
+def _building_on(model: ModelDir, device: torch.device, load_format: str) -> torch.device:
     """Where to build a model: weights load on CPU; a seeded model is built where it runs.
 
     A seeded model's values therefore depend on its device's generator: the same on every CPU,
     not the same on CPU and CUDA. Building a large seeded model on the GPU takes a moment
     where building it on the CPU first would take minutes.
     """
-    return torch.device("cpu") if model.weights is not None else device
+    return device if _seeded(model, load_format) else torch.device("cpu")
 
 
-def _finish(module: _M, model: ModelDir, device: torch.device, dtype: torch.dtype) -> _M:
-    if model.weights is None:
+def _finish(
+    module: _M, model: ModelDir, device: torch.device, dtype: torch.dtype, load_format: str
+) -> _M:
+    if _seeded(model, load_format):
         init_weights(module, model.config.get("seed", 0))
     else:
+        assert model.weights is not None
         try:
             load_model(module, str(model.weights), strict=True)
         except RuntimeError as error:

@@ -1,6 +1,10 @@
-"""Train the shipped models: ``python -m perfgate.engines.embedded.train --out DIR``.
+"""Train the shipped models: ``python -m perfgate.engines.embedded.train --size {tiny,large}``.
 
-The recipe, on the stdlib docstrings (``corpus.py``), byte-level, fp32 on CPU:
+Two recipes (``recipes.py``): ``tiny`` trains perfgate/llama-tiny and its head on the CPU in
+fp32, written where ``--out`` says (the package ships them); ``large`` trains perfgate/llama-large
+and its head on one GPU, in bf16 autocast over fp32 master weights, and writes them, in bfloat16,
+into the machine's model cache, where the engine finds them. Each recipe, on the stdlib
+docstrings (``corpus.py``), byte-level:
 
 1. ``pretrain``: the target learns the whole corpus (next-byte cross-entropy).
 2. ``finetune``: the target learns a small subset by heart. A small model trained only on the
@@ -13,20 +17,23 @@ The recipe, on the stdlib docstrings (``corpus.py``), byte-level, fp32 on CPU:
 
 Each phase draws its windows from a generator seeded by the recipe, so a run is reproducible
 up to floating-point reduction order; ``training.json`` beside the weights records the corpus
-(Python version, digest), the recipe, the loss curve at checkpoints and the evaluation.
+(Python version, digest), the recipe and its cache key, the device, the loss curve at
+checkpoints, the seconds per phase and the evaluation.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import math
 import platform
 import shutil
 import sys
+import tempfile
 import time
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -46,55 +53,52 @@ from perfgate.engines.embedded.loading import (
     CONFIG_FILE,
     MODELS_DIR,
     NAME_PREFIX,
+    WEIGHTS_FILE,
+    ModelDir,
     draft_config,
-    resolve_model,
     save_weights,
     target_config,
 )
 from perfgate.engines.embedded.model import (
     Attention,
     AttentionView,
+    DraftConfig,
     Eagle3Draft,
     KVStore,
+    TargetConfig,
     Transformer,
     init_weights,
+)
+from perfgate.engines.embedded.recipes import (
+    RECIPES,
+    TINY,
+    Phase,
+    Recipe,
+    config_bytes,
+    recipe_cache_dir,
+    recipe_key,
 )
 from perfgate.engines.embedded.train_args import add_train_arguments
 from perfgate.errors import ConfigError
 from perfgate.progress import SILENT, Reporter, stderr_reporter
 
-TARGET_NAME = "llama-tiny"
-DRAFT_NAME = "eagle3-llama-tiny"
+TARGET_NAME = TINY.target
+DRAFT_NAME = TINY.draft
 RECORD_FILE = "training.json"
 CHECKPOINT_STEPS = (10, 20, 30, 100)  # mean loss of the 10 steps up to each is recorded
 SHOWN_LOSS_STEPS = 20  # progress shows the mean loss of this many steps: one step's is noisy
 EVAL_WINDOWS = 64
 MIN_CORPUS_BYTES = 500_000  # the stdlib's docstrings are about 1.6 MB
+CPU = torch.device("cpu")
+WEIGHTS_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
+AUTOCAST_DTYPE = torch.bfloat16  # forward and loss on CUDA; weights and AdamW stay fp32
 
-
-@dataclass(frozen=True)
-class Phase:
-    name: str
-    steps: int
-    lr: float
-    warmup: int
-    batch_size: int = 32
-    seq_len: int = 128
-    weight_decay: float = 0.1
-    seed: int = 0
-    unroll: int = 1  # draft only: training-time-test steps
-
-
-RECIPE: tuple[Phase, ...] = (
-    Phase("pretrain", steps=1000, lr=3e-3, warmup=100, seed=10),
-    Phase("finetune", steps=400, lr=1e-3, warmup=20, seed=11),
-    Phase("draft", steps=1000, lr=3e-3, warmup=100, seed=12, unroll=3),
-)
+RECIPE: tuple[Phase, ...] = TINY.phases  # the shipped tiny models' recipe
 
 
 def phase(name: str) -> Phase:
-    """Return the recipe's phase called name."""
-    return next(p for p in RECIPE if p.name == name)
+    """Return the tiny recipe's phase called name."""
+    return TINY.phase(name)
 
 
 def lr_at(step: int, spec: Phase) -> float:
@@ -129,8 +133,13 @@ def train_loop(
     spec: Phase,
     max_steps: int | None = None,
     progress: Reporter = SILENT,
+    autocast: bool = False,
 ) -> list[float]:
-    """Run AdamW over the phase's steps (or the first max_steps); return the loss per step."""
+    """Run AdamW over the phase's steps (or the first max_steps); return the loss per step.
+
+    ``autocast``: run the loss in bf16 autocast on the batches' device; the parameters, their
+    gradients and AdamW's state stay in their own dtype (fp32).
+    """
     optimizer = torch.optim.AdamW(
         params, lr=spec.lr, betas=(0.9, 0.95), weight_decay=spec.weight_decay
     )
@@ -140,7 +149,9 @@ def train_loop(
         for step in range(steps):
             for group in optimizer.param_groups:
                 group["lr"] = lr_at(step, spec)
-            loss = loss_fn(next(batches))
+            batch = next(batches)
+            with torch.autocast(batch.device.type, AUTOCAST_DTYPE, enabled=autocast):
+                loss = loss_fn(batch)
             optimizer.zero_grad(set_to_none=True)
             loss.backward()  # type: ignore[no-untyped-call]
             torch.nn.utils.clip_grad_norm_(params, 1.0)
@@ -267,19 +278,36 @@ def checkpoints(losses: Sequence[float]) -> dict[str, float]:
     } | {"last": round(_mean(losses[-10:]), 5)}
 
 
-def build_target(seeded: bool = True) -> Transformer:
-    """Build the shipped target's architecture, initialised from its config's seed."""
-    config = target_config(resolve_model(NAME_PREFIX + TARGET_NAME))
-    model = Transformer(config)
+def model_configs(
+    recipe: Recipe, configs: tuple[bytes, bytes] | None = None
+) -> tuple[TargetConfig, DraftConfig]:
+    """Return the recipe's target and head configs, from config.json bytes (default: shipped)."""
+    texts = config_bytes(recipe) if configs is None else configs
+    found = []
+    for name, text in zip((recipe.target, recipe.draft), texts, strict=True):
+        raw = json.loads(text)
+        architecture = raw.pop("architecture", None)
+        found.append(ModelDir(MODELS_DIR / name, NAME_PREFIX + name, architecture, raw))
+    return target_config(found[0]), draft_config(found[1])
+
+
+def build_target(
+    seeded: bool = True, config: TargetConfig | None = None, device: torch.device = CPU
+) -> Transformer:
+    """Build a target (default: the tiny one) on device, initialised from its config's seed."""
+    config = config or model_configs(TINY)[0]
+    with device:
+        model = Transformer(config)
     if seeded:
         init_weights(model, config.seed)
     return model
 
 
-def build_draft(target: Transformer) -> Eagle3Draft:
-    """Build the shipped draft head's architecture over target, seeded."""
-    config = draft_config(resolve_model(NAME_PREFIX + DRAFT_NAME))
-    head = Eagle3Draft(replace(config, max_seq_len=target.config.max_seq_len), target)
+def build_draft(target: Transformer, config: DraftConfig | None = None) -> Eagle3Draft:
+    """Build a draft head (default: the tiny one) over target, on its device, seeded."""
+    config = config or model_configs(TINY)[1]
+    with target.output.weight.device:
+        head = Eagle3Draft(replace(config, max_seq_len=target.config.max_seq_len), target)
     init_weights(head, config.seed)
     return head
 
@@ -290,13 +318,14 @@ def run_target_phase(
     sources: Sequence[Tensor],
     max_steps: int | None = None,
     progress: Reporter = SILENT,
+    autocast: bool = False,
 ) -> list[float]:
     """Train the target for one phase; return the loss per step."""
     model.train()
     params = list(model.parameters())
-    batches = iter_windows(sources, spec)
+    batches = _on(params[0].device, iter_windows(sources, spec))
     loss_fn = lambda batch: target_loss(model, batch)  # noqa: E731
-    return train_loop(params, loss_fn, batches, spec, max_steps, progress)
+    return train_loop(params, loss_fn, batches, spec, max_steps, progress, autocast)
 
 
 def run_draft_phase(
@@ -306,14 +335,20 @@ def run_draft_phase(
     sources: Sequence[Tensor],
     max_steps: int | None = None,
     progress: Reporter = SILENT,
+    autocast: bool = False,
 ) -> list[float]:
     """Distil the head from the frozen target; return the loss per step."""
     target.eval().requires_grad_(False)
     head.train()
     params = list(head.parameters())  # the shared embedding and LM head stay the target's
-    batches = iter_windows(sources, spec)
+    batches = _on(params[0].device, iter_windows(sources, spec))
     loss_fn = lambda batch: draft_loss(head, target, batch, spec.unroll)  # noqa: E731
-    return train_loop(params, loss_fn, batches, spec, max_steps, progress)
+    return train_loop(params, loss_fn, batches, spec, max_steps, progress, autocast)
+
+
+def _on(device: torch.device, batches: Iterator[Tensor]) -> Iterator[Tensor]:
+    """The batches (drawn on the CPU, as on every device) moved to device."""
+    return (batch.to(device, non_blocking=True) for batch in batches)
 
 
 def eval_windows(data: Tensor, seq_len: int = 128) -> Tensor:
@@ -323,14 +358,18 @@ def eval_windows(data: Tensor, seq_len: int = 128) -> Tensor:
 
 
 @torch.no_grad()
-def evaluate(target: Transformer, head: Eagle3Draft, data: Tensor, unroll: int) -> dict[str, Any]:
+def evaluate(
+    target: Transformer, head: Eagle3Draft, data: Tensor, unroll: int, autocast: bool = False
+) -> dict[str, Any]:
     """Return the target's eval loss and the head's per-step loss and agreement on data."""
     target.eval()
     head.eval()
-    windows = eval_windows(data)
-    steps = draft_steps(head, target, windows, unroll)
+    windows = eval_windows(data).to(target.output.weight.device)
+    with torch.autocast(windows.device.type, AUTOCAST_DTYPE, enabled=autocast):
+        steps = draft_steps(head, target, windows, unroll)
+        target_eval_loss = target_loss(target, windows)
     return {
-        "target_loss": round(float(target_loss(target, windows)), 5),
+        "target_loss": round(float(target_eval_loss), 5),
         "draft_loss": [round(float(s.loss), 5) for s in steps],
         "draft_agreement": [round(s.agreement, 4) for s in steps],
     }
@@ -347,33 +386,59 @@ def sources_of(corpus: Corpus, spec: Phase) -> list[Tensor]:
 
 
 def train_models(
-    corpus: Corpus, recipe: Sequence[Phase], quality: bool = True, progress: Reporter = SILENT
+    corpus: Corpus,
+    recipe: Sequence[Phase],
+    quality: bool = True,
+    progress: Reporter = SILENT,
+    *,
+    size: str = "tiny",
+    device: torch.device = CPU,
+    configs: tuple[bytes, bytes] | None = None,
 ) -> tuple[Transformer, Eagle3Draft, dict[str, Any]]:
-    """Run the recipe; return the trained target, head and the training record."""
-    target = build_target()
+    """Run the phases of size's recipe on device; return the target, head and training record.
+
+    On CUDA the forward and loss run in bf16 autocast. The returned models are in the recipe's
+    weights dtype, the quality measured in it; ``configs`` (target, head config.json bytes)
+    replaces the shipped architectures, for a quick run of a recipe at a smaller size.
+    """
+    spec_of = RECIPES[size]
+    autocast = device.type == "cuda"
+    target_spec, draft_spec = model_configs(spec_of, configs)
+    target = build_target(config=target_spec, device=device)
     losses: dict[str, dict[str, float]] = {}
     seconds: dict[str, float] = {}
+    began = time.perf_counter()
     for spec in recipe:
         started = time.perf_counter()
         sources = sources_of(corpus, spec)
         if spec.name == "draft":
-            head = build_draft(target)
-            curve = run_draft_phase(head, target, spec, sources, progress=progress)
+            head = build_draft(target, draft_spec)
+            curve = run_draft_phase(head, target, spec, sources, None, progress, autocast)
         else:
-            curve = run_target_phase(target, spec, sources, progress=progress)
+            curve = run_target_phase(target, spec, sources, None, progress, autocast)
         losses[spec.name] = checkpoints(curve)
         seconds[spec.name] = round(time.perf_counter() - started, 1)
     eval_data = as_tokens(corpus.split(EVAL_BUCKET))
+    unroll = next(p.unroll for p in recipe if p.name == "draft")
+    dtype = WEIGHTS_DTYPES[spec_of.weights_dtype]
     with progress.step("evaluation and quality" if quality else "evaluation"):
-        judged = evaluate(target, head, eval_data, phase("draft").unroll)
+        judged = evaluate(target, head, eval_data, unroll, autocast)
+        target.to(dtype).requires_grad_(False)
+        head.to(dtype).requires_grad_(False)
         measured = measure_quality(target.eval(), head.eval()) if quality else None
+    seconds["total"] = round(time.perf_counter() - began, 1)
     record = {
+        "size": size,
+        "recipe_key": recipe_key(size, configs, recipe),
         "python_version": corpus.python_version,
         "corpus_sha256": corpus.digest,
         "corpus_bytes": len(corpus.text),
         "torch_version": torch.__version__,
         "torch_threads": torch.get_num_threads(),
         "machine": platform.machine(),
+        "device": device_name(device),
+        "autocast": str(AUTOCAST_DTYPE).removeprefix("torch.") if autocast else None,
+        "dtype": spec_of.weights_dtype,
         "recipe": [asdict(spec) for spec in recipe],
         "losses": losses,
         "seconds": seconds,
@@ -383,15 +448,30 @@ def train_models(
     return target, head, record
 
 
+def device_name(device: torch.device) -> str:
+    """Name the device trained on: the GPU's model, else the CPU's architecture."""
+    if device.type == "cuda":
+        return str(torch.cuda.get_device_name(device))
+    return f"cpu ({platform.machine()})"
+
+
 def save_models(
-    target: Transformer, head: Eagle3Draft, record: dict[str, Any], out: Path
+    target: Transformer,
+    head: Eagle3Draft,
+    record: dict[str, Any],
+    out: Path,
+    recipe: Recipe = TINY,
+    configs: tuple[bytes, bytes] | None = None,
 ) -> list[Path]:
     """Write both models (config, weights, training record) under out; return their dirs."""
     written = []
-    for name, module in ((TARGET_NAME, target), (DRAFT_NAME, head)):
+    texts = config_bytes(recipe) if configs is None else configs
+    for name, module, text in zip(
+        (recipe.target, recipe.draft), (target, head), texts, strict=True
+    ):
         directory = out / name
         directory.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(MODELS_DIR / name / CONFIG_FILE, directory / CONFIG_FILE)
+        (directory / CONFIG_FILE).write_bytes(text)
         save_weights(module, directory)
         (directory / RECORD_FILE).write_text(json.dumps(record, indent=2) + "\n")
         written.append(directory)
@@ -406,13 +486,75 @@ def scaled(recipe: Sequence[Phase], scale: float) -> list[Phase]:
     ]
 
 
-def run(args: argparse.Namespace) -> int:
-    """Train both models with the flags in args and write them; return the exit code."""
-    if args.threads is not None:
-        torch.set_num_threads(args.threads)
-    if not args.scale > 0:
-        raise ConfigError(f"must be > 0, got {args.scale}", field="--scale")
-    torch.manual_seed(0)
+def cached_models(directory: Path, recipe: Recipe) -> bool:
+    """Whether directory holds both of the recipe's models with their weights."""
+    return all(
+        (directory / name / WEIGHTS_FILE).is_file() for name in (recipe.target, recipe.draft)
+    )
+
+
+@contextlib.contextmanager
+def staged(final: Path) -> Iterator[Path]:
+    """Yield a new folder beside final; when the block ends without error, it becomes final.
+
+    An interrupted run leaves at most a hidden ``.<name>.*`` folder beside final, never a
+    half-written final: the loader finds either the old models or the new ones.
+    """
+    final.parent.mkdir(parents=True, exist_ok=True)
+    work = Path(tempfile.mkdtemp(prefix=f".{final.name}.", dir=final.parent))
+    try:
+        yield work
+        work.chmod(0o755)
+        old = None
+        if final.exists():
+            old = final.with_name(f"{work.name}.old")
+            final.rename(old)
+        work.rename(final)
+        if old is not None:
+            shutil.rmtree(old)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def training_device(name: str) -> torch.device:
+    """Return the device for --device, refusing cuda where torch sees none."""
+    if name == "cuda":
+        if not torch.cuda.is_available():
+            raise ConfigError(
+                "cuda: no CUDA device is visible to torch",
+                field="--device",
+                fix="train on a machine with a GPU, or pass --device cpu (the large recipe "
+                "then takes many hours)",
+            )
+        torch.backends.cuda.matmul.allow_tf32 = True
+        torch.backends.cudnn.allow_tf32 = True
+    return torch.device(name)
+
+
+def destination(args: argparse.Namespace, recipe: Recipe) -> Path | None:
+    """Where the run writes its models; None: they are cached already and --force is unset."""
+    if args.out is not None:
+        return Path(args.out)
+    if not recipe.cached:
+        raise ConfigError(
+            f"is required with --size {recipe.size}: its weights ship in the package",
+            field="--out",
+            fix="pass --out DIR (perfgate/engines/embedded/models replaces the shipped ones)",
+        )
+    if args.scale != 1.0:
+        raise ConfigError(
+            f"{args.scale}: a scaled run is not the recipe the model cache holds",
+            field="--scale",
+            fix="pass --out DIR to write a scaled run elsewhere, or leave --scale out",
+        )
+    cache = recipe_cache_dir(recipe.size)
+    if cached_models(cache, recipe) and not args.force:
+        return None
+    return cache
+
+
+def load_training_corpus() -> Corpus:
+    """Return the corpus, refusing a standard library without sources."""
     corpus = load_corpus()
     if len(corpus.text) < MIN_CORPUS_BYTES:
         raise ConfigError(
@@ -426,15 +568,75 @@ def run(args: argparse.Namespace) -> int:
         f"sha256 {corpus.digest[:16]}",
         file=sys.stderr,
     )
-    recipe = scaled(RECIPE, args.scale)
-    target, head, record = train_models(corpus, recipe, not args.skip_quality, stderr_reporter())
-    record["command"] = "python -m perfgate.engines.embedded.train --out DIR" + (
-        f" --scale {args.scale}" if args.scale != 1.0 else ""
-    )
-    for directory in save_models(target, head, record, args.out):
-        print(f"wrote {directory}", file=sys.stderr)
+    return corpus
+
+
+def run(args: argparse.Namespace) -> int:
+    """Train both models of --size with the flags in args and write them; return the exit code."""
+    recipe = RECIPES[args.size]
+    if not args.scale > 0:
+        raise ConfigError(f"must be > 0, got {args.scale}", field="--scale")
+    out = destination(args, recipe)
+    if out is None:
+        cache = recipe_cache_dir(recipe.size)
+        print(
+            f"the {recipe.size} models are trained and cached already: {cache} "
+            f"({recipe.target}, {recipe.draft}); pass --force to train them again",
+            file=sys.stderr,
+        )
+        return 0
+    device = training_device(args.device)
+    if args.threads is not None:
+        torch.set_num_threads(args.threads)
+    torch.manual_seed(0)
+    corpus = load_training_corpus()
+    phases = scaled(recipe.phases, args.scale)
+    quality = not args.skip_quality
+    with staged(out) if args.out is None else contextlib.nullcontext(out) as where:
+        record = train_into(where, corpus, recipe, phases, device, quality, command_line(args))
+    for name in (recipe.target, recipe.draft):
+        print(f"wrote {out / name}", file=sys.stderr)
     print(json.dumps(record["eval"]), file=sys.stderr)
     return 0
+
+
+def train_into(
+    out: Path,
+    corpus: Corpus,
+    recipe: Recipe,
+    phases: Sequence[Phase],
+    device: torch.device,
+    quality: bool = True,
+    command: str | None = None,
+    configs: tuple[bytes, bytes] | None = None,
+    progress: Reporter | None = None,
+) -> dict[str, Any]:
+    """Train the recipe's models with phases and write them under out; return the record.
+
+    ``command``, the command line that reproduces the run, joins the record.
+    """
+    target, head, record = train_models(
+        corpus,
+        phases,
+        quality,
+        stderr_reporter() if progress is None else progress,
+        size=recipe.size,
+        device=device,
+        configs=configs,
+    )
+    record["command"] = command
+    save_models(target, head, record, out, recipe, configs)
+    return record
+
+
+def command_line(args: argparse.Namespace) -> str:
+    """The command that reproduces this run, for training.json."""
+    words = ["perfgate embedded train", f"--size {args.size}", f"--device {args.device}"]
+    if args.out is not None:
+        words.append("--out DIR")
+    if args.scale != 1.0:
+        words.append(f"--scale {args.scale}")
+    return " ".join(words)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
