@@ -5,7 +5,9 @@
 #                                                     #   compare sweep profile endings
 #   benchmarks/gpu_tp2.sh --smoke OUTDIR [STAGE...]   # CPU: the tiny models over gloo (~3 min)
 #
-# Stages, on scenarios embedded-large-gpu (TP1) and embedded-large-tp2 (TP2) of perfgate.toml:
+# Stages, on scenario embedded-large-tp2 of perfgate.toml (TP2) and the same at tp = 1 (TP1,
+# named embedded-large-gpu here): seeded weights (--load-format dummy) and simulated acceptance,
+# so they measure speed only and need no trained weights:
 #   compare  `perfgate run --no-gate` of each: tok/s, verify ms and cycle ms, plain and EAGLE-3,
 #            TP1 against TP2, the per-rank spread of cycle time, and the prompts whose plain
 #            (greedy) outputs are token-identical at TP1 and TP2 (compare.md);
@@ -72,7 +74,7 @@ cd "$repo" || exit 1
 
 tp1=embedded-large-gpu
 tp2=embedded-large-tp2
-config=$repo/perfgate.toml
+config=$work/perfgate.toml
 steps=${SWEEP_STEPS:-1-6}
 sweep_repeats=${SWEEP_REPEATS:-3}
 sweep_budget=${SWEEP_BUDGET_S:-480}
@@ -109,6 +111,27 @@ EOF
   steps=${SWEEP_STEPS:-1-2} sweep_repeats=${SWEEP_REPEATS:-2} endings=${ENDINGS:-3}
   sweep_budget=${SWEEP_BUDGET_S:-120} sweep_limit=$((sweep_budget + 60))
   run_limit=240 profile_limit=120 ending_wait=120
+else
+  # TP2 as perfgate.toml has it, and TP1 the same but for tp, written out as a config of two.
+  "$python" - "$repo/perfgate.toml" "$tp2" "$tp1" > "$config" <<'EOF' || exit 1
+import json, sys, tomllib
+source, tp2, tp1 = sys.argv[1:4]
+scenario = tomllib.load(open(source, "rb"))["scenarios"][tp2]
+def value(v):
+    if isinstance(v, bool):
+        return str(v).lower()
+    if isinstance(v, list):
+        return "[" + ", ".join(value(x) for x in v) + "]"
+    return json.dumps(v) if isinstance(v, str) else repr(v)
+for name, tp in ((tp1, 1), (tp2, scenario.get("tp", 1))):
+    keys = {**scenario, "tp": tp}
+    print(f"[scenarios.{name}]")
+    print("\n".join(f"{k} = {value(v)}" for k, v in keys.items() if not isinstance(v, dict)))
+    for table, entries in ((k, v) for k, v in keys.items() if isinstance(v, dict)):
+        print(f"[scenarios.{name}.{table}]")
+        print("\n".join(f"{k} = {value(v)}" for k, v in entries.items()))
+    print()
+EOF
 fi
 db="sqlite:///$work/history.db"
 summary=$out/summary.md

@@ -71,6 +71,7 @@ FIXES = {
     "config": "correct the file or field named (docs/configuration.md), or pass --config PATH",
     "perfgate": "reinstall perfgate with its dependencies (scripts/bootstrap, or pip install .)",
     "engines": "fix the engine's install in the scenario's interpreter (scenarios.NAME.python)",
+    "weights": "correct the model named in the scenario (docs/embedded-engine.md)",
     "gpus": "run `nvidia-smi` by hand to see the driver's own error, and repair the driver",
     "ports": "free a port on 127.0.0.1 (the loopback interface must be up)",
     "history": f"point {ELSEWHERE} at a history perfgate can use",
@@ -140,6 +141,56 @@ def _describe_server(scenario: Scenario, server: PredictedServer) -> str:
     ]
     shown = f": {', '.join(models)}" if models else ""
     return f"embedded (perfgate {server.info['version']}){shown}"
+
+
+def check_weights(machine: Machine) -> list[Check]:
+    """Each embedded scenario's recipe-trained models: cached here, or the command that makes
+    them (a warning: the run itself refuses to start without them)."""
+    from perfgate.engines.embedded.model_dirs import load_format_of
+
+    checks = []
+    for scenario in machine.scenarios:
+        server = machine.servers.get(scenario.name)
+        if scenario.engine != "embedded" or server is None or "version" not in server.info:
+            continue  # another engine, a model the engine check refused, another interpreter
+        spec_flags = (*scenario.extra_args, *scenario.spec_extra_args)
+        plain_flags = (*scenario.extra_args, *scenario.plain_extra_args)
+        seeded = {
+            scenario.model: load_format_of(spec_flags) == load_format_of(plain_flags) == "dummy",
+            scenario.draft: load_format_of(spec_flags) == "dummy",
+        }
+        environ = {**machine.environ, **scenario.env}
+        checks += _weights_of(scenario, seeded, environ)
+    return checks
+
+
+def _weights_of(
+    scenario: Scenario, seeded: Mapping[str, bool], environ: Mapping[str, str]
+) -> list[Check]:
+    from perfgate.engines.embedded.model_dirs import WEIGHTS_FILE, resolve_model
+    from perfgate.engines.embedded.recipes import RECIPES, recipe_cache_dir, train_fix
+
+    trained = [(name, resolve_model(name)) for name in seeded]
+    trained = [(name, model) for name, model in trained if model.trained_by is not None]
+    if not trained:
+        return []
+    name = f"weights {scenario.name}"
+    if all(seeded[n] for n, _ in trained):
+        detail = "seeded (--load-format dummy): the run measures speed only"
+        return [Check(name, OK, detail)]
+    size = trained[0][1].trained_by
+    assert size is not None
+    cache = recipe_cache_dir(size, environ=environ)
+    missing = [
+        n
+        for n, model in trained
+        if not seeded[n] and not (cache / model.path.name / WEIGHTS_FILE).is_file()
+    ]
+    models = ", ".join(n for n, _ in trained)
+    if not missing:
+        return [Check(name, OK, f"{models}: trained weights cached in {cache}")]
+    detail = f"{', '.join(missing)}: no trained weights on this machine; the run will refuse them"
+    return [Check(name, WARN, detail, 0, train_fix(RECIPES[size], cache))]
 
 
 def _needs_gpu(scenario: Scenario) -> bool:
@@ -366,6 +417,7 @@ CHECKS: Sequence[tuple[str, Callable[[Machine], list[Check]]]] = (
     ("config", check_config),
     ("perfgate", check_python),
     ("engines", check_engines),
+    ("weights", check_weights),
     ("gpus", check_gpus),
     ("ports", check_ports),
     ("history", check_history_db),

@@ -73,13 +73,16 @@ def predict_server(scenario: Scenario, environ: Mapping[str, str]) -> PredictedS
     if scenario.python and not _same_file(scenario.python, sys.executable):
         why = f"the embedded server runs in {scenario.python}, with its own perfgate"
         return PredictedServer({}, dict.fromkeys(_SERVER_FIELDS, why))
+    from perfgate.engines.embedded.model_dirs import load_format_of
+
     info: dict[str, Any] = {"version": perfgate_version()}
     unchecked = {}
+    seeded = load_format_of((*scenario.extra_args, *scenario.spec_extra_args)) == "dummy"
     for key, field, name in (
         ("model_identity", "model", scenario.model),
         ("draft_model_identity", "draft", scenario.draft),
     ):
-        identity, why = _embedded_identity(name)
+        identity, why = _embedded_identity(name, seeded)
         if identity is None:
             unchecked[field] = why
         else:
@@ -102,12 +105,17 @@ def predict_fingerprint(
     return Prediction(fingerprint, dict(server.unchecked))
 
 
-def _embedded_identity(name: str) -> tuple[str | None, str]:
-    """The identity the embedded server will report for a model, or None and why not."""
+def _embedded_identity(name: str, seeded: bool = False) -> tuple[str | None, str]:
+    """The identity the embedded server will report for a model, or None and why not.
+
+    ``seeded``: the server seeds the weights (``--load-format dummy``) whatever there are.
+    """
     from perfgate.engines.embedded.model_dirs import model_identity, resolve_model
 
     weights = resolve_model(name).weights
-    if weights is not None and weights.stat().st_size > MAX_HASHED_WEIGHTS_BYTES:
+    if seeded or weights is None:
+        return model_identity(name, seeded=True), ""
+    if weights.stat().st_size > MAX_HASHED_WEIGHTS_BYTES:
         size_mib = weights.stat().st_size // 2**20
         return None, f"{weights} ({size_mib} MiB) is hashed by the server, not before it starts"
     return model_identity(name), ""

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -104,6 +105,16 @@ def _trained_by(path: Path) -> str | None:
     if path.name not in CACHED_MODELS or path.resolve().parent != MODELS_DIR.resolve():
         return None
     return CACHED_MODELS[path.name]
+
+
+def load_format_of(args: Sequence[str]) -> str:
+    """Return the --load-format a server's flags give (the last one), "auto" without one."""
+    found = "auto"
+    for i, arg in enumerate(args):
+        name, equals, value = arg.partition("=")
+        if name == "--load-format":
+            found = value if equals else (args[i + 1] if i + 1 < len(args) else found)
+    return found
 
 
 def model_identity(path_or_name: str, seeded: bool = False) -> str:

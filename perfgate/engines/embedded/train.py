@@ -406,6 +406,7 @@ def train_models(
     target_spec, draft_spec = model_configs(spec_of, configs)
     target = build_target(config=target_spec, device=device)
     losses: dict[str, dict[str, float]] = {}
+    curves: dict[str, list[float]] = {}
     seconds: dict[str, float] = {}
     began = time.perf_counter()
     for spec in recipe:
@@ -417,6 +418,7 @@ def train_models(
         else:
             curve = run_target_phase(target, spec, sources, None, progress, autocast)
         losses[spec.name] = checkpoints(curve)
+        curves[spec.name] = curve
         seconds[spec.name] = round(time.perf_counter() - started, 1)
     eval_data = as_tokens(corpus.split(EVAL_BUCKET))
     unroll = next(p.unroll for p in recipe if p.name == "draft")
@@ -442,6 +444,7 @@ def train_models(
         "recipe": [asdict(spec) for spec in recipe],
         "losses": losses,
         "seconds": seconds,
+        "loss_curves": curves,  # every step's loss: two runs compare step by step
         "eval": judged,
         "quality": measured,
     }

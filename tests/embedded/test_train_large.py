@@ -1,0 +1,269 @@
+"""The large recipe, shrunk to run on a CPU: it trains, fills the model cache, loads and serves.
+
+The GPU run is the same code with ``--device cuda`` (bf16 autocast); here the phases are scaled
+down (``--scale``) and the architecture shrunk through the configs ``train_models`` takes.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import torch
+from safetensors import safe_open
+
+from perfgate.cli import main as cli_main
+from perfgate.engines.embedded import train
+from perfgate.engines.embedded.corpus import load_corpus
+from perfgate.engines.embedded.loading import load_draft, load_target
+from perfgate.engines.embedded.recipes import LARGE, recipe_cache_dir, recipe_key
+from perfgate.engines.launch import free_port
+from perfgate.errors import ConfigError
+from perfgate.progress import SILENT
+
+from .common import CPU, DRAFT, SERVER_MODULE, TARGET, server_env, wait_healthy
+
+SCALE = 0.005  # 3, 2 and 3 steps of the large recipe's batches of 32 x 256 bytes
+SMALL_TARGET = {
+    "architecture": "llama",
+    "vocab_size": 256,
+    "n_layer": 3,
+    "dim": 64,
+    "n_head": 4,
+    "ffn_dim": 128,
+    "max_seq_len": 512,
+    "rope_base": 10000.0,
+    "norm_eps": 1e-05,
+    "tie_embeddings": False,
+    "seed": 0,
+}
+SMALL_DRAFT = {
+    "architecture": "eagle3",
+    "target": "perfgate/llama-large",
+    "dim": 64,
+    "n_head": 4,
+    "ffn_dim": 128,
+    "feature_layers": [1, 2, 3],
+    "max_seq_len": 512,
+    "rope_base": 10000.0,
+    "norm_eps": 1e-05,
+    "seed": 1,
+}
+CONFIGS = (json.dumps(SMALL_TARGET).encode(), json.dumps(SMALL_DRAFT).encode())
+
+
+def _train_small(out: Path, quality: bool = False) -> dict[str, Any]:
+    phases = train.scaled(LARGE.phases, SCALE)
+    return train.train_into(
+        out, load_corpus(), LARGE, phases, CPU, quality, "test", CONFIGS, SILENT
+    )
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, Any]]:
+    """The shrunk large recipe, trained into a model cache of its own."""
+    root = tmp_path_factory.mktemp("models")
+    phases = train.scaled(LARGE.phases, SCALE)
+    cache = recipe_cache_dir("large", CONFIGS, phases, {"PERFGATE_MODEL_CACHE": str(root)})
+    with train.staged(cache) as work:
+        record = _train_small(work)
+    return cache, record
+
+
+@pytest.mark.slow  # trains the shrunk large recipe (about 10 s)
+def test_the_run_fills_the_cache_with_bfloat16_weights_and_its_record(
+    trained: tuple[Path, dict[str, Any]],
+) -> None:
+    cache, record = trained
+    phases = train.scaled(LARGE.phases, SCALE)
+    assert cache.name == f"large-{recipe_key('large', CONFIGS, phases)}"
+    assert sorted(p.name for p in cache.parent.iterdir()) == [cache.name]  # no staging left
+    for name, config in zip((LARGE.target, LARGE.draft), CONFIGS, strict=True):
+        folder = cache / name
+        assert sorted(p.name for p in folder.iterdir()) == [
+            "config.json",
+            "model.safetensors",
+            "training.json",
+        ]
+        assert (folder / "config.json").read_bytes() == config
+        with safe_open(str(folder / "model.safetensors"), "pt") as weights:
+            dtypes = {weights.get_tensor(key).dtype for key in weights.keys()}  # noqa: SIM118
+        assert dtypes == {torch.bfloat16}
+        assert json.loads((folder / "training.json").read_text()) == record
+    assert (record["size"], record["recipe_key"], record["dtype"]) == (
+        "large",
+        cache.name.removeprefix("large-"),
+        "bfloat16",
+    )
+    assert record["device"].startswith("cpu") and record["autocast"] is None
+    assert record["recipe"][0]["steps"] == 3 and record["command"] == "test"
+    assert set(record["seconds"]) == {"pretrain", "finetune", "draft", "total"}
+    assert [len(record["loss_curves"][p.name]) for p in phases] == [p.steps for p in phases]
+
+
+@pytest.mark.slow  # trains the shrunk large recipe, then serves it
+def test_the_cached_models_load_and_serve(
+    trained: tuple[Path, dict[str, Any]], tmp_path: Path
+) -> None:
+    cache, _ = trained
+    target = load_target(str(cache / LARGE.target), CPU, torch.bfloat16)
+    head = load_draft(str(cache / LARGE.draft), target, CPU, torch.bfloat16)
+    assert target.config.n_layer == 3 and head.config.feature_layers == (1, 2, 3)
+    flags = (
+        *("--model-path", str(cache / LARGE.target)),
+        *("--speculative-algorithm", "EAGLE3", "--speculative-num-steps", "2"),
+        *("--speculative-draft-model-path", str(cache / LARGE.draft), "--dtype", "bfloat16"),
+    )
+    with _serving(flags, tmp_path) as client:
+        body = {"text": "Return the", "sampling_params": {"temperature": 0, "max_new_tokens": 8}}
+        answer = client.post("/generate", json=body).json()
+        assert len(answer["output_ids"]) == 8 and answer["meta_info"]["spec_verify_ct"] >= 1
+
+
+@pytest.mark.slow  # trains the shrunk large recipe twice
+def test_the_same_recipe_gives_the_same_loss_curve_on_the_cpu(tmp_path: Path) -> None:
+    first = _train_small(tmp_path / "first")
+    second = _train_small(tmp_path / "second")
+    assert first["loss_curves"] == second["loss_curves"]
+    assert first["eval"] == second["eval"]
+    weights = [
+        (tmp_path / run / LARGE.target / "model.safetensors").read_bytes()
+        for run in ("first", "second")
+    ]
+    assert weights[0] == weights[1]
+
+
+def test_training_autocasts_to_bfloat16_where_asked() -> None:
+    config, _ = train.model_configs(LARGE, CONFIGS)
+    spec = train.scaled(LARGE.phases, SCALE)[0]
+    data = [train.as_tokens(bytes(range(256)) * 40)]
+    seen: list[torch.dtype] = []
+    for autocast in (False, True):
+        model = train.build_target(config=config)
+        handle = model.output.register_forward_hook(lambda m, i, out: seen.append(out.dtype))
+        losses = train.run_target_phase(model, spec, data, 2, autocast=autocast)
+        handle.remove()
+        assert all(torch.isfinite(torch.tensor(losses)))
+        assert model.output.weight.dtype == torch.float32  # the master weights
+    assert seen == [torch.float32] * 2 + [torch.bfloat16] * 2
+
+
+def test_cached_models_are_not_trained_again_without_force(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("PERFGATE_MODEL_CACHE", str(tmp_path))
+    cache = recipe_cache_dir("large")
+    for name in (LARGE.target, LARGE.draft):
+        (cache / name).mkdir(parents=True)
+        (cache / name / "model.safetensors").write_bytes(b"trained before")
+    assert cli_main(["embedded", "train", "--size", "large", "--device", "cuda"]) == 0
+    err = capsys.readouterr().err
+    assert f"the large models are trained and cached already: {cache}" in err
+    assert "pass --force to train them again" in err and "corpus:" not in err
+
+
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [
+        (["--size", "tiny"], "--out: is required with --size tiny"),
+        (["--size", "large", "--scale", "0.5"], "--scale: 0.5: a scaled run is not the recipe"),
+        (["--size", "large", "--scale", "0"], "--scale: must be > 0, got 0.0"),
+    ],
+)
+def test_flag_mistakes_name_the_flag(
+    flags: list[str],
+    message: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    monkeypatch.setenv("PERFGATE_MODEL_CACHE", str(tmp_path))
+    assert train.main(flags) == 64
+    assert message in capsys.readouterr().err
+    assert not any(tmp_path.iterdir())
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has CUDA")
+def test_cuda_without_a_gpu_names_the_device_flag(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("PERFGATE_MODEL_CACHE", str(tmp_path))
+    assert train.main(["--size", "large", "--device", "cuda"]) == 64
+    assert "error: --device: cuda: no CUDA device is visible to torch" in capsys.readouterr().err
+    assert not any(tmp_path.iterdir())
+
+
+def test_a_staged_folder_appears_whole_or_not_at_all(tmp_path: Path) -> None:
+    final = tmp_path / "large-key"
+    with pytest.raises(ConfigError), train.staged(final) as work:
+        (work / "half").write_text("written")
+        raise ConfigError("interrupted")
+    assert list(tmp_path.iterdir()) == []
+    with train.staged(final) as work:
+        (work / "whole").write_text("first")
+    with train.staged(final) as work:
+        (work / "whole").write_text("second")
+        assert (final / "whole").read_text() == "first"  # until the new one is whole
+    assert [p.name for p in tmp_path.iterdir()] == ["large-key"]
+    assert (final / "whole").read_text() == "second"
+
+
+def test_the_server_refuses_missing_weights_naming_the_command(tmp_path: Path) -> None:
+    env = {**server_env(), "PERFGATE_MODEL_CACHE": str(tmp_path / "models")}
+    flags = ["--model-path", "perfgate/llama-large", "--port", str(free_port()), "--device", "cpu"]
+    done = subprocess.run(
+        [sys.executable, "-m", SERVER_MODULE, *flags],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 64, done.stderr
+    assert "perfgate/llama-large: no trained weights on this machine" in done.stderr
+    assert "perfgate embedded train --size large --device cuda" in done.stderr
+
+
+def test_a_dummy_server_serves_seeded_weights_and_says_so(tmp_path: Path) -> None:
+    from perfgate.engines.embedded.model_dirs import model_identity
+
+    flags = (
+        *("--model-path", TARGET, "--speculative-algorithm", "EAGLE3"),
+        *("--speculative-draft-model-path", DRAFT, "--load-format", "dummy"),
+    )
+    with _serving(flags, tmp_path) as client:
+        body = {"text": "Return the", "sampling_params": {"temperature": 0, "max_new_tokens": 8}}
+        assert len(client.post("/generate", json=body).json()["output_ids"]) == 8
+        info = client.get("/server_info").json()
+    assert info["load_format"] == "dummy"
+    assert info["model_identity"] == model_identity(TARGET, seeded=True) != model_identity(TARGET)
+    assert info["draft_model_identity"] == model_identity(DRAFT, seeded=True)
+
+
+@contextmanager
+def _serving(flags: tuple[str, ...], tmp_path: Path) -> Iterator[httpx.Client]:
+    """An embedded server on 127.0.0.1 with flags, one thread; stopped with SIGTERM after."""
+    port = free_port()
+    log = tmp_path / "server.log"
+    argv = [sys.executable, "-m", SERVER_MODULE, *flags, "--port", str(port)]
+    with log.open("wb") as stderr:
+        process = subprocess.Popen([*argv, "--num-threads", "1"], stderr=stderr, env=server_env())
+    try:
+        with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=60.0) as client:
+            wait_healthy(client, process, log, 90.0)
+            yield client
+    finally:
+        process.send_signal(signal.SIGTERM)
+        try:
+            process.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            raise
