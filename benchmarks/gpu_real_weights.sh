@@ -179,13 +179,14 @@ stage_gate() {
     used=$state/perfgate-eager.toml
     sed 's/"--enable-torch-compile"//; s/, *\]/]/; s/\[ *, */[/' "$config" > "$used"
   fi
-  local paths=(--config "$used" --db "$db" --baselines "$state/baselines")
+  local paths=(--config "$used" --db "$db" --baselines "$state/baselines") refresh=()
+  [[ ${REFRESH_PLAIN:-0} == 1 ]] && refresh=(--refresh-plain)
   step "doctor" 0 120 "$python" -m perfgate doctor --scenario "$scenario" "${paths[@]}"
   local first
   first=$("$python" -c "import sqlite3,sys; print(sqlite3.connect(sys.argv[1]).execute('select coalesce(max(id), 0) from runs').fetchone()[0])" "$state/history.db" 2> /dev/null || echo 0)
   for n in $(seq "$runs"); do
     step "launch $n of $runs" 0 "$run_limit" "$python" -m perfgate run --scenario "$scenario" \
-      "${paths[@]}" --no-gate --refresh-plain --report ''
+      "${paths[@]}" --no-gate "${refresh[@]}" --report ''
   done
   step "noise table" 0 60 "$python" benchmarks/launch_noise.py "$state/history.db" "$scenario" \
     --after "$first" --out "$out/noise.md"
@@ -196,6 +197,7 @@ stage_gate() {
     "${paths[@]}" --approved-by "gpu_real_weights.sh" --reason "fresh launches on this machine"
   step "judged against them" "$judged" "$run_limit" "$python" -m perfgate run --scenario "$scenario" \
     "${paths[@]}" --report "$out/report.html"
+  cp "$state/history.db" "$out/history.db"
 }
 
 for stage_name in "${stages[@]}"; do
