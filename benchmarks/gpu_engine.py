@@ -8,12 +8,14 @@ Every configuration is measured the way a gate run measures a scenario: its serv
 with the probe (``perfgate.measure.measure_mode``), warmed up, and timed over the prompt set;
 the probe gives each phase's time per cycle (CUDA events on a GPU).
 
-On CUDA the default models are ``perfgate/llama-large`` (24 layers, d=2048, ~1.2B parameters,
-seeded random weights, bf16) and its seeded EAGLE-3 head. A random head never agrees with a
-random target, so acceptance is simulated (``--debug-simulate-accept-rate``, default 0.7 per
-draft token: a chain of 3 drafts accepts 2.53 tokens per cycle on average, about what
-Llama-3.1-8B's EAGLE-3 head reaches on MT-Bench); the cost of every phase is real. On CPU the
-default models are the shipped trained tiny ones, with their real acceptance.
+On CUDA the default models are ``perfgate/llama-large`` (24 layers, d=2048, ~1.1B parameters,
+bf16) and its EAGLE-3 head, with the weights ``perfgate embedded train --size large --device
+cuda`` trained into this machine's model cache. ``--accept-rate -1`` measures their real
+acceptance; the default still simulates it (``--debug-simulate-accept-rate``, 0.7 per draft
+token: a chain of 3 drafts accepts 2.53 tokens per cycle on average, about what Llama-3.1-8B's
+EAGLE-3 head reaches on MT-Bench), which compares with the records of seeded weights. On CPU
+the default models are the shipped trained tiny ones, with their real acceptance.
+``--compile`` runs both servers with ``--enable-torch-compile``.
 
 Writes ``results.json`` and ``results.md`` to --out. Needs torch, httpx and safetensors, and
 perfgate importable (``PYTHONPATH=.`` from a checkout).
@@ -102,6 +104,11 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         help="simulate this per-draft acceptance (default: 0.7 on CUDA, real on CPU); "
         "pass -1 for the draft's real acceptance",
     )
+    parser.add_argument(
+        "--compile",
+        action="store_true",
+        help="run both servers with --enable-torch-compile (the decoder layers compiled)",
+    )
     parser.add_argument("--max-new-tokens", type=int, default=None)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--budget-s", type=float, default=450.0, help="stop sweeping after this")
@@ -133,7 +140,8 @@ def make_plan(args: argparse.Namespace) -> Plan:
         max_new_tokens=args.max_new_tokens or (8 if args.smoke else 256 if gpu else 64),
         repeats=1 if args.smoke else args.repeats,
         budget_s=args.budget_s,
-        extra_args=() if gpu else ("--num-threads", "1"),
+        extra_args=(() if gpu else ("--num-threads", "1"))
+        + (("--enable-torch-compile",) if args.compile else ()),
     )
     if args.smoke:
         plan = replace(plan, prompts=plan.prompts[:2], **smoke_models(args.out / "models"))

@@ -1,7 +1,7 @@
 """Between-launch and within-run spread of the gated metrics, from a history of fresh launches.
 
     for i in $(seq 10); do perfgate run --scenario S --no-gate --db sqlite:///H.db --report ''; done
-    python benchmarks/launch_noise.py H.db S [--out FILE.md]
+    python benchmarks/launch_noise.py H.db S [--after RUN_ID] [--out FILE.md]
 
 Per gated metric (output_tok_s, verify_ms, accept_length, speedup; as the samples table
 stores them): each run's median over its repeats, then across runs the mean of those medians,
@@ -26,10 +26,13 @@ def cv(values: list[float]) -> float:
     return statistics.stdev(values) / mean if len(values) > 1 and mean else 0.0
 
 
-def table(db: Path, scenario: str) -> str:
+def table(db: Path, scenario: str, after: int = 0) -> str:
     with sqlite3.connect(db) as connection:
         runs = [
-            r for (r,) in connection.execute("SELECT id FROM runs WHERE scenario = ?", (scenario,))
+            r
+            for (r,) in connection.execute(
+                "SELECT id FROM runs WHERE scenario = ? AND id > ?", (scenario, after)
+            )
         ]
         rows = connection.execute(
             "SELECT run_id, mode, metric, value FROM samples WHERE run_id IN "
@@ -64,11 +67,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("db", type=Path, help="the SQLite history the launches recorded into")
     parser.add_argument("scenario")
     parser.add_argument("--out", type=Path, default=None)
+    parser.add_argument("--after", type=int, default=0, help="only the runs of a later id")
     args = parser.parse_args(argv)
     if not args.db.is_file():
         print(f"launch_noise: {args.db}: no such history file", file=sys.stderr)
         return 64
-    text = table(args.db, args.scenario)
+    text = table(args.db, args.scenario, args.after)
     print(text, end="")
     if args.out:
         args.out.write_text(text)

@@ -112,6 +112,12 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="run every forward eagerly on CUDA instead of replaying captured CUDA graphs",
     )
+    add(
+        "--enable-torch-compile",
+        action="store_true",
+        help="compile the decoder layers with torch.compile, fusing the small kernels between "
+        "the matrix products (compiling adds seconds to the start; meant for CUDA)",
+    )
     add("--random-seed", type=int, default=None, help="torch seed (default 0)")
     add(
         "--num-threads",

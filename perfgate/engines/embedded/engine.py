@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import atexit
 import importlib.metadata
+import logging
 import platform
 import socket
 import threading
@@ -22,6 +23,7 @@ from perfgate.engines.embedded.api import (
 )
 from perfgate.engines.embedded.args import resolve_device, resolve_dtype
 from perfgate.engines.embedded.batch import Generation
+from perfgate.engines.embedded.compiling import compile_layers
 from perfgate.engines.embedded.drafters import Drafter, Eagle3Drafter, StandaloneDrafter
 from perfgate.engines.embedded.graphs import GraphRunner
 from perfgate.engines.embedded.loading import (
@@ -33,7 +35,7 @@ from perfgate.engines.embedded.loading import (
     resolve_model,
     target_config,
 )
-from perfgate.engines.embedded.model import BYTE_VOCAB, Transformer
+from perfgate.engines.embedded.model import BYTE_VOCAB, Transformer, fuse_projections
 from perfgate.engines.embedded.parallel import (
     Leader,
     TensorGroup,
@@ -54,6 +56,8 @@ ENGINE_NAME = "embedded"
 # What /server_info reports as the batch limit when --max-running-requests is unset (every
 # waiting request then decodes together): SGLang's clients divide their load by it.
 UNLIMITED_RUNNING_REQUESTS = 4096
+
+logger = logging.getLogger("perfgate.engines.embedded")
 
 
 class Engine:
@@ -313,6 +317,7 @@ def build_worker(
         drafter = load_drafter(args, target, device, dtype, spec.topk, graphs)
     if group is not None:
         _shard(group, target, drafter)
+    _prepare(target, drafter, args.enable_torch_compile)
     worker: PlainWorker | EagleWorker = PlainWorker(target, graphs, seed=args.random_seed)
     if spec is not None and drafter is not None:
         worker = EagleWorker(
@@ -333,6 +338,15 @@ def _shard(group: TensorGroup, target: Transformer, drafter: Drafter | None) -> 
     if drafter is not None:
         check_replicas(group, drafter.model, "--speculative-draft-model-path")
         shard_model(drafter.model, group)
+
+
+def _prepare(target: Transformer, drafter: Drafter | None, compile_layers_too: bool) -> None:
+    """Fuse the models' projections for inference and, if asked, compile their layers."""
+    models = [target] if drafter is None else [target, drafter.model]
+    for model in models:
+        fuse_projections(model)
+        if compile_layers_too:
+            logger.info("layers compiled: %d of %s", compile_layers(model), type(model).__name__)
 
 
 def check_tp(args: argparse.Namespace, spec: SpecParams | None) -> None:

@@ -183,13 +183,26 @@ class Attention(nn.Module):
         self.wk = nn.Linear(in_dim, dim, bias=False)
         self.wv = nn.Linear(in_dim, dim, bias=False)
         self.wo: nn.Module = nn.Linear(dim, dim, bias=False)  # row-parallel under TP
+        self.wqkv: nn.Linear | None = None  # wq, wk and wv as one, once fuse_projections ran
         self.kv_cache: KVStore | None = None  # a KVCache, or the trainer's unrolled keys
+
+    def project(self, x: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        """Return the queries, keys and values of x: one matrix product once fused."""
+        if self.wqkv is None:
+            return self.wq(x), self.wk(x), self.wv(x)
+        q, k, v = self.wqkv(x).chunk(3, dim=-1)
+        return q, k, v
+
+    def write_cache(self, slots: Tensor, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
+        """Store k, v at slots in the cache; return the keys and values to attend to."""
+        assert self.kv_cache is not None
+        return self.kv_cache.update(slots, k, v)
 
     def forward(self, x: Tensor, rope: Rope, view: AttentionView | None) -> Tensor:
         bsz, seqlen, _ = x.shape
         q, k, v = (
-            w(x).view(bsz, seqlen, self.n_head, self.head_dim).transpose(1, 2)
-            for w in (self.wq, self.wk, self.wv)
+            p.reshape(bsz, seqlen, self.n_head, self.head_dim).transpose(1, 2)
+            for p in self.project(x)
         )
         q, k = apply_rope(q, rope), apply_rope(k, rope)
         if view is None:  # training: causal within the input; the cache is not touched
@@ -197,7 +210,7 @@ class Attention(nn.Module):
         elif self.kv_cache is None:
             out = F.scaled_dot_product_attention(q, k, v, attn_mask=view.mask)
         else:
-            k_all, v_all = self.kv_cache.update(view.slots, k, v)
+            k_all, v_all = self.write_cache(view.slots, k, v)
             kv_len = view.mask.shape[-1]
             out = F.scaled_dot_product_attention(
                 q, k_all[:, :, :kv_len], v_all[:, :, :kv_len], attn_mask=view.mask
@@ -211,9 +224,14 @@ class FeedForward(nn.Module):
         self.w1 = nn.Linear(dim, ffn_dim, bias=False)
         self.w3 = nn.Linear(dim, ffn_dim, bias=False)
         self.w2: nn.Module = nn.Linear(ffn_dim, dim, bias=False)  # row-parallel under TP
+        self.w13: nn.Linear | None = None  # w1 and w3 as one, once fuse_projections ran
 
     def forward(self, x: Tensor) -> Tensor:
-        return cast(Tensor, self.w2(F.silu(self.w1(x)) * self.w3(x)))
+        if self.w13 is None:
+            gate, up = self.w1(x), self.w3(x)
+        else:
+            gate, up = self.w13(x).chunk(2, dim=-1)
+        return cast(Tensor, self.w2(F.silu(gate) * up))
 
 
 class TransformerBlock(nn.Module):
@@ -380,3 +398,30 @@ def init_weights(model: nn.Module, seed: int) -> None:
                 param.normal_(0.0, 1.0 / math.sqrt(param.shape[1]), generator=generator)
             else:
                 param.normal_(0.0, 1.0, generator=generator)
+
+
+def fuse_projections(model: nn.Module) -> None:
+    """Stack each attention's query, key and value projections, and each MLP's gate and up
+    projections, into one linear layer each, in place, for inference.
+
+    One matrix product reads the three (two) weights where three (two) products read them
+    one after another, as SGLang's ``QKVParallelLinear`` and ``MergedColumnParallelLinear``
+    do; the products' outputs are the same numbers, split back by ``chunk``. Checkpoints keep
+    the separate weights, so run it after loading, and after sharding under tensor
+    parallelism (each rank stacks its own slices). Training keeps the separate layers.
+    """
+    for module in model.modules():
+        if isinstance(module, Attention) and module.wqkv is None:
+            module.wqkv = _stacked(module.wq, module.wk, module.wv)
+            del module.wq, module.wk, module.wv
+        elif isinstance(module, FeedForward) and module.w13 is None:
+            module.w13 = _stacked(module.w1, module.w3)
+            del module.w1, module.w3
+
+
+def _stacked(*linears: nn.Module) -> nn.Linear:
+    weights = [cast(nn.Linear, linear).weight.detach() for linear in linears]
+    weight = torch.cat(weights, dim=0)
+    fused = nn.Linear(weight.shape[1], weight.shape[0], bias=False, device=weight.device)
+    fused.weight = nn.Parameter(weight, requires_grad=False)
+    return fused

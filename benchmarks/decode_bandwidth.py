@@ -1,0 +1,233 @@
+"""How close the embedded engine's decode step comes to the GPU's memory bandwidth.
+
+    python benchmarks/decode_bandwidth.py --out DIR                # on a CUDA machine
+    python benchmarks/decode_bandwidth.py --out DIR --device cpu --model perfgate/llama-tiny
+
+A plain decode step of a small batch reads every weight of the target once; at batch 8 its
+arithmetic is far below the GPU's, so its floor is the weights' bytes over the memory's
+bandwidth. This measures, on one target with seeded weights (the bytes read do not depend on
+the values) and a batch of --batch sequences at --position tokens:
+
+- ``copy``: a device-to-device copy of 2 GiB, bytes read and written over its time: the
+  bandwidth this machine's memory gives a plain stream;
+- ``matmuls only``: the step's matrix products alone (the stacked projections of every layer,
+  and the LM head) on the step's shapes, replayed as one CUDA graph: what cuBLAS reaches on
+  these shapes, the floor of any engine that calls it;
+- the step itself, replayed as the engine's CUDA graph, for each way the engine can run it:
+  ``separate`` (one product per projection, as trained), ``fused`` (``fuse_projections``: what
+  every server now runs) and ``fused + compiled`` (``--enable-torch-compile``);
+- the same three for a verify forward of --verify-tokens tokens per sequence.
+
+Each time is the median of --blocks blocks of --replays replays, timed with CUDA events. The
+table gives each step's time and its weight bytes over that time, in GB/s and as a share of
+--peak-gb-s (the H200's 4800 by its datasheet). Writes results.json and results.md to --out.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from perfgate.engines.embedded.compiling import compile_layers
+from perfgate.engines.embedded.graphs import GraphRunner
+from perfgate.engines.embedded.loading import resolve_model, target_config
+from perfgate.engines.embedded.model import Transformer, causal_view, fuse_projections, init_weights
+
+VARIANTS = ("separate", "fused", "fused + compiled")
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--model", default="perfgate/llama-large")
+    parser.add_argument("--device", default="cuda")
+    parser.add_argument("--batch", type=int, default=8)
+    parser.add_argument("--position", type=int, default=200, help="tokens already cached")
+    parser.add_argument("--verify-tokens", type=int, default=4)
+    parser.add_argument("--replays", type=int, default=100)
+    parser.add_argument("--blocks", type=int, default=7)
+    parser.add_argument("--peak-gb-s", type=float, default=4800.0)
+    return parser.parse_args(argv)
+
+
+class Timer:
+    """Median time of a callable, in ms per call: CUDA events on a GPU, the clock on a CPU."""
+
+    def __init__(self, device: torch.device, replays: int, blocks: int) -> None:
+        self.device, self.replays, self.blocks = device, replays, blocks
+
+    def __call__(self, fn: Callable[[], object]) -> float:
+        for _ in range(3):
+            fn()
+        times = []
+        for _ in range(self.blocks):
+            if self.device.type == "cuda":
+                start = torch.cuda.Event(enable_timing=True)
+                end = torch.cuda.Event(enable_timing=True)
+                start.record()
+                for _ in range(self.replays):
+                    fn()
+                end.record()
+                end.synchronize()
+                times.append(start.elapsed_time(end) / self.replays)
+            else:
+                began = time.perf_counter()
+                for _ in range(self.replays):
+                    fn()
+                times.append((time.perf_counter() - began) * 1e3 / self.replays)
+        return statistics.median(times)
+
+
+def copy_gb_s(device: torch.device, timer: Timer) -> float:
+    """Bytes read plus written per second by a 2 GiB device-to-device copy (1/16 on a CPU)."""
+    size = 2**30 if device.type == "cuda" else 2**26
+    source = torch.randn(size // 2, dtype=torch.bfloat16, device=device)
+    dest = torch.empty_like(source)
+    ms = Timer(device, 10, timer.blocks)(lambda: dest.copy_(source))
+    return 2 * size / ms / 1e6
+
+
+def build(model: str, device: torch.device, batch: int) -> Transformer:
+    config = target_config(resolve_model(model))
+    with torch.device(device):
+        transformer = Transformer(config)
+    init_weights(transformer, config.seed)
+    transformer.to(dtype=_dtype(device)).eval()
+    transformer.setup_cache(batch)
+    return transformer
+
+
+def _dtype(device: torch.device) -> torch.dtype:
+    return torch.bfloat16 if device.type == "cuda" else torch.float32
+
+
+def weight_bytes(model: Transformer) -> int:
+    return sum(p.numel() * p.element_size() for p in model.parameters())
+
+
+def step_ms(model: Transformer, args: argparse.Namespace, tokens: int, timer: Timer) -> float:
+    """Time one forward of `tokens` tokens per sequence and its greedy choice, as a graph."""
+    device = next(model.parameters()).device
+    graphs = GraphRunner("cuda" if device.type == "cuda" else "off")
+    ids = torch.randint(0, model.config.vocab_size, (args.batch, tokens), device=device)
+    positions = args.position + torch.arange(tokens, device=device).expand(args.batch, tokens)
+    kv_len = -(-(args.position + tokens) // 128) * 128
+
+    def forward(ids: Tensor, positions: Tensor) -> tuple[Tensor, ...]:
+        logits, _ = model(ids, positions, causal_view(positions, kv_len))
+        return (logits.argmax(-1),)
+
+    with torch.inference_mode():
+        return timer(lambda: graphs.run(("step", tokens), forward, ids, positions))
+
+
+def matmuls_ms(model: Transformer, args: argparse.Namespace, timer: Timer) -> float:
+    """Time the step's matrix products alone (stacked projections), replayed as one graph."""
+    device = next(model.parameters()).device
+    dtype = _dtype(device)
+    config = model.config
+    weights: list[Tensor] = []
+    for layer in model.layers:
+        attention, feed_forward = layer.attention, layer.feed_forward
+        assert attention.wqkv is not None and feed_forward.w13 is not None
+        weights += [attention.wqkv.weight, attention.wo.weight]  # type: ignore[union-attr]
+        weights += [feed_forward.w13.weight, feed_forward.w2.weight]  # type: ignore[union-attr]
+    weights.append(model.output.weight)
+    inputs = {
+        w.shape[1]: torch.randn(args.batch, w.shape[1], device=device, dtype=dtype) for w in weights
+    }
+
+    def products(x: Tensor) -> tuple[Tensor, ...]:
+        out = x
+        for weight in weights:
+            out = inputs[weight.shape[1]] @ weight.t()
+        return (out,)
+
+    graphs = GraphRunner("cuda" if device.type == "cuda" else "off")
+    seed = torch.randn(args.batch, config.dim, device=device, dtype=dtype)
+    with torch.inference_mode():
+        return timer(lambda: graphs.run("matmuls", products, seed))
+
+
+def measure(args: argparse.Namespace) -> dict[str, Any]:
+    device = torch.device(args.device)
+    timer = Timer(device, args.replays, args.blocks)
+    results: dict[str, Any] = {
+        "model": args.model,
+        "device_name": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
+        "torch_version": torch.__version__,
+        "batch": args.batch,
+        "position": args.position,
+        "verify_tokens": args.verify_tokens,
+        "peak_gb_s": args.peak_gb_s,
+        "copy_gb_s": copy_gb_s(device, timer),
+        "steps": {},
+    }
+    model = build(args.model, device, args.batch)
+    results["weight_bytes"] = weight_bytes(model)
+    for variant in VARIANTS:
+        began = time.perf_counter()
+        if variant == "fused":
+            fuse_projections(model)
+            results["matmuls_only_ms"] = matmuls_ms(model, args, timer)
+        elif variant == "fused + compiled":
+            compile_layers(model)
+        decode = step_ms(model, args, 1, timer)
+        verify = step_ms(model, args, args.verify_tokens, timer)
+        results["steps"][variant] = {
+            "decode_ms": decode,
+            "verify_ms": verify,
+            "seconds_to_build_and_time": round(time.perf_counter() - began, 1),
+        }
+        print(f"{variant}: decode {decode:.3f} ms, verify {verify:.3f} ms", file=sys.stderr)
+    return results
+
+
+def render(results: dict[str, Any]) -> str:
+    gb = results["weight_bytes"] / 1e9
+    peak = results["peak_gb_s"]
+
+    def row(label: str, ms: float) -> str:
+        rate = results["weight_bytes"] / ms / 1e6
+        return f"| {label} | {ms:.3f} | {rate:.0f} | {rate / peak:.0%} |"
+
+    lines = [
+        f"# Decode bandwidth: {results['model']} on {results['device_name']}",
+        "",
+        f"torch {results['torch_version']}; batch {results['batch']} at position "
+        f"{results['position']}; the target's weights: {gb:.2f} GB; device-to-device copy: "
+        f"{results['copy_gb_s']:.0f} GB/s (read + written); peak taken as {peak:.0f} GB/s.",
+        "",
+        "| forward | ms | weight GB/s | of peak |",
+        "| --- | ---: | ---: | ---: |",
+        row("matmuls only (fused shapes)", results["matmuls_only_ms"]),
+    ]
+    for variant, timing in results["steps"].items():
+        lines.append(row(f"decode, {variant}", timing["decode_ms"]))
+    for variant, timing in results["steps"].items():
+        lines.append(row(f"verify x{results['verify_tokens']}, {variant}", timing["verify_ms"]))
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    results = measure(args)
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "results.json").write_text(json.dumps(results, indent=2) + "\n")
+    text = render(results)
+    (args.out / "results.md").write_text(text)
+    print(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

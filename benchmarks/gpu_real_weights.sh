@@ -1,0 +1,211 @@
+#!/usr/bin/env bash
+# The GPU configuration with trained weights on one GPU: training, bandwidth, speedup, the gate.
+#
+#   benchmarks/gpu_real_weights.sh OUTDIR [STAGE...]          # CUDA; stages (default: all):
+#                                                            #   train bandwidth sweep gate
+#   benchmarks/gpu_real_weights.sh --smoke OUTDIR [STAGE...]  # CPU: tiny models (~4 min)
+#
+# Stages:
+#   train      `perfgate embedded train --size large --device cuda`: trains perfgate/llama-large
+#              and its EAGLE-3 head once, into the machine's model cache (a second call finds
+#              them and exits at once); training.json (time, losses, accept lengths) to OUTDIR;
+#   bandwidth  benchmarks/decode_bandwidth.py: the plain decode step's weight bytes over its
+#              time at batch 8, with separate, stacked and compiled layers, against the matrix
+#              products alone and a device copy (bandwidth.md, bandwidth.json); it also decides
+#              COMPILE=auto: --enable-torch-compile stays on where the compiled step is at
+#              least 5% faster than the stacked one, else the stages below run without it;
+#   sweep      benchmarks/gpu_engine.py with the draft's real acceptance at steps SWEEP_STEPS
+#              (1-6): tok/s plain and EAGLE-3, accept length, phase shares (sweep.md, .json);
+#   gate       NOISE_RUNS (10) fresh launches, `perfgate run --no-gate --refresh-plain` of
+#              scenario embedded-large-gpu (equivalence gated under the every-token rule), their
+#              between-launch and within-run spread (benchmarks/launch_noise.py: noise.md), the
+#              first approval of those runs (`perfgate baseline update`), and one run judged
+#              against it (exit 0 expected; its report: report.html).
+# State kept between calls (the history, baselines, the compile decision) lives in
+# .cache/gpu-real-weights/ of the checkout (STATE to move it); the weights in the model cache
+# (PERFGATE_MODEL_CACHE). Every step's command, exit code and duration go to summary.md,
+# whatever happens. OUTDIR gets at most 8 files. The device tool runs one command for at most
+# 10 minutes: run `train`, then `bandwidth sweep`, then `gate` in separate calls. Exit code: 0
+# when every step ended as expected, 1 otherwise.
+set -u -o pipefail
+
+smoke=0
+if [[ "${1:-}" == "--smoke" ]]; then
+  smoke=1
+  shift
+fi
+if [[ $# -lt 1 ]]; then
+  echo "usage: $0 [--smoke] OUTDIR [train] [bandwidth] [sweep] [gate]" >&2
+  exit 64
+fi
+out=$1
+shift
+stages=("$@")
+[[ ${#stages[@]} -eq 0 ]] && stages=(train bandwidth sweep gate)
+for stage_name in "${stages[@]}"; do
+  case $stage_name in
+    train | bandwidth | sweep | gate) ;;
+    *)
+      echo "$0: unknown stage '$stage_name'; stages are train, bandwidth, sweep, gate" >&2
+      exit 64
+      ;;
+  esac
+done
+repo=$(cd "$(dirname "$0")/.." && pwd)
+python=${PYTHON:-python3}
+state=${STATE:-$repo/.cache/gpu-real-weights}
+mkdir -p "$out" "$state"
+out=$(cd "$out" && pwd)
+export PYTHONPATH="$repo${PYTHONPATH:+:$PYTHONPATH}"
+export NCCL_NVLS_ENABLE=${NCCL_NVLS_ENABLE:-0}
+export PYTHONUNBUFFERED=1
+exec > >(tee "$out/run.log") 2>&1
+cd "$repo" || exit 1
+
+scenario=embedded-large-gpu
+config=$repo/perfgate.toml
+steps=${SWEEP_STEPS:-1-6}
+runs=${NOISE_RUNS:-10}
+train_limit=560 bandwidth_limit=150 sweep_limit=420 run_limit=240 judged=0
+train_args=(--size large --device cuda)
+bandwidth_args=()
+sweep_args=(--steps "$steps" --repeats 3 --accept-rate -1 --budget-s 300)
+if [[ $smoke -eq 1 ]]; then
+  # The same stages on the CPU with the tiny models; training at a hundredth of its steps.
+  scenario=embedded-cpu-smoke
+  config=$state/perfgate.toml
+  cat > "$config" <<EOF
+[scenarios.$scenario]
+engine = "embedded"
+model = "perfgate/llama-tiny"
+draft = "perfgate/eagle3-llama-tiny"
+steps = 3
+topk = 1
+draft_tokens = 4
+dtype = "float32"
+device = "cpu"
+prompts = ["Return the number of items in the", "Create a new instance of the class with"]
+max_new_tokens = 16
+repeats = 2
+warmup = 1
+startup_timeout_s = 120
+extra_args = ["--num-threads", "1", "--enable-torch-compile"]
+EOF
+  train_args=(--size tiny --device cpu --scale 0.01 --skip-quality --out "$state/tiny")
+  bandwidth_args=(--device cpu --model perfgate/llama-tiny --replays 5 --blocks 3)
+  sweep_args=(--device cpu --steps 1-2 --repeats 1 --accept-rate -1 --max-new-tokens 16)
+  runs=${NOISE_RUNS:-3} train_limit=240 bandwidth_limit=240 sweep_limit=400 run_limit=240
+  judged="0|75" # two repeats on a shared CPU may well stay inconclusive
+fi
+db="sqlite:///$state/history.db"
+summary=$out/summary.md
+failed=0
+
+{
+  echo "# Trained weights on the GPU configuration: $(date -u +%FT%TZ)"
+  echo
+  echo "Stages: ${stages[*]}; scenario $scenario of ${config/#$repo/.}."
+  echo
+  echo '```'
+  nvidia-smi -L 2> /dev/null || echo "no nvidia-smi"
+  "$python" -c 'import sys, torch; print("python", sys.version.split()[0], "torch", torch.__version__, "cuda", torch.version.cuda, "GPUs", torch.cuda.device_count())'
+  echo '```'
+  echo
+  echo "| step | exit | expected | seconds | command |"
+  echo "| --- | ---: | ---: | ---: | --- |"
+} > "$summary"
+
+# step NAME EXPECTED SECONDS COMMAND...: run with a time limit; record its exit code in the
+# summary, whatever it is, and go on.
+step() {
+  local name=$1 want=$2 seconds=$3 started rc
+  shift 3
+  started=$(date +%s)
+  echo "== $(date -u +%FT%TZ) $name: $*"
+  timeout --signal=TERM --kill-after=30 "$seconds" "$@"
+  rc=$?
+  local took=$(($(date +%s) - started))
+  echo "== $name: exit $rc after $took s (expected $want)"
+  local shown=${*//$state/STATE}
+  echo "| $name | $rc | ${want//|/ or } | $took | \`${shown//$repo/.}\` |" >> "$summary"
+  [[ $rc =~ ^($want)$ ]] || failed=1
+  return "$rc"
+}
+
+compile_flag() { # the compile decision of the bandwidth stage: on unless it said off
+  [[ "$(cat "$state/compile" 2> /dev/null)" != off ]]
+}
+
+stage_train() {
+  step "train" 0 "$train_limit" "$python" -m perfgate embedded train "${train_args[@]}"
+  "$python" - "${train_args[@]}" > "$out/training.json" <<'EOF'
+import json, sys
+from pathlib import Path
+from perfgate.engines.embedded.recipes import RECIPES, recipe_cache_dir
+args = sys.argv[1:]
+out = Path(args[args.index("--out") + 1]) if "--out" in args else None
+size = args[args.index("--size") + 1]
+folder = (out or recipe_cache_dir(size)) / RECIPES[size].target
+print((folder / "training.json").read_text())
+EOF
+}
+
+stage_bandwidth() {
+  step "bandwidth" 0 "$bandwidth_limit" "$python" benchmarks/decode_bandwidth.py \
+    --out "$state/bandwidth" "${bandwidth_args[@]}"
+  cp "$state/bandwidth/results.md" "$out/bandwidth.md" 2> /dev/null
+  cp "$state/bandwidth/results.json" "$out/bandwidth.json" 2> /dev/null
+  "$python" - "$state/bandwidth/results.json" > "$state/compile" <<'EOF'
+import json, sys
+steps = json.load(open(sys.argv[1]))["steps"]
+fused, compiled = steps["fused"]["decode_ms"], steps["fused + compiled"]["decode_ms"]
+print("on" if compiled < 0.95 * fused else "off")
+EOF
+  echo "compile: $(cat "$state/compile")" | tee -a "$summary"
+}
+
+stage_sweep() {
+  local extra=()
+  compile_flag && extra=(--compile)
+  step "sweep" 0 "$sweep_limit" "$python" benchmarks/gpu_engine.py --out "$state/sweep" \
+    "${sweep_args[@]}" "${extra[@]}"
+  cp "$state/sweep/results.md" "$out/sweep.md" 2> /dev/null
+  cp "$state/sweep/results.json" "$out/sweep.json" 2> /dev/null
+}
+
+stage_gate() {
+  local used=$config
+  if ! compile_flag; then # the scenario as shipped, less --enable-torch-compile
+    used=$state/perfgate-eager.toml
+    sed 's/"--enable-torch-compile"//; s/, *\]/]/; s/\[ *, */[/' "$config" > "$used"
+  fi
+  local paths=(--config "$used" --db "$db" --baselines "$state/baselines")
+  step "doctor" 0 120 "$python" -m perfgate doctor --scenario "$scenario" "${paths[@]}"
+  local first
+  first=$("$python" -c "import sqlite3,sys; print(sqlite3.connect(sys.argv[1]).execute('select coalesce(max(id), 0) from runs').fetchone()[0])" "$state/history.db" 2> /dev/null || echo 0)
+  for n in $(seq "$runs"); do
+    step "launch $n of $runs" 0 "$run_limit" "$python" -m perfgate run --scenario "$scenario" \
+      "${paths[@]}" --no-gate --refresh-plain --report ''
+  done
+  step "noise table" 0 60 "$python" benchmarks/launch_noise.py "$state/history.db" "$scenario" \
+    --after "$first" --out "$out/noise.md"
+  mapfile -t ids < <("$python" -c "import sqlite3,sys; [print(i) for (i,) in sqlite3.connect(sys.argv[1]).execute('select id from runs where scenario = ? and id > ? order by id', (sys.argv[2], int(sys.argv[3])))]" "$state/history.db" "$scenario" "$first")
+  local approve=()
+  for id in "${ids[@]}"; do approve+=(--run "$id"); done
+  step "approve ${#ids[@]} runs" 0 60 "$python" -m perfgate baseline update "${approve[@]}" \
+    "${paths[@]}" --approved-by "gpu_real_weights.sh" --reason "fresh launches on this machine"
+  step "judged against them" "$judged" "$run_limit" "$python" -m perfgate run --scenario "$scenario" \
+    "${paths[@]}" --report "$out/report.html"
+}
+
+for stage_name in "${stages[@]}"; do
+  echo "== $(date -u +%FT%TZ) stage $stage_name"
+  case $stage_name in
+    train) stage_train ;;
+    bandwidth) stage_bandwidth ;;
+    sweep) stage_sweep ;;
+    gate) stage_gate ;;
+  esac
+done
+echo "== $(date -u +%FT%TZ) done, exit $failed"
+exit $failed
