@@ -191,6 +191,21 @@ def test_flag_mistakes_name_the_flag(
     assert not any(tmp_path.iterdir())
 
 
+def test_a_cache_or_out_folder_that_cannot_be_written_is_refused_before_training(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a folder")
+    monkeypatch.setenv("PERFGATE_MODEL_CACHE", str(blocker))
+    assert train.main(["--size", "large", "--skip-quality"]) == 64
+    err = capsys.readouterr().err
+    assert f"error: {blocker}: cannot write the model cache here" in err
+    assert "set PERFGATE_MODEL_CACHE to a folder this user can write, or pass --out DIR" in err
+    assert train.main(["--size", "tiny", "--out", str(blocker / "models")]) == 64
+    assert f"error: --out: {blocker / 'models'}: cannot create it" in capsys.readouterr().err
+    assert "corpus:" not in err
+
+
 @pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has CUDA")
 def test_cuda_without_a_gpu_names_the_device_flag(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]

@@ -67,6 +67,7 @@ from perfgate.engines.embedded.model import (
     init_weights,
 )
 from perfgate.engines.embedded.recipes import (
+    CACHE_VARIABLE,
     RECIPES,
     TINY,
     Phase,
@@ -396,8 +397,15 @@ def staged(final: Path) -> Iterator[Path]:
     An interrupted run leaves at most a hidden ``.<name>.*`` folder beside final, never a
     half-written final: the loader finds either the old models or the new ones.
     """
-    final.parent.mkdir(parents=True, exist_ok=True)
-    work = Path(tempfile.mkdtemp(prefix=f".{final.name}.", dir=final.parent))
+    try:
+        final.parent.mkdir(parents=True, exist_ok=True)
+        work = Path(tempfile.mkdtemp(prefix=f".{final.name}.", dir=final.parent))
+    except OSError as error:
+        raise ConfigError(
+            f"cannot write the model cache here ({error.strerror or error})",
+            file=final.parent,
+            fix=f"set {CACHE_VARIABLE} to a folder this user can write, or pass --out DIR",
+        ) from error
     try:
         yield work
         work.chmod(0o755)
@@ -430,6 +438,14 @@ def training_device(name: str) -> torch.device:
 def destination(args: argparse.Namespace, recipe: Recipe) -> Path | None:
     """Where the run writes its models; None: they are cached already and --force is unset."""
     if args.out is not None:
+        try:  # before training, not after it
+            Path(args.out).mkdir(parents=True, exist_ok=True)
+        except OSError as error:
+            raise ConfigError(
+                f"{args.out}: cannot create it ({error.strerror or error})",
+                field="--out",
+                fix="pass a folder this user can write",
+            ) from error
         return Path(args.out)
     if not recipe.cached:
         raise ConfigError(
@@ -485,10 +501,10 @@ def run(args: argparse.Namespace) -> int:
     if args.threads is not None:
         torch.set_num_threads(args.threads)
     torch.manual_seed(0)
-    corpus = load_training_corpus()
     phases = scaled(recipe.phases, args.scale)
     quality = not args.skip_quality
     with staged(out) if args.out is None else contextlib.nullcontext(out) as where:
+        corpus = load_training_corpus()
         record = train_into(where, corpus, recipe, phases, device, quality, command_line(args))
     for name in (recipe.target, recipe.draft):
         print(f"wrote {out / name}", file=sys.stderr)
