@@ -74,11 +74,11 @@ def trained(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, A
     phases = train.scaled(LARGE.phases, SCALE)
     cache = recipe_cache_dir("large", CONFIGS, phases, {"PERFGATE_MODEL_CACHE": str(root)})
     with train.staged(cache) as work:
-        record = _train_small(work)
+        record = _train_small(work, quality=True)
     return cache, record
 
 
-@pytest.mark.slow  # trains the shrunk large recipe (about 10 s)
+@pytest.mark.slow  # trains the shrunk large recipe and measures it (about 15 s)
 def test_the_run_fills_the_cache_with_bfloat16_weights_and_its_record(
     trained: tuple[Path, dict[str, Any]],
 ) -> None:
@@ -107,6 +107,9 @@ def test_the_run_fills_the_cache_with_bfloat16_weights_and_its_record(
     assert record["recipe"][0]["steps"] == 3 and record["command"] == "test"
     assert set(record["seconds"]) == {"pretrain", "finetune", "draft", "total"}
     assert [len(record["loss_curves"][p.name]) for p in phases] == [p.steps for p in phases]
+    accepted = record["quality"]["accept_length_by_steps"]  # measured in bfloat16, as saved
+    assert list(accepted) == ["1", "2", "3", "4", "5", "6"]
+    assert all(1.0 <= accepted[str(s)] <= s + 1 for s in range(1, 7))
 
 
 @pytest.mark.slow  # trains the shrunk large recipe, then serves it
