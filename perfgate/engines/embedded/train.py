@@ -17,8 +17,9 @@ docstrings (``corpus.py``), byte-level:
 
 Each phase draws its windows from a generator seeded by the recipe, so a run is reproducible
 up to floating-point reduction order; ``training.json`` beside the weights records the corpus
-(Python version, digest), the recipe and its cache key, the device, the loss curve at
-checkpoints, the seconds per phase and the evaluation.
+(Python version, digest), the recipe and its cache key, the device, every step's loss and
+its means at checkpoints, the seconds per phase and in all, the evaluation and the accept
+lengths of the saved weights.
 """
 
 from __future__ import annotations
@@ -297,23 +298,10 @@ def train_models(
     """
     spec_of = RECIPES[size]
     autocast = device.type == "cuda"
-    target_spec, draft_spec = model_configs(spec_of, configs)
-    target = build_target(config=target_spec, device=device)
-    losses: dict[str, dict[str, float]] = {}
-    curves: dict[str, list[float]] = {}
-    seconds: dict[str, float] = {}
     began = time.perf_counter()
-    for spec in recipe:
-        started = time.perf_counter()
-        sources = sources_of(corpus, spec)
-        if spec.name == "draft":
-            head = build_draft(target, draft_spec)
-            curve = run_draft_phase(head, target, spec, sources, None, progress, autocast)
-        else:
-            curve = run_target_phase(target, spec, sources, None, progress, autocast)
-        losses[spec.name] = checkpoints(curve)
-        curves[spec.name] = curve
-        seconds[spec.name] = round(time.perf_counter() - started, 1)
+    target, head, curves, seconds = run_phases(
+        corpus, recipe, model_configs(spec_of, configs), device, progress
+    )
     eval_data = as_tokens(corpus.split(EVAL_BUCKET))
     unroll = next(p.unroll for p in recipe if p.name == "draft")
     dtype = WEIGHTS_DTYPES[spec_of.weights_dtype]
@@ -336,13 +324,44 @@ def train_models(
         "autocast": str(AUTOCAST_DTYPE).removeprefix("torch.") if autocast else None,
         "dtype": spec_of.weights_dtype,
         "recipe": [asdict(spec) for spec in recipe],
-        "losses": losses,
+        "losses": {name: checkpoints(curve) for name, curve in curves.items()},
         "seconds": seconds,
         "loss_curves": curves,  # every step's loss: two runs compare step by step
         "eval": judged,
         "quality": measured,
     }
     return target, head, record
+
+
+def run_phases(
+    corpus: Corpus,
+    recipe: Sequence[Phase],
+    configs: tuple[TargetConfig, DraftConfig],
+    device: torch.device,
+    progress: Reporter = SILENT,
+) -> tuple[Transformer, Eagle3Draft, dict[str, list[float]], dict[str, float]]:
+    """Build and train the target, then the head, on device (bf16 autocast on CUDA).
+
+    Returns both models, each phase's loss per step and each phase's seconds.
+    """
+    autocast = device.type == "cuda"
+    target = build_target(config=configs[0], device=device)
+    head = None  # built over the trained target
+    curves: dict[str, list[float]] = {}
+    seconds: dict[str, float] = {}
+    for spec in recipe:
+        started = time.perf_counter()
+        sources = sources_of(corpus, spec)
+        if spec.name == "draft":
+            head = build_draft(target, configs[1])
+            curve = run_draft_phase(head, target, spec, sources, None, progress, autocast)
+        else:
+            curve = run_target_phase(target, spec, sources, None, progress, autocast)
+        curves[spec.name] = curve
+        seconds[spec.name] = round(time.perf_counter() - started, 1)
+    if head is None:
+        raise ConfigError("has no draft phase", field="recipe", fix="end it with a draft phase")
+    return target, head, curves, seconds
 
 
 def device_name(device: torch.device) -> str:
