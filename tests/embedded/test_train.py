@@ -177,6 +177,7 @@ def test_the_command_trains_and_writes_loadable_models(
         "finetune: 1 step in ",
         "draft: 1 step in ",
         "evaluation: done in ",
+        "trained on cpu (",
     ):
         assert line in err
     assert "\r" not in err

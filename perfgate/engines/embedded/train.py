@@ -527,7 +527,12 @@ def run(args: argparse.Namespace) -> int:
         record = train_into(where, corpus, recipe, phases, device, quality, command_line(args))
     for name in (recipe.target, recipe.draft):
         print(f"wrote {out / name}", file=sys.stderr)
+    seconds = record["seconds"]
+    print(f"trained on {record['device']} in {seconds['total']} s: {seconds}", file=sys.stderr)
     print(json.dumps(record["eval"]), file=sys.stderr)
+    if record["quality"] is not None:
+        accepted = record["quality"]["accept_length_by_steps"]
+        print(f"accept length by steps: {json.dumps(accepted)}", file=sys.stderr)
     return 0
 
 
