@@ -155,27 +155,28 @@ def check_weights(machine: Machine) -> list[Check]:
             continue  # another engine, a model the engine check refused, another interpreter
         spec_flags = (*scenario.extra_args, *scenario.spec_extra_args)
         plain_flags = (*scenario.extra_args, *scenario.plain_extra_args)
-        seeded = {
-            scenario.model: load_format_of(spec_flags) == load_format_of(plain_flags) == "dummy",
-            scenario.draft: load_format_of(spec_flags) == "dummy",
-        }
+        # (model, seeded): the target is loaded by both servers, the draft by the speculative one
+        seeded = [
+            (scenario.model, load_format_of(spec_flags) == load_format_of(plain_flags) == "dummy"),
+            (scenario.draft, load_format_of(spec_flags) == "dummy"),
+        ]
         environ = {**machine.environ, **scenario.env}
         checks += _weights_of(scenario, seeded, environ)
     return checks
 
 
 def _weights_of(
-    scenario: Scenario, seeded: Mapping[str, bool], environ: Mapping[str, str]
+    scenario: Scenario, seeded: Sequence[tuple[str, bool]], environ: Mapping[str, str]
 ) -> list[Check]:
     from perfgate.engines.embedded.model_dirs import WEIGHTS_FILE, resolve_model
     from perfgate.engines.embedded.recipes import RECIPES, recipe_cache_dir, train_fix
 
-    trained = [(name, resolve_model(name)) for name in seeded]
-    trained = [(name, model) for name, model in trained if model.trained_by is not None]
+    found = [(name, resolve_model(name), dummy) for name, dummy in seeded]
+    trained = [(name, model, dummy) for name, model, dummy in found if model.trained_by]
     if not trained:
         return []
     name = f"weights {scenario.name}"
-    if all(seeded[n] for n, _ in trained):
+    if all(dummy for _, _, dummy in trained):
         detail = "seeded (--load-format dummy): the run measures speed only"
         return [Check(name, OK, detail)]
     size = trained[0][1].trained_by
@@ -183,13 +184,14 @@ def _weights_of(
     cache = recipe_cache_dir(size, environ=environ)
     missing = [
         n
-        for n, model in trained
-        if not seeded[n] and not (cache / model.path.name / WEIGHTS_FILE).is_file()
+        for n, model, dummy in trained
+        if not dummy and not (cache / model.path.name / WEIGHTS_FILE).is_file()
     ]
-    models = ", ".join(n for n, _ in trained)
+    models = ", ".join(dict.fromkeys(n for n, _, _ in trained))
     if not missing:
         return [Check(name, OK, f"{models}: trained weights cached in {cache}")]
-    detail = f"{', '.join(missing)}: no trained weights on this machine; the run will refuse them"
+    shown = ", ".join(dict.fromkeys(missing))
+    detail = f"{shown}: no trained weights on this machine; the run will refuse them"
     return [Check(name, WARN, detail, 0, train_fix(RECIPES[size], cache))]
 
 

@@ -28,6 +28,7 @@ from perfgate.engines.embedded.corpus import (
     stdlib_root,
 )
 from perfgate.engines.embedded.loading import MODELS_DIR, load_draft, load_target
+from perfgate.engines.embedded.losses import unroll_mask
 from perfgate.engines.embedded.model import Eagle3Draft, Transformer
 from perfgate.progress import Reporter
 
@@ -106,7 +107,7 @@ def test_the_shipped_weights_score_what_training_recorded(
 
 
 def test_unrolled_steps_see_the_prefix_and_their_own_drafts() -> None:
-    mask = train.unroll_mask(anchors=3, step=2, device=CPU)[0, 0].int().tolist()
+    mask = unroll_mask(anchors=3, step=2, device=CPU)[0, 0].int().tolist()
     # Columns: step-0 entries of anchors 0..2, then step 1's, then step 2's.
     assert mask == [
         [1, 0, 0, 1, 0, 0, 1, 0, 0],
@@ -176,6 +177,7 @@ def test_the_command_trains_and_writes_loadable_models(
         "finetune: 1 step in ",
         "draft: 1 step in ",
         "evaluation: done in ",
+        "trained on cpu (",
     ):
         assert line in err
     assert "\r" not in err

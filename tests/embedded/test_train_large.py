@@ -74,11 +74,11 @@ def trained(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, A
     phases = train.scaled(LARGE.phases, SCALE)
     cache = recipe_cache_dir("large", CONFIGS, phases, {"PERFGATE_MODEL_CACHE": str(root)})
     with train.staged(cache) as work:
-        record = _train_small(work)
+        record = _train_small(work, quality=True)
     return cache, record
 
 
-@pytest.mark.slow  # trains the shrunk large recipe (about 10 s)
+@pytest.mark.slow  # trains the shrunk large recipe and measures it (about 15 s)
 def test_the_run_fills_the_cache_with_bfloat16_weights_and_its_record(
     trained: tuple[Path, dict[str, Any]],
 ) -> None:
@@ -107,6 +107,9 @@ def test_the_run_fills_the_cache_with_bfloat16_weights_and_its_record(
     assert record["recipe"][0]["steps"] == 3 and record["command"] == "test"
     assert set(record["seconds"]) == {"pretrain", "finetune", "draft", "total"}
     assert [len(record["loss_curves"][p.name]) for p in phases] == [p.steps for p in phases]
+    accepted = record["quality"]["accept_length_by_steps"]  # measured in bfloat16, as saved
+    assert list(accepted) == ["1", "2", "3", "4", "5", "6"]
+    assert all(1.0 <= accepted[str(s)] <= s + 1 for s in range(1, 7))
 
 
 @pytest.mark.slow  # trains the shrunk large recipe, then serves it
@@ -189,6 +192,21 @@ def test_flag_mistakes_name_the_flag(
     assert train.main(flags) == 64
     assert message in capsys.readouterr().err
     assert not any(tmp_path.iterdir())
+
+
+def test_a_cache_or_out_folder_that_cannot_be_written_is_refused_before_training(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a folder")
+    monkeypatch.setenv("PERFGATE_MODEL_CACHE", str(blocker))
+    assert train.main(["--size", "large", "--skip-quality"]) == 64
+    err = capsys.readouterr().err
+    assert f"error: {blocker}: cannot write the model cache here" in err
+    assert "set PERFGATE_MODEL_CACHE to a folder this user can write, or pass --out DIR" in err
+    assert train.main(["--size", "tiny", "--out", str(blocker / "models")]) == 64
+    assert f"error: --out: {blocker / 'models'}: cannot create it" in capsys.readouterr().err
+    assert "corpus:" not in err
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has CUDA")

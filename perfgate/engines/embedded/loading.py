@@ -68,7 +68,7 @@ def load_target(
     ``load_format`` "dummy" seeds the weights whatever the folder holds.
     """
     model = _resolve_loadable(path_or_name, load_format)
-    with _building_on(model, device, load_format):
+    with device:  # built where it runs: a large model's default init is slow on a CPU
         transformer = Transformer(target_config(model))
     return _finish(transformer, model, device, dtype, load_format)
 
@@ -99,7 +99,7 @@ def load_draft(
         )
     # The head caches one entry per target position, so it spans the target's context.
     config = dataclasses.replace(config, max_seq_len=target.config.max_seq_len)
-    with _building_on(model, device, load_format):
+    with device:
         head = Eagle3Draft(config, target)
     return _finish(head, model, device, dtype, load_format)
 
@@ -131,31 +131,30 @@ def _seeded(model: ModelDir, load_format: str) -> bool:
     return model.weights is None or load_format == "dummy"
 
 
-def _building_on(model: ModelDir, device: torch.device, load_format: str) -> torch.device:
-    """Where to build a model: weights load on CPU; a seeded model is built where it runs.
-
-    A seeded model's values therefore depend on its device's generator: the same on every CPU,
-    not the same on CPU and CUDA. Building a large seeded model on the GPU takes a moment
-    where building it on the CPU first would take minutes.
-    """
-    return device if _seeded(model, load_format) else torch.device("cpu")
-
-
 def _finish(
     module: _M, model: ModelDir, device: torch.device, dtype: torch.dtype, load_format: str
 ) -> _M:
+    """Seed or load the weights of a module built on device; allocate its caches.
+
+    A seeded model is initialised in fp32 where it runs, then cast: its values depend on the
+    device's generator (the same on every CPU, not the same on CPU and CUDA). Weights are
+    copied into a module already in dtype: the same values as loading then casting, without
+    an fp32 copy of a large model.
+    """
     if _seeded(model, load_format):
         init_weights(module, model.config.get("seed", 0))
+        module.to(dtype=dtype)
     else:
         assert model.weights is not None
+        module.to(dtype=dtype)
         try:
-            load_model(module, str(model.weights), strict=True)
+            load_model(module, str(model.weights), strict=True, device=str(device))
         except RuntimeError as error:
             raise ConfigError(
                 f"weights do not fit the config ({error})".replace("\n", " "),
                 file=model.weights,
             ) from error
-    module.to(device=device, dtype=dtype).eval()
+    module.eval()
     module.setup_cache()
     return module
 

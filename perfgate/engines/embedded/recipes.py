@@ -4,8 +4,8 @@ Read without torch: `perfgate doctor` and the model finder (``model_dirs.py``) a
 shipped models a recipe trains, under which key their weights are cached, and what command
 makes them. ``train.py`` runs the recipes.
 
-The tiny models' weights ship in the package. The large models' weights (about 2 GiB in
-bfloat16) do not: each machine trains them once and caches them under
+The tiny models' weights ship in the package. The large models' weights (2.6 GB in bfloat16)
+do not: each machine trains them once and caches them under
 ``$PERFGATE_MODEL_CACHE`` (default ``${XDG_CACHE_HOME:-~/.cache}/perfgate/models``), in
 ``<size>-<key>/``, where the key digests the recipe's phases and the two models' config.json, so
 a changed recipe or architecture never reads weights trained by another.
@@ -79,8 +79,8 @@ TINY = Recipe(
     weights_dtype="float32",
 )
 
-# Sized for one H200 in bf16 autocast: about 6 x 1.1e9 parameters x 8192 tokens = 5.4e13 FLOP a
-# target step, 1500 steps of the target and the head's cheaper ones in about 5 minutes.
+# Sized, not yet timed, for one H200 in bf16 autocast: 6 x 1.23e9 parameters x 8192 tokens =
+# 6e13 FLOP a target step, 900 of them and the head's 600 cheaper ones in about 5 minutes.
 LARGE = Recipe(
     "large",
     "llama-large",

@@ -17,8 +17,9 @@ docstrings (``corpus.py``), byte-level:
 
 Each phase draws its windows from a generator seeded by the recipe, so a run is reproducible
 up to floating-point reduction order; ``training.json`` beside the weights records the corpus
-(Python version, digest), the recipe and its cache key, the device, the loss curve at
-checkpoints, the seconds per phase and the evaluation.
+(Python version, digest), the recipe and its cache key, the device, every step's loss and
+its means at checkpoints, the seconds per phase and in all, the evaluation and the accept
+lengths of the saved weights.
 """
 
 from __future__ import annotations
@@ -35,10 +36,9 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, replace
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor, nn
 
 from perfgate.engines.embedded.corpus import (
@@ -59,17 +59,16 @@ from perfgate.engines.embedded.loading import (
     save_weights,
     target_config,
 )
+from perfgate.engines.embedded.losses import draft_loss, draft_steps, target_loss
 from perfgate.engines.embedded.model import (
-    Attention,
-    AttentionView,
     DraftConfig,
     Eagle3Draft,
-    KVStore,
     TargetConfig,
     Transformer,
     init_weights,
 )
 from perfgate.engines.embedded.recipes import (
+    CACHE_VARIABLE,
     RECIPES,
     TINY,
     Phase,
@@ -159,110 +158,6 @@ def train_loop(
             losses.append(float(loss.detach()))
             shown.advance(lambda: f"loss {_mean(losses[-SHOWN_LOSS_STEPS:]):.4f}")
     return losses
-
-
-def target_loss(model: Transformer, batch: Tensor) -> Tensor:
-    """Next-byte cross-entropy of the target over a batch [B, T]."""
-    logits, _ = model(batch[:, :-1], _positions(batch[:, :-1]))
-    return F.cross_entropy(logits.flatten(0, 1), batch[:, 1:].flatten())
-
-
-class UnrollKV(KVStore):
-    """Keys and values of every unrolled step so far, concatenated along the key axis."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.keys: list[Tensor] = []
-        self.values: list[Tensor] = []
-
-    def update(self, slots: Tensor, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
-        self.keys.append(k)
-        self.values.append(v)
-        return torch.cat(self.keys, dim=2), torch.cat(self.values, dim=2)
-
-
-def unroll_mask(anchors: int, step: int, device: torch.device) -> Tensor:
-    """Return the mask [1, 1, anchors, (step + 1) · anchors] of unrolled step `step`.
-
-    The query of anchor i at step k sits at position i + k, as the k-th drafted token after
-    the last committed one does. It sees the step-0 entries of anchors j <= i (the positions
-    drafted from true target features) and its own entries of steps 1..k (its own drafts).
-    """
-    causal = torch.ones(anchors, anchors, dtype=torch.bool, device=device).tril()
-    own = torch.eye(anchors, dtype=torch.bool, device=device)
-    return torch.cat([causal] + [own] * step, dim=1).view(1, 1, anchors, -1)
-
-
-class StepResult(NamedTuple):
-    loss: Tensor  # soft cross-entropy against the target, mean over valid anchors
-    agreement: float  # how often the head's top token is the target's
-
-
-def draft_steps(
-    head: Eagle3Draft, target: Transformer, batch: Tensor, unroll: int
-) -> list[StepResult]:
-    """Run the head over a batch [B, T] for `unroll` training-time-test steps.
-
-    Anchor i reads (token i + 1, target feature i) at step 0 and learns the target's
-    distribution after token i + 1; step k reads (token i + 1 + k, its own step k - 1 output
-    hidden) and learns the distribution after token i + 1 + k.
-    """
-    teacher, features = target_outputs(target, head.config.feature_layers, batch)
-    anchors = batch.shape[1] - 1
-    hidden = head.fuse(features[:, :anchors])
-    results = []
-    attentions = [m for m in head.modules() if isinstance(m, Attention)]
-    for attention in attentions:
-        attention.kv_cache = UnrollKV()
-    try:
-        for step in range(unroll):
-            tokens, labels, valid = _shifted(batch, teacher, step, anchors)
-            positions = _positions(tokens) + step
-            view = AttentionView(positions, unroll_mask(anchors, step, batch.device))
-            logits, hidden = head(tokens, hidden, positions, view)
-            per_token = -(labels * F.log_softmax(logits, dim=-1)).sum(-1)
-            agree = (logits.argmax(-1) == labels.argmax(-1)).float()
-            results.append(
-                StepResult(
-                    (per_token * valid).sum() / valid.sum(),
-                    float((agree * valid).sum() / valid.sum()),
-                )
-            )
-    finally:
-        for attention in attentions:
-            attention.kv_cache = None
-    return results
-
-
-def draft_loss(head: Eagle3Draft, target: Transformer, batch: Tensor, unroll: int) -> Tensor:
-    """The head's training loss: the mean of its unrolled steps' losses."""
-    results = draft_steps(head, target, batch, unroll)
-    return torch.stack([r.loss for r in results]).mean()
-
-
-@torch.no_grad()
-def target_outputs(
-    target: Transformer, layers: Sequence[int], batch: Tensor
-) -> tuple[Tensor, Tensor]:
-    """Return the target's next-token distributions [B, T, V] and features [B, T, 3·dim]."""
-    logits, hidden = target(batch, _positions(batch), None, layers)
-    return F.softmax(logits.float(), dim=-1), torch.cat(hidden, dim=-1)
-
-
-def _shifted(
-    batch: Tensor, teacher: Tensor, step: int, anchors: int
-) -> tuple[Tensor, Tensor, Tensor]:
-    """Return step's tokens [B, anchors], teacher labels [B, anchors, V] and valid mask."""
-    shift = 1 + step
-    available = batch.shape[1] - shift  # anchors i with token i + shift inside the window
-    tokens = F.pad(batch[:, shift:], (0, anchors - available))
-    labels = F.pad(teacher[:, shift:], (0, 0, 0, anchors - available))
-    valid = (torch.arange(anchors, device=batch.device) < available).float().expand_as(tokens)
-    return tokens, labels, valid
-
-
-def _positions(batch: Tensor) -> Tensor:
-    return torch.arange(batch.shape[1], device=batch.device).expand_as(batch)
 
 
 def _mean(values: Sequence[float]) -> float:
@@ -403,23 +298,10 @@ def train_models(
     """
     spec_of = RECIPES[size]
     autocast = device.type == "cuda"
-    target_spec, draft_spec = model_configs(spec_of, configs)
-    target = build_target(config=target_spec, device=device)
-    losses: dict[str, dict[str, float]] = {}
-    curves: dict[str, list[float]] = {}
-    seconds: dict[str, float] = {}
     began = time.perf_counter()
-    for spec in recipe:
-        started = time.perf_counter()
-        sources = sources_of(corpus, spec)
-        if spec.name == "draft":
-            head = build_draft(target, draft_spec)
-            curve = run_draft_phase(head, target, spec, sources, None, progress, autocast)
-        else:
-            curve = run_target_phase(target, spec, sources, None, progress, autocast)
-        losses[spec.name] = checkpoints(curve)
-        curves[spec.name] = curve
-        seconds[spec.name] = round(time.perf_counter() - started, 1)
+    target, head, curves, seconds = run_phases(
+        corpus, recipe, model_configs(spec_of, configs), device, progress
+    )
     eval_data = as_tokens(corpus.split(EVAL_BUCKET))
     unroll = next(p.unroll for p in recipe if p.name == "draft")
     dtype = WEIGHTS_DTYPES[spec_of.weights_dtype]
@@ -442,13 +324,44 @@ def train_models(
         "autocast": str(AUTOCAST_DTYPE).removeprefix("torch.") if autocast else None,
         "dtype": spec_of.weights_dtype,
         "recipe": [asdict(spec) for spec in recipe],
-        "losses": losses,
+        "losses": {name: checkpoints(curve) for name, curve in curves.items()},
         "seconds": seconds,
         "loss_curves": curves,  # every step's loss: two runs compare step by step
         "eval": judged,
         "quality": measured,
     }
     return target, head, record
+
+
+def run_phases(
+    corpus: Corpus,
+    recipe: Sequence[Phase],
+    configs: tuple[TargetConfig, DraftConfig],
+    device: torch.device,
+    progress: Reporter = SILENT,
+) -> tuple[Transformer, Eagle3Draft, dict[str, list[float]], dict[str, float]]:
+    """Build and train the target, then the head, on device (bf16 autocast on CUDA).
+
+    Returns both models, each phase's loss per step and each phase's seconds.
+    """
+    autocast = device.type == "cuda"
+    target = build_target(config=configs[0], device=device)
+    head = None  # built over the trained target
+    curves: dict[str, list[float]] = {}
+    seconds: dict[str, float] = {}
+    for spec in recipe:
+        started = time.perf_counter()
+        sources = sources_of(corpus, spec)
+        if spec.name == "draft":
+            head = build_draft(target, configs[1])
+            curve = run_draft_phase(head, target, spec, sources, None, progress, autocast)
+        else:
+            curve = run_target_phase(target, spec, sources, None, progress, autocast)
+        curves[spec.name] = curve
+        seconds[spec.name] = round(time.perf_counter() - started, 1)
+    if head is None:
+        raise ConfigError("has no draft phase", field="recipe", fix="end it with a draft phase")
+    return target, head, curves, seconds
 
 
 def device_name(device: torch.device) -> str:
@@ -503,8 +416,15 @@ def staged(final: Path) -> Iterator[Path]:
     An interrupted run leaves at most a hidden ``.<name>.*`` folder beside final, never a
     half-written final: the loader finds either the old models or the new ones.
     """
-    final.parent.mkdir(parents=True, exist_ok=True)
-    work = Path(tempfile.mkdtemp(prefix=f".{final.name}.", dir=final.parent))
+    try:
+        final.parent.mkdir(parents=True, exist_ok=True)
+        work = Path(tempfile.mkdtemp(prefix=f".{final.name}.", dir=final.parent))
+    except OSError as error:
+        raise ConfigError(
+            f"cannot write the model cache here ({error.strerror or error})",
+            file=final.parent,
+            fix=f"set {CACHE_VARIABLE} to a folder this user can write, or pass --out DIR",
+        ) from error
     try:
         yield work
         work.chmod(0o755)
@@ -537,6 +457,14 @@ def training_device(name: str) -> torch.device:
 def destination(args: argparse.Namespace, recipe: Recipe) -> Path | None:
     """Where the run writes its models; None: they are cached already and --force is unset."""
     if args.out is not None:
+        try:  # before training, not after it
+            Path(args.out).mkdir(parents=True, exist_ok=True)
+        except OSError as error:
+            raise ConfigError(
+                f"{args.out}: cannot create it ({error.strerror or error})",
+                field="--out",
+                fix="pass a folder this user can write",
+            ) from error
         return Path(args.out)
     if not recipe.cached:
         raise ConfigError(
@@ -592,14 +520,19 @@ def run(args: argparse.Namespace) -> int:
     if args.threads is not None:
         torch.set_num_threads(args.threads)
     torch.manual_seed(0)
-    corpus = load_training_corpus()
     phases = scaled(recipe.phases, args.scale)
     quality = not args.skip_quality
     with staged(out) if args.out is None else contextlib.nullcontext(out) as where:
+        corpus = load_training_corpus()
         record = train_into(where, corpus, recipe, phases, device, quality, command_line(args))
     for name in (recipe.target, recipe.draft):
         print(f"wrote {out / name}", file=sys.stderr)
+    seconds = record["seconds"]
+    print(f"trained on {record['device']} in {seconds['total']} s: {seconds}", file=sys.stderr)
     print(json.dumps(record["eval"]), file=sys.stderr)
+    if record["quality"] is not None:
+        accepted = record["quality"]["accept_length_by_steps"]
+        print(f"accept length by steps: {json.dumps(accepted)}", file=sys.stderr)
     return 0
 
 
