@@ -85,9 +85,9 @@ def measure_mode(
     probe (its variable set empty, so an inherited one cannot turn it on either): the result
     then has no phases, which is what measuring the probe's own cost needs. `progress`
     shows the server's start, the warm-up and the repeats. `while_up`, if given, is called
-    with the client and the server's outputs last, before the server stops: after the timed
-    repeats and once the probe holds their cycles, so its requests count in no figure (each
-    figure covers only the cycles that began inside a repeat).
+    last, with the client and the server's outputs, before the server stops: after the
+    timed repeats and once the probe holds their cycles, so its requests count in no figure
+    (each figure covers only the cycles that began inside a repeat).
     """
     checked = checked or preflight(scenario)
     workdir.mkdir(parents=True, exist_ok=True)
