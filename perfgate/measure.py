@@ -23,7 +23,7 @@ from perfgate.engines.prometheus import (
 )
 from perfgate.engines.server_commands import Mode, ServerCommand, server_command
 from perfgate.engines.validate import Preflight, preflight
-from perfgate.equivalence import ForcedToken, compare_outputs
+from perfgate.equivalence import ForcedToken, TeacherScores, compare_outputs
 from perfgate.fingerprint import collect_fingerprint
 from perfgate.folders import new_folder
 from perfgate.probe import DIR_VARIABLE, probe_env
@@ -44,6 +44,10 @@ TOP_LOGPROBS = 5
 
 # Runs `one_repeat` `rounds` times; the suites pass pytest-benchmark's pedantic mode here.
 TimedLoop = Callable[[Callable[[], None], int], None]
+
+# Run with a live server's client and its outputs once its timed repeats are done, before it
+# stops (measure_mode's `while_up`).
+WhileUp = Callable[[EngineClient, tuple[tuple[int, ...], ...]], object]
 
 
 def run_rounds(one_repeat: Callable[[], None], rounds: int) -> None:
@@ -71,6 +75,7 @@ def measure_mode(
     *,
     probe: bool = True,
     progress: Reporter = SILENT,
+    while_up: WhileUp | None = None,
 ) -> ModeResult:
     """Launch `scenario`'s server in `mode`, warm it up, time its repeats, and stop it.
 
@@ -79,7 +84,10 @@ def measure_mode(
     released before the next server starts. With `probe` False the server runs without the
     probe (its variable set empty, so an inherited one cannot turn it on either): the result
     then has no phases, which is what measuring the probe's own cost needs. `progress`
-    shows the server's start, the warm-up and the repeats.
+    shows the server's start, the warm-up and the repeats. `while_up`, if given, is called
+    last, with the client and the server's outputs, before the server stops: after the
+    timed repeats and once the probe holds their cycles, so its requests count in no figure
+    (each figure covers only the cycles that began inside a repeat).
     """
     checked = checked or preflight(scenario)
     workdir.mkdir(parents=True, exist_ok=True)
@@ -108,6 +116,8 @@ def measure_mode(
         top = reference_logprobs(client, scenario, outputs) if mode == "plain" else ()
         if probe_dir is not None:
             wait_until_complete(probe_dir, repeats[-1].finished_at)
+        if while_up is not None:
+            while_up(client, outputs)
     records = read_records(probe_dir) if probe_dir is not None else []
     # The phases a run records are rank 0's; the other ranks' cycles show in the spread.
     phases = summarize_phases(mode, [r for r in records if r.rank == 0], repeats)
@@ -314,6 +324,44 @@ def phase_samples(phases: Sequence[PhaseSummary]) -> dict[str, tuple[float, ...]
     return {metric: tuple(values) for metric, values in samples.items()}
 
 
+def to_score(
+    scenario: Scenario,
+    spec_outputs: Sequence[Sequence[int]],
+    plain_outputs: Sequence[Sequence[int]],
+) -> list[int]:
+    """The prompts whose speculative output the plain server scores: those that differ from
+    the plain output, where the scenario gates its equivalence (none where it only reports)."""
+    if scenario.equivalence != "gate":
+        return []
+    pairs = zip(spec_outputs, plain_outputs, strict=True)
+    return [i for i, (s, p) in enumerate(pairs) if tuple(s) != tuple(p)]
+
+
+def score_differing(
+    client: EngineClient,
+    scenario: Scenario,
+    spec_outputs: Sequence[Sequence[int]],
+    plain_outputs: Sequence[Sequence[int]],
+) -> TeacherScores | None:
+    """Score the speculative outputs that differ from the plain ones on the plain server
+    behind `client`, by teacher forcing (perfgate.teacher); the other prompts get None.
+
+    Nothing to score (see `to_score`) sends no request and gives None. An engine that
+    refuses input logprobs gives None: the rule then judges each prompt at its first
+    divergence.
+    """
+    differ = to_score(scenario, spec_outputs, plain_outputs)
+    if not differ:
+        return None
+    prompts = [scenario.prompts[i] for i in differ]
+    try:
+        scored = score_outputs(client, prompts, [spec_outputs[i] for i in differ])
+    except RequestRefused:
+        return None
+    by_prompt = dict(zip(differ, scored, strict=True))
+    return tuple(by_prompt.get(i) for i in range(len(spec_outputs)))
+
+
 def teacher_force(
     scenario: Scenario,
     plain: ModeResult,
@@ -321,17 +369,16 @@ def teacher_force(
     workdir: Path,
     checked: Preflight | None = None,
     progress: Reporter = SILENT,
-) -> tuple[tuple[ForcedToken, ...] | None, ...] | None:
-    """Score the speculative outputs that differ from the plain ones on the plain server.
+) -> TeacherScores | None:
+    """Score the speculative outputs that differ from the plain ones on a plain server
+    launched for it: where the plain twin is no longer up (its figures reused from the
+    history, or measured before the speculative server).
 
-    Identical outputs need nothing (None), nor does a scenario whose equivalence is only
-    reported. Otherwise the plain server is launched once more, untimed and without the
-    probe, and scores each differing output by teacher forcing (perfgate.teacher); the
-    other prompts get None. An engine that refuses input logprobs gives None: the rule then
-    judges each prompt at its first divergence.
+    Nothing to score (identical outputs, or a scenario whose equivalence is only reported)
+    launches nothing and gives None. Otherwise the plain server is launched once more,
+    untimed and without the probe, and scores them (`score_differing`).
     """
-    differ = [i for i, (s, p) in enumerate(zip(spec.outputs, plain.outputs, strict=True)) if s != p]
-    if not differ or scenario.equivalence != "gate":
+    if not to_score(scenario, spec.outputs, plain.outputs):
         return None
     checked = checked or preflight(scenario)
     command = server_command(
@@ -340,13 +387,7 @@ def teacher_force(
     workdir.mkdir(parents=True, exist_ok=True)
     log = workdir / "server-teacher.log"
     with server_and_client(scenario, command, log, checked, progress) as (_, client):
-        prompts = [scenario.prompts[i] for i in differ]
-        try:
-            scored = score_outputs(client, prompts, [spec.outputs[i] for i in differ])
-        except RequestRefused:
-            return None
-    by_prompt = dict(zip(differ, scored, strict=True))
-    return tuple(by_prompt.get(i) for i in range(len(spec.outputs)))
+        return score_differing(client, scenario, spec.outputs, plain.outputs)
 
 
 def assemble_measurement(
@@ -359,7 +400,7 @@ def assemble_measurement(
 ) -> Measurement:
     """Join the two servers' results with the equivalence check and the fingerprint.
 
-    `teacher`: the plain server's scores of the speculative outputs (`teacher_force`).
+    `teacher`: the plain server's scores of the speculative outputs (`score_differing`).
     """
     return Measurement(
         scenario=scenario.name,

@@ -1,8 +1,10 @@
 """Measure a scenario pair, judge it, record it: the one path from a scenario to its rows.
 
-A scenario is measured as a pair of servers, the plain twin and then the speculative server
-(never both at once), after a preflight of the machine; the plain twin's figures may come
-from the history instead (a scenario's ``plain_max_age_h``). The pair is judged against its
+A scenario is measured as a pair of servers, the speculative server and then the plain twin
+(never both at once), after a preflight of the machine; the plain twin, before it stops,
+scores the speculative outputs that part from its own (teacher forcing). The plain twin's
+figures may come from the history instead (a scenario's ``plain_max_age_h``); a plain server
+is then launched only to score outputs that part. The pair is judged against its
 reference (the reviewed baseline, or this machine's earlier runs) at the scenario's share of
 the false-alarm level, measured again while a verdict is inconclusive, and every run is
 recorded with the verdicts it led to, the earlier runs of one verdict linked.
@@ -27,17 +29,20 @@ from sqlalchemy.orm import Session, sessionmaker
 from perfgate.baselines import Baseline, baseline_path
 from perfgate.config import Config, Scenario, check_history_name, load_config
 from perfgate.devices import detect_gpus
+from perfgate.engines.client import EngineClient
 from perfgate.engines.server_commands import Mode
 from perfgate.engines.validate import Preflight, check_scenario, preflight
-from perfgate.equivalence import ForcedToken
+from perfgate.equivalence import TeacherScores
 from perfgate.errors import ExitCode, PerfgateError
 from perfgate.fingerprint import default_profile, perfgate_version
 from perfgate.gate.verdict import Verdict, overall_status
 from perfgate.measure import (
     TimedLoop,
+    WhileUp,
     assemble_measurement,
     measure_mode,
     run_rounds,
+    score_differing,
     teacher_force,
 )
 from perfgate.measured_verdicts import judge_look
@@ -66,7 +71,7 @@ from perfgate.unrecorded import not_recorded
 T = TypeVar("T")
 
 MeasureMode = Callable[..., ModeResult]  # perfgate.measure.measure_mode's signature
-TeacherForce = Callable[..., "tuple[tuple[ForcedToken, ...] | None, ...] | None"]  # teacher_force
+TeacherForce = Callable[..., TeacherScores | None]  # perfgate.measure.teacher_force
 # Where reused plain figures come from: the scenario and its preflight in, a result or None.
 PlainSource = Callable[[Scenario, Preflight], ModeResult | None]
 
@@ -148,6 +153,11 @@ class ServerPair:
     pair's `measure` then takes it as measured. The preflight runs once, before the first
     server starts. `plain_source` gives the plain twin's figures from the history where it
     may (`plain_note` says why it did not); `launch` measures one server.
+
+    A plain twin launched after the speculative server of its folder scores the speculative
+    outputs that part from its own before it stops (perfgate.measure.score_differing, after
+    its timed repeats); `score` launches a plain server once more only where that did not
+    happen: plain figures reused, or the plain twin measured first.
     """
 
     profile: str
@@ -161,6 +171,8 @@ class ServerPair:
     _checked: Preflight | None = None
     _results: dict[Path, dict[Mode, ModeResult]] = field(default_factory=dict)
     _started: dict[Path, datetime] = field(default_factory=dict)
+    # Per folder, the scores the plain twin gave while up: (spec outputs, plain outputs, scores).
+    _live_scores: dict[Path, _LiveScores] = field(default_factory=dict)
 
     def checked(self, scenario: Scenario) -> Preflight:
         """The machine checks, run once before the first server starts."""
@@ -187,9 +199,10 @@ class ServerPair:
         return results[mode]
 
     def measure(self, scenario: Scenario, folder: Path) -> Measurement:
-        """Measure the plain twin, then the speculative server, and join them."""
-        plain = self.server(scenario, "plain", folder)
+        """Measure the speculative server, then the plain twin (which scores the speculative
+        outputs that part from its own before it stops), and join them."""
         spec = self.server(scenario, "spec", folder)
+        plain = self.server(scenario, "plain", folder)
         started = self._started[folder]
         return assemble_measurement(
             scenario, self.profile, plain, spec, started, self.scored(scenario, plain, spec, folder)
@@ -197,8 +210,12 @@ class ServerPair:
 
     def scored(
         self, scenario: Scenario, plain: ModeResult, spec: ModeResult, folder: Path
-    ) -> tuple[tuple[ForcedToken, ...] | None, ...] | None:
-        """The plain server's teacher-forced scores of the speculative outputs that differ."""
+    ) -> TeacherScores | None:
+        """The plain server's teacher-forced scores of the speculative outputs that differ:
+        those the plain twin gave while up, if it scored these outputs, else `score`'s."""
+        live = self._live_scores.get(folder)
+        if live is not None and live.outputs == (spec.outputs, plain.outputs):
+            return live.result()
         return self.score(scenario, plain, spec, folder, self.checked(scenario), self.progress)
 
     def _reused(self, scenario: Scenario, mode: Mode) -> ModeResult | None:
@@ -213,12 +230,48 @@ class ServerPair:
         self, scenario: Scenario, mode: Mode, folder: Path, timed_loop: TimedLoop
     ) -> ModeResult:
         checked = self.checked(scenario)
+        spec = self._results.get(folder, {}).get("spec") if mode == "plain" else None
         result = self.launch(
-            scenario, mode, folder, timed_loop=timed_loop, checked=checked, progress=self.progress
+            scenario,
+            mode,
+            folder,
+            timed_loop=timed_loop,
+            checked=checked,
+            progress=self.progress,
+            while_up=self._scorer(scenario, spec, folder) if spec is not None else None,
         )
         if mode == "plain":
             result = replace(result, reuse_key=reuse_key_for(scenario, checked))
         return result
+
+    def _scorer(self, scenario: Scenario, spec: ModeResult, folder: Path) -> WhileUp:
+        """What the plain twin does before it stops: score `spec`'s outputs that part from
+        its own. A failure is kept, and raised where the scores are asked for (`scored`),
+        so the plain twin's timed figures stand."""
+
+        def score_while_up(client: EngineClient, outputs: tuple[tuple[int, ...], ...]) -> None:
+            live = _LiveScores((spec.outputs, outputs))
+            try:
+                live.scores = score_differing(client, scenario, spec.outputs, outputs)
+            except PerfgateError as error:
+                live.error = error
+            self._live_scores[folder] = live
+
+        return score_while_up
+
+
+@dataclass
+class _LiveScores:
+    """The scores a plain twin gave while up, for the (spec, plain) outputs it scored."""
+
+    outputs: tuple[tuple[tuple[int, ...], ...], tuple[tuple[int, ...], ...]]
+    scores: TeacherScores | None = None
+    error: PerfgateError | None = None
+
+    def result(self) -> TeacherScores | None:
+        if self.error is not None:
+            raise self.error
+        return self.scores
 
 
 def measure_scenario(
@@ -227,13 +280,15 @@ def measure_scenario(
     workdir: Path,
     timed_loops: Mapping[Mode, TimedLoop] | None = None,
 ) -> Measurement:
-    """Measure the plain twin, then the speculative server (never both at once).
+    """Measure the speculative server, then the plain twin (never both at once; the plain
+    twin scores the speculative outputs that part from its own before it stops).
 
     `timed_loops` runs each server's repeats (default: one after the other, see
     perfgate.measure.TimedLoop); server logs and probe files go to `workdir`.
     """
     servers, loops = ServerPair(profile), timed_loops or {}
-    for mode in ("plain", "spec"):
+    modes: tuple[Mode, ...] = ("spec", "plain")
+    for mode in modes:
         servers.server(scenario, mode, workdir, loops.get(mode, run_rounds))
     return servers.measure(scenario, workdir)
 

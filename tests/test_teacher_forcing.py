@@ -17,9 +17,10 @@ from perfgate.engines.launch import free_port, running_server
 from perfgate.engines.server_commands import server_command
 from perfgate.equivalence import ForcedToken, Outcome, compare_outputs
 from perfgate.errors import InfrastructureError
-from perfgate.measure import assemble_measurement, teacher_force
+from perfgate.measure import assemble_measurement, measure_mode, teacher_force
+from perfgate.pipeline import ServerPair
 from perfgate.report import render_report
-from perfgate.results import ModeResult
+from perfgate.results import Measurement, ModeResult
 from perfgate.store import close_history, load_run, open_history, record_run
 from perfgate.store.export import run_from_dict, run_to_dict
 from perfgate.teacher import parse_forced, score_outputs, teacher_forcing_body
@@ -218,3 +219,84 @@ def test_the_history_and_the_export_keep_every_forced_position(tmp_path: Path) -
     assert "not the target's choice at token 70" in loaded.measurement.equivalence.summary()
     page = render_report([replace(loaded, id=1)])
     assert "near tie at token 30 (margin 0.02); diverged at token 70 (spec 4242, top 555" in page
+
+
+class CountedSeams:
+    """ServerPair's `launch` and `score` seams over the real ones, counting their calls."""
+
+    def __init__(self) -> None:
+        self.launches: list[str] = []
+        self.scores = 0
+
+    def launch(self, scenario: Scenario, mode: str, folder: Path, **kwargs: Any) -> ModeResult:
+        self.launches.append(mode)
+        return measure_mode(scenario, mode, folder, **kwargs)  # type: ignore[arg-type]
+
+    def score(self, *args: Any) -> Any:
+        self.scores += 1
+        return teacher_force(*args)
+
+
+@pytest.fixture(scope="module")
+def parting(tiny: Scenario) -> Scenario:
+    """The tiny scenario with outputs that part: simulated acceptance takes draft tokens the
+    target would not choose. Gated here (a config refuses that pairing) to be teacher-forced."""
+    simulated = ("--debug-simulate-accept-rate", "0.5")
+    return replace(tiny, spec_extra_args=(*tiny.spec_extra_args, *simulated), repeats=2)
+
+
+@pytest.fixture(scope="module")
+def fresh_pair(
+    parting: Scenario, tmp_path_factory: pytest.TempPathFactory
+) -> tuple[Measurement, CountedSeams, Path]:
+    """One pair measured with a fresh plain twin: the speculative server, then the plain."""
+    seams, folder = CountedSeams(), tmp_path_factory.mktemp("fresh")
+    servers = ServerPair("here", launch=seams.launch, score=seams.score)
+    return servers.measure(parting, folder), seams, folder
+
+
+@pytest.mark.slow
+def test_a_fresh_plain_twin_scores_parted_outputs_without_another_launch(
+    fresh_pair: tuple[Measurement, CountedSeams, Path],
+) -> None:
+    measurement, seams, folder = fresh_pair
+    assert seams.launches == ["spec", "plain"] and seams.scores == 0
+    assert sorted(p.name for p in folder.glob("server-*.log")) == [
+        "server-plain.log",
+        "server-spec.log",
+    ]
+    assert measurement.spec.outputs != measurement.plain.outputs
+    report = measurement.equivalence
+    assert report.checked_share == 1.0 and report.summary().endswith("100% of tokens compared")
+    assert all(p.forced for p in report.prompts if p.spec_len and p.outcome is not Outcome.MATCH)
+
+
+@pytest.mark.slow
+def test_the_scoring_requests_count_in_no_plain_figure(
+    fresh_pair: tuple[Measurement, CountedSeams, Path], parting: Scenario
+) -> None:
+    # Scored after the last timed repeat: each repeat holds the same prefills and cycles (a
+    # scoring request counted into the last one would add a prefill), and one tok/s each.
+    plain = fresh_pair[0].plain
+    assert len(plain.samples["output_tok_s"]) == parting.repeats
+    per_phase: dict[str, set[int]] = {}
+    for summary in plain.phases:
+        per_phase.setdefault(summary.phase, set()).add(summary.cycles)
+    assert per_phase and all(len(counts) == 1 for counts in per_phase.values()), per_phase
+    assert {s.repeat for s in plain.phases} == set(range(parting.repeats))
+
+
+@pytest.mark.slow
+def test_reused_plain_figures_score_through_one_more_plain_launch(
+    fresh_pair: tuple[Measurement, CountedSeams, Path], parting: Scenario, tmp_path: Path
+) -> None:
+    reused = replace(fresh_pair[0].plain, reused_from=1)
+    seams = CountedSeams()
+    servers = ServerPair(
+        "here", launch=seams.launch, score=seams.score, plain_source=lambda s, c: reused
+    )
+    measurement = servers.measure(parting, tmp_path)
+    assert seams.launches == ["spec"] and seams.scores == 1
+    assert (tmp_path / "server-teacher.log").exists()
+    assert measurement.spec.outputs != measurement.plain.outputs
+    assert measurement.equivalence.checked_share == 1.0
