@@ -24,19 +24,30 @@ by the last look, at least ``d - min(1, A_j / p**j)`` of them are still measured
 metrics (``alpha / 4``, the most one metric of an unchanged family gets) times the shares of
 the looks so far (perfgate.gate.looks); "free" spends it over the looks in the way that
 needs the fewest runs, under the constraint that the last look keeps the share named.
+
+perfgate's mean test does not belong to that class: it judges the runs' means, and holds
+its level where they scatter normally. ``--trials N`` measures what it does under the null
+above (``output_tok_s`` only; the other three metrics unchanged, the noise of
+gate_quality.py's ``slow share of repeats`` shape): its regression verdicts, against the
+scenario's alpha and Holm's first level.
 """
 
 from __future__ import annotations
 
 import argparse
 import math
+import random
 import sys
 from collections.abc import Sequence
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import replace
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from perfgate.gate import DEFAULT_ALPHA
+from gate_quality import CHANGED, GATED, SHAPES, Settings, draw_run, gate_trial
+
+from perfgate.gate import DEFAULT_ALPHA, DEFAULT_BETA, Status
 from perfgate.gate.looks import alpha_share
 
 CHANGES = (0.0, 0.25, 0.5, 0.75, 1.0, 1.5, 2.0, 3.0, 4.0)  # gate_quality.py's grid
@@ -107,12 +118,40 @@ def best_shares(
     return best
 
 
+def null_regressions(args: tuple[int, float, int, int]) -> tuple[int, float, float]:
+    """perfgate's share of regression verdicts when each repeat is slow by ``depth`` with
+    the chance that puts the mean loss exactly at the tolerance (5 approved runs, 3% tolerance,
+    at most 3 runs, the default alpha and beta)."""
+    repeats, depth, trials, seed = args
+    tolerance = 0.03
+    calm = next(shape for shape in SHAPES if shape.name == "slow share of repeats")
+    calm = replace(calm, change_share=1.0)
+    share = -math.log1p(-tolerance) / depth
+    slow = replace(calm, slow_chance=share, slow_by=(-math.expm1(-depth),) * 2)
+    settings = Settings(1.0, repeats, 5, tolerance, 3, DEFAULT_ALPHA, DEFAULT_BETA)
+    rng = random.Random(seed)
+
+    def current() -> dict[str, list[float]]:
+        return {m: draw_run(slow if m == CHANGED else calm, rng, repeats, 1.0) for m in GATED}
+
+    regressions = 0
+    for _ in range(trials):
+        baseline = {m: [draw_run(calm, rng, repeats, 1.0) for _ in range(5)] for m in GATED}
+        status, _, _ = gate_trial(baseline, current(), current, settings)
+        regressions += status is Status.REGRESSION
+    return repeats, depth, regressions / trials
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--alpha", type=float, default=DEFAULT_ALPHA)
     parser.add_argument("--tolerance", type=float, default=0.03)
     parser.add_argument("--detect", type=float, default=0.95, help="the detection goal")
     parser.add_argument("--last", type=float, default=0.6, help="the least share of the last look")
+    parser.add_argument(
+        "--trials", type=int, default=0, help="also measure perfgate under the null (per depth)"
+    )
+    parser.add_argument("--seed", type=int, default=20261201)
     args = parser.parse_args(argv)
     level = args.alpha / METRICS
     gate = (alpha_share(1, 3), alpha_share(2, 3), alpha_share(3, 3))
@@ -133,7 +172,25 @@ def main(argv: Sequence[str] | None = None) -> int:
             spend = " / ".join(f"{s:.0%}" for s in shares)
             runs = " / ".join(f"{r:.2f}" for r in detected)
             print(f"| {repeats} ({carriers}) | {name}: {spend} | {runs} | {mean:.2f} |")
+    if args.trials:
+        print_null(args.trials, args.seed, args.tolerance)
     return 0
+
+
+def print_null(trials: int, seed: int, tolerance: float) -> None:
+    """perfgate's regression verdicts under the null, at the depths of 1.5x to 4x changes."""
+    cells = [
+        (repeats, -(repeats / carriers) * math.log1p(-c * tolerance), trials, seed + 10 * i + j)
+        for i, (repeats, carriers) in enumerate(((5, 2), (3, 1)))
+        for j, c in enumerate((1.0, 1.5, 2.0, 3.0, 4.0))
+    ]
+    print(f"\nperfgate under the null, {trials} trials per cell, seed {seed}\n")
+    print("| repeats | slow repeats: depth, chance | regression verdicts |")
+    print("| --- | --- | ---: |")
+    with ProcessPoolExecutor(max_workers=2) as pool:
+        for repeats, depth, rate in pool.map(null_regressions, cells):
+            share = -math.log1p(-tolerance) / depth
+            print(f"| {repeats} | {-math.expm1(-depth):.1%} slower, {share:.1%} | {rate:.2%} |")
 
 
 if __name__ == "__main__":
