@@ -112,6 +112,13 @@ def test_a_run_whose_repeats_are_mostly_slow_is_slow() -> None:
     ]
     verdict = judge_metric("output_tok_s", base, mostly, 0.03, max_runs=3)
     assert verdict.status is Status.REGRESSION, verdict.message
+    # Two of three repeats far apart and far behind: the fastest stands for the run, and
+    # the slow-tail test counts the other two, so the mean is judged too and nothing passes.
+    split = [[r[0], r[1] * 0.7, r[2] * 0.55] for r in runs(26, 2, repeats=3)]
+    once = judge_metric("output_tok_s", base, split[:1], 0.03, max_runs=3)
+    assert once.status is Status.INCONCLUSIVE and "2 of 3 repeats" in once.message
+    twice = judge_metric("output_tok_s", base, split, 0.03, max_runs=3)
+    assert twice.status is Status.REGRESSION, twice.message
     fast_one = runs(25, 1, level=94.0)
     fast_one[0][0] *= 1.2
     estimate = estimate_change(BASE, fast_one, direction=Direction.HIGHER_IS_BETTER)
