@@ -23,6 +23,7 @@ from perfgate.gate import (
     overall_status,
 )
 from perfgate.gate.stats import median, pooled_pairwise_sd, t_cdf, t_ppf
+from perfgate.metrics import Direction
 from perfgate.reference import status_exit_code
 
 
@@ -86,6 +87,42 @@ def test_slow_repeats_do_not_make_a_regression() -> None:
     current[0][3] *= 0.7  # two of five: the run's repeats disagree, so it is not trusted alone
     two = judge_metric("output_tok_s", BASE, current, 0.03, max_runs=3)
     assert two.status is Status.INCONCLUSIVE
+
+
+def test_two_slow_repeats_of_three_do_not_make_a_run_slow() -> None:
+    # With 3 repeats a run's plain median is one of two slow repeats: an approved run hit
+    # twice would read 30% slow, widen the spread between runs to about 15% and hide a 6%
+    # regression. Its repeats far behind its own best are left out of its centre instead.
+    base = runs(21, 5, repeats=3)
+    base[1][0] *= 0.55
+    base[1][2] *= 0.7
+    slower = runs(22, 3, level=94.0, repeats=3)
+    verdict = judge_metric("output_tok_s", base, slower, 0.03, max_runs=3)
+    assert verdict.status is Status.REGRESSION, verdict.message
+    assert verdict.change is not None and -0.07 < verdict.change < -0.05
+    assert "between runs 0." in verdict.message, verdict.message
+
+
+def test_a_run_whose_repeats_are_mostly_slow_is_slow() -> None:
+    # Two of three repeats 30% slow in every current run, one fast: the bulk of each run is
+    # slow, so the run is; and a fast outlier does not stand for a run of five.
+    base = runs(23, 5, repeats=3)
+    mostly = [
+        [v * (0.7 if i else 1.0) for i, v in enumerate(run)] for run in runs(24, 2, repeats=3)
+    ]
+    verdict = judge_metric("output_tok_s", base, mostly, 0.03, max_runs=3)
+    assert verdict.status is Status.REGRESSION, verdict.message
+    # Two of three repeats far apart and far behind: the fastest stands for the run, and
+    # the slow-tail test counts the other two, so the mean is judged too and nothing passes.
+    split = [[r[0], r[1] * 0.7, r[2] * 0.55] for r in runs(26, 2, repeats=3)]
+    once = judge_metric("output_tok_s", base, split[:1], 0.03, max_runs=3)
+    assert once.status is Status.INCONCLUSIVE and "2 of 3 repeats" in once.message
+    twice = judge_metric("output_tok_s", base, split, 0.03, max_runs=3)
+    assert twice.status is Status.REGRESSION, twice.message
+    fast_one = runs(25, 1, level=94.0)
+    fast_one[0][0] *= 1.2
+    estimate = estimate_change(BASE, fast_one, direction=Direction.HIGHER_IS_BETTER)
+    assert estimate is not None and -0.07 < estimate.change < -0.05
 
 
 def test_the_spread_between_runs_sets_the_error_not_the_repeats() -> None:

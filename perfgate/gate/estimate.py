@@ -21,7 +21,14 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
-from perfgate.gate.stats import f_sf, median, median_variance_factor, pooled_pairwise_sd
+from perfgate.gate.stats import (
+    f_sf,
+    median,
+    median_of_bulk,
+    median_variance_factor,
+    pooled_pairwise_sd,
+)
+from perfgate.metrics import Direction
 
 # No timing repeats to better than this (sd of the log, 0.1%): a spread estimated below it,
 # zero above all (a constant baseline, three equal repeats), is raised to it, so no interval
@@ -31,6 +38,12 @@ MIN_SPREAD = 0.001
 # A lone current run's repeats count as scattering more than the baseline's only when an F-test
 # says so at this level: by chance alone, half of all runs scatter more than the pooled spread.
 EXCESS_LEVEL = 0.05
+
+# Repeats further apart than this many repeat spreads (the robust spread pooled over every
+# run, at least MIN_SPREAD) are not of one bulk: a run's median is that of its largest bulk
+# (perfgate.gate.stats.median_of_bulk). Far outside the noise of a repeat: with 0.5% repeat
+# noise, a repeat 10% away from the rest.
+OUTLIER_SPREADS = 20.0
 
 Centre = Literal["median", "mean"]
 
@@ -121,6 +134,7 @@ def estimate_change(
     current_runs: Sequence[Sequence[float]],
     *,
     centre: Centre = "median",
+    direction: Direction | None = None,
 ) -> ChangeEstimate | None:
     """Estimate the relative change of the current runs against the baseline runs.
 
@@ -131,6 +145,11 @@ def estimate_change(
     centre
         How a run is summarised: ``"median"`` of its repeats (one or two slow repeats of five
         do not move it) or ``"mean"`` (a share of slow repeats moves it by their cost).
+    direction
+        The metric's direction, which says which repeats are slow. Given, a run's median
+        is that of the bulk of its repeats (those within :func:`outlier_reach` of each
+        other; the fastest such group when no group is the largest), so that two slow
+        repeats of three do not make the run slow. None keeps every repeat.
 
     Returns
     -------
@@ -159,8 +178,11 @@ def estimate_change(
     if not base or not cur:
         return None
     summary = _SUMMARIES[centre]
-    base_values, cur_values = [summary.centre(r) for r in base], [summary.centre(r) for r in cur]
     noise = _robust_sd([*base, *cur])
+    centre_of = summary.centre
+    if centre == "median" and direction is not None:
+        centre_of = _bulk_median(direction, outlier_reach(noise))
+    base_values, cur_values = [centre_of(r) for r in base], [centre_of(r) for r in cur]
     repeats = int(median([len(r) for r in (*base, *cur)]))
     floor = max(noise or 0.0, MIN_SPREAD) ** 2 * summary.variance_factor(repeats)
     if noise is None and len(base) + len(cur) < 3:
@@ -183,6 +205,25 @@ def estimate_change(
         current_within_sd=summary.spread(cur),
         centre=centre,
     )
+
+
+def outlier_reach(noise: float | None) -> float:
+    """How far apart (log scale) the repeats of one bulk may lie: see median_of_bulk.
+
+    ``noise`` is the robust spread of a repeat within its run, pooled over every run (None
+    when no run has two repeats): :data:`OUTLIER_SPREADS` of it, at least of MIN_SPREAD.
+    """
+    return OUTLIER_SPREADS * max(noise or 0.0, MIN_SPREAD)
+
+
+def _bulk_median(direction: Direction, reach: float) -> Callable[[Sequence[float]], float]:
+    """A run's median without its outliers (median_of_bulk, on the goodness scale)."""
+    sign = 1.0 if direction is Direction.HIGHER_IS_BETTER else -1.0
+
+    def centre(run: Sequence[float]) -> float:
+        return sign * median_of_bulk([sign * v for v in run], reach)
+
+    return centre
 
 
 @dataclass(frozen=True)

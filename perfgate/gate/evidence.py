@@ -10,7 +10,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
-from perfgate.gate.estimate import ChangeEstimate, clean_runs, estimate_change
+from perfgate.gate.estimate import ChangeEstimate, clean_runs, estimate_change, outlier_reach
 from perfgate.gate.interval import Judgement, decide, p_regression, tolerance_bounds
 from perfgate.gate.tail import SlowTail, slow_tail
 from perfgate.gate.verdict import Status
@@ -64,7 +64,7 @@ def gather_evidence(
     tolerance: float,
 ) -> Evidence | None:
     """Both estimates and the slow-tail test for one metric; None without usable samples."""
-    by_median = estimate_change(baseline_runs, current_runs)
+    by_median = estimate_change(baseline_runs, current_runs, direction=direction)
     by_mean = estimate_change(baseline_runs, current_runs, centre="mean")
     if by_median is None or by_mean is None:
         return None
@@ -74,6 +74,7 @@ def gather_evidence(
         [[sign * v for v in run] for run in clean_runs(baseline_runs)],
         [[sign * v for v in run] for run in clean_runs(current_runs)],
         worst,
+        outlier_reach(by_median.within_run_sd),
     )
     return Evidence(by_median, by_mean, tail, direction, tolerance)
 

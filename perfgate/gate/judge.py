@@ -14,13 +14,15 @@ one-sided bound at level ``beta``, so a pass is claimed only when the data are c
 change is *within* it. Nothing else decides: an interval across the tolerance is
 ``inconclusive`` at every look, the last one included.
 
-Each run is summarised by the median of its repeats, which one or two slow repeats do not
-move. A change that makes a share of the repeats slow leaves the median in place, so a
-second test watches the distribution (perfgate.gate.tail): when the current runs have
-significantly more repeats far behind their run's median than the baseline's, the mean of
-the repeats is judged as well, and a pass needs both the median and the mean within the
-tolerance. A metric's ``alpha`` is split between its two tests only when both are run (a slow
-tail); otherwise the median test has all of it (perfgate.gate.evidence).
+Each run is summarised by the median of its repeats, which one or two slow repeats of five do
+not move; repeats far outside the bulk of their run (20 times the repeat noise away) are
+left out of it, so two slow repeats of three do not make the run slow either. A change that
+makes a share of the repeats slow leaves the median in place, so a second test watches the
+distribution (perfgate.gate.tail): when the current runs have significantly more repeats
+far behind their run's centre than the baseline's, the mean of the repeats is judged as
+well, and a pass needs both the median and the mean within the tolerance. A metric's
+``alpha`` is split between its two tests only when both are run (a slow tail); otherwise
+the median test has all of it (perfgate.gate.evidence).
 
 What the levels mean, exactly (under the model of perfgate.gate.estimate: normal noise on
 the log scale, run shifts and repeat noise independent):

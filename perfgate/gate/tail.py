@@ -4,10 +4,14 @@ A change can leave the median of a run where it was and still cost throughput: t
 of five 12% slower (a cache that is flushed now and then, a lock taken by every third batch)
 lower the mean by about 5% while the median stays put. The median test of
 perfgate.gate.judge cannot see that. This test counts, on each side, the repeats that fell
-behind their own run's median by more than the tolerance, and asks whether the current runs
+behind their own run's centre by more than the tolerance, and asks whether the current runs
 have more of them than the baseline's rate explains (Fisher's exact test, one-sided). When
 they do, the slow repeats are part of the change, and the gate judges the mean of the
 repeats, which counts them, instead of the median, which ignores them.
+
+A run's centre is the one the median test judges: the median of the bulk of its repeats
+(perfgate.gate.stats.median_of_bulk). So two slow repeats of three, which that centre leaves
+out, are counted here as slow.
 """
 
 from __future__ import annotations
@@ -16,7 +20,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from perfgate.gate.stats import median
+from perfgate.gate.stats import median_of_bulk
 
 # The test's level. It claims nothing by itself (it chooses which summary of a run is
 # judged), so it trades runs for sensitivity rather than holding an error rate.
@@ -25,7 +29,7 @@ SLOW_TAIL_LEVEL = 0.2
 
 @dataclass(frozen=True)
 class SlowTail:
-    """Per side, the repeats that fell behind their run's median by more than the tolerance.
+    """Per side, the repeats that fell behind their run's centre by more than the tolerance.
 
     ``p_value`` is the one-sided chance of at least ``current_slow`` slow current repeats if
     both sides shared one rate of slow repeats; small values say the current runs have a
@@ -48,23 +52,40 @@ class SlowTail:
         """One phrase: how many repeats fell behind their run, on each side."""
         return (
             f"{self.current_slow} of {self.current_repeats} repeats over {tolerance:.1%} behind "
-            f"their run's median (baseline {self.baseline_slow} of {self.baseline_repeats})"
+            f"their run's centre (baseline {self.baseline_slow} of {self.baseline_repeats})"
         )
 
 
-def count_slow(runs: Sequence[Sequence[float]], worst: float) -> tuple[int, int]:
-    """How many of the repeats fell behind their own run's median by more than ``worst``.
+def count_slow(
+    runs: Sequence[Sequence[float]], worst: float, reach: float = math.inf
+) -> tuple[int, int]:
+    """How many of the repeats fell behind their own run's centre by more than ``worst``.
 
     ``runs`` hold each repeat's goodness (the log of the value where higher is better, its
-    negative otherwise); ``worst`` is the tolerance on that scale (negative). Returns the
-    slow count and the number of repeats.
+    negative otherwise); ``worst`` is the tolerance on that scale (negative). A run's centre
+    is the median of the bulk of its repeats, those within ``reach`` of each other (all of
+    them by default: the plain median).
+    Returns the slow count and the number of repeats.
+
+    >>> count_slow([[0.0, -0.4, -0.67]], worst=-0.03)  # the plain median is slow itself
+    (1, 3)
+    >>> count_slow([[0.0, -0.4, -0.67]], worst=-0.03, reach=0.1)  # no bulk: the fastest
+    (2, 3)
+    >>> count_slow([[0.0, -0.4, -0.41]], worst=-0.03, reach=0.1)  # the bulk is slow
+    (0, 3)
     """
-    slow = sum(1 for run in runs for value in run if value - median(run) < worst)
+    slow = 0
+    for run in runs:
+        centre = median_of_bulk(run, reach)
+        slow += sum(1 for value in run if value - centre < worst)
     return slow, sum(len(run) for run in runs)
 
 
 def slow_tail(
-    baseline: Sequence[Sequence[float]], current: Sequence[Sequence[float]], worst: float
+    baseline: Sequence[Sequence[float]],
+    current: Sequence[Sequence[float]],
+    worst: float,
+    reach: float = math.inf,
 ) -> SlowTail:
     """Compare the slow repeats of both sides (goodness per repeat, as in :func:`count_slow`).
 
@@ -74,8 +95,8 @@ def slow_tail(
     >>> (tail.current_slow, tail.baseline_slow, tail.heavier)
     (6, 0, True)
     """
-    base_slow, base_total = count_slow(baseline, worst)
-    cur_slow, cur_total = count_slow(current, worst)
+    base_slow, base_total = count_slow(baseline, worst, reach)
+    cur_slow, cur_total = count_slow(current, worst, reach)
     return SlowTail(
         baseline_slow=base_slow,
         baseline_repeats=base_total,
