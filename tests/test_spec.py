@@ -77,12 +77,17 @@ def test_the_shipped_scenarios_keep_their_digests() -> None:
     digests = {name: scenario_digest(s) for name, s in config.scenarios.items()}
     assert digests == {
         "embedded-default": "87eeefd398ae3be4",
-        "embedded-large-gpu": "01c02ab4ac8fad86",
+        "embedded-large-gpu": "d43e5ff587a87cae",
         "embedded-large-tp2": "08f5533b8cc7c15c",
         "embedded-tp2": "406f3b397c521798",
         "llama31-8b-eagle3-tp1": "e4dd71f54c32bc6f",
         "llama33-70b-eagle3-tp8": "f93ef0826d9ae8a8",
     }
+
+
+# Records of a scenario as it was then: embedded-large-gpu ran seeded weights with simulated
+# acceptance until it got trained weights (benchmarks/results/h200-real-weights.md).
+SUPERSEDED = {"h200-first-contact/baseline-h200x1-embedded-large-gpu.json"}
 
 
 def _stored_baselines() -> list[Path]:
@@ -91,7 +96,13 @@ def _stored_baselines() -> list[Path]:
         *ROOT.glob("baselines/*/*.json"),
         *ROOT.glob("benchmarks/results/*/baseline-*.json"),
     ]
-    return [p for p in kept if p.is_file()]
+    results = ROOT / "benchmarks/results"
+    return [
+        p
+        for p in kept
+        if p.is_file()
+        and not (p.is_relative_to(results) and str(p.relative_to(results)) in SUPERSEDED)
+    ]
 
 
 @pytest.mark.parametrize("path", _stored_baselines(), ids=lambda p: p.name)
