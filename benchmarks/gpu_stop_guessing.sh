@@ -5,7 +5,8 @@
 #   benchmarks/gpu_stop_guessing.sh --smoke OUTDIR   # CPU: the shipped tiny models (~1 min)
 #
 # Runs, on the embedded engine's large bf16 configuration (perfgate/llama-large with its
-# EAGLE-3 head, simulated acceptance 0.7; see perfgate.toml):
+# EAGLE-3 head, their trained weights and real acceptance: run `perfgate embedded train --size
+# large --device cuda` once first; see perfgate.toml):
 #   1. benchmarks/probe_overhead.py: 10 pairs of blocks in one engine process, the probe's
 #      wrappers on and off alternating, the probe as a gate run has it (on a GPU it times one
 #      decode cycle in 4); then 10 pairs with every cycle timed (PERFGATE_PROBE_EVERY=1), its
