@@ -92,7 +92,7 @@ LARGE = Recipe(
     ),
     cached=True,
     device="cuda",
-    estimated_minutes=5,
+    estimated_minutes=5,  # measured: 281-283 s of training on an H200 (h200-real-weights.md)
     weights_dtype="bfloat16",
 )
 
