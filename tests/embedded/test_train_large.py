@@ -285,3 +285,21 @@ def _serving(flags: tuple[str, ...], tmp_path: Path) -> Iterator[httpx.Client]:
         except subprocess.TimeoutExpired:
             process.kill()
             raise
+
+
+def test_a_tensor_parallel_server_refuses_missing_weights_before_starting_a_rank(
+    tmp_path: Path,
+) -> None:
+    env = {**server_env(), "PERFGATE_MODEL_CACHE": str(tmp_path / "models")}
+    flags = ["--model-path", "perfgate/llama-large", "--port", str(free_port()), "--device", "cpu"]
+    done = subprocess.run(
+        [sys.executable, "-m", SERVER_MODULE, *flags, "--tp-size", "2", "--log-level", "debug"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 64, done.stderr
+    # Refused once, by rank 0 before it starts a rank (a started rank would refuse too).
+    assert done.stderr.count("perfgate/llama-large: no trained weights on this machine") == 1

@@ -32,6 +32,7 @@ from perfgate.engines.embedded.loading import (
     load_draft,
     load_target,
     model_identity,
+    resolve_loadable,
     resolve_model,
     target_config,
 )
@@ -350,8 +351,9 @@ def _prepare(target: Transformer, drafter: Drafter | None, compile_layers_too: b
 
 
 def check_tp(args: argparse.Namespace, spec: SpecParams | None) -> None:
-    """Raise ConfigError unless every model the flags name splits over --tp-size ranks, and
-    on CUDA, unless torch sees a GPU per rank."""
+    """Raise ConfigError unless every model the flags name splits over --tp-size ranks and
+    has its weights here (or --load-format dummy), and on CUDA, unless torch sees a GPU per
+    rank: before any rank starts."""
     if resolve_device(args.device).type == "cuda" and torch.cuda.device_count() < args.tp_size:
         raise ConfigError(
             f"{args.tp_size} ranks need {args.tp_size} GPUs; torch sees "
@@ -363,7 +365,7 @@ def check_tp(args: argparse.Namespace, spec: SpecParams | None) -> None:
     if spec is not None:
         models["--speculative-draft-model-path"] = args.speculative_draft_model_path
     for flag, path in models.items():
-        model = resolve_model(path)
+        model = resolve_loadable(path, args.load_format)
         config = draft_config(model) if model.architecture == DRAFT_ARCHITECTURE else None
         sizes = config or target_config(model)
         check_split(args.tp_size, sizes.n_head, sizes.ffn_dim, flag)

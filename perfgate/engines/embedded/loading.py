@@ -67,7 +67,7 @@ def load_target(
 
     ``load_format`` "dummy" seeds the weights whatever the folder holds.
     """
-    model = _resolve_loadable(path_or_name, load_format)
+    model = resolve_loadable(path_or_name, load_format)
     with device:  # built where it runs: a large model's default init is slow on a CPU
         transformer = Transformer(target_config(model))
     return _finish(transformer, model, device, dtype, load_format)
@@ -81,7 +81,7 @@ def load_draft(
     load_format: str = "auto",
 ) -> Eagle3Draft:
     """Build an EAGLE-3 head over target, load or seed its weights, allocate its caches."""
-    model = _resolve_loadable(path_or_name, load_format)
+    model = resolve_loadable(path_or_name, load_format)
     config = draft_config(model)
     if config.dim != target.config.dim:
         raise ConfigError(
@@ -114,7 +114,7 @@ def save_weights(model: nn.Module, directory: Path) -> Path:
     return path
 
 
-def _resolve_loadable(path_or_name: str, load_format: str) -> ModelDir:
+def resolve_loadable(path_or_name: str, load_format: str) -> ModelDir:
     """Find the model; refuse a recipe-trained one whose weights are not cached here."""
     if load_format not in LOAD_FORMATS:
         raise ConfigError(
