@@ -35,12 +35,12 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from torch import Tensor
+from torch import Tensor, nn
 
 from perfgate.engines.embedded.compiling import compile_layers
 from perfgate.engines.embedded.graphs import GraphRunner
-from perfgate.engines.embedded.loading import resolve_model, target_config
-from perfgate.engines.embedded.model import Transformer, causal_view, fuse_projections, init_weights
+from perfgate.engines.embedded.loading import load_target
+from perfgate.engines.embedded.model import Transformer, causal_view, fuse_projections, kv_bucket
 
 VARIANTS = ("separate", "fused", "fused + compiled")
 
@@ -56,6 +56,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--replays", type=int, default=100)
     parser.add_argument("--blocks", type=int, default=7)
     parser.add_argument("--peak-gb-s", type=float, default=4800.0)
+    parser.add_argument(
+        "--kernels",
+        action="store_true",
+        help="on CUDA, also trace 20 replays of the last variant's decode step (torch.profiler) "
+        "and write the kernels that take its time to kernels.md",
+    )
     return parser.parse_args(argv)
 
 
@@ -97,11 +103,8 @@ def copy_gb_s(device: torch.device, timer: Timer) -> float:
 
 
 def build(model: str, device: torch.device, batch: int) -> Transformer:
-    config = target_config(resolve_model(model))
-    with torch.device(device):
-        transformer = Transformer(config)
-    init_weights(transformer, config.seed)
-    transformer.to(dtype=_dtype(device)).eval()
+    """The target with seeded weights (``--load-format dummy``), caches for `batch` rows."""
+    transformer = load_target(model, device, _dtype(device), load_format="dummy")
     transformer.setup_cache(batch)
     return transformer
 
@@ -114,20 +117,62 @@ def weight_bytes(model: Transformer) -> int:
     return sum(p.numel() * p.element_size() for p in model.parameters())
 
 
-def step_ms(model: Transformer, args: argparse.Namespace, tokens: int, timer: Timer) -> float:
-    """Time one forward of `tokens` tokens per sequence and its greedy choice, as a graph."""
+def step_ms(
+    model: Transformer,
+    args: argparse.Namespace,
+    tokens: int,
+    timer: Timer,
+    kernels: Path | None = None,
+) -> float:
+    """Time one forward of `tokens` tokens per sequence and its greedy choice, as a graph;
+    with `kernels`, trace 20 replays and write their kernels' table there."""
     device = next(model.parameters()).device
     graphs = GraphRunner("cuda" if device.type == "cuda" else "off")
     ids = torch.randint(0, model.config.vocab_size, (args.batch, tokens), device=device)
     positions = args.position + torch.arange(tokens, device=device).expand(args.batch, tokens)
-    kv_len = -(-(args.position + tokens) // 128) * 128
+    kv_len = kv_bucket(args.position + tokens, model.max_seq_len)
 
     def forward(ids: Tensor, positions: Tensor) -> tuple[Tensor, ...]:
         logits, _ = model(ids, positions, causal_view(positions, kv_len))
         return (logits.argmax(-1),)
 
+    def replay() -> object:
+        return graphs.run(("step", tokens), forward, ids, positions)
+
     with torch.inference_mode():
-        return timer(lambda: graphs.run(("step", tokens), forward, ids, positions))
+        ms = timer(replay)
+        if kernels is not None:
+            kernels.write_text(kernel_table(replay))
+    return ms
+
+
+def kernel_table(fn: Callable[[], object], calls: int = 20) -> str:
+    """The kernels of `calls` calls of fn by device time: microseconds and count per call."""
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as traced:
+        for _ in range(calls):
+            fn()
+        torch.cuda.synchronize()
+    rows = sorted(
+        (
+            (event.self_device_time_total / calls, event.count / calls, event.key)
+            for event in traced.key_averages()
+            if event.self_device_time_total > 0
+        ),
+        reverse=True,
+    )
+    total = sum(us for us, _, _ in rows)
+    lines = [
+        f"Kernels of one call, {calls} calls traced: {total:.1f} us of device time in "
+        f"{sum(n for _, n, _ in rows):.0f} kernels.",
+        "",
+        "| us per call | share | kernels per call | kernel |",
+        "| ---: | ---: | ---: | --- |",
+    ]
+    for us, count, name in rows[:40]:
+        lines.append(f"| {us:.1f} | {us / total:.1%} | {count:g} | `{name[:110]}` |")
+    return "\n".join(lines) + "\n"
 
 
 def matmuls_ms(model: Transformer, args: argparse.Namespace, timer: Timer) -> float:
@@ -135,13 +180,8 @@ def matmuls_ms(model: Transformer, args: argparse.Namespace, timer: Timer) -> fl
     device = next(model.parameters()).device
     dtype = _dtype(device)
     config = model.config
-    weights: list[Tensor] = []
-    for layer in model.layers:
-        attention, feed_forward = layer.attention, layer.feed_forward
-        assert attention.wqkv is not None and feed_forward.w13 is not None
-        weights += [attention.wqkv.weight, attention.wo.weight]  # type: ignore[union-attr]
-        weights += [feed_forward.w13.weight, feed_forward.w2.weight]  # type: ignore[union-attr]
-    weights.append(model.output.weight)
+    # Once stacked, the linear layers are each layer's qkv, out, gate+up and down, and the head.
+    weights = [m.weight for m in model.modules() if isinstance(m, nn.Linear)]
     inputs = {
         w.shape[1]: torch.randn(args.batch, w.shape[1], device=device, dtype=dtype) for w in weights
     }
@@ -181,7 +221,8 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
             results["matmuls_only_ms"] = matmuls_ms(model, args, timer)
         elif variant == "fused + compiled":
             compile_layers(model)
-        decode = step_ms(model, args, 1, timer)
+        traced = args.kernels and device.type == "cuda" and variant == VARIANTS[-1]
+        decode = step_ms(model, args, 1, timer, args.out / "kernels.md" if traced else None)
         verify = step_ms(model, args, args.verify_tokens, timer)
         results["steps"][variant] = {
             "decode_ms": decode,
@@ -220,8 +261,8 @@ def render(results: dict[str, Any]) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    results = measure(args)
     args.out.mkdir(parents=True, exist_ok=True)
+    results = measure(args)
     (args.out / "results.json").write_text(json.dumps(results, indent=2) + "\n")
     text = render(results)
     (args.out / "results.md").write_text(text)

@@ -30,6 +30,7 @@ work=$(mktemp -d "${TMPDIR:-/tmp}/first-contact.XXXXXX")
 exec > >(tee "$out/run.log") 2>&1
 cd "$repo" || exit 1
 
+# shellcheck disable=SC2329  # called by name, as the command `expect` runs
 perfgate() { "$python" -m perfgate "$@"; }
 db="sqlite:///$work/history.db"
 paths=(--db "$db" --baselines "$work/baselines")

@@ -42,15 +42,9 @@ out=$1
 shift
 stages=("$@")
 [[ ${#stages[@]} -eq 0 ]] && stages=(train bandwidth sweep gate)
-for stage_name in "${stages[@]}"; do
-  case $stage_name in
-    train | bandwidth | sweep | gate) ;;
-    *)
-      echo "$0: unknown stage '$stage_name'; stages are train, bandwidth, sweep, gate" >&2
-      exit 64
-      ;;
-  esac
-done
+# shellcheck source=stages.sh source-path=SCRIPTDIR
+source "$(dirname "$0")/stages.sh"
+check_stages "train bandwidth sweep gate" "${stages[@]}"
 repo=$(cd "$(dirname "$0")/.." && pwd)
 python=${PYTHON:-python3}
 state=${STATE:-$repo/.cache/gpu-real-weights}
@@ -98,6 +92,7 @@ EOF
   judged="0|75" # two repeats on a shared CPU may well stay inconclusive
 fi
 db="sqlite:///$state/history.db"
+hidden=$state hidden_as=STATE
 summary=$out/summary.md
 failed=0
 
@@ -114,23 +109,6 @@ failed=0
   echo "| step | exit | expected | seconds | command |"
   echo "| --- | ---: | ---: | ---: | --- |"
 } > "$summary"
-
-# step NAME EXPECTED SECONDS COMMAND...: run with a time limit; record its exit code in the
-# summary, whatever it is, and go on.
-step() {
-  local name=$1 want=$2 seconds=$3 started rc
-  shift 3
-  started=$(date +%s)
-  echo "== $(date -u +%FT%TZ) $name: $*"
-  timeout --signal=TERM --kill-after=30 "$seconds" "$@"
-  rc=$?
-  local took=$(($(date +%s) - started))
-  echo "== $name: exit $rc after $took s (expected $want)"
-  local shown=${*//$state/STATE}
-  echo "| $name | $rc | ${want//|/ or } | $took | \`${shown//$repo/.}\` |" >> "$summary"
-  [[ $rc =~ ^($want)$ ]] || failed=1
-  return "$rc"
-}
 
 compile_flag() { # the compile decision of the bandwidth stage: on unless it said off
   [[ "$(cat "$state/compile" 2> /dev/null)" != off ]]

@@ -51,15 +51,9 @@ out=$1
 shift
 stages=("$@")
 [[ ${#stages[@]} -eq 0 ]] && stages=(compare sweep profile endings)
-for stage_name in "${stages[@]}"; do
-  case $stage_name in
-    compare | sweep | profile | endings) ;;
-    *)
-      echo "$0: unknown stage '$stage_name'; stages are compare, sweep, profile, endings" >&2
-      exit 64
-      ;;
-  esac
-done
+# shellcheck source=stages.sh source-path=SCRIPTDIR
+source "$(dirname "$0")/stages.sh"
+check_stages "compare sweep profile endings" "${stages[@]}"
 repo=$(cd "$(dirname "$0")/.." && pwd)
 python=${PYTHON:-python3}
 work=$(mktemp -d "${TMPDIR:-/tmp}/gpu-tp2.XXXXXX")
@@ -134,6 +128,7 @@ for name, tp in ((tp1, 1), (tp2, scenario.get("tp", 1))):
 EOF
 fi
 db="sqlite:///$work/history.db"
+hidden=$work hidden_as=WORK
 summary=$out/summary.md
 failed=0
 
@@ -151,25 +146,6 @@ failed=0
   echo "| step | exit | expected | seconds | command |"
   echo "| --- | ---: | ---: | ---: | --- |"
 } > "$summary"
-
-# step NAME EXPECTED SECONDS COMMAND...: run with a time limit; record its exit code in the
-# summary, whatever it is, and go on. EXPECTED is a code or codes, e.g. 0 or 0|1.
-step() {
-  local name=$1 want=$2 seconds=$3 started rc
-  shift 3
-  started=$(date +%s)
-  echo "== $(date -u +%FT%TZ) $name: $*"
-  timeout --signal=TERM --kill-after=30 "$seconds" "$@"
-  rc=$?
-  local took=$(($(date +%s) - started))
-  echo "== $name: exit $rc after $took s (expected $want)"
-  local shown=${*//$work/WORK}
-  echo "| $name | $rc | ${want//|/ or } | $took | \`${shown//$repo/.}\` |" >> "$summary"
-  if ! [[ $rc =~ ^($want)$ ]]; then
-    failed=1
-  fi
-  return "$rc"
-}
 
 note() { # note TEXT...: a line of the summary's notes, kept for the end
   echo "$*" >> "$work/notes.md"

@@ -12,6 +12,8 @@ import shutil
 import subprocess
 from pathlib import Path
 
+import pytest
+
 from ..conftest import REPO
 from .conftest import WORKFLOWS, linter
 
@@ -81,6 +83,14 @@ def test_zizmor_catches_template_injection(tmp_path: Path) -> None:
     findings = _zizmor(tmp_path / "bad.yml")
     injection = [f for f in findings if f["ident"] == "template-injection"]
     assert injection and injection[0]["determinations"]["severity"] == "High", findings
+
+
+@pytest.mark.parametrize("script", sorted((REPO / "benchmarks").glob("*.sh")), ids=lambda p: p.name)
+def test_the_benchmark_scripts_pass_shellcheck(script: Path) -> None:
+    done = subprocess.run(
+        [linter("shellcheck"), "-x", str(script)], capture_output=True, text=True, check=False
+    )
+    assert done.returncode == 0, done.stdout
 
 
 def test_the_hook_scripts_pass_shellcheck() -> None:

@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
+import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 
 import httpx
@@ -15,6 +18,7 @@ import torch
 import perfgate
 from perfgate.engines.embedded.batch import Request
 from perfgate.engines.embedded.worker import EagleWorker
+from perfgate.engines.launch import free_port
 
 CPU = torch.device("cpu")
 TARGET = "perfgate/llama-tiny"
@@ -65,3 +69,26 @@ def server_env() -> dict[str, str]:
     root = str(Path(perfgate.__file__).resolve().parents[1])
     path = os.environ.get("PYTHONPATH")
     return {**os.environ, "PYTHONPATH": os.pathsep.join([root, path] if path else [root])}
+
+
+@contextmanager
+def serving(
+    flags: Sequence[str], log: Path, start_timeout_s: float = 90.0
+) -> Iterator[httpx.Client]:
+    """An embedded server on 127.0.0.1 with flags and one thread, its stderr in log; stopped
+    with SIGTERM after."""
+    port = free_port()
+    argv = [sys.executable, "-m", SERVER_MODULE, *flags, "--port", str(port)]
+    with log.open("wb") as stderr:
+        process = subprocess.Popen([*argv, "--num-threads", "1"], stderr=stderr, env=server_env())
+    try:
+        with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=60.0) as client:
+            wait_healthy(client, process, log, start_timeout_s)
+            yield client
+    finally:
+        process.send_signal(signal.SIGTERM)
+        try:
+            process.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            raise

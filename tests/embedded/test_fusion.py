@@ -3,12 +3,8 @@
 
 from __future__ import annotations
 
-import signal
-import subprocess
-import sys
 from pathlib import Path
 
-import httpx
 import pytest
 import torch
 from torch import nn
@@ -23,9 +19,8 @@ from perfgate.engines.embedded.model import (
     fuse_projections,
 )
 from perfgate.engines.embedded.parallel import shard_model
-from perfgate.engines.launch import free_port
 
-from .common import CPU, DRAFT, SERVER_MODULE, TARGET, server_env, wait_healthy
+from .common import CPU, DRAFT, TARGET, serving
 from .test_tp_shard import WORLD, _groups, _on_every_rank
 
 BATCH = 3
@@ -139,26 +134,16 @@ def test_compiled_layers_compute_what_the_eager_ones_did_and_write_the_cache() -
 
 @pytest.mark.slow
 def test_a_server_with_enable_torch_compile_serves_speculative_decoding(tmp_path: Path) -> None:
-    port = free_port()
     log = tmp_path / "stderr.log"
-    flags = [
-        *("--model-path", TARGET, "--port", str(port), "--num-threads", "1"),
-        *("--speculative-algorithm", "EAGLE3", "--speculative-draft-model-path", DRAFT),
-        *("--speculative-num-steps", "3", "--enable-torch-compile"),
-    ]
-    with log.open("wb") as stderr:
-        process = subprocess.Popen(
-            [sys.executable, "-m", SERVER_MODULE, *flags], stderr=stderr, env=server_env()
-        )
-    try:
-        with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=120.0) as client:
-            wait_healthy(client, process, log, 120.0)
-            greedy = {"temperature": 0, "max_new_tokens": 24}
-            body = {"text": "The quick brown fox", "sampling_params": greedy}
-            response = client.post("/generate", json=body)
-    finally:
-        process.send_signal(signal.SIGTERM)
-        process.wait(timeout=30)
+    flags = (
+        *("--model-path", TARGET, "--speculative-algorithm", "EAGLE3"),
+        *("--speculative-draft-model-path", DRAFT, "--speculative-num-steps", "3"),
+        "--enable-torch-compile",
+    )
+    with serving(flags, log, start_timeout_s=120.0) as client:
+        greedy = {"temperature": 0, "max_new_tokens": 24}
+        body = {"text": "The quick brown fox", "sampling_params": greedy}
+        response = client.post("/generate", json=body, timeout=120.0)
     assert response.status_code == 200, response.text
     answer = response.json()
     assert len(answer["output_ids"]) == 24

@@ -7,15 +7,11 @@ down (``--scale``) and the architecture shrunk through the configs ``train_model
 from __future__ import annotations
 
 import json
-import signal
 import subprocess
 import sys
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
 import torch
 from safetensors import safe_open
@@ -29,7 +25,7 @@ from perfgate.engines.launch import free_port
 from perfgate.errors import ConfigError
 from perfgate.progress import SILENT
 
-from .common import CPU, DRAFT, SERVER_MODULE, TARGET, server_env, wait_healthy
+from .common import CPU, DRAFT, SERVER_MODULE, TARGET, server_env, serving
 
 SCALE = 0.005  # 3, 2 and 3 steps of the large recipe's batches of 32 x 256 bytes
 SMALL_TARGET = {
@@ -125,7 +121,7 @@ def test_the_cached_models_load_and_serve(
         *("--speculative-algorithm", "EAGLE3", "--speculative-num-steps", "2"),
         *("--speculative-draft-model-path", str(cache / LARGE.draft), "--dtype", "bfloat16"),
     )
-    with _serving(flags, tmp_path) as client:
+    with serving(flags, tmp_path / "server.log") as client:
         body = {"text": "Return the", "sampling_params": {"temperature": 0, "max_new_tokens": 8}}
         answer = client.post("/generate", json=body).json()
         assert len(answer["output_ids"]) == 8 and answer["meta_info"]["spec_verify_ct"] >= 1
@@ -234,17 +230,22 @@ def test_a_staged_folder_appears_whole_or_not_at_all(tmp_path: Path) -> None:
     assert (final / "whole").read_text() == "second"
 
 
-def test_the_server_refuses_missing_weights_naming_the_command(tmp_path: Path) -> None:
+def _without_weights(tmp_path: Path, *flags: str) -> subprocess.CompletedProcess[str]:
+    """Start a server of perfgate/llama-large on the CPU with an empty model cache."""
     env = {**server_env(), "PERFGATE_MODEL_CACHE": str(tmp_path / "models")}
-    flags = ["--model-path", "perfgate/llama-large", "--port", str(free_port()), "--device", "cpu"]
-    done = subprocess.run(
-        [sys.executable, "-m", SERVER_MODULE, *flags],
+    model = ("--model-path", "perfgate/llama-large", "--port", str(free_port()), "--device", "cpu")
+    return subprocess.run(
+        [sys.executable, "-m", SERVER_MODULE, *model, *flags],
         env=env,
         capture_output=True,
         text=True,
         timeout=120,
         check=False,
     )
+
+
+def test_the_server_refuses_missing_weights_naming_the_command(tmp_path: Path) -> None:
+    done = _without_weights(tmp_path)
     assert done.returncode == 64, done.stderr
     assert "perfgate/llama-large: no trained weights on this machine" in done.stderr
     assert "perfgate embedded train --size large --device cuda" in done.stderr
@@ -257,7 +258,7 @@ def test_a_dummy_server_serves_seeded_weights_and_says_so(tmp_path: Path) -> Non
         *("--model-path", TARGET, "--speculative-algorithm", "EAGLE3"),
         *("--speculative-draft-model-path", DRAFT, "--load-format", "dummy"),
     )
-    with _serving(flags, tmp_path) as client:
+    with serving(flags, tmp_path / "server.log") as client:
         body = {"text": "Return the", "sampling_params": {"temperature": 0, "max_new_tokens": 8}}
         assert len(client.post("/generate", json=body).json()["output_ids"]) == 8
         info = client.get("/server_info").json()
@@ -266,40 +267,10 @@ def test_a_dummy_server_serves_seeded_weights_and_says_so(tmp_path: Path) -> Non
     assert info["draft_model_identity"] == model_identity(DRAFT, seeded=True)
 
 
-@contextmanager
-def _serving(flags: tuple[str, ...], tmp_path: Path) -> Iterator[httpx.Client]:
-    """An embedded server on 127.0.0.1 with flags, one thread; stopped with SIGTERM after."""
-    port = free_port()
-    log = tmp_path / "server.log"
-    argv = [sys.executable, "-m", SERVER_MODULE, *flags, "--port", str(port)]
-    with log.open("wb") as stderr:
-        process = subprocess.Popen([*argv, "--num-threads", "1"], stderr=stderr, env=server_env())
-    try:
-        with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=60.0) as client:
-            wait_healthy(client, process, log, 90.0)
-            yield client
-    finally:
-        process.send_signal(signal.SIGTERM)
-        try:
-            process.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            raise
-
-
 def test_a_tensor_parallel_server_refuses_missing_weights_before_starting_a_rank(
     tmp_path: Path,
 ) -> None:
-    env = {**server_env(), "PERFGATE_MODEL_CACHE": str(tmp_path / "models")}
-    flags = ["--model-path", "perfgate/llama-large", "--port", str(free_port()), "--device", "cpu"]
-    done = subprocess.run(
-        [sys.executable, "-m", SERVER_MODULE, *flags, "--tp-size", "2", "--log-level", "debug"],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
+    done = _without_weights(tmp_path, "--tp-size", "2")
     assert done.returncode == 64, done.stderr
     # Refused once, by rank 0 before it starts a rank (a started rank would refuse too).
     assert done.stderr.count("perfgate/llama-large: no trained weights on this machine") == 1

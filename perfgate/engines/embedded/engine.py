@@ -341,12 +341,12 @@ def _shard(group: TensorGroup, target: Transformer, drafter: Drafter | None) -> 
         shard_model(drafter.model, group)
 
 
-def _prepare(target: Transformer, drafter: Drafter | None, compile_layers_too: bool) -> None:
+def _prepare(target: Transformer, drafter: Drafter | None, torch_compile: bool) -> None:
     """Fuse the models' projections for inference and, if asked, compile their layers."""
     models = [target] if drafter is None else [target, drafter.model]
     for model in models:
         fuse_projections(model)
-        if compile_layers_too:
+        if torch_compile:
             logger.info("layers compiled: %d of %s", compile_layers(model), type(model).__name__)
 
 
