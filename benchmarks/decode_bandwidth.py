@@ -36,6 +36,7 @@ from typing import Any
 
 import torch
 from torch import Tensor, nn
+from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from perfgate.engines.embedded.compiling import compile_layers
 from perfgate.engines.embedded.graphs import GraphRunner
@@ -56,6 +57,21 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--replays", type=int, default=100)
     parser.add_argument("--blocks", type=int, default=7)
     parser.add_argument("--peak-gb-s", type=float, default=4800.0)
+    parser.add_argument(
+        "--compile-mode",
+        action="append",
+        default=[],
+        metavar="MODE",
+        help="also time the compiled step in this torch.compile mode (such as SGLang's "
+        "max-autotune-no-cudagraphs); repeatable",
+    )
+    parser.add_argument(
+        "--attention",
+        action="append",
+        default=[],
+        choices=("cudnn", "efficient", "math"),
+        help="also time the compiled step with attention on this SDPA backend only; repeatable",
+    )
     parser.add_argument(
         "--kernels",
         action="store_true",
@@ -215,22 +231,49 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
     model = build(args.model, device, args.batch)
     results["weight_bytes"] = weight_bytes(model)
     for variant in VARIANTS:
-        began = time.perf_counter()
         if variant == "fused":
             fuse_projections(model)
             results["matmuls_only_ms"] = matmuls_ms(model, args, timer)
         elif variant == "fused + compiled":
             compile_layers(model)
-        traced = args.kernels and device.type == "cuda" and variant == VARIANTS[-1]
-        decode = step_ms(model, args, 1, timer, args.out / "kernels.md" if traced else None)
-        verify = step_ms(model, args, args.verify_tokens, timer)
-        results["steps"][variant] = {
-            "decode_ms": decode,
-            "verify_ms": verify,
-            "seconds_to_build_and_time": round(time.perf_counter() - began, 1),
-        }
-        print(f"{variant}: decode {decode:.3f} ms, verify {verify:.3f} ms", file=sys.stderr)
+        _time_variant(results, variant, model, args, timer)
+    for mode in args.compile_mode:
+        torch._dynamo.reset()  # the layers' code was compiled in the default mode above
+        compile_layers(model, mode)
+        _time_variant(results, f"fused + compiled ({mode})", model, args, timer)
+    for backend in args.attention:
+        with sdpa_kernel(getattr(SDPBackend, BACKENDS[backend])):
+            torch._dynamo.reset()
+            compile_layers(model, args.compile_mode[-1] if args.compile_mode else None)
+            _time_variant(results, f"fused + compiled, {backend} attention", model, args, timer)
     return results
+
+
+BACKENDS = {"cudnn": "CUDNN_ATTENTION", "efficient": "EFFICIENT_ATTENTION", "math": "MATH"}
+
+
+def _time_variant(
+    results: dict[str, Any],
+    variant: str,
+    model: Transformer,
+    args: argparse.Namespace,
+    timer: Timer,
+) -> None:
+    """Time variant's decode and verify steps into results; with --kernels on CUDA, trace a
+    compiled variant's decode step into kernels.md (the default mode) or kernels-N.md."""
+    began = time.perf_counter()
+    kernels = None
+    if args.kernels and args.device.startswith("cuda") and "compiled" in variant:
+        extra = sum("compiled" in name for name in results["steps"])
+        kernels = args.out / (f"kernels-{extra}.md" if extra else "kernels.md")
+    decode = step_ms(model, args, 1, timer, kernels)
+    verify = step_ms(model, args, args.verify_tokens, timer)
+    results["steps"][variant] = {
+        "decode_ms": decode,
+        "verify_ms": verify,
+        "seconds_to_build_and_time": round(time.perf_counter() - began, 1),
+    }
+    print(f"{variant}: decode {decode:.3f} ms, verify {verify:.3f} ms", file=sys.stderr)
 
 
 def render(results: dict[str, Any]) -> str:

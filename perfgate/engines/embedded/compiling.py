@@ -12,30 +12,23 @@ tensors of the same shapes, so one compiled graph serves them all. Shapes that v
 per forward, cache slots read) become symbolic after their first change, so a server compiles
 each layer kind about twice.
 
-The write into the KV cache stays outside the compiled graphs: compiled, an in-place write into
-a slice of a module's buffer becomes a copy of the whole cache on every forward (on a CPU, a
-forward over a 64-row cache took 34 ms so against 0.9 ms eagerly). Each layer
-therefore compiles into two graphs, before and after the write, with the write run eagerly
-between them; inside a captured CUDA graph (``graphs.py``) all of it replays as one launch.
+The write into the KV cache is part of each layer's graph: ``KVCache.update`` indexes its
+whole buffers, which Inductor turns into a store inside the kernel that rotates the keys.
 """
 
 from __future__ import annotations
 
-import torch
 from torch import nn
 
-from perfgate.engines.embedded.model import Attention, Eagle3Layer, TransformerBlock
+from perfgate.engines.embedded.model import Eagle3Layer, TransformerBlock
 
 
-def compile_layers(model: nn.Module) -> int:
-    """Compile every decoder layer of model in place; return how many were compiled."""
+def compile_layers(model: nn.Module, mode: str | None = None) -> int:
+    """Compile every decoder layer of model in place, in torch.compile's mode (None: its
+    default); return how many were compiled."""
     compiled = 0
     for module in model.modules():
-        if isinstance(module, Attention):
-            # An instance attribute: the layer's compiled code calls it, and graph-breaks.
-            eager_write = torch.compiler.disable(module.write_cache)  # type: ignore[no-untyped-call]
-            module.write_cache = eager_write  # type: ignore[method-assign]
-        elif isinstance(module, (TransformerBlock, Eagle3Layer)):
-            module.compile()
+        if isinstance(module, (TransformerBlock, Eagle3Layer)):
+            module.compile(mode=mode)
             compiled += 1
     return compiled

@@ -97,7 +97,24 @@ class AttentionView(NamedTuple):
     """Where a forward writes its keys and values, and which cache slots each query sees."""
 
     slots: Tensor  # [B, T] long: cache slot of each input token
-    mask: Tensor  # [B, 1, T, kv_len] bool; kv_len slots of the cache are read
+    mask: Tensor  # [B, 1, T, kv_len] bool (or additive, once a forward began); kv_len slots read
+
+    def additive(self, dtype: torch.dtype) -> AttentionView:
+        """This view with its mask as attention adds it: 0 where a query sees a slot, -inf
+        elsewhere, in the queries' dtype.
+
+        Attention converts a bool mask so in every layer; a forward converts it once instead.
+        """
+        if self.mask.dtype != torch.bool:
+            return self
+        hidden = torch.full(self.mask.shape, float("-inf"), dtype=dtype, device=self.mask.device)
+        return AttentionView(self.slots, hidden.masked_fill_(self.mask, 0.0))
+
+
+def compute_dtype(x: Tensor) -> torch.dtype:
+    """The dtype x's matrix products produce: autocast's where it is on, else x's own."""
+    device = x.device.type
+    return torch.get_autocast_dtype(device) if torch.is_autocast_enabled(device) else x.dtype
 
 
 def kv_bucket(length: int, max_seq_len: int) -> int:
@@ -159,11 +176,21 @@ class KVCache(KVStore):
         self.register_buffer("v", torch.zeros(shape, dtype=dtype, device=device), persistent=False)
 
     def update(self, slots: Tensor, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
-        """Write k, v [B, H, T, D] at slots [B, T]; return the cache of those B rows."""
-        index = slots[:, None, :, None].expand_as(k)
-        self.k[: k.shape[0]].scatter_(2, index, k)
-        self.v[: v.shape[0]].scatter_(2, index, v)
-        return self.k[: k.shape[0]], self.v[: v.shape[0]]
+        """Write k, v [B, H, T, D] at slots [B, T]; return the cache of those B rows.
+
+        The write indexes the whole buffers rather than a slice of them: compiled, a write
+        into a slice of a buffer becomes a copy of the whole buffer on every forward, while
+        this one becomes a store fused into the kernel that computes k and v (``compiling``).
+        """
+        rows, heads = k.shape[:2]
+        index = (
+            torch.arange(rows, device=slots.device).view(rows, 1, 1),
+            torch.arange(heads, device=slots.device).view(1, heads, 1),
+            slots.unsqueeze(1),
+        )
+        self.k.index_put_(index, k)
+        self.v.index_put_(index, v)
+        return self.k[:rows], self.v[:rows]
 
     def copy_slots(self, source: Tensor, dest: Tensor) -> None:
         """Copy the entries at slots source [B, N] to slots dest [B, N], gathering first."""
@@ -322,6 +349,8 @@ class Transformer(CachedModel):
         """
         rope = self.rope(positions)
         x = self.tok_embeddings(tokens)
+        if view is not None:
+            view = view.additive(compute_dtype(x))
         hidden = {0: x} if 0 in capture else {}
         for i, layer in enumerate(self.layers, start=1):
             x = layer(x, rope, view)
@@ -382,6 +411,8 @@ class Eagle3Draft(CachedModel):
     ) -> tuple[Tensor, Tensor]:
         """Return logits [B, T, vocab] and the output hidden [B, T, dim] for (token, hidden)."""
         rope = self.rope(positions)
+        if view is not None:
+            view = view.additive(compute_dtype(hidden))
         out = self.layer(self.shared.tok_embeddings(tokens), hidden, rope, view)
         return self.shared.output(self.norm(out)), out
 
