@@ -16,16 +16,20 @@
 #              least 5% faster than the stacked one, else the stages below run without it;
 #   sweep      benchmarks/gpu_engine.py with the draft's real acceptance at steps SWEEP_STEPS
 #              (1-6): tok/s plain and EAGLE-3, accept length, phase shares (sweep.md, .json);
-#   gate       NOISE_RUNS (10) fresh launches, `perfgate run --no-gate --refresh-plain` of
-#              scenario embedded-large-gpu (equivalence gated under the every-token rule), their
-#              between-launch and within-run spread (benchmarks/launch_noise.py: noise.md), the
-#              first approval of those runs (`perfgate baseline update`), and one run judged
-#              against it (exit 0 expected; its report: report.html).
+#   launch     NOISE_RUNS (10) fresh launches, `perfgate run --no-gate --refresh-plain` of
+#              scenario embedded-large-gpu (equivalence gated under the every-token rule); a
+#              series of launches may span calls: it runs from the first launch after the
+#              last judge stage;
+#   judge      the series' between-launch and within-run spread (benchmarks/launch_noise.py:
+#              noise.md), the first approval of its runs (`perfgate baseline update`), and one
+#              run judged against it (exit 0 expected; its report: report.html);
+#   gate       launch, then judge.
 # State kept between calls (the history, baselines, the compile decision) lives in
 # .cache/gpu-real-weights/ of the checkout (STATE to move it); the weights in the model cache
 # (PERFGATE_MODEL_CACHE). Every step's command, exit code and duration go to summary.md,
 # whatever happens. OUTDIR gets at most 8 files. The device tool runs one command for at most
-# 10 minutes: run `train`, then `bandwidth sweep`, then `gate` in separate calls. Exit code: 0
+# 10 minutes: run `train`, then `bandwidth sweep`, then `gate` in separate calls (or `launch`
+# with NOISE_RUNS=5 in two calls, then `judge`, where ten launches outlast one). Exit code: 0
 # when every step ended as expected, 1 otherwise.
 set -u -o pipefail
 
@@ -35,16 +39,19 @@ if [[ "${1:-}" == "--smoke" ]]; then
   shift
 fi
 if [[ $# -lt 1 ]]; then
-  echo "usage: $0 [--smoke] OUTDIR [train] [bandwidth] [sweep] [gate]" >&2
+  echo "usage: $0 [--smoke] OUTDIR [train] [bandwidth] [sweep] [gate | launch judge]" >&2
   exit 64
 fi
 out=$1
 shift
-stages=("$@")
-[[ ${#stages[@]} -eq 0 ]] && stages=(train bandwidth sweep gate)
+[[ $# -eq 0 ]] && set -- train bandwidth sweep gate
+stages=()
+for stage_name in "$@"; do # gate is launch, then judge
+  if [[ $stage_name == gate ]]; then stages+=(launch judge); else stages+=("$stage_name"); fi
+done
 # shellcheck source=stages.sh source-path=SCRIPTDIR
 source "$(dirname "$0")/stages.sh"
-check_stages "train bandwidth sweep gate" "${stages[@]}"
+check_stages "train bandwidth sweep gate launch judge" "${stages[@]}"
 repo=$(cd "$(dirname "$0")/.." && pwd)
 python=${PYTHON:-python3}
 state=${STATE:-$repo/.cache/gpu-real-weights}
@@ -151,21 +158,36 @@ stage_sweep() {
   cp "$state/sweep/results.json" "$out/sweep.json" 2> /dev/null
 }
 
-stage_gate() {
+gate_paths() { # the scenario's config (less --enable-torch-compile where compiling does not pay)
   local used=$config
-  if ! compile_flag; then # the scenario as shipped, less --enable-torch-compile
+  if ! compile_flag; then
     used=$state/perfgate-eager.toml
     sed 's/"--enable-torch-compile"//; s/, *\]/]/; s/\[ *, */[/' "$config" > "$used"
   fi
-  local paths=(--config "$used" --db "$db" --baselines "$state/baselines") refresh=()
+  paths=(--config "$used" --db "$db" --baselines "$state/baselines")
+}
+
+last_run_id() {
+  "$python" -c "import sqlite3,sys; print(sqlite3.connect(sys.argv[1]).execute('select coalesce(max(id), 0) from runs').fetchone()[0])" "$state/history.db" 2> /dev/null || echo 0
+}
+
+stage_launch() {
+  local paths refresh=()
+  gate_paths
   [[ ${REFRESH_PLAIN:-0} == 1 ]] && refresh=(--refresh-plain)
+  # The series starts at the first launch since the last judge stage: calls may add to it.
+  [[ -f $state/series-after ]] || last_run_id > "$state/series-after"
   step "doctor" 0 120 "$python" -m perfgate doctor --scenario "$scenario" "${paths[@]}"
-  local first
-  first=$("$python" -c "import sqlite3,sys; print(sqlite3.connect(sys.argv[1]).execute('select coalesce(max(id), 0) from runs').fetchone()[0])" "$state/history.db" 2> /dev/null || echo 0)
   for n in $(seq "$runs"); do
     step "launch $n of $runs" 0 "$run_limit" "$python" -m perfgate run --scenario "$scenario" \
       "${paths[@]}" --no-gate "${refresh[@]}" --report ''
   done
+}
+
+stage_judge() {
+  local paths first
+  gate_paths
+  first=$(cat "$state/series-after" 2> /dev/null || echo 0)
   step "noise table" 0 60 "$python" benchmarks/launch_noise.py "$state/history.db" "$scenario" \
     --after "$first" --out "$out/noise.md"
   mapfile -t ids < <("$python" -c "import sqlite3,sys; [print(i) for (i,) in sqlite3.connect(sys.argv[1]).execute('select id from runs where scenario = ? and id > ? order by id', (sys.argv[2], int(sys.argv[3])))]" "$state/history.db" "$scenario" "$first")
@@ -175,6 +197,7 @@ stage_gate() {
     "${paths[@]}" --approved-by "gpu_real_weights.sh" --reason "fresh launches on this machine"
   step "judged against them" "$judged" "$run_limit" "$python" -m perfgate run --scenario "$scenario" \
     "${paths[@]}" --report "$out/report.html"
+  rm -f "$state/series-after"
   cp "$state/history.db" "$out/history.db"
 }
 
@@ -184,7 +207,8 @@ for stage_name in "${stages[@]}"; do
     train) stage_train ;;
     bandwidth) stage_bandwidth ;;
     sweep) stage_sweep ;;
-    gate) stage_gate ;;
+    launch) stage_launch ;;
+    judge) stage_judge ;;
   esac
 done
 echo "== $(date -u +%FT%TZ) done, exit $failed"
