@@ -16,7 +16,10 @@ the values) and a batch of --batch sequences at --position tokens:
 - the step itself, replayed as the engine's CUDA graph, for each way the engine can run it:
   ``separate`` (one product per projection, as trained), ``fused`` (``fuse_projections``: what
   every server now runs) and ``fused + compiled`` (``--enable-torch-compile``);
-- the same three for a verify forward of --verify-tokens tokens per sequence.
+- the same three for a verify forward of --verify-tokens tokens per sequence;
+- with --compile-mode MODE, the compiled step again in that ``torch.compile`` mode (SGLang
+  compiles in ``max-autotune-no-cudagraphs``, which times Triton's matrix products against
+  cuBLAS's and keeps the faster).
 
 Each time is the median of --blocks blocks of --replays replays, timed with CUDA events. The
 table gives each step's time and its weight bytes over that time, in GB/s and as a share of
@@ -36,7 +39,6 @@ from typing import Any
 
 import torch
 from torch import Tensor, nn
-from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from perfgate.engines.embedded.compiling import compile_layers
 from perfgate.engines.embedded.graphs import GraphRunner
@@ -64,13 +66,6 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         metavar="MODE",
         help="also time the compiled step in this torch.compile mode (such as SGLang's "
         "max-autotune-no-cudagraphs); repeatable",
-    )
-    parser.add_argument(
-        "--attention",
-        action="append",
-        default=[],
-        choices=("cudnn", "efficient", "math"),
-        help="also time the compiled step with attention on this SDPA backend only; repeatable",
     )
     parser.add_argument(
         "--kernels",
@@ -241,15 +236,7 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
         torch._dynamo.reset()  # the layers' code was compiled in the default mode above
         compile_layers(model, mode)
         _time_variant(results, f"fused + compiled ({mode})", model, args, timer)
-    for backend in args.attention:
-        with sdpa_kernel(getattr(SDPBackend, BACKENDS[backend])):
-            torch._dynamo.reset()
-            compile_layers(model, args.compile_mode[-1] if args.compile_mode else None)
-            _time_variant(results, f"fused + compiled, {backend} attention", model, args, timer)
     return results
-
-
-BACKENDS = {"cudnn": "CUDNN_ATTENTION", "efficient": "EFFICIENT_ATTENTION", "math": "MATH"}
 
 
 def _time_variant(

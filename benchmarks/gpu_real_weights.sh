@@ -193,6 +193,7 @@ stage_judge() {
   mapfile -t ids < <("$python" -c "import sqlite3,sys; [print(i) for (i,) in sqlite3.connect(sys.argv[1]).execute('select id from runs where scenario = ? and id > ? order by id', (sys.argv[2], int(sys.argv[3])))]" "$state/history.db" "$scenario" "$first")
   local approve=()
   for id in "${ids[@]}"; do approve+=(--run "$id"); done
+  [[ ${APPROVE_FORCE:-0} == 1 ]] && approve+=(--force) # runs of a copy whose git lags its tree
   step "approve ${#ids[@]} runs" 0 60 "$python" -m perfgate baseline update "${approve[@]}" \
     "${paths[@]}" --approved-by "gpu_real_weights.sh" --reason "fresh launches on this machine"
   step "judged against them" "$judged" "$run_limit" "$python" -m perfgate run --scenario "$scenario" \

@@ -49,7 +49,10 @@ def test_an_unknown_stage_exits_64_naming_the_stages(tmp_path: Path) -> None:
         env=_env(tmp_path),
     )
     assert done.returncode == 64
-    assert "unknown stage 'gates'; stages are train, bandwidth, sweep, gate, launch, judge" in done.stderr
+    assert (
+        "unknown stage 'gates'; stages are train, bandwidth, sweep, gate, launch, judge"
+        in done.stderr
+    )
 
 
 @pytest.mark.slow

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from perfgate.engines.embedded.compiling import compile_layers
@@ -130,6 +131,40 @@ def test_compiled_layers_compute_what_the_eager_ones_did_and_write_the_cache() -
         )
     for mine, theirs in zip(_caches(compiled), _caches(eager), strict=True):
         torch.testing.assert_close(mine, theirs, rtol=0, atol=1e-4)
+
+
+@pytest.mark.slow
+def test_a_compiled_layer_writes_the_cache_inside_its_graph_with_no_break() -> None:
+    from torch._dynamo.utils import counters
+
+    torch._dynamo.reset()
+    counters.clear()
+    model = _target()
+    fuse_projections(model)
+    compile_layers(model)
+    for length, start in ((7, 0), (1, 7)):
+        _forward(model, length, start)
+
+    # A break would split each layer around the write and run it eagerly: one more kernel and
+    # launch per layer on a GPU, which the write inside the graph saves.
+    assert dict(counters["graph_break"]) == {}
+    assert counters["stats"]["unique_graphs"] >= 1
+
+
+def test_an_additive_view_attends_exactly_as_its_bool_mask_does() -> None:
+    generator = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(2, 4, 3, 16, generator=generator) for _ in range(3))
+    positions = torch.tensor([[5, 6, 7], [0, 1, 2]])
+    view = causal_view(positions, 24)  # 24 slots: k and v repeated 8 times
+    keys, values = (t.repeat(1, 1, 8, 1) for t in (k, v))
+    additive = view.additive(torch.float32)
+
+    assert additive.mask.dtype == torch.float32
+    assert torch.equal(additive.mask == 0, view.mask)
+    assert additive.additive(torch.float32) is additive  # made once per forward
+    expected = F.scaled_dot_product_attention(q, keys, values, attn_mask=view.mask)
+    got = F.scaled_dot_product_attention(q, keys, values, attn_mask=additive.mask)
+    torch.testing.assert_close(got, expected, rtol=0, atol=0)
 
 
 @pytest.mark.slow
