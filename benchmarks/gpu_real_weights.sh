@@ -29,8 +29,10 @@
 # (PERFGATE_MODEL_CACHE). Every step's command, exit code and duration go to summary.md,
 # whatever happens. OUTDIR gets at most 8 files. The device tool runs one command for at most
 # 10 minutes: run `train`, then `bandwidth sweep`, then `gate` in separate calls (or `launch`
-# with NOISE_RUNS=5 in two calls, then `judge`, where ten launches outlast one). Exit code: 0
-# when every step ended as expected, 1 otherwise.
+# with NOISE_RUNS=5 in two calls, then `judge`, where ten launches outlast one). APPROVE_FORCE=1
+# passes --force to the approval, for a copy of the checkout whose git lags its files (its runs
+# are recorded as made on a dirty tree). Exit code: 0 when every step ended as expected, 1
+# otherwise.
 set -u -o pipefail
 
 smoke=0
