@@ -1,0 +1,267 @@
+"""The decode step's matrix products at 8 rows: cuBLAS against a split-K Triton kernel.
+
+    python benchmarks/skinny_gemm.py --out DIR                  # on a CUDA machine, ~2 minutes
+    TRITON_INTERPRET=1 python benchmarks/skinny_gemm.py --check # the kernel's numbers, on a CPU
+
+A plain decode step of the large configuration at batch 8 spends about two thirds of its time
+in four matrix products per layer, ``x [8, K] @ W.T`` with ``W [N, K]``: the stacked query, key
+and value projection (N 6144, K 2048), the attention's output (2048, 2048), the stacked gate and
+up projection (11264, 2048) and the down projection (2048, 5632). Each reads its weight once, so
+its floor is the weight's bytes over the memory's bandwidth. This times, per shape, 24 products
+with 24 distinct weights (as 24 layers: no weight stays in the L2 cache between two uses)
+captured as one CUDA graph and replayed:
+
+- ``cublas``: ``torch.mm``, what the engine runs;
+- ``cublaslt``: the same with ``torch.backends.cuda.preferred_blas_library("cublaslt")``;
+- ``triton`` configurations of ``skinny_mm`` below: each program multiplies the 8 rows (padded
+  to 16, the smallest tile ``tl.dot`` takes) by BLOCK_N rows of the weight over a 1/SPLIT_K
+  share of K; with SPLIT_K > 1 the shares are added atomically into a float32 output that is
+  zeroed before and cast after, both inside the graph and inside the time.
+
+Writes results.json and results.md (per shape: each way's microseconds a product, GB/s and share
+of --peak-gb-s; the best Triton configuration; the four shapes' sum as a layer's products).
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import os
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import torch
+import triton
+import triton.language as tl
+
+SHAPES = {  # name: (N, K) of perfgate/llama-large's stacked projections
+    "qkv": (6144, 2048),
+    "out": (2048, 2048),
+    "gate_up": (11264, 2048),
+    "down": (2048, 5632),
+}
+LAYERS = 24
+GRIDS = {  # --configs: (BLOCK_N, BLOCK_K, SPLIT_K, num_warps, num_stages)
+    "small": list(itertools.product((16, 32, 64), (128, 256), (1, 2, 4), (4,), (4,))),
+    "wide": list(itertools.product((32, 64), (128, 256), (1, 2), (4, 8), (3, 5, 6))),
+}
+CONFIGS = list(GRIDS["small"])  # the grid --configs chose
+
+
+@triton.jit
+def skinny_mm(
+    x_ptr,
+    w_ptr,
+    y_ptr,
+    M,
+    N,
+    K,
+    stride_xm,
+    stride_wn,
+    stride_ym,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    BLOCK_K: tl.constexpr,
+    SPLIT_K: tl.constexpr,
+):
+    """y[M, N] (+)= x[M, K] @ w[N, K].T over the program's share of K; K % (SPLIT_K * BLOCK_K)
+    must be 0. With SPLIT_K > 1, y is float32 and zeroed by the caller."""
+    pid_n = tl.program_id(0)
+    pid_k = tl.program_id(1)
+    offs_m = tl.arange(0, BLOCK_M)
+    offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    span = K // SPLIT_K
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    for start in range(0, span, BLOCK_K):
+        offs_k = pid_k * span + start + tl.arange(0, BLOCK_K)
+        x = tl.load(
+            x_ptr + offs_m[:, None] * stride_xm + offs_k[None, :],
+            mask=offs_m[:, None] < M,
+            other=0.0,
+        )
+        w = tl.load(
+            w_ptr + offs_n[:, None] * stride_wn + offs_k[None, :],
+            mask=offs_n[:, None] < N,
+            other=0.0,
+        )
+        acc += tl.dot(x, tl.trans(w))
+    out = y_ptr + offs_m[:, None] * stride_ym + offs_n[None, :]
+    inside = (offs_m[:, None] < M) & (offs_n[None, :] < N)
+    if SPLIT_K == 1:
+        tl.store(out, acc.to(y_ptr.dtype.element_ty), mask=inside)
+    else:
+        tl.atomic_add(out, acc, mask=inside)
+
+
+def triton_mm(x: torch.Tensor, w: torch.Tensor, config: tuple[int, ...]) -> torch.Tensor:
+    """x [M, K] @ w [N, K].T by skinny_mm in `config`; M <= 16."""
+    block_n, block_k, split_k, warps, stages = config
+    (m, k), n = x.shape, w.shape[0]
+    assert m <= 16 and k % (split_k * block_k) == 0
+    y = torch.zeros(m, n, device=x.device, dtype=torch.float32 if split_k > 1 else x.dtype)
+    grid = (triton.cdiv(n, block_n), split_k)
+    skinny_mm[grid](
+        x, w, y, m, n, k, x.stride(0), w.stride(0), y.stride(0),
+        BLOCK_M=16, BLOCK_N=block_n, BLOCK_K=block_k, SPLIT_K=split_k,
+        num_warps=warps, num_stages=stages,
+    )  # fmt: skip
+    return y.to(x.dtype) if split_k > 1 else y
+
+
+def fits(shape: tuple[int, int], config: tuple[int, ...]) -> bool:
+    return shape[1] % (config[2] * config[1]) == 0
+
+
+def check(device: str) -> int:
+    """Compare every configuration with torch.mm on small operands of each shape's K."""
+    torch.manual_seed(0)
+    dtype = torch.bfloat16 if device == "cuda" else torch.float32
+    worst = 0.0
+    for (n, k), config in itertools.product(((96, 256), (40, 512)), CONFIGS):
+        if not fits((n, k), config):
+            continue
+        x = torch.randn(8, k, device=device, dtype=dtype)
+        w = torch.randn(n, k, device=device, dtype=dtype) / k**0.5
+        expected = (x.float() @ w.float().t()).to(dtype)
+        got = triton_mm(x, w, config)
+        err = (got.float() - expected.float()).abs().max().item()
+        worst = max(worst, err)
+        print(f"N {n} K {k} config {config}: max error {err:.2e}", file=sys.stderr)
+    print(f"worst error {worst:.2e}")
+    return 0 if worst < 0.05 else 1
+
+
+def time_graph(fn: Callable[[], object], replays: int = 50, blocks: int = 5) -> float:
+    """Milliseconds per replay of fn captured as one CUDA graph, median of blocks."""
+    side = torch.cuda.Stream()  # type: ignore[no-untyped-call]
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        fn()
+        fn()
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        fn()
+    times = []
+    for _ in range(blocks):
+        start = torch.cuda.Event(enable_timing=True)  # type: ignore[no-untyped-call]
+        end = torch.cuda.Event(enable_timing=True)  # type: ignore[no-untyped-call]
+        start.record()
+        for _ in range(replays):
+            graph.replay()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end) / replays)
+    return float(sorted(times)[len(times) // 2])
+
+
+def products(
+    x: torch.Tensor,
+    weights: list[torch.Tensor],
+    mm: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
+) -> float:
+    """Microseconds a product of x by each of the weights, as one graph."""
+    return time_graph(lambda: [mm(x, w) for w in weights]) * 1e3 / len(weights)
+
+
+def measure(args: argparse.Namespace) -> dict[str, Any]:
+    torch.manual_seed(0)
+    results: dict[str, Any] = {
+        "device_name": torch.cuda.get_device_name(),
+        "torch_version": torch.__version__,
+        "triton_version": triton.__version__,
+        "rows": args.rows,
+        "peak_gb_s": args.peak_gb_s,
+        "shapes": {},
+    }
+    for name, (n, k) in SHAPES.items():
+        weights = [torch.randn(n, k, device="cuda", dtype=torch.bfloat16) for _ in range(LAYERS)]
+        x = torch.randn(args.rows, k, device="cuda", dtype=torch.bfloat16)
+        ways: dict[str, float] = {}
+
+        ways["cublas"] = products(x, weights, lambda a, b: a @ b.t())
+        torch.backends.cuda.preferred_blas_library("cublaslt")
+        ways["cublaslt"] = products(x, weights, lambda a, b: a @ b.t())
+        torch.backends.cuda.preferred_blas_library("cublas")
+        for config in CONFIGS:
+            if fits((n, k), config):
+                reference = (x @ weights[0].t()).float()
+                error = (triton_mm(x, weights[0], config).float() - reference).abs().max().item()
+                scale = reference.abs().max().item()
+                if error > 0.02 * scale:
+                    ways[f"triton {config} WRONG"] = float("nan")
+                    continue
+                ways[f"triton {config}"] = products(
+                    x, weights, lambda a, b, c=config: triton_mm(a, b, c)
+                )
+        results["shapes"][name] = {"n": n, "k": k, "bytes": n * k * 2, "us": ways}
+        (args.out / "results.json").write_text(json.dumps(results, indent=2) + "\n")  # so far
+        best = min((v, w) for w, v in ways.items() if w.startswith("triton") and v == v)
+        print(f"{name}: cublas {ways['cublas']:.2f} us, best {best[1]} {best[0]:.2f} us",
+              file=sys.stderr)  # fmt: skip
+    return results
+
+
+def render(results: dict[str, Any]) -> str:
+    peak = results["peak_gb_s"]
+    lines = [
+        f"# Matrix products at {results['rows']} rows on {results['device_name']}",
+        "",
+        f"torch {results['torch_version']}, triton {results['triton_version']}; {LAYERS} "
+        f"products with distinct weights per CUDA graph; share of {peak:.0f} GB/s.",
+        "",
+        "| shape (N x K) | way | us a product | GB/s | of peak |",
+        "| --- | --- | ---: | ---: | ---: |",
+    ]
+    sums = {"cublas": 0.0, "cublaslt": 0.0, "best triton": 0.0}
+    for name, shape in results["shapes"].items():
+        us = shape["us"]
+        tritons = {w: v for w, v in us.items() if w.startswith("triton") and v == v}
+        best = min(tritons, key=tritons.__getitem__)
+        for way in ("cublas", "cublaslt", best):
+            rate = shape["bytes"] / us[way] / 1e3
+            label = f"{name} ({shape['n']} x {shape['k']})"
+            lines.append(f"| {label} | {way} | {us[way]:.2f} | {rate:.0f} | {rate / peak:.0%} |")
+        sums["cublas"] += us["cublas"]
+        sums["cublaslt"] += us["cublaslt"]
+        sums["best triton"] += us[best]
+    total = sum(shape["bytes"] for shape in results["shapes"].values())
+    lines += ["", "A layer's four products:", "", "| way | us | GB/s | of peak |"]
+    lines.append("| --- | ---: | ---: | ---: |")
+    for way, us_sum in sums.items():
+        rate = total / us_sum / 1e3
+        lines.append(f"| {way} | {us_sum:.2f} | {rate:.0f} | {rate / peak:.0%} |")
+    lines += ["", "Every Triton configuration (us a product):", ""]
+    for name, shape in results["shapes"].items():
+        timed = sorted((v, w) for w, v in shape["us"].items() if w.startswith("triton"))
+        lines.append(f"- {name}: " + ", ".join(f"{w[7:]} {v:.2f}" for v, w in timed))
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--out", type=Path)
+    parser.add_argument("--rows", type=int, default=8)
+    parser.add_argument("--peak-gb-s", type=float, default=4800.0)
+    parser.add_argument("--check", action="store_true", help="only compare with torch.mm")
+    parser.add_argument("--configs", choices=sorted(GRIDS), default="small")
+    args = parser.parse_args(argv)
+    CONFIGS[:] = GRIDS[args.configs]
+    if args.check:
+        return check("cpu" if os.environ.get("TRITON_INTERPRET") == "1" else "cuda")
+    if args.out is None:
+        parser.error("--out is required unless --check")
+    args.out.mkdir(parents=True, exist_ok=True)
+    results = measure(args)
+    (args.out / "results.json").write_text(json.dumps(results, indent=2) + "\n")
+    text = render(results)
+    (args.out / "results.md").write_text(text)
+    print(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
