@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
 from perfgate.config import find_config, load_config
+from perfgate.engines.embedded.loading import draft_config, target_config
+from perfgate.engines.embedded.model_dirs import resolve_model
+from perfgate.engines.embedded.parallel import check_split
 from perfgate.errors import ConfigError, ExitCode
 
 from .conftest import TINY_SCENARIO, write_config
@@ -30,6 +34,20 @@ def test_loads_the_repository_config() -> None:
     reported = [s.name for s in config.scenarios.values() if s.equivalence == "report"]
     assert reported == ["embedded-large-tp2"]
     assert config.scenarios["embedded-large-gpu"].spec_extra_args == ()
+
+
+def test_the_eight_gpu_scenario_is_the_gpu_scenario_split_over_eight_ranks() -> None:
+    config = load_config(Path(__file__).resolve().parent.parent / "perfgate.toml")
+    one, eight = config.scenarios["embedded-large-gpu"], config.scenarios["embedded-large-tp8"]
+    assert (one.tp, eight.tp) == (1, 8)
+    # Trained weights and real acceptance: the same model, draft, prompts, gate and tolerances.
+    assert replace(eight, name=one.name, tp=1, startup_timeout_s=one.startup_timeout_s) == one
+    # Every attention and MLP block of the target and the draft splits evenly over 8 ranks.
+    target = target_config(resolve_model(eight.model))
+    draft = draft_config(resolve_model(str(eight.draft)))
+    for sizes in (target, draft):
+        check_split(eight.tp, sizes.n_head, sizes.ffn_dim, "--model-path")
+        assert sizes.n_head // eight.tp == 2
 
 
 def test_paths_resolve_against_the_config_folder(tmp_path: Path) -> None:

@@ -79,6 +79,7 @@ def test_the_shipped_scenarios_keep_their_digests() -> None:
         "embedded-default": "87eeefd398ae3be4",
         "embedded-large-gpu": "d43e5ff587a87cae",
         "embedded-large-tp2": "08f5533b8cc7c15c",
+        "embedded-large-tp8": "a79620ce08c1a229",
         "embedded-tp2": "406f3b397c521798",
         "llama31-8b-eagle3-tp1": "e4dd71f54c32bc6f",
         "llama33-70b-eagle3-tp8": "f93ef0826d9ae8a8",

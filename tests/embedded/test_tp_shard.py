@@ -13,7 +13,15 @@ import torch
 from torch import Tensor
 
 from perfgate.engines.embedded.loading import load_draft, load_target
-from perfgate.engines.embedded.model import Attention, causal_view
+from perfgate.engines.embedded.model import (
+    Attention,
+    DraftConfig,
+    Eagle3Draft,
+    TargetConfig,
+    Transformer,
+    causal_view,
+    init_weights,
+)
 from perfgate.engines.embedded.parallel import (
     RowParallelLinear,
     TensorGroup,
@@ -32,8 +40,13 @@ WORLD = 2
 class _Sums:
     """What the ranks' threads share: a barrier and each rank's partial output."""
 
-    barrier: threading.Barrier = field(default_factory=lambda: threading.Barrier(WORLD))
-    parts: list[Tensor | None] = field(default_factory=lambda: [None] * WORLD)
+    world: int = WORLD
+    barrier: threading.Barrier = field(init=False)
+    parts: list[Tensor | None] = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.barrier = threading.Barrier(self.world)
+        self.parts = [None] * self.world
 
 
 @dataclass(frozen=True)
@@ -49,18 +62,18 @@ class ThreadGroup(TensorGroup):
         return x
 
 
-def _groups() -> list[ThreadGroup]:
-    sums = _Sums()
-    return [ThreadGroup(rank, WORLD, None, None, sums) for rank in range(WORLD)]
+def _groups(world: int = WORLD) -> list[ThreadGroup]:
+    sums = _Sums(world)
+    return [ThreadGroup(rank, world, None, None, sums) for rank in range(world)]
 
 
-def _on_every_rank(run: Callable[[int], Tensor]) -> list[Tensor]:
+def _on_every_rank(run: Callable[[int], Tensor], world: int = WORLD) -> list[Tensor]:
     def in_inference(rank: int) -> Tensor:
         with torch.inference_mode():  # a mode per thread
             return run(rank)
 
-    with ThreadPoolExecutor(WORLD) as pool:
-        return list(pool.map(in_inference, range(WORLD)))
+    with ThreadPoolExecutor(world) as pool:
+        return list(pool.map(in_inference, range(world)))
 
 
 @torch.inference_mode()
@@ -99,6 +112,37 @@ def test_two_draft_head_shards_compute_the_whole_heads_output() -> None:
 
     for logits in results:
         torch.testing.assert_close(logits, expected, rtol=1e-4, atol=1e-4)
+
+
+@torch.inference_mode()
+def test_eight_shards_of_a_target_and_head_split_as_the_large_ones_compute_the_whole() -> None:
+    # perfgate/llama-large at --tp-size 8 gives each rank 2 of 16 heads; so does this one, at a
+    # size a CPU test can afford. The ranks are threads whose all-reduce sums their parts.
+    config = TargetConfig(n_layer=2, dim=128, n_head=16, ffn_dim=384, max_seq_len=256)
+    draft_config = DraftConfig(dim=128, n_head=16, ffn_dim=384, feature_layers=(1, 1, 2))
+    targets = [Transformer(config) for _ in range(1 + 8)]
+    drafts = [Eagle3Draft(draft_config, target) for target in targets]
+    for model, seed in (*((t, 0) for t in targets), *((d, 1) for d in drafts)):
+        init_weights(model, seed)
+        model.setup_cache(1)
+    for target, draft, group in zip(targets[1:], drafts[1:], _groups(8), strict=True):
+        shard_model(target, group)
+        shard_model(draft, group)
+    tokens = torch.tensor([PROMPTS[1]])
+    positions = torch.arange(tokens.shape[1]).unsqueeze(0)
+    view = causal_view(positions, 128)
+    hidden = torch.randn(1, tokens.shape[1], 128, generator=torch.Generator().manual_seed(0))
+
+    expected, _ = targets[0](tokens, positions, view)
+    expected_draft, _ = drafts[0](tokens, hidden, positions, view)
+    results = _on_every_rank(lambda rank: targets[1 + rank](tokens, positions, view)[0], 8)
+    drafted = _on_every_rank(lambda rank: drafts[1 + rank](tokens, hidden, positions, view)[0], 8)
+
+    assert targets[1].layers[0].attention.n_head == 2
+    for logits in results:
+        torch.testing.assert_close(logits, expected, rtol=1e-4, atol=1e-4)
+    for logits in drafted:
+        torch.testing.assert_close(logits, expected_draft, rtol=1e-4, atol=1e-4)
 
 
 def test_a_shard_holds_its_heads_and_their_cache_and_reduces_after_out_and_down() -> None:
