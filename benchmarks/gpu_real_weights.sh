@@ -17,7 +17,8 @@
 #   sweep      benchmarks/gpu_engine.py with the draft's real acceptance at steps SWEEP_STEPS
 #              (1-6): tok/s plain and EAGLE-3, accept length, phase shares (sweep.md, .json);
 #   launch     NOISE_RUNS (10) fresh launches, `perfgate run --no-gate --refresh-plain` of
-#              scenario embedded-large-gpu (equivalence gated under the every-token rule); a
+#              scenario SCENARIO (default embedded-large-gpu; embedded-large-tp8 on eight
+#              GPUs), equivalence gated under the every-token rule; a
 #              series of launches may span calls: it runs from the first launch after the
 #              last judge stage;
 #   judge      the series' between-launch and within-run spread (benchmarks/launch_noise.py:
@@ -65,7 +66,7 @@ export PYTHONUNBUFFERED=1
 exec > >(tee "$out/run.log") 2>&1
 cd "$repo" || exit 1
 
-scenario=embedded-large-gpu
+scenario=${SCENARIO:-embedded-large-gpu}
 config=$repo/perfgate.toml
 steps=${SWEEP_STEPS:-1-6}
 runs=${NOISE_RUNS:-10}

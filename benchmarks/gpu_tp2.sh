@@ -7,7 +7,10 @@
 #
 # Stages, on scenario embedded-large-tp2 of perfgate.toml (TP2) and the same at tp = 1 (TP1,
 # named embedded-large-gpu here): seeded weights (--load-format dummy) and simulated acceptance,
-# so they measure speed only and need no trained weights:
+# so they measure speed only and need no trained weights. TP_SCENARIO names another scenario
+# of perfgate.toml to run in its place, such as embedded-large-tp8 on eight GPUs (its tp labels
+# the tables; it needs what that scenario needs: trained weights for embedded-large-tp8, and
+# NCCL_PROTOS, default "LL,Simple", can add LL128 to the sweep and the profiles):
 #   compare  `perfgate run --no-gate` of each: tok/s, verify ms and cycle ms, plain and EAGLE-3,
 #            TP1 against TP2, the per-rank spread of cycle time, and the prompts whose plain
 #            (greedy) outputs are token-identical at TP1 and TP2 (compare.md);
@@ -67,7 +70,8 @@ tee_pid=$!
 cd "$repo" || exit 1
 
 tp1=embedded-large-gpu
-tp2=embedded-large-tp2
+tp2=${TP_SCENARIO:-embedded-large-tp2}
+protos=${NCCL_PROTOS:-LL,Simple}
 config=$work/perfgate.toml
 steps=${SWEEP_STEPS:-1-6}
 sweep_repeats=${SWEEP_REPEATS:-3}
@@ -127,6 +131,8 @@ for name, tp in ((tp1, 1), (tp2, scenario.get("tp", 1))):
     print()
 EOF
 fi
+tpn=$("$python" -c "import sys, tomllib; print(tomllib.load(open(sys.argv[1], 'rb'))['scenarios'][sys.argv[2]].get('tp', 1))" "$config" "$tp2") || exit 1
+export TP_LABEL="TP$tpn" # names the split in every table and step
 db="sqlite:///$work/history.db"
 hidden=$work hidden_as=WORK
 summary=$out/summary.md
@@ -135,7 +141,7 @@ failed=0
 {
   echo "# TP1 against TP2 on the embedded engine: $(date -u +%FT%TZ)"
   echo
-  echo "Stages: ${stages[*]}; config: ${config/#$repo/.}; scenarios $tp1 (TP1), $tp2 (TP2)."
+  echo "Stages: ${stages[*]}; config: ${config/#$repo/.}; scenarios $tp1 (TP1), $tp2 ($TP_LABEL)."
   echo
   echo '```'
   nvidia-smi -L 2> /dev/null || echo "no nvidia-smi"
@@ -159,11 +165,11 @@ stage_compare() {
       --no-gate --db "$db" --report ''
   done
   step "compare table" 0 60 "$python" - "$work/history.db" "$tp1" "$tp2" "$out/compare.md" <<'EOF'
-import json, sqlite3, statistics, sys
+import json, os, sqlite3, statistics, sys
 db, tp1, tp2, target = sys.argv[1:5]
 con = sqlite3.connect(db)
 lines = [
-    f"# TP1 ({tp1}) against TP2 ({tp2})",
+    f"# TP1 ({tp1}) against {os.environ['TP_LABEL']} ({tp2})",
     "",
     "Medians over the repeats of one `perfgate run --no-gate` each; phase times are rank 0's.",
     "",
@@ -208,7 +214,7 @@ if one and len(one) == len(two):
     parts = [next((i for i, (a, b) in enumerate(zip(x, y)) if a != b), None) for x, y in zip(one, two)]
     same = sum(p is None and len(x) == len(y) for p, x, y in zip(parts, one, two))
     where = ", ".join(f"prompt {k} at token {p}" for k, p in enumerate(parts) if p is not None)
-    lines += ["", f"Plain outputs, TP2 against TP1: {same}/{len(one)} prompts token-identical"
+    lines += ["", f"Plain outputs, {os.environ['TP_LABEL']} against TP1: {same}/{len(one)} prompts token-identical"
               + (f"; parted: {where}" if where else "") + "."]
 open(target, "w").write("\n".join(lines) + "\n")
 print("\n".join(lines))
@@ -219,8 +225,8 @@ EOF
 stage_sweep() {
   # Exit 1 is expected where simulated acceptance makes the speculative outputs differ.
   step "sweep" "0|1" "$sweep_limit" "$python" -m perfgate sweep --config "$config" --scenario "$tp2" \
-    --name tp2-nccl --steps "$steps" --env NCCL_PROTO=LL,Simple --env NCCL_ALGO=Ring,Tree \
-    --repeats "$sweep_repeats" --budget-s "$sweep_budget" --db "$db" --profile tp2 \
+    --name "${TP_LABEL,,}-nccl" --steps "$steps" --env "NCCL_PROTO=$protos" --env NCCL_ALGO=Ring,Tree \
+    --repeats "$sweep_repeats" --budget-s "$sweep_budget" --db "$db" --profile "${TP_LABEL,,}" \
     --json "$out/sweep.json" --markdown "$out/sweep.md"
   step "sweep: did NCCL settings move verify" 0 60 "$python" - "$work/history.db" \
     "$out/sweep.json" "$work/sweep-noise.md" <<'EOF'
@@ -293,20 +299,22 @@ profile_once() { # profile_once LABEL [VAR=VALUE...]: profile the TP2 spec serve
 stage_profile() {
   profile_once default
   cp "$work/profile-default/profile.json" "$out/profile.json" 2> /dev/null
-  for proto in LL Simple; do
+  local labels=(default)
+  for proto in ${protos//,/ }; do
     for algo in Ring Tree; do
       profile_once "$proto-$algo" "NCCL_PROTO=$proto" "NCCL_ALGO=$algo"
+      labels+=("$proto-$algo")
     done
   done
-  step "profile table" 0 60 "$python" - "$work" "$out/profile.md" <<'EOF'
-import collections, gzip, json, pathlib, re, sys
-work, target = pathlib.Path(sys.argv[1]), sys.argv[2]
+  step "profile table" 0 60 "$python" - "$work" "$out/profile.md" "${labels[@]}" <<'EOF'
+import collections, gzip, json, os, pathlib, re, sys
+work, target, labels = pathlib.Path(sys.argv[1]), sys.argv[2], sys.argv[3:]
 COMM = re.compile(r"nccl|all_?reduce", re.I)
-lines = ["# Profile of the TP2 speculative server (rank 0's trace)", "",
+lines = [f"# Profile of the {os.environ['TP_LABEL']} speculative server (rank 0's trace)", "",
          "| environment | graphs | verify ms per cycle | communication ms | share of verify |",
          "| --- | --- | ---: | ---: | ---: |"]
 kernels = []
-for label in ["default", "LL-Ring", "LL-Tree", "Simple-Ring", "Simple-Tree"]:
+for label in labels:
     folder = work / f"profile-{label}"
     try:
         report = json.loads((folder / "profile.json").read_text())
@@ -434,7 +442,7 @@ stage_endings() {
     note "engine processes running before the endings: $left"
   fi
   {
-    echo "# $endings abrupt endings of a TP2 \`perfgate run\`"
+    echo "# $endings abrupt endings of a $TP_LABEL \`perfgate run\`"
     echo
     echo "GPU memory used before (MiB per GPU): ${before_mem:-no nvidia-smi}; slack $mem_slack MiB."
     echo "Milliseconds count from the signal. 'left' lists engine processes still there after 60 s."
@@ -448,7 +456,7 @@ stage_endings() {
     ((i % 2 == 0)) && when="spec start"
     one_ending "$i" "${signals[$(((i - 1) % 3))]}" "$when"
   done
-  step "a whole TP2 run after the endings" 0 "$run_limit" "$python" -m perfgate run \
+  step "a whole $TP_LABEL run after the endings" 0 "$run_limit" "$python" -m perfgate run \
     --config "$config" --scenario "$tp2" --no-gate --db "$db" --report ''
   cp "$work/endings.md" "$out/endings.md"
 }
