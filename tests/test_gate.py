@@ -125,6 +125,21 @@ def test_a_run_whose_repeats_are_mostly_slow_is_slow() -> None:
     assert estimate is not None and -0.07 < estimate.change < -0.05
 
 
+def test_a_lone_run_with_one_stray_repeat_can_pass() -> None:
+    # One repeat of three 4.5% behind its run, no change: the run's repeats scatter far more
+    # than the baseline's, which widens the regression end of its interval (a run slow by
+    # the chance of its repeats is no regression) but not the pass end, so one run passes.
+    base = runs(31, 5, repeats=3)
+    for seed in range(40, 50):
+        current = runs(seed, 1, repeats=3)
+        current[0][1] *= 0.955
+        verdict = judge_metric("output_tok_s", base, current, 0.03, max_runs=3)
+        assert verdict.status is Status.PASS, verdict.message
+        assert "1 of 3 repeats" in verdict.message, "the mean was judged too"
+    estimate = estimate_change(base, current, direction=Direction.HIGHER_IS_BETTER)
+    assert estimate is not None and estimate.pass_se < estimate.se / 2
+
+
 def test_the_spread_between_runs_sets_the_error_not_the_repeats() -> None:
     # Quiet repeats (0.1%), but every server launch lands 2% apart: a 4% drop in one run is
     # not proof of a 3%+ regression. A test on the repeats alone would call it certain.

@@ -56,12 +56,15 @@ class ChangeEstimate:
     runs'; a value of log(0.95) means the current runs sit 5% below the baseline. ``se`` is
     its standard error and ``df`` the degrees of freedom behind ``se`` (Student's t applies).
     ``se`` is ``inf`` when nothing tells how noisy the metric is (one value on each side):
-    no decision can then be made. ``centre`` says how a run was summarised: by the median of
+    no decision can then be made. ``pass_se`` is the standard error a pass is judged by:
+    ``se`` without a lone current run's excess spread (see :func:`estimate_change`), the same
+    as ``se`` otherwise. ``centre`` says how a run was summarised: by the median of
     its repeats (robust to a few slow ones) or by their mean (every slow repeat counts).
     """
 
     log_change: float
     se: float
+    pass_se: float
     df: float
     baseline: float  # the baseline's centre: exp(mean of its runs' log-centres)
     current: float  # the current runs' centre, alike
@@ -170,8 +173,11 @@ def estimate_change(
     spread, pooled over every run, at least :data:`MIN_SPREAD`) implies for that many
     repeats: a baseline whose few runs agree by chance does not make the gate overconfident.
     A lone current run whose own repeats scatter significantly more than the baseline's adds
-    that excess to its own variance: nothing else shows how far such a run may sit from its
-    server's usual value. With one run on each side the spread between launches is unseen
+    that excess to its own variance in ``se``, the error a regression is claimed by: nothing
+    else shows how far such a run may sit from its server's usual value, and a run slow by
+    the chance of its scattered repeats is no regression. ``pass_se`` leaves the excess out,
+    for a pass where the excess comes from a few slow repeats that the mean is judged on
+    (perfgate.gate.evidence). With one run on each side the spread between launches is unseen
     (``between_run_sd`` is None) and the repeats are all there is.
     """
     base, cur = clean_runs(baseline_runs), clean_runs(current_runs)
@@ -190,10 +196,12 @@ def estimate_change(
     model = _pooled if centre == "median" else _separate
     spread = model(base_values, cur_values, floor)
     within_df = float(max(sum(len(r) - 1 for r in (*base, *cur)), 1))
-    cur_var = spread.current + (_excess(summary, base, cur) if len(cur) == 1 else 0.0)
+    excess = _excess(summary, base, cur) if len(cur) == 1 else 0.0
+    shared_var = spread.baseline / len(base) + spread.current / len(cur)
     return ChangeEstimate(
         log_change=_mean(cur_values) - _mean(base_values),
-        se=math.sqrt(spread.baseline / len(base) + cur_var / len(cur)),
+        se=math.sqrt(shared_var + excess),
+        pass_se=math.sqrt(shared_var),
         df=spread.df if spread.df is not None else within_df,  # one run each side
         baseline=math.exp(_mean(base_values)),
         current=math.exp(_mean(cur_values)),

@@ -83,18 +83,23 @@ def decide(
     alpha: float,
     beta: float = DEFAULT_BETA,
     final: bool = True,
+    pass_with_excess: bool = True,
 ) -> Judgement:
     """Decide one estimate at level ``alpha`` (already corrected for the family).
 
     Returns a :class:`Judgement` whose interval runs from the ``beta`` lower bound to the
     ``alpha`` upper bound of the goodness, converted back to the metric's relative change.
+    The upper bound (a regression's) rests on the estimate's ``se``; the lower bound (a
+    pass's) too, unless ``pass_with_excess`` is False: then on its ``pass_se``, which leaves
+    out a lone current run's excess spread.
     With one run on each side (the spread between launches unseen) a claim is made only when
     ``final`` says no other run can ever come and the repeats alone must do, as when a
     sweep compares two of its points; the gate itself passes ``final=False``.
     """
     worst, best = tolerance_bounds(direction, tolerance)
     g = goodness(estimate, direction)
-    low = g - t_ppf(1.0 - beta, estimate.df) * estimate.se  # -inf when se is inf
+    pass_se = estimate.se if pass_with_excess else estimate.pass_se
+    low = g - t_ppf(1.0 - beta, estimate.df) * pass_se  # -inf when se is inf
     high = g + t_ppf(1.0 - alpha, estimate.df) * estimate.se
     if not estimate.between_seen and not final:
         status = Status.INCONCLUSIVE

@@ -56,10 +56,10 @@ from dataclasses import dataclass, replace
 
 from perfgate.gate.estimate import ChangeEstimate
 from perfgate.gate.evidence import (
-    MEDIAN_SHARE,
     Evidence,
     decide_evidence,
     gather_evidence,
+    mean_share,
     produced_nothing,
 )
 from perfgate.gate.interval import (
@@ -70,7 +70,7 @@ from perfgate.gate.interval import (
     p_regression,
     tolerance_bounds,
 )
-from perfgate.gate.looks import MIN_SETTLE_CHANCE, look_levels, settle_chance
+from perfgate.gate.looks import look_levels, min_settle_chance, settle_chance
 from perfgate.gate.verdict import Status, Verdict
 from perfgate.metrics import METRICS
 from perfgate.spec.document import DEFAULT_ALPHA
@@ -182,23 +182,22 @@ def judge_look(
     evidence: dict[str, Evidence] = {}
     for metric in gated:
         tolerance = tolerances.get(metric, DEFAULT_TOLERANCE)
-        found = _unjudgeable(metric, baseline, current, tolerance)
+        found = _unjudgeable(metric, baseline, current, tolerance, (number, max_runs))
         if isinstance(found, Verdict):
             verdicts[metric] = found
         else:
             evidence[metric] = found
     levels = holm_levels({m: e.p_regression for m, e in evidence.items()}, look_alpha)
-    settles: list[float] = []
+    worth_another = False
     for metric, level in levels.items():
         judgement = decide_evidence(evidence[metric], alpha=level, beta=look_beta)
         last = (level * last_alpha / look_alpha, last_beta)
         judgement = _with_settle(judgement, evidence[metric], max_runs, last)
-        if judgement.settle is not None:
-            settles.append(judgement.settle)
+        worth_another = worth_another or _worth_another_run(judgement)
         verdicts[metric] = to_verdict(metric, judgement, evidence[metric].tolerance, max_runs)
     ordered = [verdicts[metric] for metric in gated]
     regression = any(v.status is Status.REGRESSION for v in ordered)
-    another = number < max_runs and not regression and any(c >= MIN_SETTLE_CHANCE for c in settles)
+    another = number < max_runs and not regression and worth_another
     return Look(ordered, number, max_runs, another)
 
 
@@ -207,8 +206,12 @@ def _unjudgeable(
     baseline: Mapping[str, Sequence[Sequence[float]]],
     current: Mapping[str, Sequence[Sequence[float]]],
     tolerance: float,
+    look: tuple[int, int],
 ) -> Verdict | Evidence:
-    """A metric's evidence, or the verdict that needs none (nothing produced, no samples)."""
+    """A metric's evidence, or the verdict that needs none (nothing produced, no samples).
+
+    ``look`` is the look's number and the run budget.
+    """
     runs = current.get(metric, ())
     nothing = produced_nothing(metric, runs)
     if nothing is not None:
@@ -222,7 +225,12 @@ def _unjudgeable(
         )
     problem = _missing(metric, baseline, current)
     direction = METRICS[metric].direction
-    found = None if problem else gather_evidence(baseline[metric], runs, direction, tolerance)
+    found = None
+    if not problem:
+        number, max_runs = look
+        found = gather_evidence(
+            baseline[metric], runs, direction, tolerance, look=number, max_runs=max_runs
+        )
     if found is None:
         reason = problem or "no positive, finite samples"
         return Verdict(metric, Status.ERROR, reason, tolerance=tolerance)
@@ -246,13 +254,17 @@ def _with_settle(
 ) -> Judgement:
     """The judgement with the chance that the remaining runs settle it, if inconclusive.
 
-    ``last`` holds the metric's alpha and beta at the last look.
+    ``last`` holds the metric's alpha and beta at the last look, where the test that decided
+    gets its share of that alpha as split at the last look (perfgate.gate.evidence).
     """
     if judgement.status is not Status.INCONCLUSIVE:
         return judgement
     worst, _ = tolerance_bounds(evidence.direction, evidence.tolerance)
-    by_mean = judgement.estimate.centre == "mean"
-    share = (1.0 - MEDIAN_SHARE) if by_mean else evidence.median_share
+    last_mean = mean_share(max_runs, max_runs)
+    if judgement.estimate.centre == "mean":
+        share = last_mean
+    else:
+        share = 1.0 - last_mean if evidence.tail.heavier else 1.0
     chance = settle_chance(
         judgement.estimate,
         goodness(judgement.estimate, evidence.direction),
@@ -262,6 +274,13 @@ def _with_settle(
         beta=last[1],
     )
     return replace(judgement, settle=chance)
+
+
+def _worth_another_run(judgement: Judgement) -> bool:
+    """Whether the remaining runs would settle this judgement likely enough to measure one."""
+    if judgement.settle is None:
+        return False
+    return judgement.settle >= min_settle_chance(judgement.estimate.centre)
 
 
 def judge_runs(
@@ -343,7 +362,7 @@ def _undecided(judgement: Judgement, max_runs: int) -> str:
         reason = "; the interval crosses the tolerance"
     if e.current_runs >= max_runs:
         return reason + "; the run budget is spent"
-    if judgement.settle is not None and judgement.settle < MIN_SETTLE_CHANCE:
+    if judgement.settle is not None and not _worth_another_run(judgement):
         left = max_runs - e.current_runs
         return reason + (
             f"; {left} more run{'s' if left > 1 else ''} would likely not settle it "
