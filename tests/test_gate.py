@@ -140,6 +140,24 @@ def test_a_lone_run_with_one_stray_repeat_can_pass() -> None:
     assert estimate is not None and estimate.pass_se < estimate.se / 2
 
 
+def test_a_lone_runs_median_error_leaves_out_the_repeats_its_median_leaves_out() -> None:
+    # One repeat of three 20% behind, far outside the bulk of its run: the run's median keeps
+    # the other two, so the error of that median rests on their scatter, not on the outlier's.
+    # The mean counts the outlier in full, and its error does too.
+    base = runs(31, 5, repeats=3)
+    for seed in range(40, 50):
+        current = runs(seed, 1, repeats=3)
+        current[0][1] *= 0.8
+        higher = Direction.HIGHER_IS_BETTER
+        by_median = estimate_change(base, current, direction=higher)
+        by_mean = estimate_change(base, current, centre="mean")
+        assert by_median is not None and by_mean is not None
+        assert by_median.se == by_median.pass_se  # no excess from the outlier
+        assert by_mean.se > 3 * by_mean.pass_se
+        verdict = judge_metric("output_tok_s", base, current, 0.03, max_runs=3)
+        assert verdict.status is not Status.REGRESSION, verdict.message
+
+
 def test_the_spread_between_runs_sets_the_error_not_the_repeats() -> None:
     # Quiet repeats (0.1%), but every server launch lands 2% apart: a 4% drop in one run is
     # not proof of a 3%+ regression. A test on the repeats alone would call it certain.

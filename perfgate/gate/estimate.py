@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from perfgate.gate.stats import (
+    bulk,
     f_sf,
     median,
     median_of_bulk,
@@ -186,8 +187,10 @@ def estimate_change(
     summary = _SUMMARIES[centre]
     noise = _robust_sd([*base, *cur])
     centre_of = summary.centre
+    own = cur  # the repeats a lone current run's own spread is taken from
     if centre == "median" and direction is not None:
         centre_of = _bulk_median(direction, outlier_reach(noise))
+        own = [_bulk_of(direction, outlier_reach(noise), run) for run in cur]
     base_values, cur_values = [centre_of(r) for r in base], [centre_of(r) for r in cur]
     repeats = int(median([len(r) for r in (*base, *cur)]))
     floor = max(noise or 0.0, MIN_SPREAD) ** 2 * summary.variance_factor(repeats)
@@ -196,7 +199,7 @@ def estimate_change(
     model = _pooled if centre == "median" else _separate
     spread = model(base_values, cur_values, floor)
     within_df = float(max(sum(len(r) - 1 for r in (*base, *cur)), 1))
-    excess = _excess(summary, base, cur) if len(cur) == 1 else 0.0
+    excess = _excess(summary, base, own) if len(cur) == 1 else 0.0
     shared_var = spread.baseline / len(base) + spread.current / len(cur)
     return ChangeEstimate(
         log_change=_mean(cur_values) - _mean(base_values),
@@ -222,6 +225,12 @@ def outlier_reach(noise: float | None) -> float:
     when no run has two repeats): :data:`OUTLIER_SPREADS` of it, at least of MIN_SPREAD.
     """
     return OUTLIER_SPREADS * max(noise or 0.0, MIN_SPREAD)
+
+
+def _bulk_of(direction: Direction, reach: float, run: Sequence[float]) -> list[float]:
+    """The repeats of a run that its median keeps (stats.bulk, on the goodness scale)."""
+    sign = 1.0 if direction is Direction.HIGHER_IS_BETTER else -1.0
+    return [sign * v for v in bulk([sign * v for v in run], reach)]
 
 
 def _bulk_median(direction: Direction, reach: float) -> Callable[[Sequence[float]], float]:

@@ -41,6 +41,16 @@ def median_of_bulk(values: Sequence[float], reach: float) -> float:
     >>> median_of_bulk([-0.67, -0.4, 0.0], reach=0.1)  # two of three repeats far behind
     0.0
     """
+    return median(bulk(values, reach))
+
+
+def bulk(values: Sequence[float], reach: float) -> list[float]:
+    """The largest group of values within ``reach`` of each other, sorted; of groups of equal
+    size the one of the largest values (see median_of_bulk).
+
+    >>> bulk([0.0, -0.4, -0.001, 0.2, 0.001], reach=0.1)
+    [-0.001, 0.0, 0.001]
+    """
     ordered = sorted(values)
     if not ordered:
         raise ValueError("median of no values")
@@ -51,7 +61,7 @@ def median_of_bulk(values: Sequence[float], reach: float) -> float:
             end += 1
         if end - start + 1 >= best_size:
             best_start, best_size = start, end - start + 1
-    return median(ordered[best_start : best_start + best_size])
+    return ordered[best_start : best_start + best_size]
 
 
 def median_variance_factor(n: int) -> float:
