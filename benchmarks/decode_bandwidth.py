@@ -70,8 +70,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--kernels",
         action="store_true",
-        help="on CUDA, also trace 20 replays of the last variant's decode step (torch.profiler) "
-        "and write the kernels that take its time to kernels.md",
+        help="on CUDA, also trace 20 replays of each compiled variant's decode step "
+        "(torch.profiler) and write the kernels that take its time to kernels.md (the default "
+        "mode), kernels-1.md, ... (each --compile-mode)",
     )
     return parser.parse_args(argv)
 
@@ -292,12 +293,18 @@ def render(results: dict[str, Any]) -> str:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     args.out.mkdir(parents=True, exist_ok=True)
-    results = measure(args)
-    (args.out / "results.json").write_text(json.dumps(results, indent=2) + "\n")
-    text = render(results)
-    (args.out / "results.md").write_text(text)
-    print(text)
+    write_results(args.out, measure(args), render)
     return 0
+
+
+def write_results(
+    out: Path, results: dict[str, Any], render: Callable[[dict[str, Any]], str]
+) -> None:
+    """Write results.json and results.md (render's table) to out, and print the table."""
+    (out / "results.json").write_text(json.dumps(results, indent=2) + "\n")
+    text = render(results)
+    (out / "results.md").write_text(text)
+    print(text)
 
 
 if __name__ == "__main__":

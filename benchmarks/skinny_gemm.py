@@ -36,6 +36,9 @@ from typing import Any
 import torch
 import triton
 import triton.language as tl
+from decode_bandwidth import Timer, write_results
+
+from perfgate.engines.embedded.graphs import GraphRunner
 
 SHAPES = {  # name: (N, K) of perfgate/llama-large's stacked projections
     "qkv": (6144, 2048),
@@ -43,12 +46,10 @@ SHAPES = {  # name: (N, K) of perfgate/llama-large's stacked projections
     "gate_up": (11264, 2048),
     "down": (2048, 5632),
 }
-LAYERS = 24
 GRIDS = {  # --configs: (BLOCK_N, BLOCK_K, SPLIT_K, num_warps, num_stages)
     "small": list(itertools.product((16, 32, 64), (128, 256), (1, 2, 4), (4,), (4,))),
     "wide": list(itertools.product((32, 64), (128, 256), (1, 2), (4, 8), (3, 5, 6))),
 }
-CONFIGS = list(GRIDS["small"])  # the grid --configs chose
 
 
 @triton.jit
@@ -115,12 +116,12 @@ def fits(shape: tuple[int, int], config: tuple[int, ...]) -> bool:
     return shape[1] % (config[2] * config[1]) == 0
 
 
-def check(device: str) -> int:
+def check(device: str, configs: list[tuple[int, ...]]) -> int:
     """Compare every configuration with torch.mm on small operands of each shape's K."""
     torch.manual_seed(0)
     dtype = torch.bfloat16 if device == "cuda" else torch.float32
     worst = 0.0
-    for (n, k), config in itertools.product(((96, 256), (40, 512)), CONFIGS):
+    for (n, k), config in itertools.product(((96, 256), (40, 512)), configs):
         if not fits((n, k), config):
             continue
         x = torch.randn(8, k, device=device, dtype=dtype)
@@ -134,59 +135,43 @@ def check(device: str) -> int:
     return 0 if worst < 0.05 else 1
 
 
-def time_graph(fn: Callable[[], object], replays: int = 50, blocks: int = 5) -> float:
-    """Milliseconds per replay of fn captured as one CUDA graph, median of blocks."""
-    side = torch.cuda.Stream()  # type: ignore[no-untyped-call]
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        fn()
-        fn()
-    torch.cuda.current_stream().wait_stream(side)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        fn()
-    times = []
-    for _ in range(blocks):
-        start = torch.cuda.Event(enable_timing=True)  # type: ignore[no-untyped-call]
-        end = torch.cuda.Event(enable_timing=True)  # type: ignore[no-untyped-call]
-        start.record()
-        for _ in range(replays):
-            graph.replay()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end) / replays)
-    return float(sorted(times)[len(times) // 2])
-
-
 def products(
     x: torch.Tensor,
     weights: list[torch.Tensor],
     mm: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
 ) -> float:
-    """Microseconds a product of x by each of the weights, as one graph."""
-    return time_graph(lambda: [mm(x, w) for w in weights]) * 1e3 / len(weights)
+    """Microseconds a product of x by each of the weights, replayed as one graph on a GPU
+    (the engine's GraphRunner), the median of 5 blocks of 50 calls."""
+    graphs = GraphRunner("cuda" if x.is_cuda else "off")
+    timer = Timer(x.device, replays=50, blocks=5)
+    ms = timer(lambda: graphs.run("products", lambda: tuple(mm(x, w) for w in weights)))
+    return ms * 1e3 / len(weights)
 
 
 def measure(args: argparse.Namespace) -> dict[str, Any]:
     torch.manual_seed(0)
+    device = torch.device(args.device)
+    dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
     results: dict[str, Any] = {
-        "device_name": torch.cuda.get_device_name(),
+        "device_name": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
         "torch_version": torch.__version__,
         "triton_version": triton.__version__,
         "rows": args.rows,
+        "layers": args.layers,
         "peak_gb_s": args.peak_gb_s,
         "shapes": {},
     }
     for name, (n, k) in SHAPES.items():
-        weights = [torch.randn(n, k, device="cuda", dtype=torch.bfloat16) for _ in range(LAYERS)]
-        x = torch.randn(args.rows, k, device="cuda", dtype=torch.bfloat16)
+        weights = [torch.randn(n, k, device=device, dtype=dtype) for _ in range(args.layers)]
+        x = torch.randn(args.rows, k, device=device, dtype=dtype)
         ways: dict[str, float] = {}
 
         ways["cublas"] = products(x, weights, lambda a, b: a @ b.t())
-        torch.backends.cuda.preferred_blas_library("cublaslt")
-        ways["cublaslt"] = products(x, weights, lambda a, b: a @ b.t())
-        torch.backends.cuda.preferred_blas_library("cublas")
-        for config in CONFIGS:
+        if device.type == "cuda":
+            torch.backends.cuda.preferred_blas_library("cublaslt")
+            ways["cublaslt"] = products(x, weights, lambda a, b: a @ b.t())
+            torch.backends.cuda.preferred_blas_library("cublas")
+        for config in GRIDS[args.configs]:
             if fits((n, k), config):
                 reference = (x @ weights[0].t()).float()
                 error = (triton_mm(x, weights[0], config).float() - reference).abs().max().item()
@@ -210,24 +195,27 @@ def render(results: dict[str, Any]) -> str:
     lines = [
         f"# Matrix products at {results['rows']} rows on {results['device_name']}",
         "",
-        f"torch {results['torch_version']}, triton {results['triton_version']}; {LAYERS} "
-        f"products with distinct weights per CUDA graph; share of {peak:.0f} GB/s.",
+        f"torch {results['torch_version']}, triton {results['triton_version']}; "
+        f"{results['layers']} products with distinct weights per CUDA graph; share of "
+        f"{peak:.0f} GB/s.",
         "",
         "| shape (N x K) | way | us a product | GB/s | of peak |",
         "| --- | --- | ---: | ---: | ---: |",
     ]
-    sums = {"cublas": 0.0, "cublaslt": 0.0, "best triton": 0.0}
+    sums: dict[str, float] = {}
     for name, shape in results["shapes"].items():
         us = shape["us"]
         tritons = {w: v for w, v in us.items() if w.startswith("triton") and v == v}
         best = min(tritons, key=tritons.__getitem__)
-        for way in ("cublas", "cublaslt", best):
+        for way, label in (("cublas", "cublas"), ("cublaslt", "cublaslt"), (best, "best triton")):
+            if way not in us:  # cuBLASLt: on a GPU only
+                continue
             rate = shape["bytes"] / us[way] / 1e3
-            label = f"{name} ({shape['n']} x {shape['k']})"
-            lines.append(f"| {label} | {way} | {us[way]:.2f} | {rate:.0f} | {rate / peak:.0%} |")
-        sums["cublas"] += us["cublas"]
-        sums["cublaslt"] += us["cublaslt"]
-        sums["best triton"] += us[best]
+            shape_label = f"{name} ({shape['n']} x {shape['k']})"
+            lines.append(
+                f"| {shape_label} | {way} | {us[way]:.2f} | {rate:.0f} | {rate / peak:.0%} |"
+            )
+            sums[label] = sums.get(label, 0.0) + us[way]
     total = sum(shape["bytes"] for shape in results["shapes"].values())
     lines += ["", "A layer's four products:", "", "| way | us | GB/s | of peak |"]
     lines.append("| --- | ---: | ---: | ---: |")
@@ -248,18 +236,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--peak-gb-s", type=float, default=4800.0)
     parser.add_argument("--check", action="store_true", help="only compare with torch.mm")
     parser.add_argument("--configs", choices=sorted(GRIDS), default="small")
+    parser.add_argument("--device", default="cuda")
+    parser.add_argument("--layers", type=int, default=24, help="distinct weights per shape")
     args = parser.parse_args(argv)
-    CONFIGS[:] = GRIDS[args.configs]
     if args.check:
-        return check("cpu" if os.environ.get("TRITON_INTERPRET") == "1" else "cuda")
+        device = "cpu" if os.environ.get("TRITON_INTERPRET") == "1" else "cuda"
+        return check(device, GRIDS[args.configs])
     if args.out is None:
         parser.error("--out is required unless --check")
     args.out.mkdir(parents=True, exist_ok=True)
-    results = measure(args)
-    (args.out / "results.json").write_text(json.dumps(results, indent=2) + "\n")
-    text = render(results)
-    (args.out / "results.md").write_text(text)
-    print(text)
+    write_results(args.out, measure(args), render)
     return 0
 
 

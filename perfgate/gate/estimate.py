@@ -25,7 +25,6 @@ from perfgate.gate.stats import (
     bulk,
     f_sf,
     median,
-    median_of_bulk,
     median_variance_factor,
     pooled_pairwise_sd,
 )
@@ -186,12 +185,14 @@ def estimate_change(
         return None
     summary = _SUMMARIES[centre]
     noise = _robust_sd([*base, *cur])
-    centre_of = summary.centre
-    own = cur  # the repeats a lone current run's own spread is taken from
+    base_kept, cur_kept = base, cur  # the repeats each run's centre is taken from
     if centre == "median" and direction is not None:
-        centre_of = _bulk_median(direction, outlier_reach(noise))
-        own = [_bulk_of(direction, outlier_reach(noise), run) for run in cur]
-    base_values, cur_values = [centre_of(r) for r in base], [centre_of(r) for r in cur]
+        # The bulk of each run: a repeat its median leaves out widens no lone run's spread.
+        reach = outlier_reach(noise)
+        base_kept = [_bulk_of(direction, reach, r) for r in base]
+        cur_kept = [_bulk_of(direction, reach, r) for r in cur]
+    base_values = [summary.centre(r) for r in base_kept]
+    cur_values = [summary.centre(r) for r in cur_kept]
     repeats = int(median([len(r) for r in (*base, *cur)]))
     floor = max(noise or 0.0, MIN_SPREAD) ** 2 * summary.variance_factor(repeats)
     if noise is None and len(base) + len(cur) < 3:
@@ -199,7 +200,7 @@ def estimate_change(
     model = _pooled if centre == "median" else _separate
     spread = model(base_values, cur_values, floor)
     within_df = float(max(sum(len(r) - 1 for r in (*base, *cur)), 1))
-    excess = _excess(summary, base, own) if len(cur) == 1 else 0.0
+    excess = _excess(summary, base, cur_kept) if len(cur) == 1 else 0.0
     shared_var = spread.baseline / len(base) + spread.current / len(cur)
     return ChangeEstimate(
         log_change=_mean(cur_values) - _mean(base_values),
@@ -228,19 +229,10 @@ def outlier_reach(noise: float | None) -> float:
 
 
 def _bulk_of(direction: Direction, reach: float, run: Sequence[float]) -> list[float]:
-    """The repeats of a run that its median keeps (stats.bulk, on the goodness scale)."""
+    """The repeats of a run that its median keeps: stats.bulk on the goodness scale, so that
+    of groups of equal size the best stands for the run (see stats.median_of_bulk)."""
     sign = 1.0 if direction is Direction.HIGHER_IS_BETTER else -1.0
     return [sign * v for v in bulk([sign * v for v in run], reach)]
-
-
-def _bulk_median(direction: Direction, reach: float) -> Callable[[Sequence[float]], float]:
-    """A run's median without its outliers (median_of_bulk, on the goodness scale)."""
-    sign = 1.0 if direction is Direction.HIGHER_IS_BETTER else -1.0
-
-    def centre(run: Sequence[float]) -> float:
-        return sign * median_of_bulk([sign * v for v in run], reach)
-
-    return centre
 
 
 @dataclass(frozen=True)

@@ -26,7 +26,8 @@ from perfgate.metrics import Direction
 # current run's mean carries its own repeats' scatter and rarely decides anything, while the
 # median decides whatever moves every repeat; from the second look a slow share of repeats
 # shows on the mean of two runs, which the median does not see at all (with MIDDLE_MEAN_SHARE
-# the runs per verdict of a slow share fall from 1.78 to 1.74: benchmarks/gate_quality.py).
+# alone the runs per verdict of a slow share fell from 1.78 to 1.74, 1000 trials per cell:
+# rule C of benchmarks/results/gate-quality.md).
 MEAN_SHARE = 0.3
 MIDDLE_MEAN_SHARE = 0.9
 # Metrics that are zero, or not measured at all, when the server produced nothing.

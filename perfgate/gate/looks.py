@@ -27,8 +27,8 @@ MIN_SETTLE_CHANCE = 0.05
 # runs scatter with every slow repeat they hold, so a mean near its tolerance mostly stays
 # undecided whatever is measured: at 5%, more than half of the runs with a slow share of
 # repeats at 0.75x the tolerance were measured again and about half of those ended
-# inconclusive anyway. At 30% the runs per verdict of that shape fall from 1.78 to 1.68
-# (benchmarks/gate_quality.py).
+# inconclusive anyway. At 30% alone the runs per verdict of that shape fell from 1.78 to 1.68
+# (1000 trials per cell: rule E2 of benchmarks/results/gate-quality.md).
 MIN_SETTLE_CHANCE_BY_MEAN = 0.3
 
 

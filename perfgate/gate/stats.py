@@ -53,7 +53,7 @@ def bulk(values: Sequence[float], reach: float) -> list[float]:
     """
     ordered = sorted(values)
     if not ordered:
-        raise ValueError("median of no values")
+        raise ValueError("bulk of no values")
     best_start, best_size, end = 0, 0, 0
     for start, low in enumerate(ordered):
         end = max(end, start)
