@@ -70,6 +70,7 @@ def draft_steps(
     hidden = head.fuse(features[:, :anchors])
     results = []
     attentions = [m for m in head.modules() if isinstance(m, Attention)]
+    caches = [attention.kv_cache for attention in attentions]  # put back after the steps
     for attention in attentions:
         attention.kv_cache = UnrollKV()
     try:
@@ -87,8 +88,8 @@ def draft_steps(
                 )
             )
     finally:
-        for attention in attentions:
-            attention.kv_cache = None
+        for attention, cache in zip(attentions, caches, strict=True):
+            attention.kv_cache = cache
     return results
 
 
