@@ -17,6 +17,9 @@ the values) and a batch of --batch sequences at --position tokens:
   ``separate`` (one product per projection, as trained), ``fused`` (``fuse_projections``: what
   every server now runs) and ``fused + compiled`` (``--enable-torch-compile``);
 - the same three for a verify forward of --verify-tokens tokens per sequence;
+- ``fused + compiled + triton (BLOCK_L, warps, stages)``: the compiled step on
+  the triton attention backend (``--attention-backend triton``, what a CUDA server runs by
+  default), once per kernel configuration of --attention-configs (the first is the shipped one);
 - with --compile-mode MODE, the compiled step again in that ``torch.compile`` mode (SGLang
   compiles in ``max-autotune-no-cudagraphs``, which times Triton's matrix products against
   cuBLAS's and keeps the faster).
@@ -40,10 +43,18 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
+from perfgate.engines.embedded import triton_attention
 from perfgate.engines.embedded.compiling import compile_layers
 from perfgate.engines.embedded.graphs import GraphRunner
 from perfgate.engines.embedded.loading import load_target
-from perfgate.engines.embedded.model import Transformer, causal_view, fuse_projections, kv_bucket
+from perfgate.engines.embedded.model import (
+    Transformer,
+    causal_view,
+    fuse_projections,
+    kv_bucket,
+    use_attention_backend,
+)
+from perfgate.engines.embedded.triton_attention import BLOCK_L, NUM_STAGES, NUM_WARPS
 
 VARIANTS = ("separate", "fused", "fused + compiled")
 
@@ -59,6 +70,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--replays", type=int, default=100)
     parser.add_argument("--blocks", type=int, default=7)
     parser.add_argument("--peak-gb-s", type=float, default=4800.0)
+    parser.add_argument(
+        "--attention-configs",
+        default=f"{BLOCK_L}:{NUM_WARPS}:{NUM_STAGES}",
+        help="the triton attention kernel's configurations to time on CUDA, "
+        "BLOCK_L:warps:stages comma-separated (default: the shipped one)",
+    )
     parser.add_argument(
         "--compile-mode",
         action="append",
@@ -233,6 +250,17 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
         elif variant == "fused + compiled":
             compile_layers(model)
         _time_variant(results, variant, model, args, timer)
+    if device.type == "cuda" and triton_attention.available():
+        use_attention_backend(model, "triton")
+        for config in args.attention_configs.split(","):
+            block_l, warps, stages = (int(part) for part in config.split(":"))
+            triton_attention.BLOCK_L, triton_attention.NUM_WARPS = block_l, warps
+            triton_attention.NUM_STAGES = stages
+            label = f"fused + compiled + triton ({block_l}, {warps}, {stages})"
+            _time_variant(results, label, model, args, timer)
+        triton_attention.BLOCK_L, triton_attention.NUM_WARPS = BLOCK_L, NUM_WARPS
+        triton_attention.NUM_STAGES = NUM_STAGES
+        use_attention_backend(model, "torch_native")
     for mode in args.compile_mode:
         torch._dynamo.reset()  # the layers' code was compiled in the default mode above
         compile_layers(model, mode)

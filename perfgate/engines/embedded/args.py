@@ -15,6 +15,8 @@ from typing import NoReturn
 
 import torch
 
+from perfgate.engines.embedded import triton_attention
+from perfgate.engines.embedded.model import ATTENTION_BACKENDS
 from perfgate.engines.embedded.model_dirs import LOAD_FORMATS
 from perfgate.engines.embedded.params import (
     AUTO_NUM_DRAFT_TOKENS,
@@ -117,6 +119,14 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="compile the decoder layers with torch.compile, fusing the small kernels between "
         "the matrix products (compiling adds seconds to the start; meant for CUDA)",
+    )
+    add(
+        "--attention-backend",
+        choices=ATTENTION_BACKENDS,
+        default=None,
+        help="attention over the KV cache: torch_native (PyTorch's scaled_dot_product_attention) "
+        "or triton (a Triton kernel shaped for decoding's few queries; CUDA, needs Triton); "
+        "default: triton on CUDA where Triton is installed, else torch_native",
     )
     add("--random-seed", type=int, default=None, help="torch seed (default 0)")
     add(
@@ -303,6 +313,27 @@ def resolve_device(name: str) -> torch.device:
             "cuda: no CUDA device is visible to torch", field="--device", fix="use --device cpu"
         )
     return torch.device(name)
+
+
+def resolve_attention_backend(name: str | None, device: torch.device) -> str:
+    """Return the backend --attention-backend names, or its default on device; raise
+    ConfigError for triton where it cannot run."""
+    if name is None:
+        fits = device.type == "cuda" and triton_attention.available()
+        return "triton" if fits else "torch_native"
+    if name == "triton" and device.type != "cuda":
+        raise ConfigError(
+            f"triton runs on CUDA only, and the device is {device.type}",
+            field="--attention-backend",
+            fix="use --attention-backend torch_native, or --device cuda",
+        )
+    if name == "triton" and not triton_attention.available():
+        raise ConfigError(
+            "triton: Triton is not installed here",
+            field="--attention-backend",
+            fix="pip install triton (PyTorch's CUDA builds bring it), or use torch_native",
+        )
+    return name
 
 
 def resolve_dtype(name: str, device: torch.device) -> torch.dtype:

@@ -18,17 +18,39 @@ whole buffers, which Inductor turns into a store inside the kernel that rotates 
 
 from __future__ import annotations
 
+from types import MethodType
+
+import torch
 from torch import nn
 
-from perfgate.engines.embedded.model import Eagle3Layer, TransformerBlock
+from perfgate.engines.embedded.model import Eagle3Layer, Transformer, TransformerBlock
+
+RECOMPILE_LIMIT = 64
 
 
 def compile_layers(model: nn.Module, mode: str | None = None) -> int:
     """Compile every decoder layer of model in place, in torch.compile's mode (None: its
-    default); return how many were compiled."""
+    default), and a target's embedding and final norm and LM head; return how many layers
+    were compiled."""
+    # One compiled layer's code serves every layer and forward: a graph per kind of forward
+    # (one token, several, the first layer's) and per attention backend, past torch's default
+    # limit of 8, beyond which it runs the layer eagerly. SGLang raises the limit too.
+    torch._dynamo.config.recompile_limit = max(
+        torch._dynamo.config.recompile_limit, RECOMPILE_LIMIT
+    )
     compiled = 0
     for module in model.modules():
         if isinstance(module, (TransformerBlock, Eagle3Layer)):
             module.compile(mode=mode)
             compiled += 1
+        elif isinstance(module, Transformer):
+            # Eagerly, the lookup and the mask's conversion, then the last residual add and
+            # the norm, are a dozen small kernels around the layers; compiled, a few.
+            # The class's functions, bound here: compiling again in another mode starts over.
+            embed, finish = (
+                MethodType(Transformer.embed, module),
+                MethodType(Transformer.finish, module),
+            )
+            module.embed = torch.compile(embed, mode=mode)  # type: ignore[method-assign]
+            module.finish = torch.compile(finish, mode=mode)  # type: ignore[method-assign]
     return compiled

@@ -21,7 +21,11 @@ from perfgate.engines.embedded.api import (
     InputLogprobs,
     render_generation,
 )
-from perfgate.engines.embedded.args import resolve_device, resolve_dtype
+from perfgate.engines.embedded.args import (
+    resolve_attention_backend,
+    resolve_device,
+    resolve_dtype,
+)
 from perfgate.engines.embedded.batch import Generation
 from perfgate.engines.embedded.compiling import compile_layers
 from perfgate.engines.embedded.drafters import Drafter, Eagle3Drafter, StandaloneDrafter
@@ -36,7 +40,12 @@ from perfgate.engines.embedded.loading import (
     resolve_model,
     target_config,
 )
-from perfgate.engines.embedded.model import BYTE_VOCAB, Transformer, fuse_projections
+from perfgate.engines.embedded.model import (
+    BYTE_VOCAB,
+    Transformer,
+    fuse_projections,
+    use_attention_backend,
+)
 from perfgate.engines.embedded.parallel import (
     Leader,
     TensorGroup,
@@ -318,7 +327,8 @@ def build_worker(
         drafter = load_drafter(args, target, device, dtype, spec.topk, graphs)
     if group is not None:
         _shard(group, target, drafter)
-    _prepare(target, drafter, args.enable_torch_compile)
+    backend = resolve_attention_backend(args.attention_backend, device)
+    _prepare(target, drafter, args.enable_torch_compile, backend)
     worker: PlainWorker | EagleWorker = PlainWorker(target, graphs, seed=args.random_seed)
     if spec is not None and drafter is not None:
         worker = EagleWorker(
@@ -341,11 +351,16 @@ def _shard(group: TensorGroup, target: Transformer, drafter: Drafter | None) -> 
         shard_model(drafter.model, group)
 
 
-def _prepare(target: Transformer, drafter: Drafter | None, torch_compile: bool) -> None:
-    """Fuse the models' projections for inference and, if asked, compile their layers."""
+def _prepare(
+    target: Transformer, drafter: Drafter | None, torch_compile: bool, attention_backend: str
+) -> None:
+    """Fuse the models' projections for inference, set their attention backend and, if
+    asked, compile their layers."""
     models = [target] if drafter is None else [target, drafter.model]
+    logger.info("attention backend: %s", attention_backend)
     for model in models:
         fuse_projections(model)
+        use_attention_backend(model, attention_backend)
         if torch_compile:
             logger.info("layers compiled: %d of %s", compile_layers(model), type(model).__name__)
 
@@ -353,7 +368,8 @@ def _prepare(target: Transformer, drafter: Drafter | None, torch_compile: bool) 
 def check_tp(args: argparse.Namespace, spec: SpecParams | None) -> None:
     """Raise ConfigError unless every model the flags name splits over --tp-size ranks and
     has its weights here (or --load-format dummy), and on CUDA, unless torch sees a GPU per
-    rank: before any rank starts."""
+    rank, and unless --attention-backend can run there: before any rank starts."""
+    resolve_attention_backend(args.attention_backend, resolve_device(args.device))
     if resolve_device(args.device).type == "cuda" and torch.cuda.device_count() < args.tp_size:
         raise ConfigError(
             f"{args.tp_size} ranks need {args.tp_size} GPUs; torch sees "

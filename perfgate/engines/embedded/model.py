@@ -27,8 +27,13 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from perfgate.engines.embedded import triton_attention
+
 BYTE_VOCAB = 256
 KV_BUCKET = 128  # attention reads the cache in multiples of this many slots
+# --attention-backend: torch_native is PyTorch's scaled_dot_product_attention (SGLang's name for
+# it); triton is triton_attention's kernel, for forwards over a KV cache.
+ATTENTION_BACKENDS = ("torch_native", "triton")
 
 
 @dataclass(frozen=True)
@@ -212,6 +217,7 @@ class Attention(nn.Module):
         self.wo: nn.Module = nn.Linear(dim, dim, bias=False)  # row-parallel under TP
         self.wqkv: nn.Linear | None = None  # wq, wk and wv as one, once fuse_projections ran
         self.kv_cache: KVStore | None = None  # a KVCache, or the trainer's unrolled keys
+        self.backend = "torch_native"  # one of ATTENTION_BACKENDS (use_attention_backend)
 
     def project(self, x: Tensor) -> tuple[Tensor, Tensor, Tensor]:
         """Return the queries, keys and values of x: one matrix product once fused."""
@@ -236,6 +242,10 @@ class Attention(nn.Module):
             out = F.scaled_dot_product_attention(q, k, v, is_causal=True)
         elif self.kv_cache is None:
             out = F.scaled_dot_product_attention(q, k, v, attn_mask=view.mask)
+        elif self.backend == "triton" and isinstance(self.kv_cache, KVCache):
+            k_all, v_all = self.write_cache(view.slots, k, v)
+            out = triton_attention.attend(q, k_all, v_all, view.mask)  # [B, T, H, D]
+            return cast(Tensor, self.wo(out.reshape(bsz, seqlen, -1)))
         else:
             k_all, v_all = self.write_cache(view.slots, k, v)
             kv_len = view.mask.shape[-1]
@@ -269,9 +279,20 @@ class TransformerBlock(nn.Module):
         self.ffn_norm = RMSNorm(config.dim, config.norm_eps)
         self.feed_forward = FeedForward(config.dim, config.ffn_dim)
 
-    def forward(self, x: Tensor, rope: Rope, view: AttentionView | None) -> Tensor:
+    def forward(
+        self, x: Tensor, rope: Rope, view: AttentionView | None, pending: Tensor | None = None
+    ) -> tuple[Tensor, Tensor]:
+        """Return the residual stream after attention and the MLP's output, whose sum is this
+        layer's output; pending is the previous layer's MLP output, to add to x first.
+
+        The MLP's residual add is left to the next layer, so that compiled, it fuses into that
+        layer's first norm (one kernel less per layer), as SGLang's fused add-and-norm does;
+        the sum is the same bf16 addition either way.
+        """
+        if pending is not None:
+            x = x + pending
         h = x + self.attention(self.attention_norm(x), rope, view)
-        return cast(Tensor, h + self.feed_forward(self.ffn_norm(h)))
+        return h, self.feed_forward(self.ffn_norm(h))
 
 
 class CachedModel(nn.Module):
@@ -348,15 +369,26 @@ class Transformer(CachedModel):
         without caches: causal within the input).
         """
         rope = self.rope(positions)
-        x = self.tok_embeddings(tokens)
-        if view is not None:
-            view = view.additive(compute_dtype(x))
+        x, view = self.embed(tokens, view)
         hidden = {0: x} if 0 in capture else {}
+        pending: Tensor | None = None
         for i, layer in enumerate(self.layers, start=1):
-            x = layer(x, rope, view)
+            x, pending = layer(x, rope, view, pending)
             if i in capture:
-                hidden[i] = x
-        return self.output(self.norm(x)), [hidden[i] for i in capture]
+                hidden[i] = x + pending
+        assert pending is not None
+        return self.finish(x, pending), [hidden[i] for i in capture]
+
+    def embed(
+        self, tokens: Tensor, view: AttentionView | None
+    ) -> tuple[Tensor, AttentionView | None]:
+        """Return the tokens' embeddings, and view with its mask made additive once."""
+        x = self.tok_embeddings(tokens)
+        return x, None if view is None else view.additive(compute_dtype(x))
+
+    def finish(self, x: Tensor, pending: Tensor) -> Tensor:
+        """Return the logits of the last layer's output, x + pending (``TransformerBlock``)."""
+        return cast(Tensor, self.output(self.norm(x + pending)))
 
 
 class Eagle3Layer(nn.Module):
@@ -429,6 +461,15 @@ def init_weights(model: nn.Module, seed: int) -> None:
                 param.normal_(0.0, 1.0 / math.sqrt(param.shape[1]), generator=generator)
             else:
                 param.normal_(0.0, 1.0, generator=generator)
+
+
+def use_attention_backend(model: nn.Module, backend: str) -> None:
+    """Make every attention of model over a KV cache run on backend (ATTENTION_BACKENDS)."""
+    if backend not in ATTENTION_BACKENDS:
+        raise ValueError(f"attention backend {backend!r} is not one of {ATTENTION_BACKENDS}")
+    for module in model.modules():
+        if isinstance(module, Attention):
+            module.backend = backend
 
 
 def fuse_projections(model: nn.Module) -> None:

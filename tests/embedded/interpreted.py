@@ -1,0 +1,96 @@
+"""Checks of the triton attention kernel that run under Triton's interpreter, in a child process.
+
+TRITON_INTERPRET=1 must be set before Triton is first imported (Triton's own helpers are
+defined then), so ``test_triton_attention`` runs these in ``python -m`` children with it set:
+``python -m tests.embedded.interpreted NAME`` runs check NAME and exits 0 when it holds.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from perfgate.engines.embedded import triton_attention
+from perfgate.engines.embedded.drafters import Eagle3Drafter
+from perfgate.engines.embedded.graphs import GraphRunner
+from perfgate.engines.embedded.loading import load_draft, load_target
+from perfgate.engines.embedded.model import use_attention_backend
+from perfgate.engines.embedded.params import SpecParams
+from perfgate.engines.embedded.worker import EagleWorker, PlainWorker
+
+from .common import CPU, DRAFT, PROMPTS, TARGET, requests
+
+
+def _additive(seen: Tensor) -> Tensor:
+    return torch.full(seen.shape, float("-inf")).masked_fill_(seen, 0.0)
+
+
+def _case(batch: int, heads: int, queries: int, slots: int, dim: int, seed: int) -> list[Tensor]:
+    generator = torch.Generator().manual_seed(seed)
+    q = torch.randn(batch, heads, queries, dim, generator=generator)
+    # The cache holds more rows and slots than a forward reads, as the engine's does.
+    k, v = (torch.randn(batch + 1, heads, slots + 40, dim, generator=generator) for _ in "kv")
+    return [q, k, v]
+
+
+def _sdpa(q: Tensor, k: Tensor, v: Tensor, mask: Tensor) -> Tensor:
+    rows, slots = q.shape[0], mask.shape[-1]
+    out = F.scaled_dot_product_attention(
+        q, k[:rows, :, :slots], v[:rows, :, :slots], attn_mask=mask
+    )
+    return out.transpose(1, 2)  # [B, T, H, D], the kernel's layout
+
+
+def attends_as_sdpa() -> None:
+    """Causal masks (decode, a bucket cut short, a verify, two blocks of queries) and a tree
+    mask that differs per head."""
+    for queries, slots in [(1, 256), (1, 100), (4, 128), (20, 64)]:
+        q, k, v = _case(2, 3, queries, slots, 32, seed=queries)
+        ends = torch.tensor([[slots - queries + t for t in range(queries)], list(range(queries))])
+        mask = _additive(torch.arange(slots).view(1, 1, 1, -1) <= ends.view(2, 1, queries, 1))
+        torch.testing.assert_close(triton_attention.attend(q, k, v, mask), _sdpa(q, k, v, mask))
+    q, k, v = _case(2, 2, 5, 128, 16, seed=7)
+    seen = torch.rand(2, 2, 5, 128, generator=torch.Generator().manual_seed(8)) < 0.3
+    seen[..., 0] = True  # every node sees its sequence's first slot
+    mask = _additive(seen)
+    torch.testing.assert_close(triton_attention.attend(q, k, v, mask), _sdpa(q, k, v, mask))
+
+
+def blind_query_gets_zeros() -> None:
+    """A query that sees no slot gets zeros (SDPA gives NaN), the others are unaffected, in one
+    loop step and over four (three of which the second query sees nothing of)."""
+    for slots in (64, 256):
+        q, k, v = _case(1, 2, 2, slots, 16, seed=3)
+        seen = torch.zeros(1, 1, 2, slots, dtype=torch.bool)
+        seen[0, 0, 1, :10] = True
+        out = triton_attention.attend(q, k, v, _additive(seen))
+        assert torch.equal(out[0, 0], torch.zeros(2, 16)), out[0, 0]
+        torch.testing.assert_close(out[:, 1:], _sdpa(q, k, v, _additive(seen))[:, 1:])
+
+
+def decoding_unchanged() -> None:
+    """The shipped tiny models decode the same tokens on both backends, plain and EAGLE-3:
+    prefills, decode steps, the draft's steps and the verifies all attend through the kernel."""
+    outputs = {}
+    for backend in ("torch_native", "triton"):
+        target = load_target(TARGET, CPU, torch.float32)
+        head = load_draft(DRAFT, target, CPU, torch.float32)
+        for model in (target, head):
+            use_attention_backend(model, backend)
+        plain = PlainWorker(target).generate(requests(PROMPTS, 24))
+        drafter = Eagle3Drafter(head, 1, GraphRunner("off"))
+        spec = EagleWorker(target, drafter, SpecParams(3, 1, 4)).generate(requests(PROMPTS, 24))
+        outputs[backend] = [g.output_ids for g in plain], [g.output_ids for g in spec]
+    assert outputs["triton"] == outputs["torch_native"], outputs
+    plain_ids, spec_ids = outputs["triton"]
+    assert spec_ids == plain_ids and all(len(ids) == 24 for ids in plain_ids), outputs
+
+
+CHECKS = {f.__name__: f for f in (attends_as_sdpa, blind_query_gets_zeros, decoding_unchanged)}
+
+if __name__ == "__main__":
+    torch.set_num_threads(1)
+    CHECKS[sys.argv[1]]()

@@ -1,0 +1,64 @@
+"""--attention-backend triton: its kernel attends as SDPA does, and decoding with it is unchanged.
+
+The kernel runs here under Triton's interpreter, in child processes (``interpreted.py`` says
+why); on a GPU it is compiled.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from perfgate.engines.embedded import triton_attention, triton_kernels
+from perfgate.engines.embedded.args import resolve_attention_backend
+from perfgate.errors import ConfigError
+
+from .common import CPU, server_env
+from .interpreted import CHECKS
+
+
+@pytest.mark.parametrize("check", sorted(CHECKS))
+def test_the_kernel_under_tritons_interpreter(check: str) -> None:
+    """attends_as_sdpa, blind_query_gets_zeros, decoding_unchanged: see interpreted.py."""
+    env = {**server_env(), "TRITON_INTERPRET": "1"}
+    done = subprocess.run(
+        [sys.executable, "-m", "tests.embedded.interpreted", check],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+
+
+def test_the_kernel_refuses_a_bool_mask_and_an_odd_head_size() -> None:
+    q, k, v = (torch.zeros(1, 1, 1, 16) for _ in "qkv")
+    with pytest.raises(ValueError, match="additive mask"):
+        triton_attention.attend(q, k, v, torch.ones(1, 1, 1, 64, dtype=torch.bool))
+    q, k, v = (torch.zeros(1, 1, 1, 24) for _ in "qkv")
+    with pytest.raises(ValueError, match="power-of-2 head_dim"):
+        triton_attention.attend(q, k, v, torch.zeros(1, 1, 1, 64))
+
+
+def test_the_backend_defaults_to_triton_on_cuda_only_where_triton_is_installed(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    cuda = torch.device("cuda")
+    assert resolve_attention_backend(None, CPU) == "torch_native"
+    assert resolve_attention_backend(None, cuda) == "triton"
+    assert resolve_attention_backend("torch_native", cuda) == "torch_native"
+    monkeypatch.setattr(triton_kernels, "AVAILABLE", False)
+    assert resolve_attention_backend(None, cuda) == "torch_native"
+    with pytest.raises(ConfigError, match="Triton is not installed") as caught:
+        resolve_attention_backend("triton", cuda)
+    assert caught.value.field == "--attention-backend"
+
+
+def test_the_triton_backend_on_a_cpu_is_refused_naming_the_flag() -> None:
+    with pytest.raises(ConfigError, match="CUDA only") as caught:
+        resolve_attention_backend("triton", CPU)
+    assert caught.value.field == "--attention-backend"
+    assert "torch_native" in str(caught.value.fix)
