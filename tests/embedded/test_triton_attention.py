@@ -16,7 +16,7 @@ from perfgate.engines.embedded import triton_attention, triton_kernels
 from perfgate.engines.embedded.args import resolve_attention_backend
 from perfgate.errors import ConfigError
 
-from .common import CPU, server_env
+from .common import CPU, SERVER_MODULE, TARGET, server_env
 from .interpreted import CHECKS
 
 
@@ -62,3 +62,13 @@ def test_the_triton_backend_on_a_cpu_is_refused_naming_the_flag() -> None:
         resolve_attention_backend("triton", CPU)
     assert caught.value.field == "--attention-backend"
     assert "torch_native" in str(caught.value.fix)
+
+
+def test_a_server_asked_for_triton_on_a_cpu_exits_64_naming_the_flag() -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", SERVER_MODULE, "--model-path", TARGET, "--device", "cpu",
+         "--attention-backend", "triton", "--port", "1"],
+        env=server_env(), capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert done.returncode == 64, done.stderr[-2000:]
+    assert "--attention-backend: triton runs on CUDA only" in done.stderr
