@@ -12,7 +12,7 @@ import sys
 import pytest
 import torch
 
-from perfgate.engines.embedded import triton_attention, triton_kernels
+from perfgate.engines.embedded import triton_attention
 from perfgate.engines.embedded.args import resolve_attention_backend
 from perfgate.errors import ConfigError
 
@@ -47,10 +47,11 @@ def test_the_backend_defaults_to_triton_on_cuda_only_where_triton_is_installed(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     cuda = torch.device("cuda")
+    monkeypatch.setattr(triton_attention, "available", lambda: True)
     assert resolve_attention_backend(None, CPU) == "torch_native"
     assert resolve_attention_backend(None, cuda) == "triton"
     assert resolve_attention_backend("torch_native", cuda) == "torch_native"
-    monkeypatch.setattr(triton_kernels, "AVAILABLE", False)
+    monkeypatch.setattr(triton_attention, "available", lambda: False)
     assert resolve_attention_backend(None, cuda) == "torch_native"
     with pytest.raises(ConfigError, match="Triton is not installed") as caught:
         resolve_attention_backend("triton", cuda)

@@ -242,12 +242,11 @@ class Attention(nn.Module):
             out = F.scaled_dot_product_attention(q, k, v, is_causal=True)
         elif self.kv_cache is None:
             out = F.scaled_dot_product_attention(q, k, v, attn_mask=view.mask)
-        elif self.backend == "triton" and isinstance(self.kv_cache, KVCache):
-            k_all, v_all = self.write_cache(view.slots, k, v)
-            out = triton_attention.attend(q, k_all, v_all, view.mask)  # [B, T, H, D]
-            return cast(Tensor, self.wo(out.reshape(bsz, seqlen, -1)))
         else:
             k_all, v_all = self.write_cache(view.slots, k, v)
+            if self.backend == "triton":  # [B, T, H, D]: the output projection's layout
+                out = triton_attention.attend(q, k_all, v_all, view.mask)
+                return cast(Tensor, self.wo(out.reshape(bsz, seqlen, -1)))
             kv_len = view.mask.shape[-1]
             out = F.scaled_dot_product_attention(
                 q, k_all[:, :, :kv_len], v_all[:, :, :kv_len], attn_mask=view.mask

@@ -11,20 +11,20 @@ accumulation, with the mask added to the scores as SDPA adds it.
 
 The kernel takes the cache buffers whole and the mask's width as the slots to read, and writes
 its output as [B, T, heads, head_dim], the layout the output projection reads. ``attend`` is
-the one entry point; without Triton (a CPU-only install) ``available()`` is False and the
-engine refuses the backend by name. On a CPU, Triton's interpreter (``TRITON_INTERPRET=1``)
-runs the same kernel, which is how the tests check it.
+the one entry point; it imports Triton (``triton_kernels``) at its first call. Without Triton
+(a CPU-only install) ``available()`` is False and the engine refuses the backend by name. On a
+CPU, Triton's interpreter (``TRITON_INTERPRET=1``) runs the same kernel, which is how the
+tests check it.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import math
 from typing import Any
 
 import torch
 from torch import Tensor
-
-from perfgate.engines.embedded import triton_kernels
 
 BLOCK_T = 16  # queries a program takes: tl.dot's smallest tile
 # Cache slots a loop step reads, warps and pipeline stages: the fastest of six configurations
@@ -38,7 +38,7 @@ NUM_STAGES = 3
 
 def available() -> bool:
     """Whether this install has Triton, so that the backend can run."""
-    return triton_kernels.AVAILABLE
+    return importlib.util.find_spec("triton") is not None
 
 
 @torch.library.custom_op("perfgate::triton_attend", mutates_args=())
@@ -52,12 +52,14 @@ def attend(q: Tensor, k_cache: Tensor, v_cache: Tensor, mask: Tensor) -> Tensor:
     """
     batch, heads, queries, dim = q.shape
     slots = mask.shape[-1]
-    if not triton_kernels.AVAILABLE:
+    if not available():
         raise RuntimeError("the triton attention backend needs Triton: pip install triton")
     if dim & (dim - 1) or dim < 16:
         raise ValueError(f"the triton attention backend needs a power-of-2 head_dim >= 16: {dim}")
     if mask.dtype == torch.bool or mask.stride(-1) != 1:
         raise ValueError("the triton attention backend takes an additive mask, slots contiguous")
+    from perfgate.engines.embedded import triton_kernels  # Triton's import, at the first call
+
     out = torch.empty(batch, queries, heads, dim, dtype=q.dtype, device=q.device)
     mask = mask.expand(batch, mask.shape[1], queries, slots)
     mask_sh = mask.stride(1) if mask.shape[1] == heads else 0
