@@ -19,7 +19,9 @@ the values) and a batch of --batch sequences at --position tokens:
 - the same three for a verify forward of --verify-tokens tokens per sequence;
 - ``fused + compiled + triton (BLOCK_L, warps, stages)``: the compiled step on
   the triton attention backend (``--attention-backend triton``, what a CUDA server runs by
-  default), once per kernel configuration of --attention-configs (the first is the shipped one);
+  default), once per kernel configuration of --attention-configs (the first is the shipped one),
+  and once more with the down projections' weights row-major, as trained (``fuse_projections``
+  lays them out column-major on a GPU);
 - with --compile-mode MODE, the compiled step again in that ``torch.compile`` mode (SGLang
   compiles in ``max-autotune-no-cudagraphs``, which times Triton's matrix products against
   cuBLAS's and keeps the faster).
@@ -48,6 +50,7 @@ from perfgate.engines.embedded.compiling import compile_layers
 from perfgate.engines.embedded.graphs import GraphRunner
 from perfgate.engines.embedded.loading import load_target
 from perfgate.engines.embedded.model import (
+    FeedForward,
     Transformer,
     causal_view,
     fuse_projections,
@@ -260,12 +263,28 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
             _time_variant(results, label, model, args, timer)
         triton_attention.BLOCK_L, triton_attention.NUM_WARPS = BLOCK_L, NUM_WARPS
         triton_attention.NUM_STAGES = NUM_STAGES
+        # The down projections as trained, row-major (fuse_projections lays them out
+        # column-major on a GPU): what that layout is worth to the step.
+        _down_layout(model, column_major=False)
+        _time_variant(results, "fused + compiled + triton, down row-major", model, args, timer)
+        _down_layout(model, column_major=True)
         use_attention_backend(model, "torch_native")
     for mode in args.compile_mode:
         torch._dynamo.reset()  # the layers' code was compiled in the default mode above
         compile_layers(model, mode)
         _time_variant(results, f"fused + compiled ({mode})", model, args, timer)
     return results
+
+
+def _down_layout(model: Transformer, column_major: bool) -> None:
+    """Lay every down projection's weight out column-major, or row-major, in place."""
+    for module in model.modules():
+        if isinstance(module, FeedForward):
+            down = module.w2
+            assert isinstance(down, nn.Linear)
+            weight = down.weight.detach()
+            laid = weight.t().contiguous().t() if column_major else weight.contiguous()
+            down.weight = nn.Parameter(laid, requires_grad=False)
 
 
 def _time_variant(

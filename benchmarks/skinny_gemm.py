@@ -13,6 +13,9 @@ captured as one CUDA graph and replayed:
 
 - ``cublas``: ``torch.mm``, what the engine runs;
 - ``cublaslt``: the same with ``torch.backends.cuda.preferred_blas_library("cublaslt")``;
+- ``cublas swapped``: ``(W @ x.T).T``, the product with its operands swapped (as a view, and
+  made contiguous), and ``cublas, weights [K, N]``: ``x @ W.T`` with W.T stored contiguous;
+  cuBLAS's heuristics pick their kernels by the layouts and shapes they see;
 - ``triton`` configurations of ``skinny_mm`` below: each program multiplies the 8 rows (padded
   to 16, the smallest tile ``tl.dot`` takes) by BLOCK_N rows of the weight over a 1/SPLIT_K
   share of K; with SPLIT_K > 1 the shares are added atomically into a float32 output that is
@@ -49,6 +52,7 @@ SHAPES = {  # name: (N, K) of perfgate/llama-large's stacked projections
 GRIDS = {  # --configs: (BLOCK_N, BLOCK_K, SPLIT_K, num_warps, num_stages)
     "small": list(itertools.product((16, 32, 64), (128, 256), (1, 2, 4), (4,), (4,))),
     "wide": list(itertools.product((32, 64), (128, 256), (1, 2), (4, 8), (3, 5, 6))),
+    "none": [],
 }
 
 
@@ -171,6 +175,16 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
             torch.backends.cuda.preferred_blas_library("cublaslt")
             ways["cublaslt"] = products(x, weights, lambda a, b: a @ b.t())
             torch.backends.cuda.preferred_blas_library("cublas")
+        # The same product with cuBLAS's operands swapped, y.T = W @ x.T: its heuristics
+        # see N rows and 8 columns, and may pick other kernels; as a view, and made
+        # contiguous; then the weights stored transposed, [K, N].
+        ways["cublas swapped"] = products(x, weights, lambda a, b: (b @ a.t()).t())
+        ways["cublas swapped, contiguous"] = products(
+            x, weights, lambda a, b: (b @ a.t()).t().contiguous()
+        )
+        stored = [w.t().contiguous() for w in weights]
+        ways["cublas, weights [K, N]"] = products(x, stored, lambda a, b: a @ b)
+        del stored
         for config in GRIDS[args.configs]:
             if fits((n, k), config):
                 reference = (x @ weights[0].t()).float()
@@ -184,8 +198,7 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
                 )
         results["shapes"][name] = {"n": n, "k": k, "bytes": n * k * 2, "us": ways}
         (args.out / "results.json").write_text(json.dumps(results, indent=2) + "\n")  # so far
-        best = min((v, w) for w, v in ways.items() if w.startswith("triton") and v == v)
-        print(f"{name}: cublas {ways['cublas']:.2f} us, best {best[1]} {best[0]:.2f} us",
+        print(f"{name}: " + ", ".join(f"{w} {v:.2f} us" for w, v in ways.items()),
               file=sys.stderr)  # fmt: skip
     return results
 
@@ -206,8 +219,10 @@ def render(results: dict[str, Any]) -> str:
     for name, shape in results["shapes"].items():
         us = shape["us"]
         tritons = {w: v for w, v in us.items() if w.startswith("triton") and v == v}
-        best = min(tritons, key=tritons.__getitem__)
-        for way, label in (("cublas", "cublas"), ("cublaslt", "cublaslt"), (best, "best triton")):
+        ways = [(way, way) for way in us if not way.startswith("triton")]
+        if tritons:
+            ways.append((min(tritons, key=tritons.__getitem__), "best triton"))
+        for way, label in ways:
             if way not in us:  # cuBLASLt: on a GPU only
                 continue
             rate = shape["bytes"] / us[way] / 1e3

@@ -480,6 +480,13 @@ def fuse_projections(model: nn.Module) -> None:
     do; the products' outputs are the same numbers, split back by ``chunk``. Checkpoints keep
     the separate weights, so run it after loading, and after sharding under tensor
     parallelism (each rank stacks its own slices). Training keeps the separate layers.
+
+    On a GPU, the down projection's weight is also laid out column-major (the same [N, K]
+    tensor, its N entries of a column contiguous): for x [8, K] @ W.T at the large
+    configuration's K of 5632, cuBLAS then runs one kernel of 10.2 us where the row-major weight
+    takes 11.2 us in a split-K kernel and its reduce, on an H200
+    (benchmarks/results/h200-real-weights.md); the other projections' times do not depend on
+    their layout there. On a CPU the layout stays: its sums would round differently.
     """
     for module in model.modules():
         if isinstance(module, Attention) and module.wqkv is None:
@@ -488,6 +495,10 @@ def fuse_projections(model: nn.Module) -> None:
         elif isinstance(module, FeedForward) and module.w13 is None:
             module.w13 = _stacked(module.w1, module.w3)
             del module.w1, module.w3
+            down = cast(nn.Linear, getattr(module.w2, "linear", module.w2))  # row-parallel: inside
+            if down.weight.is_cuda:
+                weight = down.weight.detach().t().contiguous().t()
+                down.weight = nn.Parameter(weight, requires_grad=False)
 
 
 def _stacked(*linears: nn.Module) -> nn.Linear:
