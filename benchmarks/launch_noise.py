@@ -7,7 +7,8 @@ Per gated metric (output_tok_s, verify_ms, accept_length, speedup; as the sample
 stores them): each run's median over its repeats, then across runs the mean of those medians,
 their coefficient of variation (the between-launch spread) and the median over runs of each
 run's own coefficient of variation (the within-run spread). The ratio of the two is the noise
-shape benchmarks/gate_quality.py simulates ("restarts > repeats" is a ratio of 3).
+shape benchmarks/gate_quality.py simulates ("restarts > repeats" is a ratio of 3). Then each
+launch's medians, a row a run.
 """
 
 from __future__ import annotations
@@ -59,7 +60,27 @@ def table(db: Path, scenario: str, after: int = 0) -> str:
             f"| {metric} | {mode} | {statistics.fmean(medians):.4g} | {between:.2%} | "
             f"{within:.2%} | {ratio} |"
         )
-    return "\n".join(lines) + "\n"
+    return "\n".join([*lines, "", *launches(samples)]) + "\n"
+
+
+def launches(samples: dict[tuple[str, str], dict[int, list[float]]]) -> list[str]:
+    """Each launch's medians, one row a run: a spread made of launches in two groups (a slow
+    state some launches start in) shows here, where the CVs above only say how wide it is."""
+    columns = sorted(samples)
+    runs = sorted({run for per_run in samples.values() for run in per_run})
+    lines = [
+        "Each launch's medians:",
+        "",
+        "| run | " + " | ".join(f"{metric} ({mode})" for metric, mode in columns) + " |",
+        "| ---: | " + " | ".join("---:" for _ in columns) + " |",
+    ]
+    for run in runs:
+        cells = [
+            f"{statistics.median(samples[column][run]):.4g}" if run in samples[column] else "-"
+            for column in columns
+        ]
+        lines.append(f"| {run} | " + " | ".join(cells) + " |")
+    return lines
 
 
 def main(argv: list[str] | None = None) -> int:

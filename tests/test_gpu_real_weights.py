@@ -88,7 +88,12 @@ def test_the_smoke_run_trains_measures_and_gates_on_the_cpu_over_two_calls(tmp_p
         "approve 3 runs",
         "judged against them",
     ]
-    assert "3 launches of embedded-cpu-smoke" in (second / "noise.md").read_text()
+    noise = (second / "noise.md").read_text()
+    assert "3 launches of embedded-cpu-smoke" in noise
+    # Then each launch's medians, a row a run: the three launches (two calls) of the series.
+    per_launch = noise.split("Each launch's medians:")[1].splitlines()
+    rows = [line for line in per_launch if line.startswith("| ") and line[2].isdigit()]
+    assert len(rows) == 3 and "output_tok_s (spec)" in noise, noise
     assert "decode, fused + compiled" in (first / "bandwidth.md").read_text()
 
 
