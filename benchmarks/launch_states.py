@@ -1,0 +1,215 @@
+"""Does a fresh process decode at one speed, or do launches fall into groups, and where?
+
+    python benchmarks/launch_states.py --out DIR                       # on a CUDA machine
+    python benchmarks/launch_states.py --out DIR --device cpu --model perfgate/llama-tiny \\
+        --launches 2 --replays 3 --blocks 2                           # the path, on a CPU
+
+Ten fresh launches of the GPU scenario on an H200 (benchmarks/results/h200-real-weights.md)
+put plain decoding in two groups 4% apart: six launches at 476-484 ms for the 8 prompts, four
+at 496-504 ms. This tells the two places such a state can live apart. It starts --launches
+fresh processes one after another; each builds the target as a server does (seeded weights,
+stacked projections, compiled, the attention backend the device defaults to, a CUDA graph
+per step) and times a plain decode step of batch --batch at --position two ways:
+
+- ``device``: back-to-back graph replays timed with CUDA events, the GPU's time alone;
+- ``served``: each step as the server's loop runs it, its inputs copied in, the graph
+  replayed and its tokens read back to the host (the one sync a step), timed by the clock.
+
+and records where it ran: the CPU it was on and the CPUs it may use, and through
+``perfgate.devices`` the GPU's SM clock, temperature and active clock event reasons right
+after timing. If ``device`` falls into groups, the state is the GPU's (clocks, placement of
+memory); if only ``served`` does, it is the host's (which cores, how fast they run).
+
+Writes results.json and results.md: a row per launch, and each way's spread across launches
+(CV) against its spread within a launch (the median over launches of its blocks' CV).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+from decode_bandwidth import Timer, write_results
+from torch import Tensor
+
+from perfgate.devices import read_gpus
+from perfgate.engines.embedded import triton_attention
+from perfgate.engines.embedded.compiling import compile_layers
+from perfgate.engines.embedded.graphs import GraphRunner
+from perfgate.engines.embedded.loading import load_target
+from perfgate.engines.embedded.model import (
+    causal_view,
+    fuse_projections,
+    kv_bucket,
+    use_attention_backend,
+)
+
+
+def cv(values: list[float]) -> float:
+    mean = statistics.fmean(values)
+    return statistics.stdev(values) / mean if len(values) > 1 and mean else 0.0
+
+
+def blocks_of(fn: Any, timer: Timer) -> list[float]:
+    """The ms a call of fn in each of timer's blocks (its median is what Timer returns)."""
+    times = []
+    for _ in range(timer.blocks):
+        times.append(Timer(timer.device, timer.replays, 1)(fn))
+    return times
+
+
+def child(args: argparse.Namespace) -> dict[str, Any]:
+    """One launch: build the target, time its decode step both ways, say where it ran."""
+    began = time.perf_counter()
+    device = torch.device(args.device)
+    dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
+    model = load_target(args.model, device, dtype, load_format="dummy")
+    model.setup_cache(args.batch)
+    fuse_projections(model)
+    if device.type == "cuda" and triton_attention.available():
+        use_attention_backend(model, "triton")
+    compile_layers(model)
+    graphs = GraphRunner("cuda" if device.type == "cuda" else "off")
+    ids = torch.randint(0, model.config.vocab_size, (args.batch, 1), device=device)
+    positions = torch.full((args.batch, 1), args.position, device=device)
+    kv_len = kv_bucket(args.position + 1, model.max_seq_len)
+
+    def forward(ids: Tensor, positions: Tensor) -> tuple[Tensor, ...]:
+        logits, _ = model(ids, positions, causal_view(positions, kv_len))
+        return (logits.argmax(-1),)
+
+    def replay() -> object:
+        return graphs.run("step", forward, ids, positions)
+
+    def served() -> object:  # the server's step: inputs in, replay, tokens out to the host
+        (tokens,) = graphs.run("step", forward, ids, positions)
+        return tokens.tolist()
+
+    timer = Timer(device, args.replays, args.blocks)
+    with torch.inference_mode():
+        replay()
+        ready_s = time.perf_counter() - began
+        device_blocks = blocks_of(replay, timer)
+        host_timer = Timer(torch.device("cpu"), args.replays, args.blocks)
+        served_blocks = blocks_of(served, host_timer)
+    report = read_gpus(apps=False) if device.type == "cuda" else None
+    at = torch.cuda.current_device() if device.type == "cuda" else 0
+    gpu = next((g for g in report.gpus if g.index == at), report.gpus[0]) if report else None
+    return {
+        "pid": os.getpid(),
+        "cpu": _current_cpu(),
+        "allowed_cpus": len(os.sched_getaffinity(0)),
+        "ready_s": round(ready_s, 1),
+        "device_ms": statistics.median(device_blocks),
+        "device_cv": cv(device_blocks),
+        "served_ms": statistics.median(served_blocks),
+        "served_cv": cv(served_blocks),
+        "sm_clock_mhz": gpu.sm_clock_mhz if gpu else None,
+        "temperature_c": gpu.temperature_c if gpu else None,
+        "clock_reasons": gpu.reasons() if gpu else [],
+    }
+
+
+def _current_cpu() -> int | None:
+    """The CPU this process last ran on (field 39 of /proc/self/stat), None elsewhere."""
+    try:
+        fields = Path("/proc/self/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    return int(fields[36])
+
+
+def measure(args: argparse.Namespace) -> dict[str, Any]:
+    launches = []
+    for n in range(args.launches):
+        command = [sys.executable, __file__, "--child", *args.passed]
+        done = subprocess.run(command, capture_output=True, text=True, timeout=args.timeout_s)
+        if done.returncode != 0:
+            raise SystemExit(f"launch {n + 1} failed (exit {done.returncode}):\n{done.stderr}")
+        row = json.loads(done.stdout.strip().splitlines()[-1])
+        launches.append(row)
+        print(f"launch {n + 1}: device {row['device_ms']:.3f} ms, served {row['served_ms']:.3f} "
+              f"ms, cpu {row['cpu']}, sm clock {row['sm_clock_mhz']}", file=sys.stderr)  # fmt: skip
+    return {
+        "model": args.model,
+        "device": args.device,
+        "device_name": torch.cuda.get_device_name() if args.device == "cuda" else "cpu",
+        "torch_version": torch.__version__,
+        "batch": args.batch,
+        "position": args.position,
+        "replays": args.replays,
+        "blocks": args.blocks,
+        "launches": launches,
+    }
+
+
+def render(results: dict[str, Any]) -> str:
+    launches = results["launches"]
+    lines = [
+        f"# Decode step over fresh launches: {results['model']} on {results['device_name']}",
+        "",
+        f"torch {results['torch_version']}; batch {results['batch']} at position "
+        f"{results['position']}; per launch the median of {results['blocks']} blocks of "
+        f"{results['replays']} steps.",
+        "",
+        "| launch | device ms | served ms | served - device | CPU (of allowed) | SM MHz | "
+        "temperature | clock reasons | ready s |",
+        "| ---: | ---: | ---: | ---: | --- | ---: | ---: | --- | ---: |",
+    ]
+    for n, row in enumerate(launches, 1):
+        lines.append(
+            f"| {n} | {row['device_ms']:.3f} | {row['served_ms']:.3f} | "
+            f"{row['served_ms'] - row['device_ms']:.3f} | {row['cpu']} ({row['allowed_cpus']}) | "
+            f"{_or_dash(row['sm_clock_mhz'])} | {_or_dash(row['temperature_c'])} | "
+            f"{', '.join(row['clock_reasons']) or '-'} | {row['ready_s']} |"
+        )
+    lines += ["", "| way | mean ms | across launches (CV) | within a launch (median CV) |"]
+    lines.append("| --- | ---: | ---: | ---: |")
+    for way in ("device", "served"):
+        values = [row[f"{way}_ms"] for row in launches]
+        within = statistics.median(row[f"{way}_cv"] for row in launches)
+        lines.append(
+            f"| {way} | {statistics.fmean(values):.3f} | {cv(values):.2%} | {within:.2%} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def _or_dash(value: object) -> str:
+    return "-" if value is None else f"{value:g}" if isinstance(value, float) else str(value)
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--out", type=Path)
+    parser.add_argument("--model", default="perfgate/llama-large")
+    parser.add_argument("--device", default="cuda")
+    parser.add_argument("--batch", type=int, default=8)
+    parser.add_argument("--position", type=int, default=200)
+    parser.add_argument("--launches", type=int, default=8)
+    parser.add_argument("--replays", type=int, default=100)
+    parser.add_argument("--blocks", type=int, default=7)
+    parser.add_argument("--timeout-s", type=float, default=300.0, help="for each launch")
+    parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.child:
+        print(json.dumps(child(args)))
+        return 0
+    if args.out is None:
+        parser.error("--out is required")
+    args.passed = [a for a in argv if a != "--child"]
+    args.out.mkdir(parents=True, exist_ok=True)
+    write_results(args.out, measure(args), render)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

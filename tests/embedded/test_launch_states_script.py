@@ -1,0 +1,33 @@
+"""benchmarks/launch_states.py times a decode step in fresh processes, on the CPU here."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import perfgate
+
+from .common import server_env
+
+SCRIPT = Path(perfgate.__file__).resolve().parents[1] / "benchmarks" / "launch_states.py"
+
+pytestmark = pytest.mark.slow
+
+
+def test_each_launch_is_a_process_of_its_own_with_both_ways_timed(tmp_path: Path) -> None:
+    command = [sys.executable, str(SCRIPT), "--out", str(tmp_path), "--device", "cpu",
+               "--model", "perfgate/llama-tiny", "--launches", "2", "--replays", "2",
+               "--blocks", "2"]  # fmt: skip
+    done = subprocess.run(command, capture_output=True, text=True, timeout=300, env=server_env())
+    assert done.returncode == 0, done.stdout + done.stderr
+    launches = json.loads((tmp_path / "results.json").read_text())["launches"]
+    assert len(launches) == 2 and launches[0]["pid"] != launches[1]["pid"]
+    for row in launches:
+        assert row["device_ms"] > 0 and row["served_ms"] > 0 and row["allowed_cpus"] >= 1
+        assert row["sm_clock_mhz"] is None  # no GPU to read here
+    table = (tmp_path / "results.md").read_text()
+    assert "| 2 |" in table and "| served |" in table and "| device |" in table
