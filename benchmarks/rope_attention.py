@@ -63,6 +63,7 @@ from perfgate.engines.embedded.model import (
     use_attention_backend,
 )
 from perfgate.engines.embedded.triton_attention import BLOCK_L, NUM_STAGES, NUM_WARPS
+from perfgate.engines.embedded.triton_kernels import softmax_step
 
 BLOCK_T = 16  # the most tokens a sequence the fused kernel takes
 
@@ -155,27 +156,14 @@ def rope_attend_kernel(
             other=float("-inf"),
         ).to(tl.float32)
         bias = tl.where(written[None, :], float("-inf"), bias)
-        scores = tl.dot(q, tl.trans(k)) * scale + bias
-        new_top = tl.maximum(top, tl.max(scores, axis=1))
-        shift = tl.where(new_top == float("-inf"), 0.0, new_top)
-        p = tl.exp(scores - shift[:, None])
-        rescale = tl.exp(top - shift)
-        total = total * rescale + tl.sum(p, axis=1)
-        acc = acc * rescale[:, None] + tl.dot(p.to(v.dtype), v)
-        top = new_top
+        top, total, acc = softmax_step(q, k, v, bias, scale, top, total, acc)
     # The new tokens, each seen by the queries the mask lets see its slot.
     bias = tl.load(
         mask_ptr + b * m_sb + h * m_sh + offs_t[:, None] * m_st + slots[None, :],
         mask=in_t[:, None] & in_t[None, :],
         other=float("-inf"),
     ).to(tl.float32)
-    scores = tl.dot(q, tl.trans(k_new)) * scale + bias
-    new_top = tl.maximum(top, tl.max(scores, axis=1))
-    shift = tl.where(new_top == float("-inf"), 0.0, new_top)
-    p = tl.exp(scores - shift[:, None])
-    rescale = tl.exp(top - shift)
-    total = total * rescale + tl.sum(p, axis=1)
-    acc = acc * rescale[:, None] + tl.dot(p.to(v_new.dtype), v_new)
+    top, total, acc = softmax_step(q, k_new, v_new, bias, scale, top, total, acc)
     out = acc / tl.where(total == 0.0, 1.0, total)[:, None]
     tl.store(
         out_ptr + b * o_sb + offs_t[:, None] * o_st + h * D + offs_d[None, :],

@@ -13,6 +13,23 @@ import triton.language as tl
 
 
 @triton.jit
+def softmax_step(q, k, v, bias, scale, top, total, acc):
+    """One step of the online softmax (FlashAttention's) over a block of keys k and values v:
+    the scores of queries q [BLOCK_T, D] against k [BLOCK_L, D], with bias (float32, -inf where
+    a query does not see a key) added; return each query's top score, total and unscaled sum
+    (acc) updated from top, total and acc."""
+    scores = tl.dot(q, tl.trans(k)) * scale + bias
+    new_top = tl.maximum(top, tl.max(scores, axis=1))
+    # A row that has seen no visible slot yet keeps -inf; shift it by 0 instead.
+    shift = tl.where(new_top == float("-inf"), 0.0, new_top)
+    p = tl.exp(scores - shift[:, None])
+    rescale = tl.exp(top - shift)
+    total = total * rescale + tl.sum(p, axis=1)
+    acc = acc * rescale[:, None] + tl.dot(p.to(v.dtype), v)
+    return new_top, total, acc
+
+
+@triton.jit
 def attend_kernel(
     q_ptr,
     k_ptr,
@@ -74,15 +91,7 @@ def attend_kernel(
             mask=in_t[:, None] & in_l[None, :],
             other=float("-inf"),
         )
-        scores = tl.dot(q, tl.trans(k)) * scale + bias.to(tl.float32)
-        new_top = tl.maximum(top, tl.max(scores, axis=1))
-        # A row that has seen no visible slot yet keeps -inf; shift it by 0 instead.
-        shift = tl.where(new_top == float("-inf"), 0.0, new_top)
-        p = tl.exp(scores - shift[:, None])
-        rescale = tl.exp(top - shift)
-        total = total * rescale + tl.sum(p, axis=1)
-        acc = acc * rescale[:, None] + tl.dot(p.to(v.dtype), v)
-        top = new_top
+        top, total, acc = softmax_step(q, k, v, bias.to(tl.float32), scale, top, total, acc)
     out = acc / tl.where(total == 0.0, 1.0, total)[:, None]
     tl.store(
         out_ptr + b * o_sb + h * o_sh + offs_t[:, None] * o_st + offs_d[None, :],
