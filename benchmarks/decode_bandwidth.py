@@ -50,11 +50,11 @@ from perfgate.engines.embedded.compiling import compile_layers
 from perfgate.engines.embedded.graphs import GraphRunner
 from perfgate.engines.embedded.loading import load_target
 from perfgate.engines.embedded.model import (
-    FeedForward,
     Transformer,
     causal_view,
     fuse_projections,
     kv_bucket,
+    lay_out_down_projections,
     use_attention_backend,
 )
 from perfgate.engines.embedded.triton_attention import BLOCK_L, NUM_STAGES, NUM_WARPS
@@ -104,6 +104,10 @@ class Timer:
         self.device, self.replays, self.blocks = device, replays, blocks
 
     def __call__(self, fn: Callable[[], object]) -> float:
+        return statistics.median(self.blocks_of(fn))
+
+    def blocks_of(self, fn: Callable[[], object]) -> list[float]:
+        """The ms per call in each block, after 3 calls to warm up."""
         for _ in range(3):
             fn()
         times = []
@@ -122,7 +126,7 @@ class Timer:
                 for _ in range(self.replays):
                     fn()
                 times.append((time.perf_counter() - began) * 1e3 / self.replays)
-        return statistics.median(times)
+        return times
 
 
 def copy_gb_s(device: torch.device, timer: Timer) -> float:
@@ -265,26 +269,15 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
         triton_attention.NUM_STAGES = NUM_STAGES
         # The down projections as trained, row-major (fuse_projections lays them out
         # column-major on a GPU): what that layout is worth to the step.
-        _down_layout(model, column_major=False)
+        lay_out_down_projections(model, column_major=False)
         _time_variant(results, "fused + compiled + triton, down row-major", model, args, timer)
-        _down_layout(model, column_major=True)
+        lay_out_down_projections(model, column_major=True)
         use_attention_backend(model, "torch_native")
     for mode in args.compile_mode:
         torch._dynamo.reset()  # the layers' code was compiled in the default mode above
         compile_layers(model, mode)
         _time_variant(results, f"fused + compiled ({mode})", model, args, timer)
     return results
-
-
-def _down_layout(model: Transformer, column_major: bool) -> None:
-    """Lay every down projection's weight out column-major, or row-major, in place."""
-    for module in model.modules():
-        if isinstance(module, FeedForward):
-            down = module.w2
-            assert isinstance(down, nn.Linear)
-            weight = down.weight.detach()
-            laid = weight.t().contiguous().t() if column_major else weight.contiguous()
-            down.weight = nn.Parameter(laid, requires_grad=False)
 
 
 def _time_variant(

@@ -38,6 +38,7 @@ from typing import Any
 
 import torch
 from decode_bandwidth import Timer, write_results
+from launch_noise import cv
 from torch import Tensor
 
 from perfgate.devices import read_gpus
@@ -51,19 +52,6 @@ from perfgate.engines.embedded.model import (
     kv_bucket,
     use_attention_backend,
 )
-
-
-def cv(values: list[float]) -> float:
-    mean = statistics.fmean(values)
-    return statistics.stdev(values) / mean if len(values) > 1 and mean else 0.0
-
-
-def blocks_of(fn: Any, timer: Timer) -> list[float]:
-    """The ms a call of fn in each of timer's blocks (its median is what Timer returns)."""
-    times = []
-    for _ in range(timer.blocks):
-        times.append(Timer(timer.device, timer.replays, 1)(fn))
-    return times
 
 
 def child(args: argparse.Namespace) -> dict[str, Any]:
@@ -97,9 +85,8 @@ def child(args: argparse.Namespace) -> dict[str, Any]:
     with torch.inference_mode():
         replay()
         ready_s = time.perf_counter() - began
-        device_blocks = blocks_of(replay, timer)
-        host_timer = Timer(torch.device("cpu"), args.replays, args.blocks)
-        served_blocks = blocks_of(served, host_timer)
+        device_blocks = timer.blocks_of(replay)
+        served_blocks = Timer(torch.device("cpu"), args.replays, args.blocks).blocks_of(served)
     report = read_gpus(apps=False) if device.type == "cuda" else None
     at = torch.cuda.current_device() if device.type == "cuda" else 0
     gpu = next((g for g in report.gpus if g.index == at), report.gpus[0]) if report else None

@@ -18,6 +18,7 @@ from perfgate.engines.embedded.model import (
     Transformer,
     causal_view,
     fuse_projections,
+    lay_out_down_projections,
 )
 from perfgate.engines.embedded.parallel import shard_model
 
@@ -79,6 +80,28 @@ def test_fusing_stacks_the_weights_once_and_drops_the_separate_layers() -> None:
     assert isinstance(feed_forward, FeedForward) and feed_forward.w13 is not None
     assert feed_forward.w13.weight.shape == (2 * target.config.ffn_dim, target.config.dim)
     assert not hasattr(feed_forward, "w1")
+
+
+def test_down_projections_go_column_major_and_back_with_the_same_values() -> None:
+    """What fuse_projections does on a GPU, here on a CPU, where it keeps the trained layout."""
+    target = _target()
+    fuse_projections(target)
+    downs = [m.w2 for m in target.modules() if isinstance(m, FeedForward)]
+    assert all(isinstance(d, nn.Linear) and d.weight.is_contiguous() for d in downs)
+    trained = [d.weight.detach().clone() for d in downs]
+    expected = _forward(target, 1, 7)
+
+    lay_out_down_projections(target, column_major=True)
+    for down, weight in zip(downs, trained, strict=True):
+        assert down.weight.stride() == (1, weight.shape[0])  # a column's N entries contiguous
+        assert torch.equal(down.weight, weight)
+    torch.testing.assert_close(_forward(target, 1, 7), expected, rtol=0, atol=1e-4)
+
+    lay_out_down_projections(target, column_major=False)
+    assert all(
+        d.weight.is_contiguous() and torch.equal(d.weight, w)
+        for d, w in zip(downs, trained, strict=True)
+    )
 
 
 def test_the_draft_head_fuses_its_own_layer_and_not_the_targets_shared_modules() -> None:

@@ -481,12 +481,8 @@ def fuse_projections(model: nn.Module) -> None:
     the separate weights, so run it after loading, and after sharding under tensor
     parallelism (each rank stacks its own slices). Training keeps the separate layers.
 
-    On a GPU, the down projection's weight is also laid out column-major (the same [N, K]
-    tensor, its N entries of a column contiguous): for x [8, K] @ W.T at the large
-    configuration's K of 5632, cuBLAS then runs one kernel of 10.2 us where the row-major weight
-    takes 11.2 us in a split-K kernel and its reduce, on an H200
-    (benchmarks/results/h200-real-weights.md); the other projections' times do not depend on
-    their layout there. On a CPU the layout stays: its sums would round differently.
+    On a GPU it also lays the down projections out column-major
+    (``lay_out_down_projections``).
     """
     for module in model.modules():
         if isinstance(module, Attention) and module.wqkv is None:
@@ -495,10 +491,26 @@ def fuse_projections(model: nn.Module) -> None:
         elif isinstance(module, FeedForward) and module.w13 is None:
             module.w13 = _stacked(module.w1, module.w3)
             del module.w1, module.w3
+    if next(model.parameters()).is_cuda:
+        lay_out_down_projections(model, column_major=True)
+
+
+def lay_out_down_projections(model: nn.Module, column_major: bool) -> None:
+    """Store each MLP's down projection weight column-major (the same [N, K] tensor, the N
+    entries of a column contiguous), or row-major as trained, in place.
+
+    For x [8, K] @ W.T at the large configuration's K of 5632, cuBLAS picks another split-K
+    kernel for the column-major weight: 10.2 us a product with its reduce, against 11.2 us
+    row-major, on an H200 (benchmarks/results/h200-real-weights.md); the other projections'
+    times do not depend on their layout there. ``fuse_projections`` lays them out so on a GPU
+    only: on a CPU the sums would round differently, for no measured gain.
+    """
+    for module in model.modules():
+        if isinstance(module, FeedForward):
             down = cast(nn.Linear, getattr(module.w2, "linear", module.w2))  # row-parallel: inside
-            if down.weight.is_cuda:
-                weight = down.weight.detach().t().contiguous().t()
-                down.weight = nn.Parameter(weight, requires_grad=False)
+            weight = down.weight.detach()
+            laid = weight.t().contiguous().t() if column_major else weight.contiguous()
+            down.weight = nn.Parameter(laid, requires_grad=False)
 
 
 def _stacked(*linears: nn.Module) -> nn.Linear:
