@@ -21,7 +21,8 @@ the values) and a batch of --batch sequences at --position tokens:
   the triton attention backend (``--attention-backend triton``, what a CUDA server runs by
   default), once per kernel configuration of --attention-configs (the first is the shipped one),
   and once more with the down projections' weights row-major, as trained (``fuse_projections``
-  lays them out column-major on a GPU);
+  lays them out column-major on a GPU), and once more compiled with the norms reduced in one
+  pass over their rows (``whole_row_reductions``);
 - with --compile-mode MODE, the compiled step again in that ``torch.compile`` mode (SGLang
   compiles in ``max-autotune-no-cudagraphs``, which times Triton's matrix products against
   cuBLAS's and keeps the faster).
@@ -46,7 +47,7 @@ import torch
 from torch import Tensor, nn
 
 from perfgate.engines.embedded import triton_attention
-from perfgate.engines.embedded.compiling import compile_layers
+from perfgate.engines.embedded.compiling import compile_layers, whole_row_reductions
 from perfgate.engines.embedded.graphs import GraphRunner
 from perfgate.engines.embedded.loading import load_target
 from perfgate.engines.embedded.model import (
@@ -272,6 +273,14 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
         lay_out_down_projections(model, column_major=False)
         _time_variant(results, "fused + compiled + triton, down row-major", model, args, timer)
         lay_out_down_projections(model, column_major=True)
+        # The norms reduced in one pass over their rows, compiled again with those choices.
+        torch._dynamo.reset()
+        whole_row_reductions(True)
+        compile_layers(model)
+        _time_variant(results, "fused + compiled + triton, whole-row norms", model, args, timer)
+        whole_row_reductions(False)
+        torch._dynamo.reset()
+        compile_layers(model)
         use_attention_backend(model, "torch_native")
     for mode in args.compile_mode:
         torch._dynamo.reset()  # the layers' code was compiled in the default mode above

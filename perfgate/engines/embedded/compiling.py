@@ -54,3 +54,20 @@ def compile_layers(model: nn.Module, mode: str | None = None) -> int:
             module.embed = torch.compile(embed, mode=mode)  # type: ignore[method-assign]
             module.finish = torch.compile(finish, mode=mode)  # type: ignore[method-assign]
     return compiled
+
+
+def whole_row_reductions(on: bool = True) -> None:
+    """Have Inductor reduce a row of up to WHOLE_ROW elements in one pass, from then on in
+    this process (the choice is part of its cache keys), or (off) go back to its own rule.
+    See perfgate/engines/embedded/whole_rows.py."""
+    from torch._inductor import config
+    from torch._inductor.choices import InductorChoices
+    from torch._inductor.virtualized import V
+
+    from perfgate.engines.embedded.whole_rows import WholeRowChoices
+
+    V.set_choices_handler(WholeRowChoices() if on else InductorChoices())  # this thread's
+    if hasattr(config, "inductor_choices_class"):  # every thread's, and in the cache keys
+        config.inductor_choices_class = WholeRowChoices if on else None
+    else:  # an older torch: its cache keys would not tell the two kinds of code apart
+        config.fx_graph_cache = False
