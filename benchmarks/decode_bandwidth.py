@@ -278,15 +278,6 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
         whole_row_reductions(True)
         compile_layers(model)
         _time_variant(results, "fused + compiled + triton, whole-row norms", model, args, timer)
-        # And every Triton kernel launched while the one before it ends (Inductor's and the
-        # attention's): programmatic dependent launch, Hopper's.
-        if torch.cuda.get_device_capability(device)[0] >= 9:
-            torch._inductor.config.triton.enable_pdl = triton_attention.PDL = True
-            torch._dynamo.reset()
-            compile_layers(model)
-            label = "fused + compiled + triton, whole-row norms, PDL"
-            _time_variant(results, label, model, args, timer)
-            torch._inductor.config.triton.enable_pdl = triton_attention.PDL = False
         whole_row_reductions(False)
         torch._dynamo.reset()
         compile_layers(model)

@@ -34,9 +34,6 @@ BLOCK_T = 16  # queries a program takes: tl.dot's smallest tile
 BLOCK_L = 64
 NUM_WARPS = 4
 NUM_STAGES = 3
-# Programmatic dependent launch (Hopper and later): the kernel is launched while the one before
-# it finishes and waits for it (``gdc_wait``) only before its first load. Off by default.
-PDL = False
 
 
 def available() -> bool:
@@ -74,7 +71,6 @@ def attend(q: Tensor, k_cache: Tensor, v_cache: Tensor, mask: Tensor) -> Tensor:
         out.stride(0), out.stride(2), out.stride(1),
         queries, slots,
         D=dim, BLOCK_T=BLOCK_T, BLOCK_L=BLOCK_L, num_warps=NUM_WARPS, num_stages=NUM_STAGES,
-        **({"PDL": True, "launch_pdl": True} if PDL and q.is_cuda else {}),
     )  # fmt: skip
     return out
 

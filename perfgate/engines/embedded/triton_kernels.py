@@ -57,18 +57,14 @@ def attend_kernel(
     D: tl.constexpr,
     BLOCK_T: tl.constexpr,
     BLOCK_L: tl.constexpr,
-    PDL: tl.constexpr = False,
 ):
     """Attend block program_id(2) of T queries of head program_id(1) of sequence
-    program_id(0) to the first L slots of its cache; write out[b, t, h]. With PDL (launched
-    with ``launch_pdl``), wait for the kernel before it only once its addresses are ready."""
+    program_id(0) to the first L slots of its cache; write out[b, t, h]."""
     b = tl.program_id(0)
     h = tl.program_id(1)
     offs_t = tl.program_id(2) * BLOCK_T + tl.arange(0, BLOCK_T)
     offs_d = tl.arange(0, D)
     in_t = offs_t < T
-    if PDL:
-        tl.extra.cuda.gdc_wait()
     q = tl.load(
         q_ptr + b * q_sb + h * q_sh + offs_t[:, None] * q_st + offs_d[None, :],
         mask=in_t[:, None],
