@@ -65,3 +65,18 @@ def test_a_norm_is_one_pass_with_whole_rows_and_two_without(tmp_path: Path) -> N
     assert looped == ["triton_red_fused_add_mean_mul_pow_rsqrt_0"]
     assert whole == ["triton_per_fused_add_mean_mul_pow_rsqrt_0"]
     assert looped_keys and whole_keys and not set(looped_keys) & set(whole_keys)
+
+
+def test_compiling_the_layers_turns_whole_rows_on() -> None:
+    from torch import nn
+    from torch._inductor import config
+
+    from perfgate.engines.embedded.compiling import compile_layers, whole_row_reductions
+    from perfgate.engines.embedded.whole_rows import WholeRowChoices
+
+    try:
+        whole_row_reductions(False)
+        compile_layers(nn.Linear(2, 2))
+        assert config.inductor_choices_class is WholeRowChoices
+    finally:
+        whole_row_reductions(False)

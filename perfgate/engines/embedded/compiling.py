@@ -38,6 +38,9 @@ def compile_layers(model: nn.Module, mode: str | None = None) -> int:
     torch._dynamo.config.recompile_limit = max(
         torch._dynamo.config.recompile_limit, RECOMPILE_LIMIT
     )
+    # Each norm in one pass over its row: on an H200 a 1.0% shorter decode step for the large
+    # configuration (benchmarks/results/h200-real-weights.md, 2026-12-01, fourth section).
+    whole_row_reductions(True)
     compiled = 0
     for module in model.modules():
         if isinstance(module, (TransformerBlock, Eagle3Layer)):
@@ -59,7 +62,7 @@ def compile_layers(model: nn.Module, mode: str | None = None) -> int:
 def whole_row_reductions(on: bool = True) -> None:
     """Have Inductor reduce a row of up to WHOLE_ROW elements in one pass, from then on in
     this process (the choice is part of its cache keys), or (off) go back to its own rule.
-    See perfgate/engines/embedded/whole_rows.py."""
+    ``compile_layers`` turns it on. See perfgate/engines/embedded/whole_rows.py."""
     from torch._inductor import config
     from torch._inductor.choices import InductorChoices
     from torch._inductor.virtualized import V
