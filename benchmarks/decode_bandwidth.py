@@ -26,7 +26,9 @@ the values) and a batch of --batch sequences at --position tokens:
   ``whole_row_reductions``);
 - with --compile-mode MODE, the compiled step again in that ``torch.compile`` mode (SGLang
   compiles in ``max-autotune-no-cudagraphs``, which times Triton's matrix products against
-  cuBLAS's and keeps the faster).
+  cuBLAS's and keeps the faster);
+- last, ``norms folded``: the compiled step on the triton backend with each layer's norms
+  folded into the products after them (``fold_norms``), what a CUDA server runs.
 
 Each time is the median of --blocks blocks of --replays replays, timed with CUDA events. The
 table gives each step's time and its weight bytes over that time, in GB/s and as a share of
@@ -54,6 +56,7 @@ from perfgate.engines.embedded.loading import load_target
 from perfgate.engines.embedded.model import (
     Transformer,
     causal_view,
+    fold_norms,
     fuse_projections,
     kv_bucket,
     lay_out_down_projections,
@@ -287,6 +290,14 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
         torch._dynamo.reset()  # the layers' code was compiled in the default mode above
         compile_layers(model, mode)
         _time_variant(results, f"fused + compiled ({mode})", model, args, timer)
+    if device.type == "cuda" and triton_attention.available():
+        # What a CUDA server runs: the norms folded into the products after them (for good:
+        # last), the triton backend, compiled in the default mode.
+        fold_norms(model)
+        use_attention_backend(model, "triton")
+        torch._dynamo.reset()
+        compile_layers(model)
+        _time_variant(results, "fused + compiled + triton, norms folded", model, args, timer)
     return results
 
 

@@ -15,6 +15,7 @@ from typing import Any
 
 import torch
 
+from perfgate.engines.embedded import folded_norms
 from perfgate.engines.embedded.api import (
     WEIGHT_VERSION,
     GenerateRequest,
@@ -43,6 +44,7 @@ from perfgate.engines.embedded.loading import (
 from perfgate.engines.embedded.model import (
     BYTE_VOCAB,
     Transformer,
+    fold_norms,
     fuse_projections,
     use_attention_backend,
 )
@@ -354,12 +356,16 @@ def _shard(group: TensorGroup, target: Transformer, drafter: Drafter | None) -> 
 def _prepare(
     target: Transformer, drafter: Drafter | None, torch_compile: bool, attention_backend: str
 ) -> None:
-    """Fuse the models' projections for inference, set their attention backend and, if
-    asked, compile their layers."""
+    """Fuse the models' projections for inference, fold the target's norms into them on
+    CUDA (``folded_norms``), set their attention backend and, if asked, compile their
+    layers."""
     models = [target] if drafter is None else [target, drafter.model]
     logger.info("attention backend: %s", attention_backend)
     for model in models:
         fuse_projections(model)
+        weight = next(model.parameters())
+        if model is target and weight.is_cuda and folded_norms.kernels_run(weight):
+            logger.info("norms folded: %d layers", fold_norms(model))
         use_attention_backend(model, attention_backend)
         if torch_compile:
             logger.info("layers compiled: %d of %s", compile_layers(model), type(model).__name__)

@@ -27,7 +27,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from perfgate.engines.embedded import triton_attention
+from perfgate.engines.embedded import folded_norms, triton_attention
 
 BYTE_VOCAB = 256
 KV_BUCKET = 128  # attention reads the cache in multiples of this many slots
@@ -232,26 +232,49 @@ class Attention(nn.Module):
         return self.kv_cache.update(slots, k, v)
 
     def forward(self, x: Tensor, rope: Rope, view: AttentionView | None) -> Tensor:
+        return cast(Tensor, self.wo(self.heads(x, rope, view)))
+
+    def heads(
+        self, x: Tensor, rope: Rope, view: AttentionView | None, scale: Tensor | None = None
+    ) -> Tensor:
+        """The attention's output before its output projection, [B, T, dim]; with scale
+        [B, T, 1] (float32), the queries, keys and values scaled by it first (``folded``)."""
         bsz, seqlen, _ = x.shape
         q, k, v = (
             p.reshape(bsz, seqlen, self.n_head, self.head_dim).transpose(1, 2)
             for p in self.project(x)
         )
-        q, k = apply_rope(q, rope), apply_rope(k, rope)
-        if view is None:  # training: causal within the input; the cache is not touched
-            out = F.scaled_dot_product_attention(q, k, v, is_causal=True)
-        elif self.kv_cache is None:
-            out = F.scaled_dot_product_attention(q, k, v, attn_mask=view.mask)
+        if scale is not None:
+            per_head = scale.unsqueeze(1)  # [B, 1, T, 1]
+            q, k, v = ((p.float() * per_head).type_as(p) for p in (q, k, v))
+        return self.attend(apply_rope(q, rope), apply_rope(k, rope), v, view)
+
+    def attend(
+        self, q: Tensor, k: Tensor | None, v: Tensor | None, view: AttentionView | None
+    ) -> Tensor:
+        """Attend rotated q [B, H, T, D] to k and v [B, H, T, D], written into the cache
+        first if there is one (None: already written there); return [B, T, dim]."""
+        bsz, _, seqlen, _ = q.shape
+        if view is None or self.kv_cache is None:
+            assert k is not None and v is not None
+            if view is None:  # training: causal within the input; the cache is not touched
+                out = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+            else:
+                out = F.scaled_dot_product_attention(q, k, v, attn_mask=view.mask)
+            return out.transpose(1, 2).reshape(bsz, seqlen, -1)
+        if k is None or v is None:
+            cache = cast(KVCache, self.kv_cache)
+            k_all, v_all = cache.k[:bsz], cache.v[:bsz]
         else:
             k_all, v_all = self.write_cache(view.slots, k, v)
-            if self.backend == "triton":  # [B, T, H, D]: the output projection's layout
-                out = triton_attention.attend(q, k_all, v_all, view.mask)
-                return cast(Tensor, self.wo(out.reshape(bsz, seqlen, -1)))
-            kv_len = view.mask.shape[-1]
-            out = F.scaled_dot_product_attention(
-                q, k_all[:, :, :kv_len], v_all[:, :, :kv_len], attn_mask=view.mask
-            )
-        return cast(Tensor, self.wo(out.transpose(1, 2).reshape(bsz, seqlen, -1)))
+        if self.backend == "triton":  # [B, T, H, D]: the output projection's layout
+            out = triton_attention.attend(q, k_all, v_all, view.mask)
+            return cast(Tensor, out.reshape(bsz, seqlen, -1))
+        kv_len = view.mask.shape[-1]
+        out = F.scaled_dot_product_attention(
+            q, k_all[:, :, :kv_len], v_all[:, :, :kv_len], attn_mask=view.mask
+        )
+        return out.transpose(1, 2).reshape(bsz, seqlen, -1)
 
 
 class FeedForward(nn.Module):
@@ -277,21 +300,50 @@ class TransformerBlock(nn.Module):
         self.attention = Attention(config.dim, config.dim, config.n_head)
         self.ffn_norm = RMSNorm(config.dim, config.norm_eps)
         self.feed_forward = FeedForward(config.dim, config.ffn_dim)
+        self.folded = False  # the norms' weights are in the products after them (fold_norms)
 
     def forward(
         self, x: Tensor, rope: Rope, view: AttentionView | None, pending: Tensor | None = None
-    ) -> tuple[Tensor, Tensor]:
+    ) -> tuple[Tensor, Tensor | None]:
         """Return the residual stream after attention and the MLP's output, whose sum is this
         layer's output; pending is the previous layer's MLP output, to add to x first.
 
         The MLP's residual add is left to the next layer, so that compiled, it fuses into that
         layer's first norm (one kernel less per layer), as SGLang's fused add-and-norm does;
-        the sum is the same bf16 addition either way.
+        the sum is the same bf16 addition either way. Folded, the layer adds both into x in
+        place and returns (x, None).
         """
         if pending is not None:
             x = x + pending
+        if self.folded:
+            return self._folded(x, rope, view), None
         h = x + self.attention(self.attention_norm(x), rope, view)
         return h, self.feed_forward(self.ffn_norm(h))
+
+    def _folded(self, x: Tensor, rope: Rope, view: AttentionView | None) -> Tensor:
+        """The layer on x, its norms folded (``folded_norms``): x is updated in place."""
+        attention, mlp = self.attention, self.feed_forward
+        assert attention.wqkv is not None and mlp.w13 is not None
+        cache, kernels = attention.kv_cache, folded_norms.kernels_run(x)
+        if view is not None and isinstance(cache, KVCache) and kernels:
+            q = folded_norms.norm_rope(
+                attention.wqkv(x), x, rope.cos, rope.sin, view.slots, cache.k, cache.v,
+                self.attention_norm.eps, attention.n_head,
+            )  # fmt: skip
+            heads = attention.attend(q.transpose(1, 2), None, None, view)
+        else:
+            scale = folded_norms.rms_scale(x, self.attention_norm.eps)
+            heads = attention.heads(x, rope, view, scale)
+        folded_norms.add_product_(x, heads, cast(nn.Linear, attention.wo).weight)
+        gate_up = mlp.w13(x)
+        if kernels:
+            act = folded_norms.norm_silu(gate_up, x, self.ffn_norm.eps)
+        else:
+            scale = folded_norms.rms_scale(x, self.ffn_norm.eps)
+            gate, up = (gate_up.float() * scale).chunk(2, dim=-1)
+            act = (F.silu(gate) * up).type_as(gate_up)
+        folded_norms.add_product_(x, act, cast(nn.Linear, mlp.w2).weight)
+        return x
 
 
 class CachedModel(nn.Module):
@@ -369,13 +421,12 @@ class Transformer(CachedModel):
         """
         rope = self.rope(positions)
         x, view = self.embed(tokens, view)
-        hidden = {0: x} if 0 in capture else {}
+        hidden = {0: x.clone()} if 0 in capture else {}  # folded layers update x in place
         pending: Tensor | None = None
         for i, layer in enumerate(self.layers, start=1):
             x, pending = layer(x, rope, view, pending)
             if i in capture:
-                hidden[i] = x + pending
-        assert pending is not None
+                hidden[i] = x.clone() if pending is None else x + pending
         return self.finish(x, pending), [hidden[i] for i in capture]
 
     def embed(
@@ -385,9 +436,9 @@ class Transformer(CachedModel):
         x = self.tok_embeddings(tokens)
         return x, None if view is None else view.additive(compute_dtype(x))
 
-    def finish(self, x: Tensor, pending: Tensor) -> Tensor:
+    def finish(self, x: Tensor, pending: Tensor | None) -> Tensor:
         """Return the logits of the last layer's output, x + pending (``TransformerBlock``)."""
-        return cast(Tensor, self.output(self.norm(x + pending)))
+        return cast(Tensor, self.output(self.norm(x if pending is None else x + pending)))
 
 
 class Eagle3Layer(nn.Module):
@@ -493,6 +544,36 @@ def fuse_projections(model: nn.Module) -> None:
             del module.w1, module.w3
     if next(model.parameters()).is_cuda:
         lay_out_down_projections(model, column_major=True)
+
+
+def fold_norms(model: nn.Module) -> int:
+    """Fold each decoder layer's norms into the products after them, in place, for inference
+    on CUDA (``folded_norms``): the stacked query, key and value weight and the stacked gate
+    and up weight times their norm's weight, per input column; return how many layers.
+
+    Run it after ``fuse_projections``. A layer split over tensor-parallel ranks is left as it
+    is (its residual adds follow an all-reduce), and so is the draft's layer.
+    """
+    folded = 0
+    for block in model.modules():
+        if (
+            isinstance(block, TransformerBlock)
+            and not block.folded
+            and block.attention.wqkv is not None
+            and block.feed_forward.w13 is not None
+            and type(block.attention.wo) is nn.Linear
+            and type(block.feed_forward.w2) is nn.Linear
+        ):
+            for linear, norm in (
+                (block.attention.wqkv, block.attention_norm),
+                (block.feed_forward.w13, block.ffn_norm),
+            ):
+                weight = linear.weight.detach()
+                scaled = (weight.float() * norm.weight.detach().float()).to(weight.dtype)
+                linear.weight = nn.Parameter(scaled, requires_grad=False)
+            block.folded = True
+            folded += 1
+    return folded
 
 
 def lay_out_down_projections(model: nn.Module, column_major: bool) -> None:

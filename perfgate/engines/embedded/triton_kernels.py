@@ -98,3 +98,99 @@ def attend_kernel(
         out.to(out_ptr.dtype.element_ty),
         mask=in_t[:, None],
     )
+
+
+@triton.jit
+def row_rms_scale(x_ptr, eps, DM: tl.constexpr, BLOCK_DM: tl.constexpr):
+    """1 / sqrt(mean(x^2) + eps) over the DM entries of the row at x_ptr, in float32: an
+    RMSNorm's scale, whose weight the next product holds (``fold_norms``)."""
+    offs = tl.arange(0, BLOCK_DM)
+    x = tl.load(x_ptr + offs, mask=offs < DM, other=0.0).to(tl.float32)
+    return tl.rsqrt(tl.sum(x * x, axis=0) / DM + eps)
+
+
+@triton.jit
+def norm_rope_kernel(
+    qkv_ptr,
+    x_ptr,
+    cos_ptr,
+    sin_ptr,
+    slots_ptr,
+    q_ptr,
+    k_ptr,
+    v_ptr,
+    eps,
+    qkv_sb,
+    qkv_st,
+    x_sb,
+    x_st,
+    r_sb,
+    r_st,
+    s_sb,
+    q_sb,
+    q_st,
+    k_sb,
+    k_sh,
+    k_ss,
+    T,
+    H,
+    DM: tl.constexpr,
+    BLOCK_DM: tl.constexpr,
+    D: tl.constexpr,
+):
+    """Head program_id(1) of token t of sequence b (program_id(0) = b * T + t): scale its
+    query, key and value in qkv [B, T, 3 * H * D] (the product of the unnormalized residual
+    stream x [B, T, DM] by the norm-folded weight) by x's RMS scale, rotate the query and key
+    by cos and sin [B, T, D] (float32), write the query to q [B, T, H, D] and the key and value
+    to k and v [B', H, S, D] (v's strides are k's) at slots [B, T]."""
+    b = tl.program_id(0) // T
+    t = tl.program_id(0) % T
+    h = tl.program_id(1)
+    r = row_rms_scale(x_ptr + b * x_sb + t * x_st, eps, DM, BLOCK_DM)
+    offs = tl.arange(0, D)
+    half = D // 2
+    partner = (offs + half) % D  # rotate_half: [-x2, x1]
+    sign = tl.where(offs < half, -1.0, 1.0)
+    row = qkv_ptr + b * qkv_sb + t * qkv_st
+    cos = tl.load(cos_ptr + b * r_sb + t * r_st + offs)
+    sin = tl.load(sin_ptr + b * r_sb + t * r_st + offs)
+    q = tl.load(row + h * D + offs).to(tl.float32) * r
+    q_turned = tl.load(row + h * D + partner).to(tl.float32) * r
+    k = tl.load(row + (H + h) * D + offs).to(tl.float32) * r
+    k_turned = tl.load(row + (H + h) * D + partner).to(tl.float32) * r
+    v = tl.load(row + (2 * H + h) * D + offs).to(tl.float32) * r
+    slot = tl.load(slots_ptr + b * s_sb + t)
+    dtype = q_ptr.dtype.element_ty
+    tl.store(
+        q_ptr + b * q_sb + t * q_st + h * D + offs, (q * cos + sign * q_turned * sin).to(dtype)
+    )
+    cache_at = b * k_sb + h * k_sh + slot * k_ss + offs
+    tl.store(k_ptr + cache_at, (k * cos + sign * k_turned * sin).to(dtype))
+    tl.store(v_ptr + cache_at, v.to(dtype))
+
+
+@triton.jit
+def norm_silu_kernel(
+    gu_ptr,
+    x_ptr,
+    out_ptr,
+    eps,
+    gu_sm,
+    x_sm,
+    o_sm,
+    F,
+    DM: tl.constexpr,
+    BLOCK_DM: tl.constexpr,
+    BLOCK_F: tl.constexpr,
+):
+    """Columns program_id(1) * BLOCK_F.. of row program_id(0): out = silu(r * gate) * (r * up),
+    gate and up the two halves [F] of gu's row (the product of the unnormalized residual
+    stream x's row [DM] by the norm-folded weight), r x's RMS scale."""
+    m = tl.program_id(0)
+    r = row_rms_scale(x_ptr + m * x_sm, eps, DM, BLOCK_DM)
+    offs = tl.program_id(1) * BLOCK_F + tl.arange(0, BLOCK_F)
+    inside = offs < F
+    gate = tl.load(gu_ptr + m * gu_sm + offs, mask=inside, other=0.0).to(tl.float32) * r
+    up = tl.load(gu_ptr + m * gu_sm + F + offs, mask=inside, other=0.0).to(tl.float32) * r
+    out = gate * tl.sigmoid(gate) * up
+    tl.store(out_ptr + m * o_sm + offs, out.to(out_ptr.dtype.element_ty), mask=inside)
