@@ -1,4 +1,4 @@
-"""Checks of the triton attention kernel that run under Triton's interpreter, in a child process.
+"""Checks of the Triton kernels (attention, folded norms) that run under Triton's interpreter, in a child process.
 
 TRITON_INTERPRET=1 must be set before Triton is first imported (Triton's own helpers are
 defined then), so ``test_triton_attention`` runs these in ``python -m`` children with it set:
@@ -8,16 +8,26 @@ defined then), so ``test_triton_attention`` runs these in ``python -m`` children
 from __future__ import annotations
 
 import sys
+from typing import Any
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor
 
 from perfgate.engines.embedded import triton_attention
+from perfgate.engines.embedded.compiling import compile_layers
 from perfgate.engines.embedded.drafters import Eagle3Drafter
 from perfgate.engines.embedded.graphs import GraphRunner
 from perfgate.engines.embedded.loading import load_draft, load_target
-from perfgate.engines.embedded.model import use_attention_backend
+from perfgate.engines.embedded.model import (
+    AttentionView,
+    KVCache,
+    Transformer,
+    causal_view,
+    fold_norms,
+    fuse_projections,
+    use_attention_backend,
+)
 from perfgate.engines.embedded.params import SpecParams
 from perfgate.engines.embedded.worker import EagleWorker, PlainWorker
 
@@ -89,8 +99,86 @@ def decoding_unchanged() -> None:
     assert spec_ids == plain_ids and all(len(ids) == 24 for ids in plain_ids), outputs
 
 
+def _folded_pair(backend: str) -> tuple[Transformer, Transformer]:
+    """The tiny target twice with its projections stacked, the second with its norms folded."""
+    pair = []
+    for fold in (False, True):
+        target = load_target(TARGET, CPU, torch.float32)
+        target.setup_cache(3, 256)
+        fuse_projections(target)
+        use_attention_backend(target, backend)
+        if fold:
+            assert fold_norms(target) == target.config.n_layer
+        pair.append(target)
+    return pair[0], pair[1]
+
+
+def _compare(expected: Transformer, got: Transformer, view_of: Any) -> None:
+    """A prefill, a decode step and a verify: logits, the captured hidden states and the
+    caches' keys and values alike."""
+    for length, start in ((7, 0), (1, 7), (4, 8)):
+        generator = torch.Generator().manual_seed(length)
+        tokens = torch.randint(0, 256, (3, length), generator=generator)
+        positions = torch.arange(start, start + length).expand(3, length)
+        with torch.inference_mode():
+            mine = got(tokens, positions, view_of(positions), capture=(0, 1, 2))
+            theirs = expected(tokens, positions, view_of(positions), capture=(0, 1, 2))
+        torch.testing.assert_close(mine[0], theirs[0], rtol=0, atol=1e-4)
+        for a, b in zip(mine[1], theirs[1], strict=True):
+            torch.testing.assert_close(a, b, rtol=0, atol=1e-5)
+    for a, b in zip(got.modules(), expected.modules(), strict=True):
+        if isinstance(a, KVCache) and isinstance(b, KVCache):
+            torch.testing.assert_close(a.k, b.k, rtol=0, atol=1e-5)
+            torch.testing.assert_close(a.v, b.v, rtol=0, atol=1e-5)
+
+
+def folded_norms_compute_the_unfolded_layers() -> None:
+    """Folded, through norm_rope and norm_silu: causal views on both backends, a per-head tree
+    view on the triton one, and compiled as eagerly."""
+    for backend in ("torch_native", "triton"):
+        _compare(*_folded_pair(backend), lambda positions: causal_view(positions, 128))
+
+    def tree(positions: Tensor) -> AttentionView:  # each head sees its own half of the prefix
+        view = causal_view(positions, 128)
+        seen = view.mask.expand(3, 4, -1, -1) & (
+            torch.rand(3, 4, positions.shape[1], 128, generator=torch.Generator().manual_seed(5))
+            < 0.5
+        )
+        seen[..., 0] = True
+        return AttentionView(view.slots, seen)
+
+    unfolded, folded = _folded_pair("triton")
+    _compare(unfolded, folded, tree)
+    eager, compiled = _folded_pair("triton")
+    fold_norms(eager)
+    compile_layers(compiled)
+    _compare(eager, compiled, lambda positions: causal_view(positions, 128))
+
+
+def folded_decoding_unchanged() -> None:
+    """The shipped tiny models decode the same tokens folded and not, plain and EAGLE-3."""
+    outputs = []
+    for fold in (False, True):
+        target = load_target(TARGET, CPU, torch.float32)
+        head = load_draft(DRAFT, target, CPU, torch.float32)
+        for model in (target, head):
+            fuse_projections(model)
+            use_attention_backend(model, "triton")
+        if fold:
+            fold_norms(target)
+        plain = PlainWorker(target).generate(requests(PROMPTS, 24))
+        drafter = Eagle3Drafter(head, 1, GraphRunner("off"))
+        spec = EagleWorker(target, drafter, SpecParams(3, 1, 4)).generate(requests(PROMPTS, 24))
+        outputs.append(([g.output_ids for g in plain], [g.output_ids for g in spec]))
+    assert outputs[0] == outputs[1], outputs
+    assert outputs[1][0] == outputs[1][1], outputs
+
+
 CHECKS = {f.__name__: f for f in (attends_as_sdpa, blind_query_gets_zeros, decoding_unchanged)}
+FOLDED_CHECKS = {
+    f.__name__: f for f in (folded_norms_compute_the_unfolded_layers, folded_decoding_unchanged)
+}
 
 if __name__ == "__main__":
     torch.set_num_threads(1)
-    CHECKS[sys.argv[1]]()
+    {**CHECKS, **FOLDED_CHECKS}[sys.argv[1]]()

@@ -1,0 +1,81 @@
+"""The folded step's time by its kernels' configuration (folded_norms.BLOCK_F, NUM_WARPS).
+
+python benchmarks/folded_configs.py --out DIR       # on a CUDA machine, ~1 minute
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+import torch
+from decode_bandwidth import Timer, build, step_ms, write_results
+
+from perfgate.engines.embedded import folded_norms
+from perfgate.engines.embedded.compiling import compile_layers
+from perfgate.engines.embedded.model import fold_norms, fuse_projections, use_attention_backend
+
+CONFIGS = [(512, 4), (256, 4), (1024, 4), (2048, 4), (512, 2), (512, 8), (1024, 8)]
+
+
+def measure(args: argparse.Namespace) -> dict[str, Any]:
+    device = torch.device(args.device)
+    model = build(args.model, device, args.batch)
+    fuse_projections(model)
+    fold_norms(model)
+    use_attention_backend(model, "triton")
+    compile_layers(model)
+    timer = Timer(device, args.replays, args.blocks)
+    results: dict[str, Any] = {
+        "model": args.model,
+        "device_name": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
+        "torch_version": torch.__version__,
+        "ms": {},
+    }
+    for block_f, warps in CONFIGS:
+        folded_norms.BLOCK_F, folded_norms.NUM_WARPS = block_f, warps
+        decode = step_ms(model, args, 1, timer)
+        verify = step_ms(model, args, args.verify_tokens, timer)
+        results["ms"][f"BLOCK_F {block_f}, warps {warps}"] = [decode, verify]
+        print(f"{block_f} {warps}: decode {decode:.4f} verify {verify:.4f}", file=sys.stderr)
+    return results
+
+
+def render(results: dict[str, Any]) -> str:
+    lines = [
+        f"# The folded step by its kernels' configuration: {results['model']} on "
+        f"{results['device_name']}",
+        "",
+        f"torch {results['torch_version']}.",
+        "",
+        "| kernels' configuration | decode ms | verify ms |",
+        "| --- | ---: | ---: |",
+    ]
+    for label, (decode, verify) in results["ms"].items():
+        lines.append(f"| {label} | {decode:.4f} | {verify:.4f} |")
+    return "\n".join(lines) + "\n"
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--model", default="perfgate/llama-large")
+    parser.add_argument("--device", default="cuda", help="cpu: under TRITON_INTERPRET=1 only")
+    parser.add_argument("--batch", type=int, default=8)
+    parser.add_argument("--position", type=int, default=200)
+    parser.add_argument("--verify-tokens", type=int, default=4)
+    parser.add_argument("--replays", type=int, default=100)
+    parser.add_argument("--blocks", type=int, default=7)
+    args = parser.parse_args()
+    if args.device == "cpu" and os.environ.get("TRITON_INTERPRET") != "1":
+        parser.error("--device cpu runs under TRITON_INTERPRET=1")
+    args.out.mkdir(parents=True, exist_ok=True)
+    write_results(args.out, measure(args), render)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,38 @@
+"""benchmarks/folded_configs.py times the folded step under each kernel configuration, on the
+CPU here under Triton's interpreter."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import perfgate
+
+from .common import server_env
+
+SCRIPT = Path(perfgate.__file__).resolve().parents[1] / "benchmarks" / "folded_configs.py"
+
+pytestmark = pytest.mark.slow
+
+
+def test_every_configuration_is_timed_for_decode_and_verify(tmp_path: Path) -> None:
+    env = {**server_env(), "TRITON_INTERPRET": "1"}
+    command = [sys.executable, str(SCRIPT), "--out", str(tmp_path), "--device", "cpu",
+               "--model", "perfgate/llama-tiny", "--batch", "2", "--position", "10",
+               "--replays", "1", "--blocks", "1"]  # fmt: skip
+    done = subprocess.run(command, capture_output=True, text=True, timeout=300, env=env)
+    assert done.returncode == 0, done.stdout + done.stderr
+    timed = json.loads((tmp_path / "results.json").read_text())["ms"]
+    assert "BLOCK_F 512, warps 4" in timed and len(timed) == 7
+    assert all(decode > 0 and verify > 0 for decode, verify in timed.values())
+    assert "| BLOCK_F 2048, warps 4 |" in (tmp_path / "results.md").read_text()
+
+
+def test_the_cpu_needs_the_interpreter(tmp_path: Path) -> None:
+    command = [sys.executable, str(SCRIPT), "--out", str(tmp_path), "--device", "cpu"]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=300, env=server_env())
+    assert done.returncode == 2 and "TRITON_INTERPRET=1" in done.stderr
