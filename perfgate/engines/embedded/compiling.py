@@ -38,8 +38,8 @@ def compile_layers(model: nn.Module, mode: str | None = None) -> int:
     torch._dynamo.config.recompile_limit = max(
         torch._dynamo.config.recompile_limit, RECOMPILE_LIMIT
     )
-    # Each norm in one pass over its row: on an H200 a 1.0% shorter decode step for the large
-    # configuration (benchmarks/results/h200-real-weights.md, 2026-12-01, fourth section).
+    # Each norm in one pass over its row: on an H200 the large configuration's decode step
+    # was 0.5-1% shorter (benchmarks/results/h200-real-weights.md, 2026-12-01 (fourth)).
     whole_row_reductions(True)
     compiled = 0
     for module in model.modules():

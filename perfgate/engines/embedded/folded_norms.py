@@ -32,7 +32,7 @@ import os
 import torch
 from torch import Tensor
 
-# The kernels' configuration: on an H200 the folded decode step took 1.294-1.299 ms for
+# The kernels' configuration: on an H200 the folded decode step took 1.294-1.300 ms for
 # BLOCK_F of 256 to 1024 and 2 to 8 warps, 1.309 ms at 2048 (benchmarks/folded_configs.py).
 BLOCK_F = 512  # activation columns a norm_silu program takes
 NUM_WARPS = 4  # of each kernel's programs
