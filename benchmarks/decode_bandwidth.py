@@ -67,16 +67,22 @@ from perfgate.engines.embedded.triton_attention import BLOCK_L, NUM_STAGES, NUM_
 VARIANTS = ("separate", "fused", "fused + compiled")
 
 
-def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--out", type=Path, required=True)
+def step_arguments(parser: argparse.ArgumentParser, device_help: str | None = None) -> None:
+    """The flags of a benchmark that times the target's decode and verify steps: which model
+    where, the batch and its position, and the timer's replays and blocks."""
     parser.add_argument("--model", default="perfgate/llama-large")
-    parser.add_argument("--device", default="cuda")
+    parser.add_argument("--device", default="cuda", help=device_help)
     parser.add_argument("--batch", type=int, default=8)
     parser.add_argument("--position", type=int, default=200, help="tokens already cached")
     parser.add_argument("--verify-tokens", type=int, default=4)
     parser.add_argument("--replays", type=int, default=100)
     parser.add_argument("--blocks", type=int, default=7)
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--out", type=Path, required=True)
+    step_arguments(parser)
     parser.add_argument("--peak-gb-s", type=float, default=4800.0)
     parser.add_argument(
         "--attention-configs",

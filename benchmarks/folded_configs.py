@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from decode_bandwidth import Timer, build, step_ms, write_results
+from decode_bandwidth import Timer, build, step_arguments, step_ms, write_results
 
 from perfgate.engines.embedded import folded_norms
 from perfgate.engines.embedded.compiling import compile_layers
@@ -62,13 +62,7 @@ def render(results: dict[str, Any]) -> str:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--out", type=Path, required=True)
-    parser.add_argument("--model", default="perfgate/llama-large")
-    parser.add_argument("--device", default="cuda", help="cpu: under TRITON_INTERPRET=1 only")
-    parser.add_argument("--batch", type=int, default=8)
-    parser.add_argument("--position", type=int, default=200)
-    parser.add_argument("--verify-tokens", type=int, default=4)
-    parser.add_argument("--replays", type=int, default=100)
-    parser.add_argument("--blocks", type=int, default=7)
+    step_arguments(parser, device_help="cpu: under TRITON_INTERPRET=1 only")
     args = parser.parse_args()
     if args.device == "cpu" and os.environ.get("TRITON_INTERPRET") != "1":
         parser.error("--device cpu runs under TRITON_INTERPRET=1")

@@ -46,7 +46,7 @@ from typing import Any, cast
 import torch
 import triton
 import triton.language as tl
-from decode_bandwidth import Timer, write_results
+from decode_bandwidth import Timer, step_arguments, write_results
 from torch import Tensor, nn
 
 from perfgate.engines.embedded.compiling import RECOMPILE_LIMIT
@@ -358,13 +358,7 @@ def render(results: dict[str, Any]) -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--out", type=Path)
-    parser.add_argument("--model", default="perfgate/llama-large")
-    parser.add_argument("--device", default="cuda", help="cpu: under TRITON_INTERPRET=1 only")
-    parser.add_argument("--batch", type=int, default=8)
-    parser.add_argument("--position", type=int, default=200)
-    parser.add_argument("--verify-tokens", type=int, default=4)
-    parser.add_argument("--replays", type=int, default=100)
-    parser.add_argument("--blocks", type=int, default=7)
+    step_arguments(parser, device_help="cpu: under TRITON_INTERPRET=1 only")
     parser.add_argument("--check", action="store_true", help="only compare with the engine's")
     args = parser.parse_args(argv)
     if args.check:
