@@ -22,10 +22,13 @@ from perfgate.engines.embedded.loading import load_draft, load_target
 from perfgate.engines.embedded.model import (
     AttentionView,
     KVCache,
+    RMSNorm,
+    TargetConfig,
     Transformer,
     causal_view,
     fold_norms,
     fuse_projections,
+    init_weights,
     use_attention_backend,
 )
 from perfgate.engines.embedded.params import SpecParams
@@ -155,6 +158,27 @@ def folded_norms_compute_the_unfolded_layers() -> None:
     _compare(eager, compiled, lambda positions: causal_view(positions, 128))
 
 
+def folded_odd_heads_take_pytorchs_rotary() -> None:
+    """Heads of 24 entries, which Triton's ranges cannot take: the rotary and cache write run
+    in PyTorch, the activation in norm_silu, and the folded layers still compute the same."""
+    config = TargetConfig(n_layer=2, dim=96, n_head=4, ffn_dim=192, max_seq_len=256)
+    pair = []
+    for fold in (False, True):
+        target = Transformer(config)
+        init_weights(target, seed=3)
+        with torch.no_grad():
+            for module in target.modules():
+                if isinstance(module, RMSNorm):
+                    module.weight.uniform_(0.5, 1.5, generator=torch.Generator().manual_seed(4))
+        target.setup_cache(3, 256)
+        fuse_projections(target)
+        use_attention_backend(target, "torch_native")
+        if fold:
+            assert fold_norms(target) == 2
+        pair.append(target)
+    _compare(pair[0], pair[1], lambda positions: causal_view(positions, 128))
+
+
 def folded_decoding_unchanged() -> None:
     """The shipped tiny models decode the same tokens folded and not, plain and EAGLE-3."""
     outputs = []
@@ -176,7 +200,12 @@ def folded_decoding_unchanged() -> None:
 
 CHECKS = {f.__name__: f for f in (attends_as_sdpa, blind_query_gets_zeros, decoding_unchanged)}
 FOLDED_CHECKS = {
-    f.__name__: f for f in (folded_norms_compute_the_unfolded_layers, folded_decoding_unchanged)
+    f.__name__: f
+    for f in (
+        folded_norms_compute_the_unfolded_layers,
+        folded_odd_heads_take_pytorchs_rotary,
+        folded_decoding_unchanged,
+    )
 }
 
 if __name__ == "__main__":

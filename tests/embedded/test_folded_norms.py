@@ -34,7 +34,7 @@ def _stacked() -> Transformer:
 @pytest.mark.slow
 @pytest.mark.parametrize("check", sorted(FOLDED_CHECKS))
 def test_the_kernels_under_tritons_interpreter(check: str) -> None:
-    """folded_norms_compute_the_unfolded_layers, folded_decoding_unchanged: interpreted.py."""
+    """The FOLDED_CHECKS of interpreted.py."""
     env = {**server_env(), "TRITON_INTERPRET": "1"}
     command = [sys.executable, "-m", "tests.embedded.interpreted", check]
     done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300)

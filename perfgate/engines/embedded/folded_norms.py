@@ -136,6 +136,11 @@ def kernels_run(x: Tensor) -> bool:
     return triton_attention.available() and (x.is_cuda or interpreted)
 
 
+def takes_head_dim(head_dim: int) -> bool:
+    """Whether norm_rope takes heads of head_dim entries: a power of 2 (Triton's ranges)."""
+    return head_dim >= 2 and head_dim & (head_dim - 1) == 0
+
+
 def rms_scale(x: Tensor, eps: float) -> Tensor:
     """The RMS scale of x's rows, float32 [..., 1]: what the kernels compute, in PyTorch."""
     xf = x.float()
