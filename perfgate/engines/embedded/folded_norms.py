@@ -19,9 +19,14 @@ that output anyway:
 
 Each kernel computes r from the row of the residual stream it needs (a few KB, from the L2
 cache). The numbers differ from the unfolded layer's by rounding: the product of bf16 ``x`` and
-``W * w`` against that of bf16 ``x * r * w`` and ``W``. The kernels are Triton's (``TRITON_
-INTERPRET=1`` runs them on a CPU, as the tests do); ``fold_norms`` folds a model on CUDA only,
-and not a layer split over tensor-parallel ranks, whose residual adds follow an all-reduce.
+``W * w`` against that of bf16 ``x * r * w`` and ``W``. The kernels are Triton's
+(``TRITON_INTERPRET=1`` runs them on a CPU, as the tests do); ``fold_norms`` folds a model on
+CUDA only, and not a layer split over tensor-parallel ranks, whose residual adds follow an
+all-reduce.
+
+On an H200 the large configuration's decode step at batch 8 went from 1.363-1.372 ms to
+1.289-1.299 ms, and a verify of 4 tokens from 1.471-1.481 ms to 1.364-1.370 ms
+(benchmarks/results/h200-real-weights.md, 2026-12-01 (fourth)).
 """
 
 from __future__ import annotations
