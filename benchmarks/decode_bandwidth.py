@@ -22,8 +22,8 @@ the values) and a batch of --batch sequences at --position tokens:
   default), once per kernel configuration of --attention-configs (the first is the shipped one),
   and once more with the down projections' weights row-major, as trained (``fuse_projections``
   lays them out column-major on a GPU), and once more compiled with the norms reduced in two
-  passes over their rows, Inductor's own rule (``compile_layers`` has them reduced in one:
-  ``whole_row_reductions``);
+  passes over their rows, Inductor's own rule (``compile_layers(..., whole_rows=False)``; by
+  default it has them reduced in one);
 - with --compile-mode MODE, the compiled step again in that ``torch.compile`` mode (SGLang
   compiles in ``max-autotune-no-cudagraphs``, which times Triton's matrix products against
   cuBLAS's and keeps the faster);
@@ -50,7 +50,7 @@ import torch
 from torch import Tensor, nn
 
 from perfgate.engines.embedded import triton_attention
-from perfgate.engines.embedded.compiling import compile_layers, whole_row_reductions
+from perfgate.engines.embedded.compiling import compile_layers
 from perfgate.engines.embedded.graphs import GraphRunner
 from perfgate.engines.embedded.loading import load_target
 from perfgate.engines.embedded.model import (
@@ -286,8 +286,7 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
         # The norms reduced in two passes over their rows, Inductor's own rule for rows wider
         # than 1024 (compile_layers has each reduced in one): compiled again that way.
         torch._dynamo.reset()
-        compile_layers(model)
-        whole_row_reductions(False)
+        compile_layers(model, whole_rows=False)
         _time_variant(results, "fused + compiled + triton, norms in two passes", model, args, timer)
         torch._dynamo.reset()
         compile_layers(model)

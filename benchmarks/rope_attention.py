@@ -63,7 +63,7 @@ from perfgate.engines.embedded.model import (
     use_attention_backend,
 )
 from perfgate.engines.embedded.triton_attention import BLOCK_L, NUM_STAGES, NUM_WARPS
-from perfgate.engines.embedded.triton_kernels import softmax_step
+from perfgate.engines.embedded.triton_kernels import rotary_partner, rotated, softmax_step
 
 BLOCK_T = 16  # the most tokens a sequence the fused kernel takes
 
@@ -108,9 +108,7 @@ def rope_attend_kernel(
     offs_t = tl.arange(0, BLOCK_T)
     offs_d = tl.arange(0, D)
     in_t = offs_t < T
-    half = D // 2
-    partner = (offs_d + half) % D  # rotate_half: [-x2, x1]
-    sign = tl.where(offs_d < half, -1.0, 1.0)
+    partner = rotary_partner(offs_d, D)
     rows = qkv_ptr + b * x_sb + offs_t[:, None] * x_st
     at_r = b * r_sb + offs_t[:, None] * r_st + offs_d[None, :]
     cos = tl.load(cos_ptr + at_r, mask=in_t[:, None], other=0.0)
@@ -124,10 +122,10 @@ def rope_attend_kernel(
     v_new = tl.load(rows + (2 * H + h) * D + offs_d[None, :], mask=in_t[:, None], other=0.0)
     slots = tl.load(slots_ptr + b * s_sb + offs_t, mask=in_t, other=-1)
     # The engine's rotation: in float32, then back to the product's dtype.
-    q = (q.to(tl.float32) * cos + sign[None, :] * q_turned.to(tl.float32) * sin).to(v_new.dtype)
-    k_new = (k_new.to(tl.float32) * cos + sign[None, :] * k_turned.to(tl.float32) * sin).to(
-        v_new.dtype
-    )
+    at_d = offs_d[None, :]
+    q = rotated(q.to(tl.float32), q_turned.to(tl.float32), cos, sin, at_d, D).to(v_new.dtype)
+    k_new = rotated(k_new.to(tl.float32), k_turned.to(tl.float32), cos, sin, at_d, D)
+    k_new = k_new.to(v_new.dtype)
     cache_at = b * k_sb + h * k_sh + slots[:, None] * k_ss + offs_d[None, :]
     tl.store(k_ptr + cache_at, k_new, mask=in_t[:, None])
     tl.store(v_ptr + cache_at, v_new, mask=in_t[:, None])

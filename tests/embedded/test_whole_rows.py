@@ -67,7 +67,7 @@ def test_a_norm_is_one_pass_with_whole_rows_and_two_without(tmp_path: Path) -> N
     assert looped_keys and whole_keys and not set(looped_keys) & set(whole_keys)
 
 
-def test_compiling_the_layers_turns_whole_rows_on() -> None:
+def test_compiling_the_layers_sets_whole_rows_on_unless_asked_not_to() -> None:
     from torch import nn
     from torch._inductor import config
 
@@ -78,5 +78,7 @@ def test_compiling_the_layers_turns_whole_rows_on() -> None:
         whole_row_reductions(False)
         compile_layers(nn.Linear(2, 2))
         assert config.inductor_choices_class is WholeRowChoices
+        compile_layers(nn.Linear(2, 2), whole_rows=False)
+        assert config.inductor_choices_class is None
     finally:
         whole_row_reductions(False)

@@ -28,10 +28,11 @@ from perfgate.engines.embedded.model import Eagle3Layer, Transformer, Transforme
 RECOMPILE_LIMIT = 64
 
 
-def compile_layers(model: nn.Module, mode: str | None = None) -> int:
+def compile_layers(model: nn.Module, mode: str | None = None, whole_rows: bool = True) -> int:
     """Compile every decoder layer of model in place, in torch.compile's mode (None: its
     default), and a target's embedding and final norm and LM head; return how many layers
-    were compiled."""
+    were compiled. With whole_rows (the default), Inductor reduces each norm's row in one
+    pass (``whole_row_reductions``: a setting of the process, as torch's own are)."""
     # One compiled layer's code serves every layer and forward: a graph per kind of forward
     # (one token, several, the first layer's) and per attention backend, past torch's default
     # limit of 8, beyond which it runs the layer eagerly. SGLang raises the limit too.
@@ -40,7 +41,7 @@ def compile_layers(model: nn.Module, mode: str | None = None) -> int:
     )
     # Each norm in one pass over its row: on an H200 the large configuration's decode step
     # was 0.5-1% shorter (benchmarks/results/h200-real-weights.md, 2026-12-01 (fourth)).
-    whole_row_reductions(True)
+    whole_row_reductions(whole_rows)
     compiled = 0
     for module in model.modules():
         if isinstance(module, (TransformerBlock, Eagle3Layer)):
@@ -62,7 +63,7 @@ def compile_layers(model: nn.Module, mode: str | None = None) -> int:
 def whole_row_reductions(on: bool = True) -> None:
     """Have Inductor reduce a row of up to WHOLE_ROW elements in one pass, from then on in
     this process (the choice is part of its cache keys), or (off) go back to its own rule.
-    ``compile_layers`` turns it on. See perfgate/engines/embedded/whole_rows.py."""
+    ``compile_layers`` sets it. See perfgate/engines/embedded/whole_rows.py."""
     from torch._inductor import config
     from torch._inductor.choices import InductorChoices
     from torch._inductor.virtualized import V

@@ -31,7 +31,6 @@ On an H200 the large configuration's decode step at batch 8 went from 1.363-1.37
 
 from __future__ import annotations
 
-import math
 import os
 
 import torch
@@ -86,7 +85,8 @@ def norm_rope(
         slots.stride(0), q.stride(0), q.stride(1),
         k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
         tokens, heads,
-        DM=x.shape[-1], BLOCK_DM=_pow2(x.shape[-1]), D=dim, num_warps=NUM_WARPS,
+        DM=x.shape[-1], BLOCK_DM=_pow2(x.shape[-1]), D=dim, BLOCK_D=_pow2(dim),
+        num_warps=NUM_WARPS,
     )  # fmt: skip
     return q
 
@@ -105,9 +105,6 @@ def _(
 ) -> Tensor:
     batch, tokens, width = qkv.shape
     return qkv.new_empty(batch, tokens, heads, width // (3 * heads))
-
-
-BLOCK_F = 512  # activation columns a program takes
 
 
 @torch.library.custom_op("perfgate::norm_silu", mutates_args=())
@@ -141,11 +138,6 @@ def kernels_run(x: Tensor) -> bool:
     return triton_attention.available() and (x.is_cuda or interpreted)
 
 
-def takes_head_dim(head_dim: int) -> bool:
-    """Whether norm_rope takes heads of head_dim entries: a power of 2 (Triton's ranges)."""
-    return head_dim >= 2 and head_dim & (head_dim - 1) == 0
-
-
 def rms_scale(x: Tensor, eps: float) -> Tensor:
     """The RMS scale of x's rows, float32 [..., 1]: what the kernels compute, in PyTorch."""
     xf = x.float()
@@ -162,4 +154,7 @@ def _check_rows(product: Tensor, x: Tensor) -> None:
 
 
 def _pow2(n: int) -> int:
-    return 1 << math.ceil(math.log2(n))
+    """The block that holds n entries: Triton's ranges are powers of 2."""
+    import triton
+
+    return int(triton.next_power_of_2(n))

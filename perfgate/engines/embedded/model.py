@@ -325,8 +325,7 @@ class TransformerBlock(nn.Module):
         attention, mlp = self.attention, self.feed_forward
         assert attention.wqkv is not None and mlp.w13 is not None
         cache, kernels = attention.kv_cache, folded_norms.kernels_run(x)
-        rope_kernel = kernels and folded_norms.takes_head_dim(attention.head_dim)
-        if view is not None and isinstance(cache, KVCache) and rope_kernel:
+        if view is not None and isinstance(cache, KVCache) and kernels:
             q = folded_norms.norm_rope(
                 attention.wqkv(x), x, rope.cos, rope.sin, view.slots, cache.k, cache.v,
                 self.attention_norm.eps, attention.n_head,

@@ -19,6 +19,7 @@ tests check it.
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 import math
 from typing import Any
@@ -36,8 +37,10 @@ NUM_WARPS = 4
 NUM_STAGES = 3
 
 
+@functools.cache
 def available() -> bool:
-    """Whether this install has Triton, so that the backend can run."""
+    """Whether this install has Triton, so that the backend can run (asked once: a folded
+    layer asks in every forward)."""
     return importlib.util.find_spec("triton") is not None
 
 

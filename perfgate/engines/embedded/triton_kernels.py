@@ -110,6 +110,20 @@ def row_rms_scale(x_ptr, eps, DM: tl.constexpr, BLOCK_DM: tl.constexpr):
 
 
 @triton.jit
+def rotary_partner(offs, D: tl.constexpr):
+    """For offsets offs into a head of D entries, where rotate_half takes each entry from."""
+    return (offs + D // 2) % D
+
+
+@triton.jit
+def rotated(x, turned, cos, sin, offs, D: tl.constexpr):
+    """x rotated by its angles, as ``model.apply_rope``: x * cos + rotate_half(x) * sin, where
+    turned is x loaded at ``rotary_partner(offs, D)`` and rotate_half is [-x2, x1]."""
+    sign = tl.where(offs < D // 2, -1.0, 1.0)
+    return x * cos + sign * turned * sin
+
+
+@triton.jit
 def norm_rope_kernel(
     qkv_ptr,
     x_ptr,
@@ -137,6 +151,7 @@ def norm_rope_kernel(
     DM: tl.constexpr,
     BLOCK_DM: tl.constexpr,
     D: tl.constexpr,
+    BLOCK_D: tl.constexpr,
 ):
     """Head program_id(1) of token t of sequence b (program_id(0) = b * T + t): scale its
     query, key and value in qkv [B, T, 3 * H * D] (the product of the unnormalized residual
@@ -147,26 +162,24 @@ def norm_rope_kernel(
     t = tl.program_id(0) % T
     h = tl.program_id(1)
     r = row_rms_scale(x_ptr + b * x_sb + t * x_st, eps, DM, BLOCK_DM)
-    offs = tl.arange(0, D)
-    half = D // 2
-    partner = (offs + half) % D  # rotate_half: [-x2, x1]
-    sign = tl.where(offs < half, -1.0, 1.0)
+    offs = tl.arange(0, BLOCK_D)
+    inside = offs < D
+    partner = rotary_partner(offs, D)
     row = qkv_ptr + b * qkv_sb + t * qkv_st
-    cos = tl.load(cos_ptr + b * r_sb + t * r_st + offs)
-    sin = tl.load(sin_ptr + b * r_sb + t * r_st + offs)
-    q = tl.load(row + h * D + offs).to(tl.float32) * r
-    q_turned = tl.load(row + h * D + partner).to(tl.float32) * r
-    k = tl.load(row + (H + h) * D + offs).to(tl.float32) * r
-    k_turned = tl.load(row + (H + h) * D + partner).to(tl.float32) * r
-    v = tl.load(row + (2 * H + h) * D + offs).to(tl.float32) * r
+    cos = tl.load(cos_ptr + b * r_sb + t * r_st + offs, mask=inside)
+    sin = tl.load(sin_ptr + b * r_sb + t * r_st + offs, mask=inside)
+    q = tl.load(row + h * D + offs, mask=inside).to(tl.float32) * r
+    q_turned = tl.load(row + h * D + partner, mask=inside).to(tl.float32) * r
+    k = tl.load(row + (H + h) * D + offs, mask=inside).to(tl.float32) * r
+    k_turned = tl.load(row + (H + h) * D + partner, mask=inside).to(tl.float32) * r
+    v = tl.load(row + (2 * H + h) * D + offs, mask=inside).to(tl.float32) * r
     slot = tl.load(slots_ptr + b * s_sb + t)
     dtype = q_ptr.dtype.element_ty
-    tl.store(
-        q_ptr + b * q_sb + t * q_st + h * D + offs, (q * cos + sign * q_turned * sin).to(dtype)
-    )
+    q_at = q_ptr + b * q_sb + t * q_st + h * D + offs
+    tl.store(q_at, rotated(q, q_turned, cos, sin, offs, D).to(dtype), mask=inside)
     cache_at = b * k_sb + h * k_sh + slot * k_ss + offs
-    tl.store(k_ptr + cache_at, (k * cos + sign * k_turned * sin).to(dtype))
-    tl.store(v_ptr + cache_at, v.to(dtype))
+    tl.store(k_ptr + cache_at, rotated(k, k_turned, cos, sin, offs, D).to(dtype), mask=inside)
+    tl.store(v_ptr + cache_at, v.to(dtype), mask=inside)
 
 
 @triton.jit
