@@ -28,7 +28,9 @@ the values) and a batch of --batch sequences at --position tokens:
   compiles in ``max-autotune-no-cudagraphs``, which times Triton's matrix products against
   cuBLAS's and keeps the faster);
 - last, ``norms folded``: the compiled step on the triton backend with each layer's norms
-  folded into the products after them (``fold_norms``), what a CUDA server runs.
+  folded into the products after them (``fold_norms``), what a CUDA server runs; and just
+  before it the same with its causal mask built and its argmax taken eagerly, as the engine
+  did before they moved into the compiled code (``Transformer.embed``, ``greedy``).
 
 Each time is the median of --blocks blocks of --replays replays, timed with CUDA events. The
 table gives each step's time and its weight bytes over that time, in GB/s and as a share of
@@ -170,9 +172,12 @@ def step_ms(
     tokens: int,
     timer: Timer,
     kernels: Path | None = None,
+    eager_ends: bool = False,
 ) -> float:
-    """Time one forward of `tokens` tokens per sequence and its greedy choice, as a graph;
-    with `kernels`, trace 20 replays and write their kernels' table there."""
+    """Time one forward of `tokens` tokens per sequence and its greedy choice, as a graph,
+    as the server runs it; with `kernels`, trace 20 replays and write their kernels' table
+    there. With eager_ends, the causal mask is built and the argmax taken outside the
+    compiled code, as the engine did before (``Transformer.embed``, ``greedy``)."""
     device = next(model.parameters()).device
     graphs = GraphRunner("cuda" if device.type == "cuda" else "off")
     ids = torch.randint(0, model.config.vocab_size, (args.batch, tokens), device=device)
@@ -180,8 +185,11 @@ def step_ms(
     kv_len = kv_bucket(args.position + tokens, model.max_seq_len)
 
     def forward(ids: Tensor, positions: Tensor) -> tuple[Tensor, ...]:
-        logits, _ = model(ids, positions, causal_view(positions, kv_len))
-        return (logits.argmax(-1),)
+        if eager_ends:
+            logits, _ = model(ids, positions, causal_view(positions, kv_len))
+            return (logits.argmax(-1),)
+        logits, _ = model(ids, positions, kv_len)
+        return (model.greedy(logits),)
 
     def replay() -> object:
         return graphs.run(("step", tokens), forward, ids, positions)
@@ -302,7 +310,9 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
         use_attention_backend(model, "triton")
         torch._dynamo.reset()
         compile_layers(model)
-        _time_variant(results, "fused + compiled + triton, norms folded", model, args, timer)
+        label = "fused + compiled + triton, norms folded"
+        _time_variant(results, f"{label}, mask and argmax eager", model, args, timer, True)
+        _time_variant(results, label, model, args, timer)
     return results
 
 
@@ -312,16 +322,18 @@ def _time_variant(
     model: Transformer,
     args: argparse.Namespace,
     timer: Timer,
+    eager_ends: bool = False,
 ) -> None:
-    """Time variant's decode and verify steps into results; with --kernels on CUDA, trace a
-    compiled variant's decode step into kernels.md (the default mode) or kernels-N.md."""
+    """Time variant's decode and verify steps into results (``step_ms``); with --kernels on
+    CUDA, trace a compiled variant's decode step into kernels.md (the default mode) or
+    kernels-N.md."""
     began = time.perf_counter()
     kernels = None
     if args.kernels and args.device.startswith("cuda") and "compiled" in variant:
         extra = sum("compiled" in name for name in results["steps"])
         kernels = args.out / (f"kernels-{extra}.md" if extra else "kernels.md")
-    decode = step_ms(model, args, 1, timer, kernels)
-    verify = step_ms(model, args, args.verify_tokens, timer)
+    decode = step_ms(model, args, 1, timer, kernels, eager_ends)
+    verify = step_ms(model, args, args.verify_tokens, timer, eager_ends=eager_ends)
     results["steps"][variant] = {
         "decode_ms": decode,
         "verify_ms": verify,

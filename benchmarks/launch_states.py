@@ -47,7 +47,6 @@ from perfgate.engines.embedded.compiling import compile_layers
 from perfgate.engines.embedded.graphs import GraphRunner
 from perfgate.engines.embedded.loading import load_target
 from perfgate.engines.embedded.model import (
-    causal_view,
     fuse_projections,
     kv_bucket,
     use_attention_backend,
@@ -71,8 +70,8 @@ def child(args: argparse.Namespace) -> dict[str, Any]:
     kv_len = kv_bucket(args.position + 1, model.max_seq_len)
 
     def forward(ids: Tensor, positions: Tensor) -> tuple[Tensor, ...]:
-        logits, _ = model(ids, positions, causal_view(positions, kv_len))
-        return (logits.argmax(-1),)
+        logits, _ = model(ids, positions, kv_len)  # causal, as the server's step
+        return (model.greedy(logits),)
 
     def replay() -> object:
         return graphs.run("step", forward, ids, positions)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -92,3 +93,31 @@ def serving(
         except subprocess.TimeoutExpired:
             process.kill()
             raise
+
+
+# Inductor writes Triton code for the CPU, as for a GPU, with Triton's backend hash faked.
+TRITON_ON_CPU = """
+import torch
+import torch.utils._triton
+from torch._inductor import config
+from torch._inductor.codegen import triton as codegen
+
+config.cpu_backend = "triton"
+torch.utils._triton.triton_hash_with_backend = codegen.triton_hash_with_backend = lambda: "cpu"
+"""
+
+
+def triton_kernels_written(script: str, cache: Path, *args: str) -> list[str]:
+    """The names of the Triton kernels Inductor writes while script compiles, on this CPU.
+
+    script runs in a fresh Python, after TRITON_ON_CPU, with args as its sys.argv[1:] and
+    cache as Inductor's cache directory, where the code is read. The kernels' run under
+    Triton's interpreter is not the point: it fails, and script should let it.
+    """
+    env = {**server_env(), "TRITON_INTERPRET": "1", "TORCHINDUCTOR_CACHE_DIR": str(cache)}
+    command = [sys.executable, "-c", TRITON_ON_CPU + script, *args]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=300, env=env)
+    code = "".join(p.read_text() for p in cache.rglob("*.py"))
+    kernels = sorted(set(re.findall(r"def (triton_\w+)\(", code)))
+    assert kernels, done.stdout + done.stderr
+    return kernels

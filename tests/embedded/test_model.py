@@ -39,6 +39,23 @@ def test_incremental_decoding_matches_one_full_forward(target: Transformer) -> N
     torch.testing.assert_close(torch.cat(steps, dim=1), full[:, 8:], rtol=1e-4, atol=1e-4)
 
 
+def test_a_kv_len_in_place_of_a_view_is_the_causal_view_over_that_many_slots() -> None:
+    by_int, by_view = (load_target(TARGET, CPU, torch.float32) for _ in range(2))
+    for model in (by_int, by_view):
+        model.setup_cache(1, 256)
+    positions = _at(3, TOKENS.shape[1])
+    with torch.inference_mode():
+        assert torch.equal(
+            by_int(TOKENS, positions, KV_LEN)[0],
+            by_view(TOKENS, positions, causal_view(positions, KV_LEN))[0],
+        )
+    caches = [
+        [m.kv_cache.k for m in model.modules() if hasattr(m, "kv_cache")]
+        for model in (by_int, by_view)
+    ]
+    assert caches[0] and all(torch.equal(a, b) for a, b in zip(*caches, strict=True))
+
+
 @torch.inference_mode()
 def test_cached_forward_matches_training_forward(target: Transformer) -> None:
     uncached, _ = target(TOKENS, _at(0, TOKENS.shape[1]))  # no view: causal within the input

@@ -2,34 +2,24 @@
 model's, is one pass (a persistent reduction) with it and two passes without, and code
 compiled each way has its own cache key.
 
-No GPU here: Inductor writes Triton code for the CPU (``cpu_backend = "triton"``) with Triton's
-backend hash faked, and the code is read from its cache directory; the kernels' run under the
-interpreter is not the point and fails."""
+No GPU here: Inductor writes Triton code for the CPU (``triton_kernels_written``)."""
 
 from __future__ import annotations
 
-import re
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-from .common import server_env
+from .common import triton_kernels_written
 
 pytestmark = pytest.mark.slow
 
 COMPILE_A_NORM = """
 import sys
 import torch
-import torch.utils._triton
-from torch._inductor import config
-from torch._inductor.codegen import triton as codegen
 
 from perfgate.engines.embedded.compiling import whole_row_reductions
 
-config.cpu_backend = "triton"
-torch.utils._triton.triton_hash_with_backend = codegen.triton_hash_with_backend = lambda: "cpu"
 whole_row_reductions(sys.argv[1] == "on")
 
 
@@ -49,12 +39,7 @@ except Exception:  # the kernel, run by Triton's interpreter on the CPU
 
 def _kernels(cache: Path, whole_rows: bool) -> tuple[list[str], list[str]]:
     """The Triton kernels Inductor wrote for the norm, and its FX graph cache's keys."""
-    env = {**server_env(), "TRITON_INTERPRET": "1", "TORCHINDUCTOR_CACHE_DIR": str(cache)}
-    command = [sys.executable, "-c", COMPILE_A_NORM, "on" if whole_rows else "off"]
-    done = subprocess.run(command, capture_output=True, text=True, timeout=300, env=env)
-    code = "".join(p.read_text() for p in cache.rglob("*.py"))
-    kernels = sorted(set(re.findall(r"def (triton_\w+)\(", code)))
-    assert kernels, done.stdout + done.stderr
+    kernels = triton_kernels_written(COMPILE_A_NORM, cache, "on" if whole_rows else "off")
     keys = sorted(p.name for p in (cache / "fxgraph").glob("*/*"))
     return kernels, keys
 

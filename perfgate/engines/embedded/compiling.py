@@ -30,7 +30,7 @@ RECOMPILE_LIMIT = 64
 
 def compile_layers(model: nn.Module, mode: str | None = None, whole_rows: bool = True) -> int:
     """Compile every decoder layer of model in place, in torch.compile's mode (None: its
-    default), and a target's embedding and final norm and LM head; return how many layers
+    default), and a target's embedding, final norm and LM head, and argmax; return how many layers
     were compiled. With whole_rows (the default), Inductor reduces each norm's row in one
     pass (``whole_row_reductions``: a setting of the process, as torch's own are)."""
     # One compiled layer's code serves every layer and forward: a graph per kind of forward
@@ -48,15 +48,12 @@ def compile_layers(model: nn.Module, mode: str | None = None, whole_rows: bool =
             module.compile(mode=mode)
             compiled += 1
         elif isinstance(module, Transformer):
-            # Eagerly, the lookup and the mask's conversion, then the last residual add and
-            # the norm, are a dozen small kernels around the layers; compiled, a few.
+            # Eagerly, the lookups and the causal mask, then the last residual add, the norm
+            # and the argmax, are a dozen small kernels around the layers; compiled, a few.
             # The class's functions, bound here: compiling again in another mode starts over.
-            embed, finish = (
-                MethodType(Transformer.embed, module),
-                MethodType(Transformer.finish, module),
-            )
-            module.embed = torch.compile(embed, mode=mode)  # type: ignore[method-assign]
-            module.finish = torch.compile(finish, mode=mode)  # type: ignore[method-assign]
+            for name in ("embed", "finish", "greedy"):
+                method = MethodType(getattr(Transformer, name), module)
+                setattr(module, name, torch.compile(method, mode=mode))
     return compiled
 
 

@@ -275,7 +275,7 @@ class StandaloneDrafter:
         self, kv_len: int, tokens: Tensor, starts: Tensor, last: Tensor
     ) -> tuple[Tensor, Tensor]:
         positions = starts.unsqueeze(1) + 1 + torch.arange(tokens.shape[1], device=tokens.device)
-        logits, _ = self.transformer(tokens, positions, causal_view(positions, kv_len))
+        logits, _ = self.transformer(tokens, positions, kv_len)  # causal
         scores, top, _ = first_level(logits, None, last, self.topk)
         return scores, top
 

@@ -94,8 +94,12 @@ def _check_heads(dim: int, n_head: int) -> None:
 
 
 class Rope(NamedTuple):
-    cos: Tensor  # [B, T, head_dim], float32
+    cos: Tensor  # [B, T, head_dim], float32 (a table: [max_seq_len, head_dim])
     sin: Tensor
+
+    def at(self, positions: Tensor) -> Rope:
+        """This table's angles at positions [B, T]."""
+        return Rope(self.cos[positions], self.sin[positions])
 
 
 class AttentionView(NamedTuple):
@@ -384,13 +388,15 @@ class CachedModel(nn.Module):
             if isinstance(module, KVCache):
                 module.copy_slots(source, dest)
 
+    def rope_table(self, device: torch.device) -> Rope:
+        """Return the rotary tables of every position, built once per device."""
+        if self._rope is None or self._rope.cos.device != device:
+            self._rope = rope_tables(self.head_dim, self.max_seq_len, self.rope_base, device)
+        return self._rope
+
     def rope(self, positions: Tensor) -> Rope:
-        """Return the rotary tables at positions [B, T], built once per device."""
-        if self._rope is None or self._rope.cos.device != positions.device:
-            self._rope = rope_tables(
-                self.head_dim, self.max_seq_len, self.rope_base, positions.device
-            )
-        return Rope(self._rope.cos[positions], self._rope.sin[positions])
+        """Return the rotary tables at positions [B, T]."""
+        return self.rope_table(positions.device).at(positions)
 
 
 class Transformer(CachedModel):
@@ -411,16 +417,17 @@ class Transformer(CachedModel):
         self,
         tokens: Tensor,
         positions: Tensor,
-        view: AttentionView | None = None,
+        view: AttentionView | int | None = None,
         capture: Sequence[int] = (),
     ) -> tuple[Tensor, list[Tensor]]:
         """Return logits [B, T, vocab] and the hidden states [B, T, dim] listed in capture.
 
-        tokens and positions are [B, T]; view says where the cache is written and read (None
-        without caches: causal within the input).
+        tokens and positions are [B, T]; view says where the cache is written and read: an
+        AttentionView, or an int kv_len for ``causal_view(positions, kv_len)``, which the
+        compiled embedding builds in its own kernels (None without caches: causal within the
+        input).
         """
-        rope = self.rope(positions)
-        x, view = self.embed(tokens, view)
+        x, rope, view = self.embed(tokens, positions, view, self.rope_table(positions.device))
         hidden = {0: x.clone()} if 0 in capture else {}  # folded layers update x in place
         pending: Tensor | None = None
         for i, layer in enumerate(self.layers, start=1):
@@ -430,15 +437,30 @@ class Transformer(CachedModel):
         return self.finish(x, pending), [hidden[i] for i in capture]
 
     def embed(
-        self, tokens: Tensor, view: AttentionView | None
-    ) -> tuple[Tensor, AttentionView | None]:
-        """Return the tokens' embeddings, and view with its mask made additive once."""
+        self, tokens: Tensor, positions: Tensor, view: AttentionView | int | None, table: Rope
+    ) -> tuple[Tensor, Rope, AttentionView | None]:
+        """Return the tokens' embeddings, the rotary tables at positions (of table, every
+        position's), and view (``forward``) with its mask made additive once.
+
+        Eagerly, the lookups and the causal mask are seven small kernels before the first
+        layer; compiled (``compile_layers``), three: the embedding, both gathers, the mask.
+        Passed a view, its mask is built by the caller's kernels, outside the compiled code.
+        """
         x = self.tok_embeddings(tokens)
-        return x, None if view is None else view.additive(compute_dtype(x))
+        rope = table.at(positions)
+        if isinstance(view, int):
+            view = causal_view(positions, view)
+        return x, rope, None if view is None else view.additive(compute_dtype(x))
 
     def finish(self, x: Tensor, pending: Tensor | None) -> Tensor:
         """Return the logits of the last layer's output, x + pending (``TransformerBlock``)."""
         return cast(Tensor, self.output(self.norm(x if pending is None else x + pending)))
+
+    def greedy(self, logits: Tensor) -> Tensor:
+        """Return the argmax token of each row of logits [..., vocab]; compiled with the
+        model (``compile_layers``), one Triton kernel: on an H200's decode step 1.6 us, where
+        PyTorch's own took 4.4 (benchmarks/results/h200-real-weights.md)."""
+        return logits.argmax(dim=-1)
 
 
 class Eagle3Layer(nn.Module):

@@ -28,7 +28,7 @@ from torch import Tensor
 from perfgate.engines.embedded.batch import Batch, Generation, Request, check_request
 from perfgate.engines.embedded.drafters import Drafter, greedy, take_columns
 from perfgate.engines.embedded.graphs import GraphRunner
-from perfgate.engines.embedded.model import Transformer, causal_view
+from perfgate.engines.embedded.model import Transformer
 from perfgate.engines.embedded.params import SpecParams
 from perfgate.engines.embedded.sampling import SamplingTensors, choose_tokens
 from perfgate.engines.embedded.tree import (
@@ -75,10 +75,11 @@ def sampling_inputs(batch: Batch, columns: int) -> tuple[Tensor, ...]:
     return (*batch.sampling, batch.draw_coins(columns))
 
 
-def choose_in_graph(logits: Tensor, extra: Sequence[Tensor]) -> Tensor:
-    """Inside a graph: greedy without sampling inputs, else sampled (see sampling_inputs)."""
+def choose_in_graph(logits: Tensor, extra: Sequence[Tensor], target: Transformer) -> Tensor:
+    """Inside a graph: the target's greedy choice without sampling inputs, else sampled (see
+    sampling_inputs)."""
     if not extra:
-        return greedy(logits)
+        return target.greedy(logits)
     return choose_tokens(logits, SamplingTensors(*extra[:4]), extra[4])
 
 
@@ -102,8 +103,8 @@ class PlainWorker:
 
     def prefill(self, batch: Batch, prompts: Prompts) -> None:
         """Run the target over the prompts; commit each sequence's first token."""
-        view = causal_view(prompts.positions, batch.kv_len(self.lookahead))
-        logits, _ = self.target(prompts.ids, prompts.positions, view)
+        kv_len = batch.kv_len(self.lookahead)
+        logits, _ = self.target(prompts.ids, prompts.positions, kv_len)  # causal
         last = take_columns(logits, prompts.lengths - 1)  # [B, 1, vocab]
         batch.commit(next_tokens(last, batch), torch.ones_like(prompts.lengths), last)
 
@@ -113,8 +114,8 @@ class PlainWorker:
 
         def step(tokens: Tensor, lengths: Tensor, *extra: Tensor) -> tuple[Tensor, Tensor]:
             positions = lengths.unsqueeze(1)
-            logits, _ = self.target(tokens.unsqueeze(1), positions, causal_view(positions, kv_len))
-            return choose_in_graph(logits, extra), logits
+            logits, _ = self.target(tokens.unsqueeze(1), positions, kv_len)  # causal
+            return choose_in_graph(logits, extra, self.target), logits
 
         extra = sampling_inputs(batch, 1)
         site = ("decode", kv_len, bool(extra))
@@ -244,9 +245,8 @@ class EagleWorker:
     def prefill(self, batch: Batch, prompts: Prompts) -> None:
         """Run the target over the prompts, then the drafter; commit the first tokens."""
         kv_len = batch.kv_len(self.lookahead)
-        view = causal_view(prompts.positions, kv_len)
         capture = self.drafter.feature_layers
-        logits, hidden = self.target(prompts.ids, prompts.positions, view, capture)
+        logits, hidden = self.target(prompts.ids, prompts.positions, kv_len, capture)  # causal
         last = take_columns(logits, prompts.lengths - 1)  # [B, 1, vocab]
         first = next_tokens(last, batch)[:, 0]
         self.drafter.prefill(prompts.ids, prompts.lengths, first, features_of(hidden), kv_len)
@@ -299,7 +299,9 @@ class EagleWorker:
             # token. The bonus is the target's token after the last accepted node, so every
             # verify pass yields at least one token.
             nodes = DraftTree(*inputs[:4])
-            target_next = choose_in_graph(logits, inputs[4 : 4 + len(sampled)])  # [B, N]
+            target_next = choose_in_graph(
+                logits, inputs[4 : 4 + len(sampled)], self.target
+            )  # [B, N]
             if counts:
                 acceptance = simulate_path(nodes, target_next, inputs[-1], self.path_len)
             else:

@@ -1,0 +1,48 @@
+"""The compiled ends of a forward (``compile_layers``): before the first layer, the embedding,
+the rotary tables at the positions and the causal mask; after the last, the argmax. Eagerly
+they were seven kernels and PyTorch's argmax on an H200's decode step; compiled, one kernel
+each (benchmarks/results/h200-real-weights.md).
+
+No GPU here: Inductor writes Triton code for the CPU (``triton_kernels_written``)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from .common import triton_kernels_written
+
+pytestmark = pytest.mark.slow
+
+COMPILE_THE_ENDS = """
+import torch
+
+from perfgate.engines.embedded.compiling import compile_layers
+from perfgate.engines.embedded.model import TargetConfig, Transformer
+
+model = Transformer(TargetConfig(dim=256, n_head=2, n_layer=1, ffn_dim=512))
+model.setup_cache(8)
+compile_layers(model)
+tokens, positions = torch.randint(0, 256, (8, 1)), torch.full((8, 1), 200)
+for ends in (
+    lambda: model.embed(tokens, positions, 256, model.rope_table(positions.device)),
+    lambda: model.greedy(torch.randn(8, 1, 256)),
+):
+    try:
+        ends()
+    except Exception:  # the kernels, run by Triton's interpreter on the CPU
+        pass
+"""
+
+
+def test_a_decode_steps_compiled_ends_are_one_kernel_each(tmp_path: Path) -> None:
+    kernels = triton_kernels_written(COMPILE_THE_ENDS, tmp_path)
+
+    assert len(kernels) == 4, kernels
+    embedding, rope, mask, argmax = (
+        [k for k in kernels if all(part in k for part in parts)]
+        for parts in (("embedding",), ("index",), ("le", "masked_fill"), ("argmax",))
+    )
+    # The causal mask's comparison and its conversion to an additive mask are one kernel.
+    assert len(embedding) == len(rope) == len(mask) == len(argmax) == 1, kernels
