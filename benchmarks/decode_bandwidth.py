@@ -101,11 +101,6 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "max-autotune-no-cudagraphs); repeatable",
     )
     parser.add_argument(
-        "--combo-kernels",
-        action="store_true",
-        help="on CUDA, also time the shipped step compiled with Inductor's combo_kernels on",
-    )
-    parser.add_argument(
         "--kernels",
         action="store_true",
         help="on CUDA, also trace 20 replays of each compiled variant's decode step "
@@ -318,15 +313,6 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
         label = "fused + compiled + triton, norms folded"
         _time_variant(results, f"{label}, mask and argmax eager", model, args, timer, True)
         _time_variant(results, label, model, args, timer)
-        if args.combo_kernels:
-            # Inductor's combo kernels: independent kernels of a graph (the embedding's three)
-            # launched as one. A setting of the process, so last.
-            from torch._inductor import config
-
-            config.combo_kernels = True
-            torch._dynamo.reset()
-            compile_layers(model)
-            _time_variant(results, f"{label}, combo kernels", model, args, timer)
     return results
 
 

@@ -1,9 +1,11 @@
 """The compiled ends of a forward (``compile_layers``): before the first layer, the embedding,
 the rotary tables at the positions and the causal mask; after the last, the argmax. Eagerly
 they were seven kernels and PyTorch's argmax on an H200's decode step; compiled, one kernel
-each (benchmarks/results/h200-real-weights.md).
+each, and on a GPU the embedding's three launch as one (Inductor's combo kernels; see
+benchmarks/results/h200-real-weights.md).
 
-No GPU here: Inductor writes Triton code for the CPU (``triton_kernels_written``)."""
+No GPU here: Inductor writes Triton code for the CPU (``triton_kernels_written``), where it
+does not combine kernels."""
 
 from __future__ import annotations
 
@@ -12,8 +14,6 @@ from pathlib import Path
 import pytest
 
 from .common import triton_kernels_written
-
-pytestmark = pytest.mark.slow
 
 COMPILE_THE_ENDS = """
 import torch
@@ -36,6 +36,7 @@ for ends in (
 """
 
 
+@pytest.mark.slow
 def test_a_decode_steps_compiled_ends_are_one_kernel_each(tmp_path: Path) -> None:
     kernels = triton_kernels_written(COMPILE_THE_ENDS, tmp_path)
 
@@ -46,3 +47,28 @@ def test_a_decode_steps_compiled_ends_are_one_kernel_each(tmp_path: Path) -> Non
     )
     # The causal mask's comparison and its conversion to an additive mask are one kernel.
     assert len(embedding) == len(rope) == len(mask) == len(argmax) == 1, kernels
+
+
+def test_the_embedding_is_compiled_with_combo_kernels_in_the_default_mode_only(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import torch
+
+    from perfgate.engines.embedded.compiling import compile_layers
+    from perfgate.engines.embedded.model import TargetConfig, Transformer
+
+    compiled: dict[str, dict[str, object]] = {}
+    real_compile = torch.compile
+
+    def recording(fn, **kwargs):  # type: ignore[no-untyped-def]
+        compiled[getattr(fn, "__name__", type(fn).__name__)] = kwargs
+        return real_compile(fn, **kwargs)  # raises where mode and options are both given
+
+    monkeypatch.setattr(torch, "compile", recording)
+    model = Transformer(TargetConfig(n_layer=1))
+    compile_layers(model)
+    assert compiled["embed"]["options"] == {"combo_kernels": True}
+    assert compiled["finish"]["options"] is None
+
+    compile_layers(model, mode="max-autotune-no-cudagraphs")  # no options beside a mode
+    assert compiled["embed"] == {"mode": "max-autotune-no-cudagraphs", "options": None}

@@ -18,7 +18,9 @@ whole buffers, which Inductor turns into a store inside the kernel that rotates 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from types import MethodType
+from typing import Any
 
 import torch
 from torch import nn
@@ -26,6 +28,12 @@ from torch import nn
 from perfgate.engines.embedded.model import Eagle3Layer, Transformer, TransformerBlock
 
 RECOMPILE_LIMIT = 64
+# The embedding's kernels (the lookup, the rotary tables' gathers, the causal mask) read and
+# write nothing of each other's: Inductor's combo kernels launch them as one. On an H200 the
+# decode step took 4-5 us less (three kernels of 4.7 us became one of 2.0,
+# benchmarks/results/h200-real-weights.md). On a GPU only: a CPU's compiled code is not
+# Triton's. torch.compile takes a mode or options, not both, so in the default mode.
+EMBED_OPTIONS: dict[str, str | int | bool | Callable[..., Any]] = {"combo_kernels": True}
 
 
 def compile_layers(model: nn.Module, mode: str | None = None, whole_rows: bool = True) -> int:
@@ -53,7 +61,8 @@ def compile_layers(model: nn.Module, mode: str | None = None, whole_rows: bool =
             # The class's functions, bound here: compiling again in another mode starts over.
             for name in ("embed", "finish", "greedy"):
                 method = MethodType(getattr(Transformer, name), module)
-                setattr(module, name, torch.compile(method, mode=mode))
+                options = EMBED_OPTIONS if name == "embed" and mode is None else None
+                setattr(module, name, torch.compile(method, mode=mode, options=options))
     return compiled
 
 
