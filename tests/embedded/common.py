@@ -107,12 +107,16 @@ torch.utils._triton.triton_hash_with_backend = codegen.triton_hash_with_backend 
 """
 
 
-def triton_kernels_written(script: str, cache: Path, *args: str) -> list[str]:
+def triton_kernels_written(
+    script: str, cache: Path, *args: str, expect: str | None = None
+) -> list[str]:
     """The names of the Triton kernels Inductor writes while script compiles, on this CPU.
 
     script runs in a fresh Python, after TRITON_ON_CPU, with args as its sys.argv[1:] and
-    cache as Inductor's cache directory, where the code is read. The kernels' run under
-    Triton's interpreter is not the point: it fails, and script should let it.
+    cache as Inductor's cache directory, where the code is read. Triton's interpreter runs
+    the kernels: some run (pointwise ones), some fail (a reduction's), so a script that only
+    wants the code lets them fail; with expect, script must print it (its kernels ran and
+    checked out).
     """
     env = {**server_env(), "TRITON_INTERPRET": "1", "TORCHINDUCTOR_CACHE_DIR": str(cache)}
     command = [sys.executable, "-c", TRITON_ON_CPU + script, *args]
@@ -120,4 +124,6 @@ def triton_kernels_written(script: str, cache: Path, *args: str) -> list[str]:
     code = "".join(p.read_text() for p in cache.rglob("*.py"))
     kernels = sorted(set(re.findall(r"def (triton_\w+)\(", code)))
     assert kernels, done.stdout + done.stderr
+    if expect is not None:
+        assert expect in done.stdout, done.stdout + done.stderr
     return kernels

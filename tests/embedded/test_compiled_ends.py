@@ -72,3 +72,44 @@ def test_the_embedding_is_compiled_with_combo_kernels_in_the_default_mode_only(
 
     compile_layers(model, mode="max-autotune-no-cudagraphs")  # no options beside a mode
     assert compiled["embed"] == {"mode": "max-autotune-no-cudagraphs", "options": None}
+
+
+COMBINED_EMBEDDING = """
+import torch
+from torch._inductor.scheduler import ForeachKernelSchedulerNode
+
+from perfgate.engines.embedded.compiling import compile_layers
+from perfgate.engines.embedded.model import TargetConfig, Transformer, causal_view
+
+
+def every_node_in_one_group(scheduler):  # Inductor leaves a CPU's nodes out of its groups
+    return [[node for group in scheduler._topological_sort_nodes() for node in group]]
+
+
+ForeachKernelSchedulerNode.set_group_algorithm_for_combo_kernels(every_node_in_one_group)
+model = Transformer(TargetConfig(dim=256, n_head=2, n_layer=1, ffn_dim=512)).to(torch.bfloat16)
+eager = Transformer.embed
+compile_layers(model)
+torch.manual_seed(0)
+with torch.inference_mode():
+    # A server's shapes: decode, then longer caches (kv_len becomes symbolic), verify, prefill.
+    for tokens, kv_len in ((1, 256), (1, 384), (4, 384), (7, 512)):
+        ids = torch.randint(0, 256, (8, tokens))
+        positions = torch.randint(0, kv_len - tokens, (8, 1)) + torch.arange(tokens)
+        table = model.rope_table(positions.device)
+        got = model.embed(ids, positions, kv_len, table)
+        want = eager(model, ids, positions, causal_view(positions, kv_len), table)
+        pairs = [(got[0], want[0]), (got[1].cos, want[1].cos), (got[1].sin, want[1].sin),
+                 (got[2].mask, want[2].mask)]
+        assert all(torch.equal(a, b) for a, b in pairs), (tokens, kv_len)
+print("equal")
+"""
+
+
+@pytest.mark.slow
+def test_the_combined_embedding_kernel_computes_what_eager_code_does(tmp_path: Path) -> None:
+    # The combined kernel as a GPU gets it (Triton's code, run here by its interpreter), on
+    # shapes that change as a server's do, so that some of its sizes are symbolic.
+    kernels = triton_kernels_written(COMBINED_EMBEDDING, tmp_path, expect="equal")
+    code = "".join(p.read_text() for p in tmp_path.rglob("*.py"))
+    assert "'num_kernels': 3" in code and "'xnumel_2': None" in code, kernels
