@@ -43,6 +43,21 @@ def test_the_kernel_refuses_a_bool_mask_and_an_odd_head_size() -> None:
         triton_attention.attend(q, k, v, torch.zeros(1, 1, 1, 64))
 
 
+def test_a_compiled_layer_asks_whether_triton_is_installed_without_a_warning() -> None:
+    import warnings
+
+    from perfgate.engines.embedded import folded_norms
+
+    # A folded layer asks in every forward, inside its compiled code: a cached function there
+    # drew Dynamo's warning into every GPU server's log.
+    torch._dynamo.reset()
+    layer = torch.compile(lambda x: x * 2 if folded_norms.kernels_run(x) else x + 1)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        layer(torch.ones(2, 1, 8))
+    assert not [w for w in caught if "lru_cache" in str(w.message)]
+
+
 def test_the_backend_defaults_to_triton_on_cuda_only_where_triton_is_installed(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:

@@ -19,7 +19,6 @@ tests check it.
 
 from __future__ import annotations
 
-import functools
 import importlib.util
 import math
 from typing import Any
@@ -37,11 +36,17 @@ NUM_WARPS = 4
 NUM_STAGES = 3
 
 
-@functools.cache
+# Looked up once, at import (a folded layer asks in every forward), without importing Triton.
+_HAS_TRITON = importlib.util.find_spec("triton") is not None
+
+
 def available() -> bool:
-    """Whether this install has Triton, so that the backend can run (asked once: a folded
-    layer asks in every forward)."""
-    return importlib.util.find_spec("triton") is not None
+    """Whether this install has Triton, so that the backend can run.
+
+    A plain function of a constant: torch.compile traces it inside a compiled layer, where a
+    cached function (functools.cache) drew a warning into every GPU server's log.
+    """
+    return _HAS_TRITON
 
 
 @torch.library.custom_op("perfgate::triton_attend", mutates_args=())
