@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import sys
 import time
@@ -69,16 +70,25 @@ from perfgate.engines.embedded.triton_attention import BLOCK_L, NUM_STAGES, NUM_
 VARIANTS = ("separate", "fused", "fused + compiled")
 
 
-def step_arguments(parser: argparse.ArgumentParser, device_help: str | None = None) -> None:
+def step_arguments(parser: argparse.ArgumentParser, interpreted_on_cpu: bool = False) -> None:
     """The flags of a benchmark that times the target's decode and verify steps: which model
-    where, the batch and its position, and the timer's replays and blocks."""
+    where, the batch and its position, and the timer's replays and blocks. With
+    interpreted_on_cpu, its Triton kernels run on a CPU under Triton's interpreter only
+    (``require_interpreter_on_cpu``)."""
     parser.add_argument("--model", default="perfgate/llama-large")
+    device_help = "cpu: under TRITON_INTERPRET=1 only" if interpreted_on_cpu else None
     parser.add_argument("--device", default="cuda", help=device_help)
     parser.add_argument("--batch", type=int, default=8)
     parser.add_argument("--position", type=int, default=200, help="tokens already cached")
     parser.add_argument("--verify-tokens", type=int, default=4)
     parser.add_argument("--replays", type=int, default=100)
     parser.add_argument("--blocks", type=int, default=7)
+
+
+def require_interpreter_on_cpu(parser: argparse.ArgumentParser, device: str) -> None:
+    """Refuse --device cpu (exit 2) unless Triton's interpreter is on to run the kernels."""
+    if device == "cpu" and os.environ.get("TRITON_INTERPRET") != "1":
+        parser.error("--device cpu runs under TRITON_INTERPRET=1")
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:

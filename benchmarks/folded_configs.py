@@ -6,13 +6,19 @@ python benchmarks/folded_configs.py --out DIR       # on a CUDA machine, ~1 minu
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 from pathlib import Path
 from typing import Any
 
 import torch
-from decode_bandwidth import Timer, build, step_arguments, step_ms, write_results
+from decode_bandwidth import (
+    Timer,
+    build,
+    require_interpreter_on_cpu,
+    step_arguments,
+    step_ms,
+    write_results,
+)
 
 from perfgate.engines.embedded import folded_norms
 from perfgate.engines.embedded.compiling import compile_layers
@@ -62,10 +68,9 @@ def render(results: dict[str, Any]) -> str:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--out", type=Path, required=True)
-    step_arguments(parser, device_help="cpu: under TRITON_INTERPRET=1 only")
+    step_arguments(parser, interpreted_on_cpu=True)
     args = parser.parse_args()
-    if args.device == "cpu" and os.environ.get("TRITON_INTERPRET") != "1":
-        parser.error("--device cpu runs under TRITON_INTERPRET=1")
+    require_interpreter_on_cpu(parser, args.device)
     args.out.mkdir(parents=True, exist_ok=True)
     write_results(args.out, measure(args), render)
     return 0

@@ -46,7 +46,7 @@ from typing import Any, cast
 import torch
 import triton
 import triton.language as tl
-from decode_bandwidth import Timer, step_arguments, write_results
+from decode_bandwidth import Timer, require_interpreter_on_cpu, step_arguments, write_results
 from torch import Tensor, nn
 
 from perfgate.engines.embedded.compiling import RECOMPILE_LIMIT
@@ -356,7 +356,7 @@ def render(results: dict[str, Any]) -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--out", type=Path)
-    step_arguments(parser, device_help="cpu: under TRITON_INTERPRET=1 only")
+    step_arguments(parser, interpreted_on_cpu=True)
     parser.add_argument("--check", action="store_true", help="only compare with the engine's")
     args = parser.parse_args(argv)
     if args.check:
@@ -365,8 +365,7 @@ def main(argv: list[str] | None = None) -> int:
         return check()
     if args.out is None:
         parser.error("--out is required unless --check")
-    if args.device == "cpu" and os.environ.get("TRITON_INTERPRET") != "1":
-        parser.error("--device cpu runs under TRITON_INTERPRET=1")
+    require_interpreter_on_cpu(parser, args.device)
     args.out.mkdir(parents=True, exist_ok=True)
     write_results(args.out, measure(args), render)
     return 0

@@ -69,11 +69,6 @@ class Drafter(Protocol):
         ...
 
 
-def greedy(logits: Tensor) -> Tensor:
-    """Return the argmax token of each row of logits [..., vocab]."""
-    return logits.argmax(dim=-1)
-
-
 def take_columns(values: Tensor, columns: Tensor) -> Tensor:
     """Return values [B, T, ...] at one column per row, columns [B]: [B, 1, ...]."""
     index = columns.view(-1, 1, *([1] * (values.dim() - 2))).expand(-1, 1, *values.shape[2:])

@@ -138,12 +138,6 @@ def kernels_run(x: Tensor) -> bool:
     return triton_attention.available() and (x.is_cuda or interpreted)
 
 
-def rms_scale(x: Tensor, eps: float) -> Tensor:
-    """The RMS scale of x's rows, float32 [..., 1]: what the kernels compute, in PyTorch."""
-    xf = x.float()
-    return torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps)
-
-
 def _check_rows(product: Tensor, x: Tensor) -> None:
     """The kernels take the product's rows at a stride, each contiguous, and x whole."""
     if product.shape[:-1] != x.shape[:-1] or product.stride(-1) != 1 or not x.is_contiguous():

@@ -126,6 +126,18 @@ def compute_dtype(x: Tensor) -> torch.dtype:
     return torch.get_autocast_dtype(device) if torch.is_autocast_enabled(device) else x.dtype
 
 
+def greedy(logits: Tensor) -> Tensor:
+    """Return the argmax token of each row of logits [..., vocab]."""
+    return logits.argmax(dim=-1)
+
+
+def rms_scale(x: Tensor, eps: float) -> Tensor:
+    """The RMS scale of x's rows, float32 [..., 1]: 1 / sqrt(mean(x^2) + eps), what an
+    RMSNorm multiplies a row by before its weight (and what ``folded_norms`` kernels compute)."""
+    xf = x.float()
+    return torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps)
+
+
 def kv_bucket(length: int, max_seq_len: int) -> int:
     """Return the cache slots to read for queries up to slot length - 1, rounded up."""
     return min(max_seq_len, -(-length // KV_BUCKET) * KV_BUCKET)
@@ -163,8 +175,7 @@ class RMSNorm(nn.Module):
 
     def forward(self, x: Tensor) -> Tensor:
         xf = x.float()
-        normed = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + self.eps)
-        return normed.type_as(x) * self.weight
+        return (xf * rms_scale(xf, self.eps)).type_as(x) * self.weight
 
 
 class KVStore(nn.Module):
@@ -336,14 +347,14 @@ class TransformerBlock(nn.Module):
             )  # fmt: skip
             heads = attention.attend(q.transpose(1, 2), None, None, view)
         else:
-            scale = folded_norms.rms_scale(x, self.attention_norm.eps)
+            scale = rms_scale(x, self.attention_norm.eps)
             heads = attention.heads(x, rope, view, scale)
         folded_norms.add_product_(x, heads, cast(nn.Linear, attention.wo).weight)
         gate_up = mlp.w13(x)
         if kernels:
             act = folded_norms.norm_silu(gate_up, x, self.ffn_norm.eps)
         else:
-            scale = folded_norms.rms_scale(x, self.ffn_norm.eps)
+            scale = rms_scale(x, self.ffn_norm.eps)
             gate, up = (gate_up.float() * scale).chunk(2, dim=-1)
             act = (F.silu(gate) * up).type_as(gate_up)
         folded_norms.add_product_(x, act, cast(nn.Linear, mlp.w2).weight)
@@ -457,10 +468,10 @@ class Transformer(CachedModel):
         return cast(Tensor, self.output(self.norm(x if pending is None else x + pending)))
 
     def greedy(self, logits: Tensor) -> Tensor:
-        """Return the argmax token of each row of logits [..., vocab]; compiled with the
-        model (``compile_layers``), one Triton kernel: on an H200's decode step 1.6 us, where
-        PyTorch's own took 4.4 (benchmarks/results/h200-real-weights.md)."""
-        return logits.argmax(dim=-1)
+        """``greedy``, compiled with the model (``compile_layers``): one Triton kernel, on an
+        H200's decode step 1.6 us, where PyTorch's own took 4.4
+        (benchmarks/results/h200-real-weights.md)."""
+        return greedy(logits)
 
 
 class Eagle3Layer(nn.Module):

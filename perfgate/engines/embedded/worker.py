@@ -26,9 +26,9 @@ import torch
 from torch import Tensor
 
 from perfgate.engines.embedded.batch import Batch, Generation, Request, check_request
-from perfgate.engines.embedded.drafters import Drafter, greedy, take_columns
+from perfgate.engines.embedded.drafters import Drafter, take_columns
 from perfgate.engines.embedded.graphs import GraphRunner
-from perfgate.engines.embedded.model import Transformer
+from perfgate.engines.embedded.model import Transformer, greedy
 from perfgate.engines.embedded.params import SpecParams
 from perfgate.engines.embedded.sampling import SamplingTensors, choose_tokens
 from perfgate.engines.embedded.tree import (
