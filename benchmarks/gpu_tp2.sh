@@ -354,8 +354,17 @@ EOF
 }
 
 # --- endings: abrupt ends of a TP2 run -------------------------------------------------------
-engine_processes() { # the pids of every engine process (servers, ranks, supervisors) left
-  pgrep -f 'perfgate[.]engines[.](embedded[.]server|embedded[.]rank|supervise)' | tr '\n' ' '
+# Every run this stage starts carries ENDINGS_TAG in its environment, and the engine processes
+# it starts inherit it: only those are counted, and killed when an ending leaves them, never an
+# engine process of anything else on the machine (another job, or a test running beside this).
+ENDINGS_TAG="perfgate-endings-$$-$(date +%s%N)"
+engine_processes() { # the pids of this stage's engine processes (servers, ranks, supervisors)
+  local p
+  for p in $(pgrep -f 'perfgate[.]engines[.](embedded[.]server|embedded[.]rank|supervise)'); do
+    if tr '\0' '\n' < "/proc/$p/environ" 2> /dev/null | grep -qxF "PERFGATE_ENDINGS=$ENDINGS_TAG"; then
+      printf '%s ' "$p"
+    fi
+  done
 }
 
 gpu_memory() { # used MiB per GPU, space-separated; empty without nvidia-smi
@@ -384,8 +393,8 @@ one_ending() { # one_ending I SIGNAL WHEN: start a TP2 run, end it, check what i
   # Job control on: the run gets its own process group, as a CI step has, and SIGINT is not
   # ignored (a non-interactive shell's background jobs ignore it otherwise).
   set -m
-  "$python" -m perfgate run --config "$config" --scenario "$tp2" --no-gate --db "$db" \
-    --report '' > "$log" 2>&1 &
+  PERFGATE_ENDINGS=$ENDINGS_TAG "$python" -m perfgate run --config "$config" --scenario "$tp2" \
+    --no-gate --db "$db" --report '' > "$log" 2>&1 &
   pid=$!
   set +m
   started=$(date +%s)
@@ -437,9 +446,9 @@ one_ending() { # one_ending I SIGNAL WHEN: start a TP2 run, end it, check what i
 stage_endings() {
   before_mem=$(gpu_memory)
   local left
-  left=$(engine_processes)
+  left=$(pgrep -f 'perfgate[.]engines[.](embedded[.]server|embedded[.]rank|supervise)' | tr '\n' ' ')
   if [[ -n $left ]]; then
-    note "engine processes running before the endings: $left"
+    note "engine processes of something else, running before the endings (left alone): $left"
   fi
   {
     echo "# $endings abrupt endings of a $TP_LABEL \`perfgate run\`"

@@ -39,15 +39,26 @@ def test_an_unknown_stage_exits_64_naming_the_stages(tmp_path: Path) -> None:
 @pytest.mark.slow
 def test_the_endings_stage_on_the_cpu_leaves_no_process_and_says_so(tmp_path: Path) -> None:
     out = tmp_path / "out"
-    done = subprocess.run(
-        [str(SCRIPT), "--smoke", str(out), "endings"],
-        capture_output=True,
-        text=True,
-        check=False,
-        env={**_env(), "ENDINGS": "1", "TMPDIR": str(tmp_path)},
-        timeout=400,
+    # An engine process of something else on the machine (another job, a test beside this
+    # one): the stage must neither count it as left by an ending nor kill it.
+    other = subprocess.Popen(
+        [sys.executable, "-c", "import time; time.sleep(600)", "perfgate.engines.embedded.server"]
     )
+    try:
+        done = subprocess.run(
+            [str(SCRIPT), "--smoke", str(out), "endings"],
+            capture_output=True,
+            text=True,
+            check=False,
+            env={**_env(), "ENDINGS": "1", "TMPDIR": str(tmp_path)},
+            timeout=400,
+        )
+        assert other.poll() is None, "the endings stage killed an engine process not its own"
+    finally:
+        other.kill()
+        other.wait()
     summary = (out / "summary.md").read_text()
+    assert f"something else, running before the endings (left alone): {other.pid}" in summary
     assert done.returncode == 0, summary + (out / "run.log").read_text()
     endings = (out / "endings.md").read_text()
     (row,) = [line for line in endings.splitlines() if line.startswith("| 1 |")]
