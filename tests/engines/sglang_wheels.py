@@ -25,13 +25,14 @@ REPO = Path(__file__).resolve().parents[2]
 
 # What `import sglang.srt.server_args` (0.5.23) needs beyond torch and numpy, found by importing
 # it in a clean environment: orjson, psutil, pybase64, requests, triton (imported by
-# srt/utils/common.py), PIL, starlette, msgspec, pydantic, zmq, tqdm, IPython, aiohttp.
+# srt/utils/common.py), PIL, starlette, msgspec, pydantic, zmq, tqdm, IPython, aiohttp. Not
+# triton here: the development install pins it (requirements-dev.txt), and the tests put this
+# folder after the environment's own packages, so a second copy (1 GB) would never be read.
 PARSER_DEPS = (
     "orjson",
     "psutil",
     "pybase64",
     "requests",
-    "triton",
     "pillow",
     "starlette",
     "msgspec",
