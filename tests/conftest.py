@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import os
+import signal
 import subprocess
 import sys
 import textwrap
@@ -162,6 +163,18 @@ def run_perfgate(
         timeout=timeout,
         check=False,
     )
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """SIGINT as a terminal delivers it, whoever started the suite.
+
+    Tests end `perfgate run` and its servers with SIGINT, as Ctrl-C does. A suite started in
+    the background of a non-interactive shell, or under nohup, inherits SIGINT ignored, and an
+    ignored signal stays ignored across exec: every process a test starts would then shrug it
+    off. A handled signal is reset to its default at exec, so handling it here restores it.
+    """
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
