@@ -11,6 +11,7 @@ import json
 import os
 import shutil
 import subprocess
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -40,8 +41,11 @@ pytestmark = [
 
 
 @pytest.fixture(scope="module")
-def clone(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A fresh clone of this repository's committed tree (no venv, no history, no cache)."""
+def clone(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """A fresh clone of this repository's committed tree (no venv, no history, no cache).
+
+    Removed after the module: its .venv alone is 2.3 GB.
+    """
     folder = tmp_path_factory.mktemp("first-contact") / "perfgate"
     subprocess.run(
         ["git", "clone", "--quiet", "--no-hardlinks", str(REPO), str(folder)],
@@ -49,7 +53,8 @@ def clone(tmp_path_factory: pytest.TempPathFactory) -> Path:
         capture_output=True,
         timeout=120,
     )
-    return folder
+    yield folder
+    shutil.rmtree(folder, ignore_errors=True)
 
 
 @pytest.fixture(scope="module")
