@@ -19,6 +19,11 @@ class Status(enum.StrEnum):
     ERROR = "error"  # nothing to judge against, or the measurement failed
 
 
+# The verdicts whose throughput metric moved, or may have: each says why, phase by phase (its
+# attribution). A pass says nothing more; incomparable and error verdicts measured no change.
+SAYS_WHY = frozenset({Status.REGRESSION, Status.IMPROVEMENT, Status.INCONCLUSIVE})
+
+
 @dataclass(frozen=True)
 class Verdict:
     """The gate's word on one metric of one scenario."""

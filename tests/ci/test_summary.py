@@ -21,8 +21,9 @@ from perfgate.ci.markdown import (
 from perfgate.ci.pointer import SessionError, SessionPointer, load_pointer, write_pointer
 from perfgate.ci.workflow_commands import Annotation, escape_property, limit_annotations
 from perfgate.errors import ConfigError
-from perfgate.gate import Status, Verdict
+from perfgate.gate import CycleProfile, Status, Verdict, attribute
 from perfgate.results import RunRecord
+from perfgate.summary import render_record
 
 from ..factories import measurement, record
 
@@ -145,3 +146,25 @@ def test_each_scenario_says_what_it_was_judged_against() -> None:
     )
     assert "Judged against 1 earlier run on this machine (#1); no reviewed baseline." in summary
     assert "No verdicts" not in summary
+
+
+@pytest.mark.parametrize("status", [Status.REGRESSION, Status.INCONCLUSIVE, Status.PASS])
+def test_a_throughput_verdict_that_moved_says_why_even_when_inconclusive(status: Status) -> None:
+    # tok/s -98% against a baseline whose runs scattered: the interval may still cross the
+    # tolerance (inconclusive), and the reader needs the cause all the more.
+    before = CycleProfile({"cycle": 6.0, "verify": 1.1, "draft": 3.0}, accept_length=2.2)
+    after = CycleProfile({"cycle": 206.0, "verify": 201.1, "draft": 3.0}, accept_length=2.2)
+    why = attribute("output_tok_s", -0.982, before, after)
+    verdict = Verdict(
+        "output_tok_s", status, "the interval crosses the tolerance", 948.4, 16.6, -0.982,
+        ci_low=-0.990, ci_high=-0.253, tolerance=0.6, attribution=why,
+    )  # fmt: skip
+    (run,) = _records(1, status)
+    run = replace(run, verdicts=(verdict,))
+    markdown = render_markdown(_pointer([run]), [run], Links(), SUMMARY_LIMIT_BYTES)
+    terminal = "\n".join(render_record(run))
+    assert why.summary.startswith("output_tok_s -98.2%: cycle +200 ms/cycle")
+    assert "verify +200 ms/cycle" in why.summary
+    said = status is not Status.PASS
+    assert (f"- **why** `output_tok_s` moved: {why.summary}" in markdown) == said, markdown
+    assert (f"why: {why.summary}" in terminal) == said, terminal
