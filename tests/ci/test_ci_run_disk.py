@@ -8,24 +8,12 @@ import shutil
 import subprocess
 from pathlib import Path
 
-import pytest
-
 from ..conftest import REPO
+from ..lockdown import require_unshare
 
 
-def _can_mount_a_tmpfs() -> bool:
-    if os.geteuid() != 0 or shutil.which("unshare") is None:
-        return False
-    probe = subprocess.run(
-        ["unshare", "-m", "true"], capture_output=True, text=True, timeout=30, check=False
-    )
-    return probe.returncode == 0
-
-
-@pytest.mark.skipif(
-    not _can_mount_a_tmpfs(), reason="a small TMPDIR is a tmpfs in a private mount namespace"
-)
 def test_too_little_disk_for_the_temporary_folders_exits_1_naming_it(tmp_path: Path) -> None:
+    require_unshare()  # the small TMPDIR is a tmpfs, mounted in a private mount namespace
     checkout = tmp_path / "checkout"
     (checkout / ".ci").mkdir(parents=True)
     shutil.copy(REPO / ".ci" / "run", checkout / ".ci" / "run")
