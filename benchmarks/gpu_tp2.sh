@@ -358,9 +358,12 @@ EOF
 # it starts inherit it: only those are counted, and killed when an ending leaves them, never an
 # engine process of anything else on the machine (another job, or a test running beside this).
 ENDINGS_TAG="perfgate-endings-$$-$(date +%s%N)"
-engine_processes() { # the pids of this stage's engine processes (servers, ranks, supervisors)
+any_engine_processes() { # the pids of every engine process (servers, ranks, supervisors)
+  pgrep -f 'perfgate[.]engines[.](embedded[.]server|embedded[.]rank|supervise)' | tr '\n' ' '
+}
+engine_processes() { # the pids of this stage's engine processes
   local p
-  for p in $(pgrep -f 'perfgate[.]engines[.](embedded[.]server|embedded[.]rank|supervise)'); do
+  for p in $(any_engine_processes); do
     if tr '\0' '\n' < "/proc/$p/environ" 2> /dev/null | grep -qxF "PERFGATE_ENDINGS=$ENDINGS_TAG"; then
       printf '%s ' "$p"
     fi
@@ -446,7 +449,7 @@ one_ending() { # one_ending I SIGNAL WHEN: start a TP2 run, end it, check what i
 stage_endings() {
   before_mem=$(gpu_memory)
   local left
-  left=$(pgrep -f 'perfgate[.]engines[.](embedded[.]server|embedded[.]rank|supervise)' | tr '\n' ' ')
+  left=$(any_engine_processes)
   if [[ -n $left ]]; then
     note "engine processes of something else, running before the endings (left alone): $left"
   fi

@@ -7,8 +7,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from perfgate.errors import ExitCode, PerfgateError
-from perfgate.gate.verdict import SAYS_WHY, Status, Verdict
-from perfgate.metrics import EXPLAINED
+from perfgate.gate.verdict import Status, Verdict
 from perfgate.results import RunRecord
 
 
@@ -76,7 +75,7 @@ def render_verdicts(verdicts: Sequence[Verdict]) -> list[str]:
 
 
 def _why(v: Verdict) -> list[str]:
-    if v.metric not in EXPLAINED or v.status not in SAYS_WHY:
+    if not v.says_why:
         return []
     if v.attribution is None:
         return [f"  {'':<16}why: unknown, no phase timings on one side (see `baseline show`)"]

@@ -14,8 +14,7 @@ from dataclasses import dataclass
 
 from perfgate.ci.pointer import SessionPointer
 from perfgate.errors import ExitCode
-from perfgate.gate.verdict import SAYS_WHY, Status, Verdict
-from perfgate.metrics import EXPLAINED
+from perfgate.gate.verdict import Status, Verdict
 from perfgate.results import RunRecord
 
 SUMMARY_LIMIT_BYTES = 1_000_000  # under the 1 MiB (1024k) a step summary may hold
@@ -94,7 +93,7 @@ def _explanations(verdicts: Sequence[Verdict]) -> list[str]:
     for v in verdicts:
         if v.status not in (Status.PASS, Status.IMPROVEMENT):
             lines.append(f"- `{cell(v.metric)}` {v.status.value}: {cell(v.message)}")
-        if v.metric in EXPLAINED and v.status in SAYS_WHY:
+        if v.says_why:
             why = (
                 v.attribution.summary if v.attribution else "unknown: no phase timings on one side"
             )

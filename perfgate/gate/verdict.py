@@ -7,6 +7,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
+from perfgate import metrics
 from perfgate.gate.attribution import Attribution
 
 
@@ -19,9 +20,9 @@ class Status(enum.StrEnum):
     ERROR = "error"  # nothing to judge against, or the measurement failed
 
 
-# The verdicts whose throughput metric moved, or may have: each says why, phase by phase (its
-# attribution). A pass says nothing more; incomparable and error verdicts measured no change.
-SAYS_WHY = frozenset({Status.REGRESSION, Status.IMPROVEMENT, Status.INCONCLUSIVE})
+# The statuses of a metric that moved, or may have. A pass says nothing more; incomparable and
+# error verdicts measured no change.
+_MOVED = frozenset({Status.REGRESSION, Status.IMPROVEMENT, Status.INCONCLUSIVE})
 
 
 @dataclass(frozen=True)
@@ -43,6 +44,12 @@ class Verdict:
     alpha: float | None = None  # the level it was tested at: its look's share, after Holm
     attribution: Attribution | None = None  # why tok/s or speedup moved, phase by phase
     with_runs: tuple[int, ...] = ()  # ids of earlier recorded runs judged with this one
+
+    @property
+    def says_why(self) -> bool:
+        """Whether the verdict explains its change phase by phase (``attribution``): a
+        throughput metric (``metrics.EXPLAINED``) that moved, or may have."""
+        return self.metric in metrics.EXPLAINED and self.status in _MOVED
 
     def to_dict(self) -> dict[str, Any]:
         """Plain JSON-ready values (the status as its name, the attribution as a dict)."""
