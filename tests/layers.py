@@ -57,6 +57,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "perfgate.ci",
             "perfgate.profile",
             "perfgate.sweep",
+            "perfgate.bisect",
         ),
     ),
     (
@@ -68,6 +69,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "perfgate.session",
             "perfgate.summary",
             "perfgate.sweep.run",
+            "perfgate.bisect.run",
             "perfgate.profile.capture",
         ),
     ),

@@ -26,6 +26,7 @@ COMMANDS: tuple[Command, ...] = (
     Command("run", "measure, judge, record and report the scenarios (runs the gate suites)"),
     Command("servers", "print the server command lines of a run (--dry-run), or start one server"),
     Command("sweep", "measure a grid of steps/topk/draft tokens and environments; print the best"),
+    Command("bisect", "find the commit that made a scenario slower, judged by the gate"),
     Command(
         "profile", "profile a few decode cycles with torch.profiler: work per phase and category"
     ),

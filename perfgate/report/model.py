@@ -17,6 +17,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from perfgate import metrics
+from perfgate.report.bisects import Bisect, find_bisects
 from perfgate.report.changepoints import ChangePoint, detect_change_points
 from perfgate.report.links import safe_url
 from perfgate.report.sweeps import Sweep, SweepRun, find_sweeps
@@ -221,6 +222,12 @@ def sweeps_of(columns: HistoryColumns) -> list[Sweep]:
             for run in columns.runs
         ]
     )
+
+
+def bisects_of(columns: HistoryColumns) -> list[Bisect]:
+    """The bisects the history holds (see perfgate.report.bisects)."""
+    tok_s = columns.values.get(("spec", "output_tok_s"), {})
+    return find_bisects(columns.runs, tok_s.get)
 
 
 def _sweep_payload(sweep: Sweep) -> dict[str, Any]:
