@@ -57,6 +57,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "perfgate.ci",
             "perfgate.profile",
             "perfgate.sweep",
+            "perfgate.plan",
         ),
     ),
     (
@@ -69,6 +70,8 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "perfgate.summary",
             "perfgate.sweep.run",
             "perfgate.profile.capture",
+            "perfgate.plan.launch",
+            "perfgate.plan.run",
         ),
     ),
     (
