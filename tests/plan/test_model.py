@@ -140,7 +140,7 @@ def test_a_run_at_one_step_is_refused() -> None:
 
 def test_a_run_without_acceptance_depths_is_refused() -> None:
     repeat = Repeat(0.1, 10, (costs(1, 1, 1, 0, 0),), ())
-    with pytest.raises(ConfigError, match="no acceptance depths.*perfgate sweep"):
+    with pytest.raises(ConfigError, match=r"no acceptance depths.*perfgate sweep"):
         predict(Observation(4, 1, (repeat,)))
 
 
@@ -148,7 +148,7 @@ def test_depths_a_chain_could_not_accept_are_refused() -> None:
     # A tree of 4 steps may accept along a path the chain's depths cannot describe; a depth
     # past the steps says the run was not a chain of them.
     repeat = Repeat(0.1, 10, (costs(1, 1, 1, 0, 0),), ((2, 6),))
-    with pytest.raises(ConfigError, match="accepted 2 to 6 drafts of chains of 4.*topk = 1"):
+    with pytest.raises(ConfigError, match=r"accepted 2 to 6 drafts of chains of 4.*topk = 1"):
         predict(Observation(4, 1, (repeat,)))
 
 
