@@ -152,10 +152,7 @@ def predict(observation: Observation, seed: int = 0, replicates: int = REPLICATE
     )
     bounds = np.cumsum([0, *(len(a.counts) for a in drawn)])
     steps = range(1, observation.steps + 1)
-    figures = [
-        [_figures(a, solved[bounds[i] : bounds[i + 1]], k) for k in steps]
-        for i, a in enumerate(drawn)
-    ]
+    figures = [_figures(a, solved[bounds[i] : bounds[i + 1]]) for i, a in enumerate(drawn)]
     points = []
     for index, k in enumerate(steps):
         estimates = {
@@ -190,9 +187,11 @@ def check_observation(observation: Observation) -> None:
             field="--steps",
             fix="plan chains only (topk = 1, draft tokens = steps + 1)",
         )
-    if not all(r.cycles for r in observation.repeats):
+    if not all(r.cycles and any(r.depths) for r in observation.repeats):
         raise ConfigError(
-            "a repeat of the run has no timed cycles", fix="run more tokens per repeat"
+            "a repeat of the run has no timed cycles with acceptance depths",
+            field="--repeats",
+            fix="run more tokens per repeat (max_new_tokens)",
         )
 
 
@@ -337,42 +336,51 @@ def expected_cycles(counts: Array, remaining: Array) -> Array:
     return np.concatenate([np.zeros((rows, 1)), cycles], axis=1)
 
 
-def _figures(a: _Arrays, cycles: Array, k: int) -> dict[str, float]:
-    """One step count's figures from one (drawn) observation; `cycles` from expected_cycles."""
-    phase = _cycle_costs(a, k)
-    cycle_run = float(a.costs[:, COSTS.index(CYCLE)].mean())
-    tok_s = []
-    for r in range(len(a.tokens)):
-        mine = cycles[a.repeat == r]
-        cycles_k = a.run_cycles[r] * mine[:, k].max() / mine[:, a.steps].max()
-        spent_s = a.elapsed_s[r] + (cycles_k * phase[CYCLE] - a.run_cycles[r] * cycle_run) / 1e3
-        tok_s.append(a.tokens[r] / spent_s)
-    output = float(np.median(tok_s))
-    plain = float(np.median(a.plain)) if len(a.plain) else math.nan
-    return {
-        "output_tok_s": output,
-        "speedup": output / plain if plain > 0 else math.nan,
-        "accept_length": float(a.tokens.sum() / cycles[:, k].sum()),
-        "cycle_ms": phase[CYCLE],
-        "draft_ms": phase[DRAFT],
-        "verify_ms": phase[VERIFY],
-        "draft_extend_ms": phase[DRAFT_EXTEND],
-        "accept_ms": phase[ACCEPT],
-        "verify_share": phase[VERIFY] / phase[CYCLE],
-    }
-
-
-def _cycle_costs(a: _Arrays, k: int) -> dict[str, float]:
-    """Each phase's mean ms per cycle at k steps, and the cycle's (the module doc)."""
+def _figures(a: _Arrays, cycles: Array) -> list[dict[str, float]]:
+    """Steps 1..N's figures from one (drawn) observation; `cycles` from expected_cycles."""
+    ks = range(1, a.steps + 1)
     means = dict(zip(COSTS, a.costs.mean(axis=0).tolist(), strict=True))
+    phases = [
+        _cycle_costs(means, a.steps, len(a.plain_step) and a.plain_step.mean(), k) for k in ks
+    ]
+    cycle = np.array([phase[CYCLE] for phase in phases])  # [K]
+    # Each repeat's rows are contiguous: its slowest sequence's cycles at every k.
+    starts = np.flatnonzero(np.r_[True, a.repeat[1:] != a.repeat[:-1]])
+    slowest = np.maximum.reduceat(cycles, starts, axis=0)  # [R, N + 1]
+    batch = a.run_cycles[:, None] * slowest[:, 1:] / slowest[:, [a.steps]]  # [R, K]
+    spent_s = a.elapsed_s[:, None] + (batch * cycle - (a.run_cycles * means[CYCLE])[:, None]) / 1e3
+    tok_s = np.median(a.tokens[:, None] / spent_s, axis=0)
+    accept = a.tokens.sum() / cycles[:, 1:].sum(axis=0)
+    plain = float(np.median(a.plain)) if len(a.plain) else math.nan
+    return [
+        {
+            "output_tok_s": float(tok_s[i]),
+            "speedup": float(tok_s[i]) / plain if plain > 0 else math.nan,
+            "accept_length": float(accept[i]),
+            "cycle_ms": phase[CYCLE],
+            "draft_ms": phase[DRAFT],
+            "verify_ms": phase[VERIFY],
+            "draft_extend_ms": phase[DRAFT_EXTEND],
+            "accept_ms": phase[ACCEPT],
+            "verify_share": phase[VERIFY] / phase[CYCLE],
+        }
+        for i, phase in enumerate(phases)
+    ]
+
+
+def _cycle_costs(
+    means: Mapping[str, float], steps: int, plain_step: float, k: int
+) -> dict[str, float]:
+    """Each phase's mean ms per cycle at k steps, and the cycle's (the module doc), from the
+    run's phase means at `steps` and the plain twin's decode step (0: not timed)."""
     other = means[CYCLE] - sum(means[p] for p in NAMED_PHASES)
-    width, run_width = k + 1, a.steps + 1
-    per_forward = means[DRAFT] / (a.steps - 1)
+    width, run_width = k + 1, steps + 1
+    per_forward = means[DRAFT] / (steps - 1)
     target_run = means[VERIFY] + means[ACCEPT]
-    plain_step = float(a.plain_step.mean()) if len(a.plain_step) else target_run
+    one_token = plain_step or target_run
     phase = {
         DRAFT: per_forward * (k - 1),
-        VERIFY: _line(1, plain_step, run_width, target_run, width) - means[ACCEPT],
+        VERIFY: _line(1, one_token, run_width, target_run, width) - means[ACCEPT],
         DRAFT_EXTEND: _line(1, per_forward, run_width, means[DRAFT_EXTEND], width),
         ACCEPT: means[ACCEPT],
     }

@@ -17,6 +17,7 @@ from markupsafe import Markup
 from perfgate import metrics
 from perfgate.report.links import commit_url, pull_url, safe_url
 from perfgate.report.model import Group
+from perfgate.report.plans import Plan
 from perfgate.report.sweeps import Sweep
 from perfgate.results import RunRecord
 from perfgate.store.columns import RunFacts
@@ -78,6 +79,7 @@ class Page:
     repository: str | None
     generated_at: datetime
     selection: str = ""  # which runs the report is narrowed to, in words; "" for all
+    plans: Sequence[Plan] = ()
 
 
 def render_page(page: Page) -> str:
@@ -89,6 +91,7 @@ def render_page(page: Page) -> str:
         profiles=sorted({g.profile for g in page.groups}),
         branches=page.payload["branches"],
         sweeps=page.sweeps,
+        plans=page.plans,
         repository=page.repository,
         selection=page.selection,
         generated_at=page.generated_at.isoformat(timespec="seconds"),
