@@ -393,9 +393,13 @@ class AcceptingWorker:
 def accepting_targets() -> list[ProbeTarget]:
     from perfgate.probe.targets import AcceptedDrafts
 
-    embedded = AcceptedDrafts("result.drafts", "result.rows")
-    v2 = AcceptedDrafts("result.accept_lens", "arg.req_pool_indices", bonus=1)
-    v1 = AcceptedDrafts("result.1.accept_length_per_req_cpu", "arg.req_pool_indices")
+    embedded = AcceptedDrafts(("result.drafts",), ("result.rows",))
+    v2 = AcceptedDrafts(("result.accept_lens",), ("arg.slots_cpu", "arg.req_pool_indices"), 1)
+    # A release renamed the value: the first path that leads to one is taken.
+    v1 = AcceptedDrafts(
+        ("result.1.renamed_per_req_cpu", "result.1.accept_length_per_req_cpu"),
+        ("arg.req_pool_indices",),
+    )
     return [
         ProbeTarget(__name__, "AcceptingWorker", "cycle", metrics.CYCLE),
         ProbeTarget(__name__, "AcceptingWorker", "embedded", metrics.ACCEPT, accepted=embedded),

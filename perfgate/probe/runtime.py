@@ -422,11 +422,25 @@ def take_accepted(where: AcceptedDrafts, result: Any, args: Sequence[Any]) -> _A
     """Take the values `where` names from a method's `result` and `args` (self first), a
     CUDA tensor as a host copy queued without waiting; None if one is missing."""
     try:
-        counts = _to_host(_follow(where.counts, result, args))
-        rows = _to_host(_follow(where.rows, result, args))
+        counts = _to_host(_first(where.counts, result, args))
+        rows = _to_host(_first(where.rows, result, args))
     except Exception:
         return None
+    if counts is None or rows is None:
+        return None
     return _Accepted(counts, rows, where.bonus)
+
+
+def _first(paths: Sequence[str], result: Any, args: Sequence[Any]) -> Any:
+    """The value of the first path that leads to one (not None); None if none does."""
+    for path in paths:
+        try:
+            value = _follow(path, result, args)
+        except Exception:
+            continue
+        if value is not None:
+            return value
+    return None
 
 
 def _follow(path: str, result: Any, args: Sequence[Any]) -> Any:

@@ -35,11 +35,13 @@ result tells how many draft tokens each sequence of the batch accepted this cycl
 sequence is which (`AcceptedDrafts`); the probe writes both into the cycle's record, which is
 what `perfgate plan` predicts other step counts from. Spec v2's `EAGLEWorkerV2.verify` returns
 a `GenerationBatchResult` whose `accept_lens` (a device tensor, bonus token included: its
-`sample` adds one) the probe copies to the host without waiting; spec v1's returns
-`(logits, EagleVerifyOutput, batch, graph)`, whose `accept_length_per_req_cpu` is a host list
-without the bonus. Both name each sequence by its request-pool slot, `req_pool_indices` of the
-batch they take. (Read from the releases' source, not run here: no SGLang server runs in
-perfgate's own tests.)
+`sample` adds one) the probe copies to the host without waiting; spec v1's returns a tuple
+whose second item is the `EagleVerifyOutput`, holding a host list without the bonus
+(`accept_length_per_req_cpu`, renamed `num_correct_drafts_per_req_cpu` in 0.5.12). Both name
+each sequence by its request-pool slot, `req_pool_indices` of the batch they take (its host
+copy `req_pool_indices_cpu` where the release keeps one). Checked against each release's
+source by tests/engines/test_sglang_source.py, not run: no SGLang server runs in perfgate's
+own tests.
 """
 
 from __future__ import annotations
@@ -60,17 +62,18 @@ class AcceptedDrafts:
     """Where a phase method tells how many draft tokens each sequence accepted, and which
     sequence is which.
 
-    Each is a dotted path: from ``result`` (what the method returned) or ``arg`` (its first
-    argument after ``self``), through attributes, and through tuples by position
-    (``result.1.accept_length_per_req_cpu``). The counts are per sequence of the batch; `bonus`
+    Each is one or more dotted paths, the first that leads to a value (not None) taken: from
+    ``result`` (what the method returned) or ``arg`` (its first argument after ``self``),
+    through attributes, and through tuples by position (``result.1.accept_length_per_req_cpu``);
+    several where releases renamed the value. The counts are per sequence of the batch; `bonus`
     is 1 where they include the bonus token (the target's own token after the last accepted
     draft), 0 where they count drafts only. `rows` names each sequence with a value that stays
     the same while it decodes (a batch row, a request-pool slot), so a sequence's cycles can
     be told from its neighbours'.
     """
 
-    counts: str
-    rows: str
+    counts: tuple[str, ...]
+    rows: tuple[str, ...]
     bonus: int = 0
 
 
@@ -101,7 +104,7 @@ EMBEDDED_TARGETS: tuple[ProbeTarget, ...] = (
         "EagleWorker",
         "accept",
         metrics.ACCEPT,
-        accepted=AcceptedDrafts("result.drafts", "result.rows"),
+        accepted=AcceptedDrafts(("result.drafts",), ("result.rows",)),
     ),
     ProbeTarget(_EMBEDDED_WORKER, "EagleWorker", "draft_extend", metrics.DRAFT_EXTEND),
     ProbeTarget(_EMBEDDED_WORKER, "PlainWorker", "prefill", metrics.PREFILL),
@@ -117,8 +120,11 @@ _ALL = SUPPORTED
 
 
 # What each release's accept method says about the sequences of its batch (module doc).
-_V2_ACCEPTED = AcceptedDrafts("result.accept_lens", "arg.req_pool_indices", bonus=1)
-_V1_ACCEPTED = AcceptedDrafts("result.1.accept_length_per_req_cpu", "arg.req_pool_indices")
+_SLOTS = ("arg.req_pool_indices_cpu", "arg.req_pool_indices")
+_V2_ACCEPTED = AcceptedDrafts(("result.accept_lens",), _SLOTS, bonus=1)
+_V1_ACCEPTED = AcceptedDrafts(
+    ("result.1.num_correct_drafts_per_req_cpu", "result.1.accept_length_per_req_cpu"), _SLOTS
+)
 
 
 def _sglang(
