@@ -37,11 +37,11 @@ what `perfgate plan` predicts other step counts from. Spec v2's `EAGLEWorkerV2.v
 a `GenerationBatchResult` whose `accept_lens` (a device tensor, bonus token included: its
 `sample` adds one) the probe copies to the host without waiting; spec v1's returns a tuple
 whose second item is the `EagleVerifyOutput`, holding a host list without the bonus
-(`accept_length_per_req_cpu`, renamed `num_correct_drafts_per_req_cpu` in 0.5.12). Both name
-each sequence by its request-pool slot, `req_pool_indices` of the batch they take (its host
-copy `req_pool_indices_cpu` where the release keeps one). Checked against each release's
-source by tests/engines/test_sglang_source.py, not run: no SGLang server runs in perfgate's
-own tests.
+(`accept_length_per_req_cpu` in 0.5.6 and 0.5.10.post1, `num_correct_drafts_per_req_cpu` in
+0.5.12.post1). Both name each sequence by its request-pool slot, `req_pool_indices` of the
+batch they take (its host copy `req_pool_indices_cpu` where the release keeps one). Checked
+against each release's source by tests/engines/test_sglang_source.py, not run: no SGLang
+server runs in perfgate's own tests.
 """
 
 from __future__ import annotations
