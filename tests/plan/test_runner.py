@@ -184,3 +184,22 @@ def test_the_report_shows_the_plan_against_its_confirmations(project: Path) -> N
     assert 'tiny-plan <span class="muted">on cpu, profiled at steps=6 (run #1)' in page
     assert f"{error:+.1f}%</td>\n<td>#2 (confirmed)" in page
     assert "profiled</td>\n<td>#1 (profiled)" in page
+
+
+def test_an_environment_axis_costs_one_profiled_run_per_setting(project: Path) -> None:
+    servers = PlanServers()
+    result = run_plan(project, servers, env={"NCCL_PROTO": ("LL", "Simple")}, confirm=2)
+    profiled = [c for c in servers.calls if c == ("spec", 6)]
+    assert len(profiled) == 2 and servers.calls.count(("plain", 6)) == 2
+    assert [p.label for p in result.plans] == [
+        "tiny-plan · NCCL_PROTO=LL",
+        "tiny-plan · NCCL_PROTO=Simple",
+    ]
+    # The two fastest predicted points over both settings, each under its own plain twin.
+    assert len(result.confirmed) == 2
+    assert len(servers.calls) == 6
+    runs = recorded(project)
+    by_label = {r.measurement.config["sweep"]: r.id for r in runs[:2]}
+    for run in runs[2:]:
+        entry = run.measurement.config["plan"]
+        assert entry["profiled_run"] == by_label[run.measurement.config["sweep"]]
