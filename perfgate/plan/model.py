@@ -325,14 +325,17 @@ def expected_cycles(counts: Array, remaining: Array) -> Array:
     for k in range(1, steps + 1):
         makes[:k, :, k - 1] = probs[:, :k].T
         makes[k, :, k - 1] = probs[:, k:].sum(axis=1)
-    most = int(remaining.max()) if rows else 0
-    pad = steps + 1  # expected[pad + r] is E(r); below pad, E(r <= 0) = 0
-    expected = np.zeros((pad + most + 1, rows, steps))
-    for r in range(1, most + 1):
-        before = expected[pad + r - 1 : r - 1 : -1][: steps + 1]  # E(r - 1) ... E(r - steps - 1)
-        expected[pad + r] = 1 + np.einsum("xrk,xrk->rk", makes, before)
-    at = pad + np.clip(np.rint(remaining).astype(np.int64), 0, most)
-    cycles = expected[at, np.arange(rows)]
+    wanted = np.clip(np.rint(remaining).astype(np.int64), 0, None)
+    cycles = np.zeros((rows, steps))
+    ring = np.zeros((steps + 1, rows, steps))  # ring[r % (steps + 1)] is E(r); E(r <= 0) = 0
+    for r in range(1, int(wanted.max(initial=0)) + 1):
+        now = np.ones((rows, steps))
+        for x in range(1, steps + 2):
+            if r - x > 0:
+                now += makes[x - 1] * ring[(r - x) % (steps + 1)]
+        ring[r % (steps + 1)] = now
+        done = wanted == r
+        cycles[done] = now[done]
     return np.concatenate([np.zeros((rows, 1)), cycles], axis=1)
 
 
