@@ -4,6 +4,13 @@
     python benchmarks/plan_accuracy.py --scenario embedded-large-gpu --sweep-steps 1-10 \\
         --plan-steps 10 --out benchmarks/results/plan-h200.md           # one H200
 
+On an H200 the large configuration needs its trained weights in the machine's model cache
+first (`benchmarks/gpu_real_weights.sh OUT train`, about 5 minutes, in a call of its own);
+then the command above runs the sweep's 11 servers and the plan's 4; a fresh `perfgate run`
+of that scenario (two servers) took 49-56 s on an H200 (benchmarks/results/h200-real-weights.md),
+so about 7 minutes, inside one 10-minute call. Plan at 10 steps there, so that the plan
+predicts every step count the sweep measures.
+
 Per round: `perfgate sweep --steps SWEEP --no-early-stop` measures every step count (one
 server launch each, the plain twin once), then `perfgate plan --steps PLAN --confirm N`
 predicts them from one profiled launch and confirms its fastest. Both record into one
@@ -318,6 +325,19 @@ def goals(found: list[dict[str, Any]]) -> list[str]:
     return lines
 
 
+def _without_note(argv: list[str]) -> list[str]:
+    """The command's arguments as a reader would re-run them: the note (said apart) left out."""
+    kept, skip = [], False
+    for arg in argv:
+        if skip:
+            skip = False
+        elif arg == "--note":
+            skip = True
+        elif not arg.startswith("--note="):
+            kept.append(arg)
+    return kept
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--scenario", default="embedded-default")
@@ -345,7 +365,7 @@ def main() -> int:
             lines, facts = round_section(r, args.plan_steps)
             sections += ["", *lines]
             found.append(facts)
-    this = " ".join(shlex.quote(a) for a in sys.argv[1:])
+    this = shlex.join(_without_note(sys.argv[1:]))
     text = "\n".join(
         [
             f"# perfgate plan against the full sweep: {args.scenario}",
@@ -362,6 +382,10 @@ def main() -> int:
             f"`{raw.name}/`. Measured figures: median tok/s and accept length over the "
             "repeats, each phase's mean ms per cycle (the plan predicts means). Error: "
             "predicted over measured, less one.",
+            "",
+            "Re-run it with the same command, on a quiet machine: timings on a shared one "
+            "move with its load, and a prediction from one launch carries that launch's level "
+            "into every step count.",
             "",
             "## Goals",
             "",
