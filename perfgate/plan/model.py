@@ -48,7 +48,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 from numpy.typing import NDArray
@@ -137,6 +137,8 @@ class Prediction:
         return self.ranked()[0]
 
     def at(self, steps: int) -> PredictedPoint:
+        """The prediction at `steps`; a ConfigError for a step count the run did not draft."""
+        refuse_unobserved(self, steps)
         return next(p for p in self.points if p.steps == steps)
 
 
@@ -160,7 +162,8 @@ def predict(observation: Observation, seed: int = 0, replicates: int = REPLICATE
             for name in FIGURES
         }
         points.append(PredictedPoint(k, estimates))
-    return Prediction(observation.steps, tuple(points), seed, replicates, _notes(observation))
+    prediction = Prediction(observation.steps, tuple(points), seed, replicates)
+    return replace(prediction, notes=_notes(observation, prediction))
 
 
 def check_observation(observation: Observation) -> None:
@@ -207,13 +210,23 @@ def refuse_unobserved(prediction: Prediction, steps: int) -> None:
         )
 
 
-def _notes(observation: Observation) -> tuple[str, ...]:
-    if observation.plain_step_ms:
-        return ()
-    return (
-        "the plain twin's decode step was not timed: verify and accept are taken as flat in "
-        "the chain's tokens",
-    )
+def _notes(observation: Observation, prediction: Prediction) -> tuple[str, ...]:
+    """What a reader should know of how far the prediction holds."""
+    notes = []
+    if not observation.plain_step_ms:
+        notes.append(
+            "the plain twin's decode step was not timed: verify and accept are taken as flat "
+            "in the chain's tokens"
+        )
+    depths = [d for r in observation.repeats for seq in r.depths for d in seq]
+    every = sum(d == observation.steps for d in depths) / len(depths)
+    if prediction.best().steps == observation.steps and every > 0:
+        notes.append(
+            f"the fastest predicted is the profiled {observation.steps} steps, and {every:.0%} "
+            "of its cycles accepted every draft: a longer chain may be faster still, which "
+            "this run cannot see; profile at more steps (--steps)"
+        )
+    return tuple(notes)
 
 
 @dataclass(frozen=True)

@@ -156,5 +156,14 @@ def test_a_step_count_past_the_profiled_one_is_refused() -> None:
     prediction = predict(seed_like(), replicates=FEW)
     refuse_unobserved(prediction, 8)
     with pytest.raises(ConfigError, match="steps 9 was not observed: the run drafted chains of 8"):
-        refuse_unobserved(prediction, 9)
+        prediction.at(9)
     assert [p.steps for p in prediction.points] == list(range(1, 9))
+
+
+def test_a_best_at_the_profiled_steps_says_a_longer_chain_may_be_faster() -> None:
+    cycle = costs(draft=0.7, verify=5.0, draft_extend=0.5, accept=0.1, other=0.0)
+    repeat = Repeat(0.2, 2 * 100, (cycle,) * 12, ((8,) * 12, (8, 3) * 6))
+    prediction = predict(Observation(8, 2, (repeat,), budget=100), replicates=FEW)
+    assert prediction.best().steps == 8
+    assert any("75% of its cycles accepted every draft" in note for note in prediction.notes)
+    assert not any("every draft" in n for n in predict(seed_like(), replicates=FEW).notes)
