@@ -58,6 +58,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "perfgate.profile",
             "perfgate.sweep",
             "perfgate.bisect",
+            "perfgate.plan",
         ),
     ),
     (
@@ -71,6 +72,8 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "perfgate.sweep.run",
             "perfgate.bisect.run",
             "perfgate.profile.capture",
+            "perfgate.plan.launch",
+            "perfgate.plan.run",
         ),
     ),
     (

@@ -27,6 +27,7 @@ COMMANDS: tuple[Command, ...] = (
     Command("servers", "print the server command lines of a run (--dry-run), or start one server"),
     Command("sweep", "measure a grid of steps/topk/draft tokens and environments; print the best"),
     Command("bisect", "find the commit that made a scenario slower, judged by the gate"),
+    Command("plan", "predict the best draft steps from one profiled run; confirm the best"),
     Command(
         "profile", "profile a few decode cycles with torch.profiler: work per phase and category"
     ),

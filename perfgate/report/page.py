@@ -18,6 +18,7 @@ from perfgate import metrics
 from perfgate.report.bisects import Bisect
 from perfgate.report.links import commit_url, pull_url, safe_url
 from perfgate.report.model import Group
+from perfgate.report.plans import Plan
 from perfgate.report.sweeps import Sweep
 from perfgate.results import RunRecord
 from perfgate.store.columns import RunFacts
@@ -80,6 +81,7 @@ class Page:
     generated_at: datetime
     selection: str = ""  # which runs the report is narrowed to, in words; "" for all
     bisects: Sequence[Bisect] = ()
+    plans: Sequence[Plan] = ()
 
 
 def render_page(page: Page) -> str:
@@ -92,6 +94,7 @@ def render_page(page: Page) -> str:
         branches=page.payload["branches"],
         sweeps=page.sweeps,
         bisects=[_bisect_view(b, page.repository) for b in page.bisects],
+        plans=page.plans,
         repository=page.repository,
         selection=page.selection,
         generated_at=page.generated_at.isoformat(timespec="seconds"),

@@ -15,15 +15,21 @@ the report groups a sweep's points by (perfgate.report.sweeps). A runner given a
 measures only that shard's share of the points (perfgate.sweep.shards) and, given a batch,
 records each point with its place in the batch, so that ``perfgate sweep --collect`` can
 gather the shards' points again.
+
+A policy over the sweep (`perfgate plan`) adds entries of its own to each point's recorded
+config (`annotate`), and measures more points once the grid is done (`extend`), each under
+its environment point's plain twin.
 """
 
 from __future__ import annotations
 
 import re
 import time
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 from sqlalchemy.orm import Session, sessionmaker
 
@@ -40,6 +46,9 @@ from perfgate.sweep.grid import EnvPoint, Point, SweepSpec, grid
 from perfgate.sweep.results import PointResult, SweepResult, median_tok_s
 from perfgate.sweep.shards import SWEEP_RUN, Shard, numbered_points, run_entry
 from perfgate.sweep.stop import BranchTracker
+
+# Entries a policy over the sweep adds to a point's recorded config, from its measurement.
+Annotate = Callable[[Point, Measurement], Mapping[str, Any]]
 
 
 def point_scenario(base: Scenario, spec: SweepSpec, point: Point) -> Scenario:
@@ -89,7 +98,7 @@ class SweepRunner:
     """One sweep, measured and recorded point by point, with a progress line per point.
 
     `progress` gets a line per point and per plain twin, and shows each server's start and
-    repeats as they go.
+    repeats as they go. `annotate`, if given, adds entries to each point's recorded config.
     """
 
     spec: SweepSpec
@@ -105,6 +114,7 @@ class SweepRunner:
     progress: Reporter = SILENT
     shard: Shard = field(default_factory=Shard)  # the share of the grid to measure
     batch: str | None = None  # recorded with each point, so that its shards can be collected
+    annotate: Annotate | None = None
     _started: float = field(default_factory=time.monotonic)
     _numbers: dict[Point, int] = field(default_factory=dict)
     _total: int = 0
@@ -112,6 +122,7 @@ class SweepRunner:
     _plain: dict[str, float] = field(default_factory=dict)
     _stops: list[str] = field(default_factory=list)
     _failures: list[str] = field(default_factory=list)
+    _states: dict[EnvPoint, _EnvState] = field(default_factory=dict)
 
     def run(self) -> SweepResult:
         """Measure every point of this shard's share, or skip it (early stop, budget, a failed
@@ -127,8 +138,33 @@ class SweepRunner:
                 if not mine:
                     continue
                 state = self._plain_twin(env, mine[0][0])
+                self._states[env] = state
                 for branch in mine:
                     self._branch(sessions, state, branch)
+        return self.result()
+
+    def extend(self, points: Sequence[Point]) -> SweepResult:
+        """Measure `points` too, after `run`: each under its environment point's plain twin
+        (measured now where `run` measured none), none skipped by the early-stop rule; the
+        budget still holds. Return the whole sweep so far."""
+        for point in points:
+            check_scenario(point_scenario(self.base, self.spec, point), self.config_file)
+        self._total += len(points)
+        tolerance = self.base.tolerances.get("output_tok_s", DEFAULT_TOLERANCE)
+        with history(self.history_url) as sessions:
+            for point in points:
+                state = self._states.get(point.env)
+                if state is None:
+                    state = self._states[point.env] = self._plain_twin(point.env, point)
+                skip = state.skip or (self._budget_note() if self._over_budget() else None)
+                if skip:
+                    self._add(PointResult(point, state.label, skipped=skip))
+                else:
+                    self._measure_point(sessions, state, point, BranchTracker(tolerance))
+        return self.result()
+
+    def result(self) -> SweepResult:
+        """The sweep as measured so far."""
         return SweepResult(
             spec=self.spec,
             scenario=self.base.name,
@@ -200,7 +236,8 @@ class SweepRunner:
             self._failures.append(f"{point.label()}: teacher forcing: {error}")
             teacher = None
         measurement = assemble_measurement(scenario, self.profile, plain, spec, started, teacher)
-        config = {**measurement.config, "sweep": state.label}
+        extra = self.annotate(point, measurement) if self.annotate is not None else {}
+        config = {**measurement.config, "sweep": state.label, **extra}
         if self.batch is not None:
             number, total = self._numbers[point], len(self._numbers)
             config[SWEEP_RUN] = run_entry(

@@ -140,6 +140,22 @@ def _query_parameters(function: ast.FunctionDef | ast.AsyncFunctionDef) -> list[
     ]
 
 
+def annotated_fields(root: Path, *folders: str) -> set[str]:
+    """Every field a class under `srt/<folder>` declares with an annotation (`name: T`): the
+    dataclass fields of SGLang's batches and results."""
+    fields: set[str] = set()
+    for folder in folders:
+        for path in sorted((root / SRT / folder).rglob("*.py")):
+            for node in ast.walk(_parse(path)):
+                if isinstance(node, ast.ClassDef):
+                    fields |= {
+                        item.target.id
+                        for item in node.body
+                        if isinstance(item, ast.AnnAssign) and isinstance(item.target, ast.Name)
+                    }
+    return fields
+
+
 def meta_info_keys(root: Path) -> set[str]:
     """Keys assigned as `meta_info["key"] = ...` by `srt/managers/tokenizer_manager.py`."""
     path = root / SRT / "managers" / "tokenizer_manager.py"

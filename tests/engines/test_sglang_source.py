@@ -101,6 +101,22 @@ def target_problems(root: Path, release: str) -> list[str]:
     return problems
 
 
+def accepted_problems(root: Path, release: str) -> list[str]:
+    """Accept targets of this release whose accepted drafts or rows no path of theirs reads:
+    the field each path ends in is declared by no class of SGLang's managers or speculative
+    code (perfgate.probe.targets.AcceptedDrafts)."""
+    fields = source.annotated_fields(root, "managers", "speculative")
+    problems = []
+    for mode in MODES:
+        for target in select_targets("sglang", release, mode):
+            if target.accepted is None:
+                continue
+            for what, paths in (("counts", target.accepted.counts), ("rows", target.accepted.rows)):
+                if not any(path.rsplit(".", 1)[-1] in fields for path in paths):
+                    problems.append(f"{_name(target)}: no field for its {what} {paths}")
+    return problems
+
+
 def _name(target: ProbeTarget) -> str:
     return f"{target.module}.{target.qualname}.{target.method} ({target.phase})"
 
@@ -154,6 +170,11 @@ def _rule_for(literal: facts.Fact, release: str) -> str | None:
 def test_every_probe_target_exists_where_its_table_says(tree: tuple[str, Path]) -> None:
     release, root = tree
     assert not target_problems(root, release), f"SGLang {release}"
+
+
+def test_every_accept_target_reads_fields_sglang_declares(tree: tuple[str, Path]) -> None:
+    release, root = tree
+    assert not accepted_problems(root, release), f"SGLang {release}"
 
 
 def test_every_flag_perfgate_emits_is_declared_by_sglang(tree: tuple[str, Path]) -> None:
