@@ -17,8 +17,8 @@ import pytest
 
 from perfgate.config import load_config
 from perfgate.devices import detect_gpus
+from perfgate.engines.processes import read_process
 from perfgate.fingerprint import collect_fingerprint
-from perfgate.runner.leftovers import read_process
 
 from .. import fake_smi
 from ..conftest import REPO, write_config
@@ -199,7 +199,7 @@ def test_job_completed_ends_leftovers_and_never_fails(tmp_path: Path, runner_nam
 def test_a_recycled_pid_is_never_signalled(tmp_path: Path) -> None:
     from dataclasses import replace
 
-    from perfgate.runner.leftovers import end_processes
+    from perfgate.engines.processes import end_processes
 
     with _spawned(["sleep", "600"], {}) as unrelated:
         found = read_process(unrelated.pid)
