@@ -102,6 +102,6 @@ def _serve(scenario: Scenario, mode: Mode, file: Path, probe_root: Path) -> int:
         progress=stderr_reporter(),
     ) as server:
         print(f"{scenario.name} ({mode}) is up at {server.base_url}; log: {log}; Ctrl-C stops it")
-        while server.process.poll() is None:
+        while server.exit_code() is None:
             time.sleep(0.5)
     return 0

@@ -96,7 +96,7 @@ def test_job_started_ends_the_servers_an_abandoned_job_left(
         assert result.returncode == 0, result.stdout + result.stderr
         ended = json.loads(result.stdout)["ended"]
         assert any(
-            f"pid {supervisor} " in line and "launched by perfgate (tiny/plain)" in line
+            f"pid {supervisor} " in line and "launched by perfgate (tiny/plain/" in line
             for line in ended
         ), ended
         assert any("perfgate.engines.embedded.server" in line for line in ended), ended
