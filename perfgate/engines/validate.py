@@ -31,6 +31,7 @@ EMBEDDED_ONLY_FLAGS = (
     "--debug-verify-delay-ms",
     "--debug-simulate-accept-rate",
     "--debug-eagle3-feature-layers",
+    "--debug-rank-exit",
 )
 EMBEDDED_MODELS = Path(embedded.__file__).parent / "models"
 EMBEDDED_PREFIX = "perfgate/"
