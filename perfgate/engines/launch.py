@@ -334,10 +334,14 @@ def ended_error(server: Server, code: int, cause: Exception | None = None) -> In
     command = server.command
     where = f"the {command.mode} server of scenario {command.scenario!r}"
     lines = server.log_tail(REFUSAL_SCAN_LINES).splitlines()
-    said = _last_match(lines, ERROR_LINE) or _last_match(lines, SUPERVISOR_LINE)
-    if said is not None:
-        index, why = said
-        detail = "\n".join(lines[index + 1 :][-LOG_TAIL_LINES:]) or server.log_tail()
+    error = _last_match(lines, ERROR_LINE)
+    killed = _last_match(lines, SUPERVISOR_LINE)
+    if error is not None:  # what follows it: the lines it quotes (a failed rank's last ones)
+        index, why = error
+        detail = "\n".join(lines[index + 1 : index + 1 + LOG_TAIL_LINES]) or server.log_tail()
+    elif killed is not None:  # what came before: the server's last lines
+        index, why = killed
+        detail = "\n".join(lines[: index + 1][-LOG_TAIL_LINES:])
     else:
         why, detail = f"it exited with code {code}", server.log_tail()
     tp = _tp_size(command.argv)

@@ -29,7 +29,8 @@ from .conftest import SetGpus
 
 # A child that left the server's process group (its own session) and ignores SIGTERM: what a
 # careless engine's helper process looks like. On `POST /generate` the server says why it ends
-# as the embedded engine's rank 0 does when a rank fails, or dies of SIGKILL, as asked.
+# as the embedded engine's rank 0 does when a rank fails (another rank's traceback after it),
+# or dies of SIGKILL, as asked.
 SERVER = textwrap.dedent(
     """
     import http.server, os, signal, subprocess, sys
@@ -48,6 +49,8 @@ SERVER = textwrap.dedent(
                   "server ends (exit code 69)", file=sys.stderr)
             print("rank 1's last lines:", file=sys.stderr)
             print("  [rank 1] RuntimeError: CUDA error: an illegal memory access", file=sys.stderr)
+            for _ in range(30):  # another rank's traceback, relayed after: its collective broke
+                print("[rank 2]   File 'parallel.py', in all_reduce", file=sys.stderr)
             sys.stderr.flush()
             os._exit(69)
         def log_message(self, *a): pass
