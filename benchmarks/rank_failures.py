@@ -45,6 +45,7 @@ import json
 import os
 import platform
 import signal
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -319,7 +320,7 @@ def render(results: dict[str, Any]) -> str:
         mine = [r for r in rows if r["case"] == name]
         times = sorted(r["death_to_exit_s"] for r in mine if r["death_to_exit_s"] is not None)
         spread = (
-            f"{times[0]:.2f} / {times[len(times) // 2]:.2f} / {times[-1]:.2f}" if times else "-"
+            f"{times[0]:.2f} / {statistics.median(times):.2f} / {times[-1]:.2f}" if times else "-"
         )
         lines.append(
             f"| {name} | {len(mine)} | {sum(r['exit_code'] == 69 for r in mine)} "
