@@ -25,8 +25,9 @@
 #
 # Needs perfgate's dependencies importable (an existing PYTHONPATH is kept: a folder of
 # SQLAlchemy, alembic, Mako and greenlet, as benchmarks/results/tp2-h200x2.md used) and
-# PYTHON (default python3) with a CUDA torch. NCCL_NVLS_ENABLE stays 0. About 40 s a case
-# after the first (model init and CUDA graphs); 3 rounds on one GPU take about 2-3 minutes.
+# PYTHON (default python3) with a CUDA torch. NCCL_NVLS_ENABLE stays 0. Its time on a GPU has
+# not been measured: the device tool gives a command 10 minutes, so a first call should run one
+# round (ROUNDS=1) and time it. On the CPU (--smoke, 1 round) it took 30 s on 2 cores.
 # Exit code: that of rank_failures.py (0 when every case ended as required, 1 otherwise).
 set -u -o pipefail
 
