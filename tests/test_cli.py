@@ -160,3 +160,32 @@ def test_the_plugin_and_perfgate_run_share_the_declarations() -> None:
     settings = settings_from(run_args, environ={})
     assert option_flags(settings) == ["--perfgate-scenario=s", "--perfgate-no-gate"]
     assert settings.gate is False
+
+
+def test_each_servers_invocation_gets_a_folder_of_its_own(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from contextlib import contextmanager
+    from types import SimpleNamespace
+
+    from perfgate.engines import launch
+    from perfgate.probe import DIR_VARIABLE
+
+    used: list[tuple[Path, str]] = []
+
+    @contextmanager
+    def launched(command, log_path, *args, **kwargs):  # type: ignore[no-untyped-def]
+        used.append((log_path, command.env[DIR_VARIABLE]))
+        ended = SimpleNamespace(poll=lambda: 0)  # the server stops at once
+        yield SimpleNamespace(base_url=command.base_url, exit_code=lambda: 0, process=ended)
+
+    monkeypatch.setattr(launch, "running_server", launched)
+    write_config(tmp_path)
+    for _ in range(2):  # the same second, the same process: still two folders
+        result = perfgate_main("servers", "--mode", "plain", cwd=tmp_path)
+        assert result.returncode == 0, result.stderr
+    (first_log, first_probe), (second_log, second_probe) = used
+    assert first_log.parent != second_log.parent and first_probe != second_probe
+    for log, probe in used:
+        assert log.parent.parent.parent == tmp_path / ".perfgate" / "servers"
+        assert log.parent.parent.is_dir() and Path(probe).parent == log.parent  # made here

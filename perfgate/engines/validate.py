@@ -31,6 +31,7 @@ EMBEDDED_ONLY_FLAGS = (
     "--debug-verify-delay-ms",
     "--debug-simulate-accept-rate",
     "--debug-eagle3-feature-layers",
+    "--debug-rank-exit",
 )
 EMBEDDED_MODELS = Path(embedded.__file__).parent / "models"
 EMBEDDED_PREFIX = "perfgate/"
@@ -185,10 +186,12 @@ def preflight(
     python = scenario.python or sys.executable
     _check_python(scenario, file, python)
     installed = sglang_facts.installed_versions(python, env)
+    where = f"{_where(scenario, 'env')}.CUDA_VISIBLE_DEVICES"
     if scenario.engine != "sglang":
         notes = check_scenario(scenario, file) + probe_notes(scenario, None)
         notes += serving_notes(scenario, env)
-        return Preflight(None, installed, notes=tuple(notes))
+        watched, gpu_notes = embedded_gpus(scenario, env, where)
+        return Preflight(None, installed, watched, tuple(notes + gpu_notes))
     refuse_embedded_only(scenario, file)
     release = sglang_facts.require_sglang(installed, _where(scenario, "python"))
     notes = check_scenario(scenario, file, release)
@@ -196,9 +199,32 @@ def preflight(
     notes += probe_notes(scenario, release.version) + serving_notes(scenario, env)
     gpus: list[Gpu] = []
     if scenario.device != "cpu":
-        where = f"{_where(scenario, 'env')}.CUDA_VISIBLE_DEVICES"
         gpus = check_gpus_for(scenario.tp, env, where, query_gpus())
     return Preflight(release, installed, tuple(gpus), tuple(notes))
+
+
+def embedded_gpus(
+    scenario: Scenario, env: Mapping[str, str], where: str
+) -> tuple[tuple[Gpu, ...], list[str]]:
+    """The GPUs an embedded server will load onto, checked as SGLang's are (enough of them,
+    none busy), so that each launch waits for the last one's memory; none on the CPU.
+
+    Where no GPU can be read (no NVML, no nvidia-smi) there is nothing to wait for: on
+    `device = "cuda"` a note says so; on `auto` the server may well run on the CPU.
+    """
+    if scenario.device == "cpu":
+        return (), []
+    found = query_gpus()
+    if found is None:
+        if scenario.device != "cuda":
+            return (), []
+        return (), [
+            f"{scenario.name}: no NVML or nvidia-smi here, so perfgate cannot wait for a "
+            "server's GPU memory to be released before the next launch"
+        ]
+    if not found and scenario.device != "cuda":
+        return (), []
+    return tuple(check_gpus_for(scenario.tp, env, where, found)), []
 
 
 def probe_notes(scenario: Scenario, version: str | None) -> list[str]:

@@ -161,3 +161,21 @@ def test_an_embedded_scenario_on_sglang_is_refused_naming_what_sglang_lacks(tmp_
         assert "flags --num-threads (extra_args)" in line, line
         assert line.endswith("run it with --engine embedded, or write an SGLang scenario"), line
         assert not (tmp_path / ".perfgate" / "runs").exists()
+
+
+def test_an_embedded_server_on_gpus_gets_them_checked_and_waited_for_as_sglangs(
+    fake_gpus: SetGpus, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    embedded = replace(SCENARIO, engine="embedded", python=sys.executable, device="cuda")
+    # The GPUs the launcher snapshots, and whose memory it waits for after each server.
+    assert [g.index for g in preflight(embedded, FILE, environ={}).gpus] == [0, 1]
+    listed = preflight(embedded, FILE, environ={"CUDA_VISIBLE_DEVICES": "5,3"})
+    assert [g.index for g in listed.gpus] == [5, 3]
+    fake_gpus(8, used_mib=[90000.0] + [500.0] * 7)
+    with pytest.raises(InfrastructureError, match=r"GPU 0 \(NVIDIA H200\) already has 87.9 of"):
+        preflight(embedded, FILE, environ={})
+    assert preflight(replace(embedded, device="cpu"), FILE, environ={}).gpus == ()
+    monkeypatch.setenv("PATH", "/nonexistent")  # no nvidia-smi: nothing to wait for, said
+    unread = preflight(embedded, FILE, environ={})
+    assert unread.gpus == ()
+    assert any("cannot wait for a server's GPU memory" in note for note in unread.notes)
