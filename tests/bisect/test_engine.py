@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import statistics
 import subprocess
@@ -112,7 +113,10 @@ def test_the_planted_slowdown_is_found_resumed_and_told_from_noise(tmp_path: Pat
     assert f"Refused: {ids[0][:10]} (good) and {ids[3][:10]} (bad) are not told apart" in (
         refused.stdout
     )
-    assert "output_tok_s pass" in refused.stdout or "output_tok_s inconclusive" in refused.stdout
+    # Under load the bad end may even look faster: anything but a regression is "not told apart".
+    assert re.search(r"output_tok_s (pass|inconclusive|improvement)", refused.stdout), (
+        refused.stdout
+    )
     assert "3 reused from the history" in refused.stdout  # the good end's runs
 
     # The report shows both bisects, with the named commit.
