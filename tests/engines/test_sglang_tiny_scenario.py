@@ -120,3 +120,21 @@ def test_a_release_outside_the_supported_ones_is_refused(
     assert message.startswith(
         f"scenarios.{NAME}.python: SGLang 0.5.24 is outside the releases perfgate supports"
     )
+
+
+def test_the_live_runs_broken_draft_passes_preflight_so_sglang_itself_meets_it(
+    exported: Path, tmp_path: Path, fake_gpus: SetGpus, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # benchmarks/sglang_live.sh's "SGLang dies while loading" case must get past perfgate.
+    import sys
+
+    from safetensors import safe_open
+
+    sys.path.insert(0, str(REPO / "benchmarks"))
+    import sglang_live
+
+    monkeypatch.chdir(exported)
+    broken = sglang_live.broken_draft(Path(".perfgate/export/eagle3-llama-tiny"), tmp_path / "b")
+    preflight(replace(_scenario(tmp_path), draft=str(broken)), CONFIG, environ={})
+    with safe_open(str(broken / "model.safetensors"), "pt") as weights:
+        assert list(weights.get_slice("fc.weight").get_shape()) == [128, 256]  # SGLang's: 384
