@@ -276,3 +276,25 @@ def test_the_draft_computed_as_sglang_does_gives_the_embedded_heads_logits(
         theirs, aux = sglang_eagle3_forward(weights, config, shifted[0], features[0, :-1])
     assert (theirs - logits[0]).abs().max().item() <= LOGITS_ATOL
     assert (aux - out[0]).abs().max().item() <= LOGITS_ATOL
+
+
+def test_models_without_weights_export_their_seeded_weights(tmp_path: Path) -> None:
+    # A model folder of config.json alone is seeded from its seed, as the engine loads it.
+    for name in ("llama-tiny", "eagle3-llama-tiny"):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "config.json").write_bytes(
+            (MODELS_DIR / name / "config.json").read_bytes()
+        )
+    target, head = tmp_path / "llama-tiny", tmp_path / "eagle3-llama-tiny"
+    export.export_model(str(target), tmp_path / "t", pass_through="no")
+    export.export_model(str(head), tmp_path / "d", target=str(target))
+    seeded = load_target(str(target), CPU, torch.float32)
+    theirs = load_file(str(tmp_path / "t" / "model.safetensors"))
+    assert torch.equal(
+        theirs["model.layers.3.mlp.down_proj.weight"], seeded.layers[3].feed_forward.w2.weight
+    )
+    drafted = load_file(str(tmp_path / "d" / "model.safetensors"))
+    assert torch.equal(drafted["lm_head.weight"], seeded.output.weight)
+    assert torch.equal(
+        drafted["fc.weight"], load_draft(str(head), seeded, CPU, torch.float32).fc.weight
+    )

@@ -44,6 +44,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from safetensors import safe_open
 from safetensors.torch import load_file, save_file
 from torch import Tensor
 
@@ -212,7 +213,7 @@ def export_draft(
     target_cfg = target_config(target_model)
     layer_ids = aux_layer_ids(config, target_cfg, model)
     head = _weights(model, target_model)
-    shared = _weights(target_model)
+    shared = _weights(target_model, names=tuple(SHARED_NAMES))
     tensors = _renamed(head, DRAFT_NAMES, model)
     tensors["fc.weight"] = _ascending_features(tensors["fc.weight"], config.feature_layers)
     output = "tok_embeddings.weight" if target_cfg.tie_embeddings else "output.weight"
@@ -323,8 +324,15 @@ def _pass_through_layer(model: ModelDir, config: TargetConfig, choice: str) -> t
     )
 
 
-def _weights(model: ModelDir, target: ModelDir | None = None) -> dict[str, Tensor]:
-    """The model's own tensors as the embedded engine saves them (seeded where it has none)."""
+def _weights(
+    model: ModelDir, target: ModelDir | None = None, names: tuple[str, ...] | None = None
+) -> dict[str, Tensor]:
+    """The model's own tensors as the embedded engine saves them (seeded where it has none);
+    only `names` of them if given (a large target's embedding and LM head, not its 2.4 GB)."""
+    if model.weights is not None and names is not None:
+        with safe_open(str(model.weights), "pt") as weights:
+            present = set(weights.keys())
+            return {n: weights.get_tensor(n) for n in names if n in present}
     if model.weights is not None:
         return load_file(str(model.weights))
     cpu = torch.device("cpu")
