@@ -18,7 +18,7 @@ On a machine without a GPU, `SGLANG_CLOSURE_STAND_INS=torchvision,torchaudio` ma
 packages empty stand-ins in every process (their PyPI builds need CUDA's libraries; the H200
 image has its own), with `SGLANG_CLOSURE_STAND_IN_VERSION` as their `__version__`, so the
 walk goes on to where SGLang's CPU path leaves its CUDA path (benchmarks/results/
-sglang-closure-cpu.md). The stand-ins' packages are not in the closure.
+sglang-staging.md). The stand-ins' packages are not in the closure.
 """
 
 from __future__ import annotations

@@ -51,7 +51,7 @@ PLATFORM = (
 SGLANG, KERNEL = "sglang==0.5.16", "sglang-kernel==0.4.5"
 # What a launch of SGLang 0.5.16 (a Llama target, EAGLE-3, triton attention, on CUDA) imports
 # that the H200 image lacks, or holds in another version: the closure measured on a CPU
-# (benchmarks/sglang_closure.py: 81 distributions, 33 of them not in the image, up to the
+# (benchmarks/sglang_closure.py: 82 distributions, 34 of them not in the image, up to the
 # target's rotary embedding, where the CPU path leaves CUDA's for vllm's ops), the CUDA-only
 # imports read in its source (sgl_kernel; flashinfer, which srt/layers/sampler.py imports on
 # CUDA: `import flashinfer` needs only apache-tvm-ffi beyond the image, measured the same way),
