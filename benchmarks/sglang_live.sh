@@ -215,8 +215,22 @@ stage_metrics() {
     "$record/metrics-run.txt"
 }
 
+# stop_server PID: SIGTERM to `perfgate servers` (a background job of this shell ignores
+# SIGINT), which ends its server's processes; SIGKILL after 120 s (its supervisor still ends
+# them).
+stop_server() {
+  local pid=$1 waited=0
+  kill -TERM "$pid" 2> /dev/null
+  while kill -0 "$pid" 2> /dev/null && [[ $waited -lt 120 ]]; do
+    sleep 1
+    waited=$((waited + 1))
+  done
+  kill -KILL "$pid" 2> /dev/null
+  wait "$pid" 2> /dev/null
+}
+
 # serve_and_bench MODE: one server of the scenario up (`perfgate servers`), SGLang's own
-# clients against it, then Ctrl-C to it.
+# clients against it, then the server stopped.
 serve_and_bench() {
   local mode=$1 log=$record/server-$1.txt pid url="" waited=0
   if [[ $dry -eq 1 ]]; then
@@ -234,8 +248,7 @@ serve_and_bench() {
     if [[ -z $url ]]; then
       echo "== the $mode server did not come up; its log:" && tail -40 "$log"
       failed=1
-      kill -INT "$pid" 2> /dev/null
-      wait "$pid"
+      stop_server "$pid"
       return
     fi
   fi
@@ -248,10 +261,7 @@ serve_and_bench() {
     --random-input-len 64 --random-output-len 128 --random-range-ratio 1 --num-prompts 64 \
     --max-concurrency 8 --request-rate inf --seed 1 --tokenizer .perfgate/export/llama-tiny \
     --output-file "$record/serving-$mode.jsonl"
-  if [[ $dry -eq 0 ]]; then
-    kill -INT "$pid" 2> /dev/null
-    wait "$pid"
-  fi
+  [[ $dry -eq 1 ]] || stop_server "$pid"
 }
 
 stage_clients() {
