@@ -52,7 +52,6 @@ from perfgate.engines.embedded import tokenizer
 from perfgate.engines.embedded.loading import (
     CONFIG_FILE,
     DRAFT_ARCHITECTURE,
-    MODELS_DIR,
     NAME_PREFIX,
     TARGET_ARCHITECTURE,
     WEIGHTS_FILE,
@@ -62,6 +61,8 @@ from perfgate.engines.embedded.loading import (
     load_target,
     model_identity,
     resolve_loadable,
+    resolve_model,
+    shipped_models,
     target_config,
 )
 from perfgate.engines.embedded.model import BYTE_VOCAB, DraftConfig, TargetConfig
@@ -89,9 +90,6 @@ LAYER_NAMES = {
     "feed_forward.w3.weight": "mlp.up_proj.weight",
     "feed_forward.w2.weight": "mlp.down_proj.weight",
 }
-# The weights a pass-through layer holds as zeros (the others, its norms, as ones).
-ZERO_IN_PASS_THROUGH = ("attention.wq", "attention.wk", "attention.wv", "attention.wo",
-                        "feed_forward.w1", "feed_forward.w3", "feed_forward.w2")  # fmt: skip
 # The head's own weights: the embedded name -> the name SGLang's EAGLE-3 checkpoints use.
 DRAFT_NAMES = {
     "fc.weight": "fc.weight",
@@ -258,7 +256,6 @@ def aux_layer_ids(config: DraftConfig, target: TargetConfig, model: ModelDir) ->
     The last layer's output (id n_layer - 1) needs the pass-through layer of the target's
     export; the embeddings (feature layer 0) SGLang cannot capture.
     """
-    where = {"file": model.path / CONFIG_FILE, "field": "feature_layers"}
     layers = list(config.feature_layers)
     if config.dim != target.dim:
         raise ConfigError(
@@ -271,7 +268,8 @@ def aux_layer_ids(config: DraftConfig, target: TargetConfig, model: ModelDir) ->
         raise ConfigError(
             f"{layers} names a layer twice; SGLang captures each layer once, so the head "
             "would get fewer features than it reads",
-            **where,  # type: ignore[arg-type]
+            file=model.path / CONFIG_FILE,
+            field="feature_layers",
             fix="train a head on three different layers, 1 and up",
         )
     outside = [f for f in layers if not 1 <= f <= target.n_layer]
@@ -279,7 +277,8 @@ def aux_layer_ids(config: DraftConfig, target: TargetConfig, model: ModelDir) ->
         raise ConfigError(
             f"{layers}: {outside} cannot be given by SGLang's Llama target, which captures the "
             f"outputs of layers 1..{target.n_layer} only (0 is the embeddings)",
-            **where,  # type: ignore[arg-type]
+            file=model.path / CONFIG_FILE,
+            field="feature_layers",
             fix="train a head on three different layers, 1 and up",
         )
     return [f - 1 for f in sorted(layers)]
@@ -305,14 +304,12 @@ def _pass_through_layer(model: ModelDir, config: TargetConfig, choice: str) -> t
         )
     if choice != "auto":
         return int(choice == "yes"), ""
-    from perfgate.engines.embedded.loading import resolve_model
-
-    heads = [
-        NAME_PREFIX + path.parent.name
-        for path in sorted(MODELS_DIR.glob(f"*/{CONFIG_FILE}"))
-        if json.loads(path.read_text()).get("architecture") == DRAFT_ARCHITECTURE
+    heads = [resolve_model(name) for name in shipped_models()]
+    readers = [
+        h.label
+        for h in heads
+        if h.architecture == DRAFT_ARCHITECTURE and reads_uncapturable(h, model)
     ]
-    readers = [h for h in heads if reads_uncapturable(resolve_model(h), model)]
     if not readers:
         return 0, ""
     return 1, (
