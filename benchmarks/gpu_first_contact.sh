@@ -4,7 +4,8 @@
 #   benchmarks/gpu_first_contact.sh OUTDIR
 #
 # For each shipped scenario that runs on a GPU with the embedded engine (SGLang scenarios need
-# model weights from a hub, so they are listed and left out): `perfgate doctor`, then
+# model weights from a hub, or SGLang staged with benchmarks/sglang_live.sh, so they are listed
+# and left out): `perfgate doctor`, then
 #   1. `perfgate run`: no reviewed baseline on this machine, so the run records itself as the
 #      local reference (exit 0 expected);
 #   2. `perfgate run --no-gate` twice more, as docs/baselines.md asks before a first approval;
@@ -60,6 +61,8 @@ for s in load_config("perfgate.toml").scenarios.values():
         print(f"# {s.name}: tp = {s.tp} needs {s.tp} GPUs, this machine shows {gpus}: left out")
     elif s.engine == "embedded" and (s.device or "").startswith("cuda"):
         print(s.name)
+    elif s.engine == "sglang" and s.model.startswith(".perfgate/export/"):
+        print(f"# {s.name}: SGLang with perfgate's exported models: benchmarks/sglang_live.sh")
     elif s.engine == "sglang":
         print(f"# {s.name}: SGLang with {s.model}, whose weights come from a hub: left out")
 EOF

@@ -39,7 +39,7 @@ COMMANDS: tuple[Command, ...] = (
     Command("doctor", "check GPUs, driver, CUDA, torch, engines, ports, history and baselines"),
     Command("ci", "job summary, annotations and baseline approval for CI"),
     Command("runner", "job hooks for a self-hosted GPU runner"),
-    Command("embedded", "the embedded engine's tools (train)"),
+    Command("embedded", "the embedded engine's tools (train, export to SGLang's layout)"),
 )
 BY_NAME = {command.name: command for command in COMMANDS}
 
