@@ -160,3 +160,24 @@ def test_the_plugin_and_perfgate_run_share_the_declarations() -> None:
     settings = settings_from(run_args, environ={})
     assert option_flags(settings) == ["--perfgate-scenario=s", "--perfgate-no-gate"]
     assert settings.gate is False
+
+
+def test_training_without_the_engines_extra_is_refused_naming_it(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    import importlib.util
+
+    find_spec = importlib.util.find_spec
+    absent = ("torch", "safetensors")
+    monkeypatch.setattr(
+        importlib.util,
+        "find_spec",
+        lambda name, *a: None if name in absent else find_spec(name, *a),
+    )
+    done = perfgate_main("embedded", "train", "--out", str(tmp_path / "models"), cwd=tmp_path)
+    assert done.returncode == 64, done.stderr
+    assert "perfgate embedded train: the embedded engine needs torch and safetensors" in (
+        done.stderr
+    )
+    assert "pip install 'perfgate[embedded]'" in done.stderr
+    assert not (tmp_path / "models").exists()

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import argparse
+import importlib.util
+import sys
 from typing import Any
 
 from perfgate.commands import add_command
@@ -35,6 +37,10 @@ def run(settings: Settings, args: argparse.Namespace) -> int:
 
 
 def handle_train(settings: Settings, args: argparse.Namespace) -> int:
+    from perfgate.engines.validate import EMBEDDED_NEEDS, refuse_without_embedded_extra
+
+    missing = [name for name in EMBEDDED_NEEDS if importlib.util.find_spec(name) is None]
+    refuse_without_embedded_extra(missing, sys.executable, "perfgate embedded train")
     from perfgate.engines.embedded.train import run  # torch loads for this command only
 
     return run(args)

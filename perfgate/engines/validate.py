@@ -12,6 +12,7 @@ import os
 import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from importlib import metadata
 from pathlib import Path
 
 from perfgate.config import Scenario
@@ -34,6 +35,11 @@ EMBEDDED_ONLY_FLAGS = (
 )
 EMBEDDED_MODELS = Path(embedded.__file__).parent / "models"
 EMBEDDED_PREFIX = "perfgate/"
+# What the embedded engine's servers import that perfgate's core does not: the extra
+# `perfgate[embedded]` (pyproject.toml) brings them.
+EMBEDDED_EXTRA = "perfgate[embedded]"
+EMBEDDED_INSTALL = f"pip install '{EMBEDDED_EXTRA}'"
+EMBEDDED_NEEDS = ("torch", "safetensors")
 
 
 def _where(scenario: Scenario, key: str) -> str:
@@ -186,6 +192,7 @@ def preflight(
     _check_python(scenario, file, python)
     installed = sglang_facts.installed_versions(python, env)
     if scenario.engine != "sglang":
+        require_embedded_extra(scenario, file, installed)
         notes = check_scenario(scenario, file) + probe_notes(scenario, None)
         notes += serving_notes(scenario, env)
         return Preflight(None, installed, notes=tuple(notes))
@@ -199,6 +206,54 @@ def preflight(
         where = f"{_where(scenario, 'env')}.CUDA_VISIBLE_DEVICES"
         gpus = check_gpus_for(scenario.tp, env, where, query_gpus())
     return Preflight(release, installed, tuple(gpus), tuple(notes))
+
+
+def require_embedded_extra(
+    scenario: Scenario, file: Path | None, installed: InstalledVersions
+) -> None:
+    """Refuse an embedded scenario whose interpreter lacks the engine's extra (torch,
+    safetensors): its servers would die importing them."""
+    if scenario.engine != "embedded":
+        return
+    found = {"torch": installed.torch, "safetensors": installed.safetensors}
+    missing = [name for name in EMBEDDED_NEEDS if found[name] is None]
+    refuse_without_embedded_extra(missing, installed.python, _where(scenario, "engine"), file)
+
+
+def require_embedded_extra_here(scenario: Scenario, file: Path | None = None) -> None:
+    """Refuse, before anything starts, an embedded scenario whose servers would run in this
+    interpreter without the engine's extra (read from package metadata: nothing imported).
+
+    A scenario run by another interpreter, or with its own PYTHONPATH, is left to
+    :func:`preflight`, which asks the server's interpreter itself.
+    """
+    if scenario.engine != "embedded" or scenario.python or "PYTHONPATH" in scenario.env:
+        return
+    missing = [name for name in EMBEDDED_NEEDS if not _distribution_here(name)]
+    refuse_without_embedded_extra(missing, sys.executable, _where(scenario, "engine"), file)
+
+
+def _distribution_here(name: str) -> bool:
+    try:
+        metadata.version(name)
+    except metadata.PackageNotFoundError:
+        return False
+    return True
+
+
+def refuse_without_embedded_extra(
+    missing: Sequence[str], python: str, where: str, file: Path | None = None
+) -> None:
+    """Refuse what needs the embedded engine where `python` lacks the `missing` packages."""
+    if not missing:
+        return
+    raise ConfigError(
+        f"the embedded engine needs {' and '.join(missing)}, which {python} does not "
+        f"have: they come with the extra {EMBEDDED_EXTRA}",
+        file=file,
+        field=where,
+        fix=f"{EMBEDDED_INSTALL} in that environment, or run an SGLang scenario",
+    )
 
 
 def probe_notes(scenario: Scenario, version: str | None) -> list[str]:
