@@ -180,10 +180,10 @@ def render_record(record: RunRecord, plain_note: str | None = None) -> list[str]
         head += f" (judged with run {', '.join(f'#{i}' for i in earlier)})"
     lines = [head]
     if record.verdicts:
-        lines += [f"  {record.judged_against}"] if record.judged_against else []
+        lines += wrap(record.judged_against) if record.judged_against else []
         lines += render_verdicts(record.verdicts)
     else:
-        lines.append(f"  {record.judged_against or 'no verdicts'}")
+        lines += wrap(record.judged_against or "no verdicts")
     lines.append(f"  equivalence: {m.equivalence_line()}")
     if m.plain.reused_from is not None:
         lines.append(

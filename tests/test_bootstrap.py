@@ -15,7 +15,7 @@ import pytest
 
 from .conftest import REPO
 
-SETTING_UP = "setting up .venv, first run only: about a minute\n"
+SETTING_UP = "setting up .venv, first run only: a few minutes\n"
 FAKE_PYTHON = """#!/bin/sh
 # `python -m venv DIR` makes DIR/bin/python, a pip that talks as pip does; nothing else works.
 [ "$1" = -m ] && [ "$2" = venv ] || { echo "fake python: $*" >&2; exit 2; }
