@@ -23,12 +23,10 @@ if [[ $# -ne 1 ]]; then
   echo "usage: $0 OUTDIR" >&2
   exit 64
 fi
-mkdir -p "$1"
-out=$(cd "$1" && pwd)
-repo=$(cd "$(dirname "$0")/.." && pwd)
-python=${PYTHON:-python3}
+# shellcheck source=record.sh source-path=SCRIPTDIR
+source "$(dirname "$0")/record.sh"
 work=$(mktemp -d "${TMPDIR:-/tmp}/first-contact.XXXXXX")
-exec > >(tee "$out/run.log") 2>&1
+record_start "$1" # perfgate as installed: not the checkout's (no use_checkout)
 cd "$repo" || exit 1
 
 # shellcheck disable=SC2329  # called by name, as the command `expect` runs
@@ -51,7 +49,7 @@ expect() {  # expect CODE DESCRIPTION COMMAND...: run it, say whether it ended w
   fi
 }
 
-nvidia-smi -L 2> /dev/null || echo "no nvidia-smi"
+describe_machine
 mapfile -t scenarios < <("$python" - <<'EOF'
 import torch
 from perfgate.config import load_config

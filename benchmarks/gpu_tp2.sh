@@ -59,17 +59,12 @@ stages=("$@")
 [[ ${#stages[@]} -eq 0 ]] && stages=(compare sweep profile endings)
 # shellcheck source=stages.sh source-path=SCRIPTDIR
 source "$(dirname "$0")/stages.sh"
+# shellcheck source=record.sh source-path=SCRIPTDIR
+source "$(dirname "$0")/record.sh"
 check_stages "compare sweep profile endings" "${stages[@]}"
-repo=$(cd "$(dirname "$0")/.." && pwd)
-python=${PYTHON:-python3}
 work=$(mktemp -d "${TMPDIR:-/tmp}/gpu-tp2.XXXXXX")
-mkdir -p "$out"
-out=$(cd "$out" && pwd)
-export PYTHONPATH="$repo${PYTHONPATH:+:$PYTHONPATH}"
-export NCCL_NVLS_ENABLE=${NCCL_NVLS_ENABLE:-0}
-export PYTHONUNBUFFERED=1
-exec > >(tee "$out/run.log") 2>&1
-tee_pid=$!
+record_start "$out"
+use_checkout
 cd "$repo" || exit 1
 
 tp1=embedded-large-gpu
@@ -88,27 +83,17 @@ if [[ $smoke -eq 1 ]]; then
   config=$work/perfgate.toml
   for pair in "$tp1 1" "$tp2 2"; do
     read -r name tp <<< "$pair"
-    cat >> "$config" <<EOF
-[scenarios.$name]
-engine = "embedded"
-model = "perfgate/llama-tiny"
-draft = "perfgate/eagle3-llama-tiny"
-steps = 3
-topk = 1
-draft_tokens = 4
+    {
+      smoke_scenario "$name"
+      cat << EOF
 tp = $tp
-dtype = "float32"
-device = "cpu"
-prompts = ["Return the number of items in the", "Create a new instance of the class with"]
-max_new_tokens = 16
-repeats = 2
-warmup = 1
 startup_timeout_s = 90
 extra_args = ["--num-threads", "1"]
 spec_extra_args = ["--debug-simulate-accept-rate", "0.7"]
 equivalence = "report"
 
 EOF
+    } >> "$config"
   done
   steps=${SWEEP_STEPS:-1-2} sweep_repeats=${SWEEP_REPEATS:-2} endings=${ENDINGS:-3}
   sweep_budget=${SWEEP_BUDGET_S:-120} sweep_limit=$((sweep_budget + 60))
@@ -148,8 +133,7 @@ failed=0
   echo "Stages: ${stages[*]}; config: ${config/#$repo/.}; scenarios $tp1 (TP1), $tp2 ($TP_LABEL)."
   echo
   echo '```'
-  nvidia-smi -L 2> /dev/null || echo "no nvidia-smi"
-  "$python" -c 'import sys, torch; print("python", sys.version.split()[0], "torch", torch.__version__, "cuda", torch.version.cuda, "GPUs", torch.cuda.device_count())'
+  describe_machine
   echo "NCCL_NVLS_ENABLE=$NCCL_NVLS_ENABLE"
   echo '```'
   echo
@@ -509,9 +493,4 @@ done
   echo "Finished $(date -u +%FT%TZ): exit $failed (0: every step ended as expected)."
 } >> "$summary"
 echo "== $(date -u +%FT%TZ) done, exit $failed; work folder $work"
-exec 1>&- 2>&-
-wait "$tee_pid" # run.log is whole before the script ends
-# The record is read on other machines: this one's paths become names (., python3, OUT, WORK).
-find "$out" -type f -exec "$python" "$repo/benchmarks/portable_paths.py" \
-  --replace "$work=WORK" --replace "$out=OUT" {} +
-exit "$failed"
+record_finish "$failed" "$work=WORK" "$out=OUT"

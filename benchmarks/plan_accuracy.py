@@ -44,10 +44,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
+from portable_paths import default_names, portable  # the script's own folder is on sys.path
 
-from benchmarks.portable_paths import default_names, portable  # noqa: E402
+REPO = Path(__file__).resolve().parent.parent
 
 GOAL_BEST = 0.03  # the predicted best's measured tok/s within this of the sweep's best
 GOAL_EACH = 0.05  # every predicted tok/s within this of the measured one
@@ -88,9 +87,9 @@ def measured_by_steps(db: str, scenario: str) -> dict[int, dict[str, Any]]:
             runs = [r for r in list_runs(session) if r.measurement.scenario == scenario]
     finally:
         close_history(sessions)
-    found = {}
+    found: dict[int, dict[str, Any]] = {}
     for record in runs:
-        figures = measured_figures(record.measurement)
+        figures: dict[str, Any] = dict(measured_figures(record.measurement))
         figures["run"] = record.id
         figures["equivalent"] = record.measurement.equivalence.ok
         found[int(record.measurement.config["steps"])] = figures

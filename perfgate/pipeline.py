@@ -31,7 +31,12 @@ from perfgate.config import Config, Scenario, check_history_name, load_config
 from perfgate.devices import detect_gpus
 from perfgate.engines.client import EngineClient
 from perfgate.engines.server_commands import Mode
-from perfgate.engines.validate import Preflight, check_scenario, preflight
+from perfgate.engines.validate import (
+    Preflight,
+    check_scenario,
+    preflight,
+    require_embedded_extra_here,
+)
 from perfgate.equivalence import TeacherScores
 from perfgate.errors import ExitCode, PerfgateError
 from perfgate.fingerprint import default_profile, perfgate_version
@@ -93,6 +98,7 @@ class GatePlan:
         self.scenarios = {s.name: s for s in selected}
         for scenario in selected:  # refuse what SGLang would refuse, before anything starts
             check_scenario(scenario, self.config.path)
+            require_embedded_extra_here(scenario, self.config.path)
         self.profile = options.profile or default_profile(detect_gpus())
         check_history_name(self.profile, field="runner profile (--profile, PERFGATE_PROFILE)")
         self.baselines_dir = (

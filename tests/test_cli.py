@@ -189,3 +189,31 @@ def test_each_servers_invocation_gets_a_folder_of_its_own(
     for log, probe in used:
         assert log.parent.parent.parent == tmp_path / ".perfgate" / "servers"
         assert log.parent.parent.is_dir() and Path(probe).parent == log.parent  # made here
+
+
+def test_training_or_exporting_without_the_engines_extra_is_refused_naming_it(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    import importlib.util
+
+    find_spec = importlib.util.find_spec
+    absent = ("torch", "safetensors")
+    monkeypatch.setattr(
+        importlib.util,
+        "find_spec",
+        lambda name, *a: None if name in absent else find_spec(name, *a),
+    )
+    done = perfgate_main("embedded", "train", "--out", str(tmp_path / "models"), cwd=tmp_path)
+    assert done.returncode == 64, done.stderr
+    assert "perfgate embedded train: the embedded engine needs torch and safetensors" in (
+        done.stderr
+    )
+    assert "pip install 'perfgate[embedded]'" in done.stderr
+    assert not (tmp_path / "models").exists()
+    out = tmp_path / "export"
+    done = perfgate_main("embedded", "export", "perfgate/llama-tiny", str(out), cwd=tmp_path)
+    assert done.returncode == 64, done.stderr
+    assert "perfgate embedded export: the embedded engine needs torch and safetensors" in (
+        done.stderr
+    )
+    assert not out.exists()

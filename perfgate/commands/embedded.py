@@ -4,6 +4,8 @@ writes them in the layout SGLang loads."""
 from __future__ import annotations
 
 import argparse
+import importlib.util
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -75,13 +77,24 @@ def run(settings: Settings, args: argparse.Namespace) -> int:
     return int(args.handler(settings, args))
 
 
+def require_extra(command: str) -> None:
+    """Refuse `command` (exit 64, naming the extra) where this interpreter lacks torch or
+    safetensors, before anything is written."""
+    from perfgate.engines.validate import EMBEDDED_NEEDS, refuse_without_embedded_extra
+
+    missing = [name for name in EMBEDDED_NEEDS if importlib.util.find_spec(name) is None]
+    refuse_without_embedded_extra(missing, sys.executable, command)
+
+
 def handle_train(settings: Settings, args: argparse.Namespace) -> int:
+    require_extra("perfgate embedded train")
     from perfgate.engines.embedded.train import run  # torch loads for this command only
 
     return run(args)
 
 
 def handle_export(settings: Settings, args: argparse.Namespace) -> int:
+    require_extra("perfgate embedded export")
     from perfgate.engines.embedded.export import export_model  # torch loads here only
 
     done = export_model(

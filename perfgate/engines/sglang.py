@@ -254,7 +254,7 @@ _PROBE_SCRIPT = """
 import json
 from importlib import metadata
 found = {}
-for name in ("sglang", "torch"):
+for name in ("sglang", "torch", "safetensors"):
     try:
         found[name] = metadata.version(name)
     except metadata.PackageNotFoundError:
@@ -270,13 +270,14 @@ class InstalledVersions:
     python: str
     sglang: str | None
     torch: str | None
+    safetensors: str | None = None
 
 
 def installed_versions(
     python: str, env: Mapping[str, str] | None = None, timeout_s: float = 60.0
 ) -> InstalledVersions:
-    """Ask `python`, in the server's environment `env`, which sglang and torch it has
-    (package metadata only: nothing is imported)."""
+    """Ask `python`, in the server's environment `env`, which sglang, torch and safetensors it
+    has (package metadata only: nothing is imported)."""
     try:
         done = subprocess.run(
             [python, "-c", _PROBE_SCRIPT],
@@ -294,7 +295,7 @@ def installed_versions(
         tail = done.stderr.strip().splitlines()[-1:] or ["no output"]
         raise ConfigError(f"{python} failed: {tail[0]}", field="python", fix="fix the interpreter")
     found = json.loads(done.stdout)
-    return InstalledVersions(python, found["sglang"], found["torch"])
+    return InstalledVersions(python, found["sglang"], found["torch"], found.get("safetensors"))
 
 
 def require_sglang(versions: InstalledVersions, where: str) -> SglangRelease:

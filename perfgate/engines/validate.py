@@ -14,6 +14,7 @@ import re
 import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from importlib import metadata
 from pathlib import Path
 
 from perfgate.config import Scenario
@@ -39,6 +40,11 @@ EMBEDDED_MODELS = Path(embedded.__file__).parent / "models"
 EMBEDDED_PREFIX = "perfgate/"
 # A Hugging Face model id: a name, or an owner and a name; neither starts with '.' or '-'.
 HUB_ID = re.compile(r"[A-Za-z0-9][\w.-]*(/[A-Za-z0-9][\w.-]*)?")
+# What the embedded engine's servers import that perfgate's core does not: the extra
+# `perfgate[embedded]` (pyproject.toml) brings them.
+EMBEDDED_EXTRA = "perfgate[embedded]"
+EMBEDDED_INSTALL = f"pip install '{EMBEDDED_EXTRA}'"
+EMBEDDED_NEEDS = ("torch", "safetensors")
 
 
 def _where(scenario: Scenario, key: str) -> str:
@@ -192,6 +198,7 @@ def preflight(
     installed = sglang_facts.installed_versions(python, env)
     where = f"{_where(scenario, 'env')}.CUDA_VISIBLE_DEVICES"
     if scenario.engine != "sglang":
+        require_embedded_extra(scenario, file, installed)
         notes = check_scenario(scenario, file) + probe_notes(scenario, None)
         notes += serving_notes(scenario, env)
         watched, gpu_notes = embedded_gpus(scenario, env, where)
@@ -230,6 +237,54 @@ def embedded_gpus(
     if not found and scenario.device != "cuda":
         return (), []
     return tuple(check_gpus_for(scenario.tp, env, where, found)), []
+
+
+def require_embedded_extra(
+    scenario: Scenario, file: Path | None, installed: InstalledVersions
+) -> None:
+    """Refuse an embedded scenario whose interpreter lacks the engine's extra (torch,
+    safetensors): its servers would die importing them."""
+    if scenario.engine != "embedded":
+        return
+    found = {"torch": installed.torch, "safetensors": installed.safetensors}
+    missing = [name for name in EMBEDDED_NEEDS if found[name] is None]
+    refuse_without_embedded_extra(missing, installed.python, _where(scenario, "engine"), file)
+
+
+def require_embedded_extra_here(scenario: Scenario, file: Path | None = None) -> None:
+    """Refuse, before anything starts, an embedded scenario whose servers would run in this
+    interpreter without the engine's extra (read from package metadata: nothing imported).
+
+    A scenario run by another interpreter, or with its own PYTHONPATH, is left to
+    :func:`preflight`, which asks the server's interpreter itself.
+    """
+    if scenario.engine != "embedded" or scenario.python or "PYTHONPATH" in scenario.env:
+        return
+    missing = [name for name in EMBEDDED_NEEDS if not _distribution_here(name)]
+    refuse_without_embedded_extra(missing, sys.executable, _where(scenario, "engine"), file)
+
+
+def _distribution_here(name: str) -> bool:
+    try:
+        metadata.version(name)
+    except metadata.PackageNotFoundError:
+        return False
+    return True
+
+
+def refuse_without_embedded_extra(
+    missing: Sequence[str], python: str, where: str, file: Path | None = None
+) -> None:
+    """Refuse what needs the embedded engine where `python` lacks the `missing` packages."""
+    if not missing:
+        return
+    raise ConfigError(
+        f"the embedded engine needs {' and '.join(missing)}, which {python} does not "
+        f"have: they come with the extra {EMBEDDED_EXTRA}",
+        file=file,
+        field=where,
+        fix=f"{EMBEDDED_INSTALL} in that environment, or run an SGLang scenario",
+    )
 
 
 def probe_notes(scenario: Scenario, version: str | None) -> list[str]:
