@@ -108,7 +108,10 @@ if _LOG:
 def _run_next_sitecustomize():
     # As perfgate's probe does: a sitecustomize further down the path still runs.
     here = os.path.dirname(os.path.abspath(__file__))
-    rest = [p for p in sys.path if os.path.abspath(p or ".") != here]
+    # Only the entries after this one: two such files that each ran "the other" would
+    # run each other until the recursion limit.
+    entries = [os.path.abspath(p or ".") for p in sys.path]
+    rest = sys.path[entries.index(here) + 1 :] if here in entries else []
     spec = importlib.machinery.PathFinder.find_spec("sitecustomize", rest)
     if spec is not None and spec.loader is not None:
         module = importlib.util.module_from_spec(spec)

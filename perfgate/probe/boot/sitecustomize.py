@@ -2,7 +2,8 @@
 
 Python imports `sitecustomize` at start-up, in the server and in every process it spawns
 (SGLang's schedulers and TP ranks too), so the probe reaches them all. Any other
-`sitecustomize` further down the path still runs afterwards.
+`sitecustomize` further down the path still runs afterwards, and this file runs once per
+process even when that one runs "the other sitecustomize" back.
 """
 
 import importlib.machinery
@@ -26,7 +27,12 @@ def _import_perfgate() -> None:
     spec.loader.exec_module(module)
 
 
-if os.environ.get("PERFGATE_PROBE_DIR"):
+_RAN = "_perfgate_probe_boot_ran"
+
+
+def _boot() -> None:
+    if not os.environ.get("PERFGATE_PROBE_DIR"):
+        return
     try:
         _import_perfgate()
         from perfgate.probe.runtime import activate
@@ -38,11 +44,17 @@ if os.environ.get("PERFGATE_PROBE_DIR"):
 
 def _run_next_sitecustomize() -> None:
     here = os.path.dirname(os.path.abspath(__file__))
-    rest = [p for p in sys.path if os.path.abspath(p or ".") != here]
+    # Only the entries after this one: two such files that each ran "the other" would
+    # run each other until the recursion limit.
+    entries = [os.path.abspath(p or ".") for p in sys.path]
+    rest = sys.path[entries.index(here) + 1 :] if here in entries else []
     spec = importlib.machinery.PathFinder.find_spec("sitecustomize", rest)
     if spec is not None and spec.loader is not None:
         module = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(module)
 
 
-_run_next_sitecustomize()
+if not getattr(sys, _RAN, False):
+    setattr(sys, _RAN, True)
+    _boot()
+    _run_next_sitecustomize()
