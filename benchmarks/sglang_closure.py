@@ -1,7 +1,7 @@
 """Which modules, files and distributions a Python program really loads: an import closure.
 
     python benchmarks/sglang_closure.py hook DIR           # write DIR/sitecustomize.py
-    SGLANG_CLOSURE_LOG=LOGS PYTHONPATH=DIR:... python -m sglang.launch_server ...
+    IMPORT_CLOSURE_LOG=LOGS PYTHONPATH=DIR:... python -m sglang.launch_server ...
     python benchmarks/sglang_closure.py report LOGS [--site SITE] [--json F] [--md F]
 
 `hook` writes a `sitecustomize.py` that every Python process started with DIR on its
@@ -14,9 +14,9 @@ its file: what a staged install must carry (the distributions under `--site`) an
 machine's own image provides. SGLang imports many modules lazily, so the closure is the
 launch's own, measured, not `Requires-Dist`.
 
-On a machine without a GPU, `SGLANG_CLOSURE_STAND_INS=torchvision,torchaudio` makes those
+On a machine without a GPU, `IMPORT_CLOSURE_STAND_INS=torchvision,torchaudio` makes those
 packages empty stand-ins in every process (their PyPI builds need CUDA's libraries; the H200
-image has its own), with `SGLANG_CLOSURE_STAND_IN_VERSION` as their `__version__`, so the
+image has its own), with `IMPORT_CLOSURE_STAND_IN_VERSION` as their `__version__`, so the
 walk goes on to where SGLang's CPU path leaves its CUDA path (benchmarks/results/
 sglang-staging.md). The stand-ins' packages are not in the closure.
 """
@@ -32,9 +32,9 @@ from dataclasses import asdict, dataclass, field
 from importlib import metadata
 from pathlib import Path
 
-LOG_VARIABLE = "SGLANG_CLOSURE_LOG"
-STAND_INS_VARIABLE = "SGLANG_CLOSURE_STAND_INS"
-STAND_IN_VERSION_VARIABLE = "SGLANG_CLOSURE_STAND_IN_VERSION"
+LOG_VARIABLE = "IMPORT_CLOSURE_LOG"
+STAND_INS_VARIABLE = "IMPORT_CLOSURE_STAND_INS"
+STAND_IN_VERSION_VARIABLE = "IMPORT_CLOSURE_STAND_IN_VERSION"
 HOOK = f'''"""Records every module this process imports (benchmarks/sglang_closure.py)."""
 import importlib.machinery
 import importlib.util

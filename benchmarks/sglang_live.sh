@@ -174,7 +174,7 @@ stage_reference() {
   capture commands.txt "twin command lines" 0 120 "${pg[@]}" servers --dry-run \
     --config "$config" --scenario "$scenario"
   run "closure hook" 0 60 "${closure[@]}" hook "$state/hook"
-  capture reference.txt "reference run" 0 540 env SGLANG_CLOSURE_LOG="$state/imports" \
+  capture reference.txt "reference run" 0 540 env IMPORT_CLOSURE_LOG="$state/imports" \
     PYTHONPATH="$state/hook:$PYTHONPATH" "${pg[@]}" run --config "$config" \
     --scenario "$scenario" "${paths[@]}"
   run "reference as recorded" 0 120 "${live[@]}" history "$db_file" "$scenario" \
@@ -285,7 +285,7 @@ stage_badinput() {
   # SGLang's own word on it: the speculative command line, with the bad draft.
   capture bad-sglang.txt "bad input: SGLang itself" '[1-9][0-9]*' 240 "$python" -m \
     sglang.launch_server --model-path .perfgate/export/llama-tiny --dtype bfloat16 \
-    --attention-backend triton --cuda-graph-max-bs 8 --mem-fraction-static 0.3 \
+    --attention-backend triton --disable-cuda-graph --mem-fraction-static 0.3 \
     --max-running-requests 8 --host 127.0.0.1 --port 39631 --speculative-algorithm EAGLE3 \
     --speculative-draft-model-path "$state/bad-draft" --speculative-num-steps 3 \
     --speculative-eagle-topk 1 --speculative-num-draft-tokens 4
