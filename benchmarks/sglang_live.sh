@@ -40,13 +40,13 @@
 # in ignored folders is there for the next only while it is warm), each with one part carried:
 #   1. benchmarks/sglang_live.sh OUT receive                  carry .cache/sglang-live/parts/01
 #   2. benchmarks/sglang_live.sh OUT receive                  carry .cache/sglang-live/parts/02
-#   3. benchmarks/sglang_live.sh OUT receive install export   carry .cache/sglang-live/parts/03
-#   4. benchmarks/sglang_live.sh OUT reference
-#   5. benchmarks/sglang_live.sh OUT judged
-#   6. benchmarks/sglang_live.sh OUT overhead
-#   7. benchmarks/sglang_live.sh OUT metrics
-#   8. benchmarks/sglang_live.sh OUT clients
-#   9. benchmarks/sglang_live.sh OUT badinput
+#   3. benchmarks/sglang_live.sh OUT receive install export reference judged
+#                                                             carry .cache/sglang-live/parts/03
+#      (492 s on an H200: each SGLang server 49-54 s to healthy, 2 min on a cold Triton cache)
+#   4. benchmarks/sglang_live.sh OUT overhead
+#   5. benchmarks/sglang_live.sh OUT metrics
+#   6. benchmarks/sglang_live.sh OUT clients
+#   7. benchmarks/sglang_live.sh OUT badinput
 # (each step's time limit keeps a call inside the tool's 10 minutes). State kept between
 # calls (the staged parts, the install, the history, the pieces of the record) lives in
 # .cache/sglang-live/ of the checkout (STATE and STAGED move it); the exported models in
