@@ -99,7 +99,13 @@ def measure_mode(
     # This server's probe files, and no other's; none at all without the probe.
     probe_dir = new_folder(workdir, f"probe-{mode}") if probe else None
     env = (
-        probe_env(probe_dir, scenario.engine, engine_version=checked.engine_version, mode=mode)
+        probe_env(
+            probe_dir,
+            scenario.engine,
+            engine_version=checked.engine_version,
+            mode=mode,
+            scenario_env=scenario.env,
+        )
         if probe_dir is not None
         else {DIR_VARIABLE: ""}
     )

@@ -31,6 +31,8 @@ from perfgate.summary import render_terminal_summary
 GATE_SESSION = pytest.StashKey[GateSession | PerfgateError]()
 FINISH_ERROR = pytest.StashKey[PerfgateError]()
 EARLIER_POINTER = pytest.StashKey[str | None]()  # the text of the pointer this session removed
+# The errors a test has failed with so far, by id, with the name of the first test they failed.
+TOLD = pytest.StashKey[dict[int, tuple[PerfgateError, str]]]()
 INTERRUPTED = (
     "perfgate: interrupted: nothing was recorded nor reported; the previous session's "
     "pointer is kept"
@@ -91,12 +93,29 @@ def scenario_run(perfgate_session: GateSession, perfgate_scenario: str) -> Scena
 
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_call(item: pytest.Item) -> Generator[None, Any, Any]:
-    # A perfgate error is a message for the user, not a traceback.
+    # A perfgate error is a message for the user, not a traceback; failed outside the
+    # `except`, so that pytest does not print it twice ("During handling of the above...").
     try:
         return (yield)
     except PerfgateError as error:
-        detail = f"\n{error.detail}" if error.detail else ""
-        pytest.fail(f"perfgate: {error}{detail}", pytrace=False)
+        failure = error
+    pytest.fail(_said_once(item, failure), pytrace=False)
+
+
+def _said_once(item: pytest.Item, error: PerfgateError) -> str:
+    """The failure of `item` in words: `error` and its detail the first time a test meets it;
+    a scenario that was not measured (a preflight refusal, a server that did not start) fails
+    each of its later tests with the same error, and those name the first test instead."""
+    told = item.config.stash.setdefault(TOLD, {})
+    if id(error) in told:
+        first = told[id(error)][1]
+        callspec = getattr(item, "callspec", None)
+        scenario = callspec.params.get("perfgate_scenario") if callspec else None
+        which = f"scenario {scenario!r}" if scenario else "this test's scenario"
+        return f"perfgate: {which} was not measured: see {first} above"
+    told[id(error)] = (error, item.name)  # the error kept: its id stays its own
+    detail = f"\n{error.detail}" if error.detail else ""
+    return f"perfgate: {error}{detail}"
 
 
 # The exit statuses after which pytest prints its terminal summary (_pytest.terminal).

@@ -48,7 +48,8 @@ def _interval(v: Verdict) -> str:
 
 
 def render_verdicts(verdicts: Sequence[Verdict]) -> list[str]:
-    """A fixed-width table of verdicts, one line per metric, what explains them under it.
+    """A table of verdicts, one line per metric, what explains them under it; each column as
+    wide as its widest cell.
 
     ``interval`` bounds the change (see perfgate.gate.judge); ``runs`` is current runs over
     approved runs. Non-passing verdicts are explained below the table, each clause of their
@@ -59,23 +60,49 @@ def render_verdicts(verdicts: Sequence[Verdict]) -> list[str]:
     """
     # The metric column fits the longest name (serving_output_tok_s), 16 at least.
     width = max([16, *(len(v.metric) + 2 for v in verdicts)])
-    lines = [
-        f"  {'metric':<{width}}{'baseline':>11}{'current':>11}{'change':>8}  {'interval':<15}"
-        f"{'tol':>5}{'runs':>6}  verdict"
+    rows = [(v.metric, _cells(v), v.status.value) for v in verdicts]
+    widths = [
+        max([least, *(len(cells[i]) + 1 for _, cells, _ in rows)])
+        for i, (_, _, least, _) in enumerate(_COLUMNS)
     ]
-    for v in verdicts:
-        runs = f"{v.runs}/{v.baseline_runs}" if v.runs is not None else "-"
-        tolerance = "-" if v.tolerance is None else f"{v.tolerance:.0%}"
-        lines.append(
-            f"  {v.metric:<{width}}{_number(v.baseline, '.3f'):>11}"
-            f"{_number(v.current, '.3f'):>11}"
-            f"{_number(v.change, '+.1%'):>8}  {_interval(v):<15}{tolerance:>5}{runs:>6}"
-            f"  {v.status.value}"
-        )
+    headers = [header for header, _, _, _ in _COLUMNS]
+    lines = [_row(width, "metric", headers, widths, "verdict")]
+    lines += [_row(width, metric, cells, widths, status) for metric, cells, status in rows]
     lines += _explanations(verdicts)
     for v in verdicts:
         lines += _why(v)
     return lines
+
+
+# The table's columns between the metric and the verdict: header, alignment, least width, and
+# the gap before. Each is as wide as its widest cell and a space, so that no cell runs into the
+# one before it (verify +11300.0%, a server slowed a hundredfold).
+_COLUMNS = (
+    ("baseline", ">", 11, ""),
+    ("current", ">", 11, ""),
+    ("change", ">", 8, ""),
+    ("interval", "<", 15, "  "),
+    ("tol", ">", 5, ""),
+    ("runs", ">", 6, ""),
+)
+
+
+def _cells(v: Verdict) -> list[str]:
+    """A verdict's cells in the table's columns (_COLUMNS), "-" where a figure is unknown."""
+    return [
+        _number(v.baseline, ".3f"),
+        _number(v.current, ".3f"),
+        _number(v.change, "+.1%"),
+        _interval(v),
+        "-" if v.tolerance is None else f"{v.tolerance:.0%}",
+        f"{v.runs}/{v.baseline_runs}" if v.runs is not None else "-",
+    ]
+
+
+def _row(width: int, metric: str, cells: Sequence[str], widths: Sequence[int], verdict: str) -> str:
+    columns = zip(_COLUMNS, cells, widths, strict=True)
+    middle = "".join(f"{gap}{cell:{align}{w}}" for (_, align, _, gap), cell, w in columns)
+    return f"  {metric:<{width}}{middle}  {verdict}"
 
 
 # Where a clause of a verdict's message splits in two: the spread between runs (often the same

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -18,6 +19,7 @@ import pytest
 from perfgate import devices
 from perfgate.engines.supervise import _processes
 from perfgate.fingerprint import default_profile
+from perfgate.gate.verdict import Status
 
 REPO = Path(__file__).resolve().parent.parent
 # This machine's runner profile, as a gate run names it (the tests run without a GPU).
@@ -185,6 +187,35 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """
     slow_modules = {item.path for item in items if item.get_closest_marker("slow")}
     items.sort(key=lambda item: item.path not in slow_modules)  # stable: order kept within
+
+
+# A row of the verdict table (perfgate.summary.render_verdicts): two spaces, the metric, then
+# baseline, current, change, interval, tolerance and runs (each one word, "-" where unknown),
+# and the verdict.
+_VERDICT_ROW = re.compile(
+    rf"  (?P<metric>[a-z0-9_]+)(?: +\S+){{6}}  (?P<verdict>{'|'.join(s.value for s in Status)})"
+)
+
+
+def verdict_table(output: str) -> dict[str, str]:
+    """The last verdict table in a run's terminal output: each metric's verdict, by metric.
+
+    Only the rows right under the table's header: the explanations and `why:` lines under them
+    are indented alike and wrap at 100 columns, so a line's indent or word count says nothing.
+    """
+    lines = output.splitlines()
+    headers = [
+        i
+        for i, line in enumerate(lines)
+        if line.split()[:1] == ["metric"] and line.endswith("  verdict")
+    ]
+    assert headers, f"no verdict table in:\n{output}"
+    table = {}
+    for line in lines[headers[-1] + 1 :]:
+        if not (row := _VERDICT_ROW.fullmatch(line)):
+            break
+        table[row["metric"]] = row["verdict"]
+    return table
 
 
 RUN_WAIT_S = 120.0  # how long a started `perfgate run` may take to reach a line or to end

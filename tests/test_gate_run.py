@@ -17,6 +17,7 @@ from .conftest import (
     TINY_SCENARIO,
     VERDICT_CODES,
     run_perfgate,
+    verdict_table,
     write_config,
 )
 
@@ -59,9 +60,8 @@ def test_record_approve_pass_then_catch_a_slower_verify(tmp_path: Path) -> None:
     second = run_perfgate("run", cwd=tmp_path)
     assert second.returncode in VERDICT_CODES, second.stdout + second.stderr
     assert re.search(rf"^tiny on {HERE_PROFILE}: run #\d+ [A-Z]+", second.stdout, re.M)
-    assert (
-        f"judged against the reviewed baseline baselines/{HERE_PROFILE}/tiny.json" in second.stdout
-    )
+    said = " ".join(second.stdout.split())  # the verdict's lines wrap at 100 columns
+    assert f"judged against the reviewed baseline baselines/{HERE_PROFILE}/tiny.json" in said
     for metric in ("output_tok_s", "verify_ms", "accept_length", "speedup"):
         assert metric in second.stdout
     before_slow = len(_runs(db))
@@ -70,11 +70,7 @@ def test_record_approve_pass_then_catch_a_slower_verify(tmp_path: Path) -> None:
     # A change that makes verify far slower: same config, same environment, slower code.
     slow = run_perfgate("run", cwd=tmp_path, env={"PERFGATE_DEBUG_VERIFY_DELAY_MS": SLOW_VERIFY_MS})
     assert slow.returncode == 1, slow.stdout + slow.stderr
-    table = {
-        line.split()[0]: line.split()[-1]
-        for line in slow.stdout.splitlines()
-        if line.startswith("  ") and len(line.split()) >= 6
-    }
+    table = verdict_table(slow.stdout)
     assert table["verify_ms"] == "regression", slow.stdout
     # A regression fixes the build's outcome, so no run is measured to settle tok/s further.
     assert table["output_tok_s"] in ("regression", "inconclusive"), slow.stdout

@@ -12,6 +12,7 @@ import pytest
 
 from perfgate.commands.run import SUITES
 from perfgate.gate.judge import judge_runs
+from perfgate.gate.verdict import Status, Verdict
 from perfgate.summary import EXPLANATION_WIDTH, render_verdicts
 
 from .conftest import REPO, TINY_SCENARIO, write_config
@@ -76,6 +77,32 @@ def test_the_metrics_that_share_a_reason_are_named_and_the_why_lines_kept() -> N
     assert "why: output_tok_s: unknown, no phase timings on one side" in text
     assert "why: speedup: unknown, no phase timings on one side" in text
     assert "all 4 metrics" not in text
+
+
+def test_no_cell_of_the_table_runs_into_the_next_one() -> None:
+    """A server slowed a hundredfold: a five-digit change and a 19-column interval."""
+    slowed = Verdict(
+        "verify_ms", Status.REGRESSION, "", baseline=1.783, current=203.275, change=113.0,
+        ci_low=97.048, ci_high=118.14, tolerance=0.6, runs=1, baseline_runs=2,
+    )  # fmt: skip
+    same = Verdict(
+        "accept_length", Status.PASS, "", baseline=2.182, current=2.182, change=0.0,
+        ci_low=-0.001, ci_high=0.001, tolerance=0.05, runs=1, baseline_runs=2,
+    )  # fmt: skip
+    header, *rows = render_verdicts([slowed, same])[:3]
+    assert rows[0].split() == [
+        "verify_ms", "1.783", "203.275", "+11300.0%", "+9704.8%..+11814.0%", "60%", "1/2",
+        "regression",
+    ], rows[0]  # fmt: skip
+    assert rows[1].split() == [
+        "accept_length", "2.182", "2.182", "+0.0%", "-0.1%..+0.1%", "5%", "1/2", "pass",
+    ]  # fmt: skip
+    # The columns line up with their headers: right-aligned figures end under their header's
+    # end, the interval starts under its header, the verdict too.
+    for column, cell in [("current", "203.275"), ("change", "+11300.0%"), ("runs", "1/2")]:
+        assert rows[0].index(cell) + len(cell) == header.index(column) + len(column), column
+    assert rows[0].index("+9704.8%") == rows[1].index("-0.1%") == header.index("interval")
+    assert rows[0].index("regression") == rows[1].index("pass") == header.index("verdict")
 
 
 FAKE_SERVERS = '''

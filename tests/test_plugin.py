@@ -9,7 +9,7 @@ import pytest
 
 from perfgate.commands.run import SUITES
 
-from .conftest import HERE_PROFILE, TINY_SCENARIO, write_config
+from .conftest import HERE_PROFILE, TINY_SCENARIO, run_perfgate, write_config
 
 pytestmark = pytest.mark.slow
 
@@ -81,6 +81,26 @@ def test_bad_config_sets_the_documented_exit_status(
         ["*perfgate: error: *perfgate.toml:scenarios.tiny.steps: must be an integer*"]
     )
     assert not (tmp_path / "history.db").exists()
+
+
+def test_a_refusal_before_launch_is_said_once_and_every_test_of_its_scenario_fails(
+    tmp_path: Path,
+) -> None:
+    """The preflight refuses the scenario's interpreter: no server starts, the six tests fail."""
+    config = TINY_SCENARIO.replace(
+        'device = "cpu"\n', 'device = "cpu"\npython = "/no/such/python"\n'
+    )
+    write_config(tmp_path, config)
+    done = run_perfgate("run", cwd=tmp_path)
+    assert done.returncode == 64, done.stdout + done.stderr
+    refusal = "scenarios.tiny.python: /no/such/python is not an executable file"
+    failures = done.stdout.split("= FAILURES =")[1].split("short test summary info")[0]
+    assert failures.count(refusal) == 1 and "During handling" not in failures, done.stdout
+    later = "perfgate: scenario 'tiny' was not measured: see test_throughput[tiny-plain] above"
+    assert failures.count(later) == 5, done.stdout
+    assert "6 failed" in done.stdout
+    verdict = done.stdout.split("= perfgate =")[1]
+    assert verdict.count(refusal) == 1 and verdict.strip().endswith("perfgate exit code: 64")
 
 
 def test_plugin_is_inert_in_other_suites(pytester: pytest.Pytester) -> None:

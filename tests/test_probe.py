@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shlex
 import sys
 import threading
 import time
@@ -227,6 +228,25 @@ def test_the_server_s_probe_variables() -> None:
     env = probe_env(Path("/tmp/p"), "sglang", {}, engine_version="0.5.23", mode="spec")
     assert env["PERFGATE_PROBE_ENGINE_VERSION"] == "0.5.23" and env["PERFGATE_PROBE_MODE"] == "spec"
     assert env["PYTHONPATH"].endswith("boot")
+
+
+def test_a_scenario_s_pythonpath_comes_after_the_probe_s_and_before_the_inherited(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from perfgate.probe import BOOT_DIR
+
+    from .conftest import TINY_SCENARIO, write_config
+    from .in_process import perfgate_main
+
+    write_config(tmp_path, TINY_SCENARIO + '\n[scenarios.tiny.env]\nPYTHONPATH = "/opt/mine"\n')
+    monkeypatch.setenv("PYTHONPATH", "/inherited")
+    done = perfgate_main("servers", "--dry-run", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.strip().splitlines()
+    assert len(lines) == 2, done.stdout  # plain, spec
+    for line in lines:
+        (path,) = [w for w in shlex.split(line) if w.startswith("PYTHONPATH=")]
+        assert path == f"PYTHONPATH={BOOT_DIR}:/opt/mine:/inherited", line
 
 
 def test_a_stride_times_one_cycle_in_every_and_sums_scale_back(

@@ -63,7 +63,9 @@ def _print_commands(scenario: Scenario, file: Path, probe_root: Path) -> None:
     version = release.version if release else None
     for mode in MODES:
         probe = probe_root / scenario.name / f"probe-{mode}"
-        env = probe_env(probe, scenario.engine, engine_version=version, mode=mode)
+        env = probe_env(
+            probe, scenario.engine, engine_version=version, mode=mode, scenario_env=scenario.env
+        )
         command = server_command(scenario, mode, port=free_port(), extra_env=env, sglang=release)
         print(command.shell())
 
@@ -90,7 +92,13 @@ def _serve(scenario: Scenario, mode: Mode, file: Path, probe_root: Path) -> int:
     for note in checked.notes:
         print(f"# {note}", file=sys.stderr)
     probe = probe_root / scenario.name / f"probe-{mode}"
-    env = probe_env(probe, scenario.engine, engine_version=checked.engine_version, mode=mode)
+    env = probe_env(
+        probe,
+        scenario.engine,
+        engine_version=checked.engine_version,
+        mode=mode,
+        scenario_env=scenario.env,
+    )
     command = server_command(
         scenario,
         mode,

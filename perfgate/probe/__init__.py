@@ -27,17 +27,23 @@ def probe_env(
     *,
     engine_version: str | None = None,
     mode: str | None = None,
+    scenario_env: Mapping[str, str] | None = None,
 ) -> dict[str, str]:
     """Return the variables that activate the probe in a server, with `table`'s targets for
-    the engine's release and the server's mode ("spec" or "plain")."""
+    the engine's release and the server's mode ("spec" or "plain").
+
+    They go on top of the scenario's own `env` (`scenario_env`), so PYTHONPATH keeps what
+    both set: the probe's folder first, then the scenario's PYTHONPATH, then the inherited one.
+    """
     env = os.environ if inherited is None else inherited
     try:
         parse_every(env.get(EVERY_VARIABLE))
     except ValueError as error:
         raise ConfigError(str(error)) from None
     pythonpath = [str(BOOT_DIR)]
-    if env.get("PYTHONPATH"):
-        pythonpath.append(env["PYTHONPATH"])
+    for source in (scenario_env or {}, env):
+        if source.get("PYTHONPATH"):
+            pythonpath.append(source["PYTHONPATH"])
     variables = {
         DIR_VARIABLE: str(out_dir),
         "PERFGATE_PROBE_TABLE": table,

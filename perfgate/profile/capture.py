@@ -114,7 +114,13 @@ def profiled_server(
     embedded engine turns the marks on for its profile only: the unprofiled cycles the
     profiled ones are compared with then carry none of their cost.
     """
-    env = probe_env(probe_dir, scenario.engine, engine_version=checked.engine_version, mode=mode)
+    env = probe_env(
+        probe_dir,
+        scenario.engine,
+        engine_version=checked.engine_version,
+        mode=mode,
+        scenario_env=scenario.env,
+    )
     env[EVERY_VARIABLE] = "1"  # every cycle timed: the profiled ones and those compared with them
     if scenario.engine != "embedded":
         env[RANGES_VARIABLE] = "1"

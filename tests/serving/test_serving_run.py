@@ -11,7 +11,8 @@ import pytest
 
 from perfgate.serving.summary import SERVING_METRICS
 
-from ..conftest import HERE_PROFILE, TINY_SCENARIO, run_perfgate, write_config
+from ..conftest import HERE_PROFILE, TINY_SCENARIO, run_perfgate, verdict_table, write_config
+from ..in_process import perfgate_main
 
 pytestmark = pytest.mark.slow
 
@@ -47,17 +48,10 @@ def test_a_serving_run_records_judges_and_charts_its_latency_percentiles(tmp_pat
     assert first.returncode == 0, first.stdout + first.stderr
     second = run_perfgate("run", cwd=tmp_path)
     assert second.returncode in (0, 1, 75), second.stdout + second.stderr  # timings decide
-    assert "judged against 1 earlier run" in second.stdout, second.stdout
-    verdicts = {
-        line.split()[0]: line.split()[-1]
-        for line in second.stdout.splitlines()
-        if line.startswith("  ") and len(line.split()) >= 6
-    }
-    for metric in SERVING_METRICS:
-        assert verdicts.get(metric) in ("pass", "regression", "improvement", "inconclusive")
+    assert "judged against 1 earlier run" in " ".join(second.stdout.split()), second.stdout
 
     with sqlite3.connect(tmp_path / "history.db") as db:
-        (runs,) = db.execute("SELECT count(*) FROM runs").fetchone()
+        runs, newest = db.execute("SELECT count(*), max(id) FROM runs").fetchone()
         rows = db.execute(
             "SELECT mode, metric, value FROM samples WHERE run_id = 1 AND metric IN "
             f"({', '.join('?' * len(SERVING_METRICS))})",
@@ -72,6 +66,14 @@ def test_a_serving_run_records_judges_and_charts_its_latency_percentiles(tmp_pat
             assert len(values) == 3 and all(v > 0 for v in values)  # one per repeat
         p50, p99 = by_metric[(mode, "ttft_ms_p50")], by_metric[(mode, "ttft_ms_p99")]
         assert all(low <= high for low, high in zip(p50, p99, strict=True))
+
+    # The last run's verdicts, as the history keeps them; the table printed last shows the same.
+    last = perfgate_main("history", "show", str(newest), "--json", cwd=tmp_path)
+    assert last.returncode == 0, last.stderr
+    verdicts = {v["metric"]: v["status"] for v in json.loads(last.stdout)["verdicts"]}
+    for metric in SERVING_METRICS:
+        assert verdicts.get(metric) in ("pass", "regression", "improvement", "inconclusive")
+    assert verdict_table(second.stdout) == verdicts, second.stdout
 
     report = (tmp_path / "reports" / "index.html").read_text()
     payload = json.loads(report.split('id="perfgate-data">')[1].split("</script>")[0])
