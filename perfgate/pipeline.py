@@ -31,7 +31,7 @@ from perfgate.config import Config, Scenario, check_history_name, load_config
 from perfgate.devices import detect_gpus
 from perfgate.engines.client import EngineClient
 from perfgate.engines.server_commands import Mode
-from perfgate.engines.validate import Preflight, check_scenario, preflight
+from perfgate.engines.validate import PASS_THROUGH, Preflight, check_scenario, preflight
 from perfgate.equivalence import TeacherScores
 from perfgate.errors import ExitCode, PerfgateError
 from perfgate.fingerprint import default_profile, perfgate_version
@@ -58,6 +58,7 @@ from perfgate.reference import (
 )
 from perfgate.results import Measurement, ModeResult, RunContext, RunRecord
 from perfgate.spec.options import GateOptions
+from perfgate.spec.slowdown import refuse_in_gating_ci
 from perfgate.store import (
     comparable_runs,
     database_errors,
@@ -93,6 +94,16 @@ class GatePlan:
         self.scenarios = {s.name: s for s in selected}
         for scenario in selected:  # refuse what SGLang would refuse, before anything starts
             check_scenario(scenario, self.config.path)
+        self.require_baseline = requires_baseline(options.require_baseline, os.environ)
+        if options.gate and self.require_baseline:  # CI judges the code as it is
+            for scenario in selected:
+                refuse_in_gating_ci(
+                    scenario.name,
+                    os.environ,
+                    scenario.env,
+                    {key: getattr(scenario, key) for key in PASS_THROUGH},
+                    file=self.config.path,
+                )
         self.profile = options.profile or default_profile(detect_gpus())
         check_history_name(self.profile, field="runner profile (--profile, PERFGATE_PROFILE)")
         self.baselines_dir = (
@@ -102,7 +113,6 @@ class GatePlan:
         self.history_url = resolve_history_url(options.db, cwd=cwd, environ={}, config=self.config)
         # A history that is wrong, unreachable or refuses writes fails before measuring.
         probe_write(self.history_url)
-        self.require_baseline = requires_baseline(options.require_baseline, os.environ)
         self.baselines = self._reviewed_baselines() if options.gate else {}
         # The session's false-alarm level, split evenly among the gated scenarios (Bonferroni);
         # inside a scenario, Holm's procedure splits it among the gated metrics.

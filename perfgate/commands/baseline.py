@@ -22,7 +22,7 @@ from perfgate.commands.common import one_scenario
 from perfgate.config import Config, load_config
 from perfgate.devices import detect_gpus
 from perfgate.errors import ConfigError
-from perfgate.fingerprint import default_profile, diff_fingerprints
+from perfgate.fingerprint import default_profile, diff_fingerprints, injected
 from perfgate.gate.attribution import cycle_profile
 from perfgate.gate.estimate import clean_runs
 from perfgate.gate.stats import median, pooled_pairwise_sd
@@ -106,6 +106,21 @@ def _refusals(record: RunRecord, current_fingerprint: dict[str, str] | None) -> 
     return reasons
 
 
+def _refuse_injected(record: RunRecord) -> None:
+    """Refuse a run slowed on purpose (perfgate.spec.slowdown), whatever --force says: it
+    validates the gate, and as a baseline it would make the real code look fast."""
+    slowed = injected(record.measurement.fingerprint)
+    if slowed is not None:
+        raise ConfigError(
+            f"run {record.id} cannot be approved: it was slowed on purpose ({slowed}, "
+            "injected_slowdown in its fingerprint, set by --debug-slow-phase, "
+            "PERFGATE_DEBUG_SLOW_PHASE or the verify delay); no such run becomes a baseline, "
+            "--force or not",
+            field="--run",
+            fix="approve runs measured without the slowdown",
+        )
+
+
 def _load_records(settings: Settings, run_ids: list[int]) -> list[RunRecord]:
     from perfgate.store import history, load_run
 
@@ -144,6 +159,7 @@ def update_baseline(
     baseline = load_baseline(path, **identity) if path.exists() else None
     tolerances, gated = _gating(config, first.scenario, baseline)
     for record in records:
+        _refuse_injected(record)
         refusals = _refusals(record, dict(baseline.fingerprint) if baseline else None)
         if refusals and not force:
             raise ConfigError(
