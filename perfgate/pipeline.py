@@ -35,6 +35,7 @@ from perfgate.engines.validate import PASS_THROUGH, Preflight, check_scenario, p
 from perfgate.equivalence import TeacherScores
 from perfgate.errors import ExitCode, PerfgateError
 from perfgate.fingerprint import default_profile, perfgate_version
+from perfgate.gate.planning import RunPlan
 from perfgate.gate.verdict import Verdict, overall_status
 from perfgate.measure import (
     TimedLoop,
@@ -45,7 +46,7 @@ from perfgate.measure import (
     score_differing,
     teacher_force,
 )
-from perfgate.measured_verdicts import judge_look
+from perfgate.measured_verdicts import judge_look, plan_verdict
 from perfgate.plain_reuse import find_reusable_plain, plain_reuse_key
 from perfgate.progress import SILENT, Reporter
 from perfgate.reference import (
@@ -325,10 +326,11 @@ def reuse_key_for(scenario: Scenario, checked: Preflight) -> str:
 class ScenarioRun:
     """One scenario's runs in one session, and the verdicts judged after each.
 
-    While the gate finds a verdict inconclusive the scenario is measured again (a fresh
-    measurement of both servers, into its own folder), up to the scenario's ``max_runs``:
-    ``looks`` holds the verdicts after each run, so every run is recorded with the verdicts
-    it led to. A failure to measure is remembered in ``error`` and raised again on the next
+    The first look waits for the runs the baseline's spread asks for, and while the gate
+    finds a verdict inconclusive the scenario is measured again (a fresh measurement of both
+    servers, into its own folder), up to the plan's runs: ``looks`` holds, per run, the
+    verdicts of the look that judged it, so every run is recorded with the verdicts it led
+    to. A failure to measure is remembered in ``error`` and raised again on the next
     call.
     """
 
@@ -339,6 +341,7 @@ class ScenarioRun:
     verdicts: list[Verdict] | None = None  # the final ones, once judged
     reference: Reference | None = None  # what the verdicts were judged against
     looks: list[list[Verdict]] = field(default_factory=list)
+    plan: RunPlan | None = None  # the runs the verdict was planned to take, once judged
     _runs: list[Measurement] = field(default_factory=list)
 
     def remembering(self, measure: Callable[[], T]) -> T:
@@ -380,23 +383,47 @@ class ScenarioRun:
     def judge(self, baseline: Baseline, alpha: float, max_runs: int | None = None) -> list[Verdict]:
         """Judge against ``baseline``, measuring again while another run can change the outcome.
 
-        Each look says whether to measure again (perfgate.gate.looks): only while runs are
-        left of ``max_runs``, no metric is a regression already, and some inconclusive
+        The first look waits for the runs the baseline's spread asks for (perfgate.gate.
+        planning: ``plan``, within the scenario's ``max_runner_s`` at what the first run
+        took); each look after it says whether to measure again (perfgate.gate.looks): only
+        while runs are left, no metric is a regression already, and some inconclusive
         metric could still be settled. A run that fails while measuring again ends the loop:
-        the verdicts so far stand (inconclusive) and the failure is kept in ``error``.
-        ``max_runs`` overrides the scenario's budget.
+        the verdicts so far stand (inconclusive, or judged on the runs measured) and the
+        failure is kept in ``error``. ``max_runs`` overrides the scenario's looks.
         """
-        budget = self.scenario.max_runs if max_runs is None else max_runs
+        looks = self.scenario.max_runs if max_runs is None else max_runs
+        self.plan = plan_verdict(
+            self.measurement(),
+            baseline,
+            alpha=alpha,
+            looks=looks,
+            budget_s=self.scenario.max_runner_s,
+        )
+        while len(self._runs) < self.plan.first_look and self._again():
+            pass
+        first = min(self.plan.first_look, len(self._runs))
         while True:
-            look = judge_look(self.measurements(), baseline, alpha=alpha, max_runs=budget)
-            self.looks.append(look.verdicts)
-            if not look.another_run:
+            look = judge_look(
+                self.measurements(),
+                baseline,
+                alpha=alpha,
+                max_runs=self.plan.max_runs,
+                first_runs=first,
+            )
+            # Every run is recorded with the verdicts of the look that judged it: the first
+            # look's runs with the first look's.
+            self.looks += [look.verdicts] * (len(self._runs) - len(self.looks))
+            if not look.another_run or not self._again():
                 return look.verdicts
-            try:
-                self.measure_again()
-            except PerfgateError as error:
-                self.error = error
-                return look.verdicts
+
+    def _again(self) -> bool:
+        """Measure once more; False (the failure kept in ``error``) if that fails."""
+        try:
+            self.measure_again()
+        except PerfgateError as error:
+            self.error = error
+            return False
+        return True
 
     def judge_against(self, reference: Reference, alpha: float) -> list[Verdict]:
         """Judge against `reference` at `alpha`: its baseline's verdicts (measuring again

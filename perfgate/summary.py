@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from perfgate.errors import ExitCode, PerfgateError
-from perfgate.gate.verdict import Status, Verdict
+from perfgate.gate.verdict import Status, Verdict, runs_phrase
 from perfgate.results import RunRecord
 
 
@@ -61,7 +61,7 @@ def render_verdicts(verdicts: Sequence[Verdict]) -> list[str]:
     ]
     for v in verdicts:
         runs = f"{v.runs}/{v.baseline_runs}" if v.runs is not None else "-"
-        tolerance = "-" if v.tolerance is None else f"{v.tolerance:.0%}"
+        tolerance = "-" if v.tolerance is None else _percent(v.tolerance)
         lines.append(
             f"  {v.metric:<{width}}{_number(v.baseline, '.3f'):>11}"
             f"{_number(v.current, '.3f'):>11}"
@@ -72,6 +72,11 @@ def render_verdicts(verdicts: Sequence[Verdict]) -> list[str]:
             lines.append(f"  {'':<16}{v.message}")
         lines += _why(v)
     return lines
+
+
+def _percent(fraction: float) -> str:
+    """A tolerance as the table shows it: 3%, or 4.5% where the tenth counts."""
+    return f"{fraction:.0%}" if round(fraction * 100, 1).is_integer() else f"{fraction:.1%}"
 
 
 def _why(v: Verdict) -> list[str]:
@@ -94,6 +99,8 @@ def render_record(record: RunRecord, plain_note: str | None = None) -> list[str]
     if record.verdicts:
         lines += [f"  {record.judged_against}"] if record.judged_against else []
         lines += render_verdicts(record.verdicts)
+        cost = runs_phrase(record.verdicts)
+        lines += [f"  runs: {cost}"] if cost else []
     else:
         lines.append(f"  {record.judged_against or 'no verdicts'}")
     lines.append(f"  equivalence: {m.equivalence_line()}")
