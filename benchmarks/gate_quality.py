@@ -20,10 +20,12 @@ run's interval must not rest on the baseline's calm where it decides a pass. Eac
 setting of ``SETTINGS`` is simulated: the defaults (5 repeats, 5 approved runs, 3%
 tolerance), 3 repeats per run, and one approved run.
 
-perfgate's gate runs the session's whole loop: it judges the four metrics as one family
-(``perfgate.gate.judge_look``) and measures another run while the look says another run can
-change the outcome, up to ``--max-runs``. The other rules judge the same approved runs and
-the same first current run, as they would in CI:
+perfgate's gate runs the session's whole loop (``session_loop``, as
+``perfgate.pipeline.ScenarioRun.judge``): it plans the runs of the first look from the
+approved runs' spread (``perfgate.gate.planning``, at most ``--budget-runs`` in all), judges
+the four metrics as one family (``perfgate.gate.judge_look``) and measures as many runs again
+while the look says more can change the outcome, up to ``--max-runs`` looks. The other rules
+judge the same approved runs and the same first current run, as they would in CI:
 
 * pytest-benchmark ``--benchmark-compare-fail=mean:5%``: the mean time of a repeat
   (1 / tok/s) against the latest saved run's, failing above +5%.
@@ -37,6 +39,10 @@ the tolerance, the least detection at twice the tolerance or more, the mean numb
 per verdict (at no change, and over the grid of changes), and the share still inconclusive
 at the end. The ``too noisy`` shape lies outside what a 3% tolerance can resolve with 5
 approved runs; it is shown, not counted in the worst case.
+
+Last, unless ``--no-gpu``: the GPU scenario with each gated metric on the noise its committed
+H200 launches measured, against the goals of a gate that sees 6% there
+(``benchmarks/gate_quality_gpu.py``).
 """
 
 from __future__ import annotations
@@ -54,6 +60,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from perfgate.gate import DEFAULT_ALPHA, DEFAULT_BETA, Status, judge_look
+from perfgate.gate.planning import plan_runs
 from perfgate.gate.stats import t_ppf
 from perfgate.metrics import METRICS, Direction
 
@@ -199,6 +206,7 @@ class Settings:
     max_runs: int
     alpha: float
     beta: float
+    budget_runs: int | None = None  # the runs a verdict may take in all (runner time)
 
 
 Runs = dict[str, list[list[float]]]  # metric -> runs -> repeats
@@ -211,25 +219,53 @@ def gate_trial(
     settings: Settings,
 ) -> tuple[Status, bool, int]:
     """perfgate's session loop: judge the family, measuring again while the look says so."""
-    current: Runs = {m: [first[m]] for m in GATED}
     tolerances = dict.fromkeys(GATED, settings.tolerance)
+    statuses, runs = session_loop(baseline, first, again, tolerances, GATED, settings)
+    alarm = any(s is Status.REGRESSION for s in statuses.values())
+    return statuses[CHANGED], alarm, runs
+
+
+def session_loop(
+    baseline: Runs,
+    first: dict[str, list[float]],
+    again: Callable[[], dict[str, list[float]]],
+    tolerances: dict[str, float],
+    gated: Sequence[str],
+    settings: Settings,
+) -> tuple[dict[str, Status], int]:
+    """What perfgate.pipeline.ScenarioRun.judge does: plan the runs from the baseline's spread
+    (perfgate.gate.planning), measure them, then judge, measuring again while a look says so.
+    Returns each metric's final status and the runs measured."""
+    plan = plan_runs(
+        baseline,
+        tolerances,
+        gated,
+        alpha=settings.alpha,
+        beta=settings.beta,
+        looks=settings.max_runs,
+        budget_runs=settings.budget_runs,
+    )
+    current: Runs = {m: [first[m]] for m in gated}
+    while len(current[gated[0]]) < plan.first_look:
+        for m, values in again().items():
+            current[m].append(values)
     while True:
         look = judge_look(
             baseline,
             current,
             tolerances,
-            GATED,
+            gated,
             alpha=settings.alpha,
             beta=settings.beta,
-            max_runs=settings.max_runs,
+            max_runs=plan.max_runs,
+            first_runs=plan.first_look,
         )
         if not look.another_run:
             break
-        for m, values in again().items():
-            current[m].append(values)
-    statuses = {v.metric: v.status for v in look.verdicts}
-    alarm = any(s is Status.REGRESSION for s in statuses.values())
-    return statuses[CHANGED], alarm, look.number
+        while len(current[gated[0]]) < look.next_runs:
+            for m, values in again().items():
+                current[m].append(values)
+    return {v.metric: v.status for v in look.verdicts}, look.number
 
 
 def pytest_benchmark_alarm(
@@ -463,7 +499,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--alpha", type=float, default=DEFAULT_ALPHA)
     parser.add_argument("--beta", type=float, default=DEFAULT_BETA)
     parser.add_argument(
+        "--budget-runs",
+        type=int,
+        default=10,
+        help="the runs a verdict may take in all (what 600 s of runner time allow the GPU "
+        "scenario)",
+    )
+    parser.add_argument(
         "--noise-scale", type=float, default=1.0, help="multiply every shape's noise by this"
+    )
+    parser.add_argument(
+        "--no-gpu",
+        dest="gpu",
+        action="store_false",
+        help="leave out the GPU scenario on its measured noise (benchmarks/gate_quality_gpu.py)",
     )
     args = parser.parse_args(argv)
     for key in args.setting or list(SETTINGS):
@@ -476,6 +525,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             args.max_runs,
             args.alpha,
             args.beta,
+            args.budget_runs,
         )
         started = time.perf_counter()
         results = simulate(settings, args.trials, args.seed, args.jobs)
@@ -486,6 +536,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             f"beta {args.beta}, noise x{args.noise_scale}, seed {args.seed}; {elapsed:.0f} s"
         )
         print("\n".join(render(results) + goals(results) + detail(results)))
+    if args.gpu:
+        from gate_quality_gpu import report
+
+        print("\n".join(report(args.trials, args.seed, args.jobs)))
     return 0
 
 

@@ -30,6 +30,12 @@ def current_runs(measurements: Sequence[Measurement]) -> dict[str, list[tuple[fl
     return runs
 
 
+# What a run costs beyond its measurement (from its servers' start to its end): the pytest
+# session's start, judging, recording. On an H200 a run of the GPU scenario took 48-56 s of
+# runner time, its two servers 46 (benchmarks/results/h200-real-weights.md, fifth section).
+RUN_OVERHEAD_S = 10.0
+
+
 def runner_s(measurements: Sequence[Measurement]) -> float:
     """The runner time the runs took, in seconds: each from its start to its end."""
     return sum(max((m.finished_at - m.started_at).total_seconds(), 0.0) for m in measurements)
@@ -45,7 +51,8 @@ def plan_verdict(
 ) -> RunPlan:
     """The runs a verdict of ``first``'s scenario takes against ``baseline``, planned from the
     approved runs' spread (perfgate.gate.planning): at most ``looks`` looks, and as many runs
-    in all as ``budget_s`` of runner time allows at what the ``first`` run took.
+    in all as ``budget_s`` of runner time allows at what the ``first`` run took (with
+    RUN_OVERHEAD_S a run for what its measurement does not time).
 
     A run whose environment differs from the baseline's is judged once: its verdicts are
     incomparable whatever else is measured.
@@ -55,7 +62,7 @@ def plan_verdict(
     took = runner_s([first])
     budget = None
     if budget_s is not None and took > 0:
-        budget = max(math.floor(budget_s / took), 1)
+        budget = max(math.floor(budget_s / (took + RUN_OVERHEAD_S)), 1)
     return plan_runs(
         baseline.metric_runs(),
         baseline.tolerances,

@@ -385,7 +385,8 @@ class ScenarioRun:
 
         The first look waits for the runs the baseline's spread asks for (perfgate.gate.
         planning: ``plan``, within the scenario's ``max_runner_s`` at what the first run
-        took); each look after it says whether to measure again (perfgate.gate.looks): only
+        took); each look after it judges as many more, and says whether to measure them
+        (perfgate.gate.looks): only
         while runs are left, no metric is a regression already, and some inconclusive
         metric could still be settled. A run that fails while measuring again ends the loop:
         the verdicts so far stand (inconclusive, or judged on the runs measured) and the
@@ -413,8 +414,11 @@ class ScenarioRun:
             # Every run is recorded with the verdicts of the look that judged it: the first
             # look's runs with the first look's.
             self.looks += [look.verdicts] * (len(self._runs) - len(self.looks))
-            if not look.another_run or not self._again():
+            if not look.another_run:
                 return look.verdicts
+            while len(self._runs) < look.next_runs:
+                if not self._again():
+                    return look.verdicts
 
     def _again(self) -> bool:
         """Measure once more; False (the failure kept in ``error``) if that fails."""

@@ -31,7 +31,7 @@ from perfgate.gate.estimate import clean_runs
 from perfgate.gate.planning import run_sd, supported_tolerance
 from perfgate.gate.stats import median, pooled_pairwise_sd
 from perfgate.gate.verdict import Status
-from perfgate.measured_verdicts import runner_s
+from perfgate.measured_verdicts import RUN_OVERHEAD_S, runner_s
 from perfgate.reference import scenario_gating
 from perfgate.results import Measurement, RunRecord
 from perfgate.settings import Settings, add_options
@@ -235,7 +235,7 @@ def derive_tolerances(
     """
     runs = baseline.metric_runs()
     took = sorted(runner_s([r.measurement]) for r in records)
-    run_s = took[len(took) // 2] if took else 0.0
+    run_s = took[len(took) // 2] + RUN_OVERHEAD_S if took else 0.0
     budget = max(math.floor(scenario.max_runner_s / run_s), 1) if run_s > 0 else 1
     tolerances = dict(baseline.tolerances)
     notes = []

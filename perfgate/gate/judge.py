@@ -126,8 +126,9 @@ class Look:
     """The verdicts of one look at a scenario's runs, and whether to measure another run.
 
     ``number`` is how many current runs were judged, of at most ``max_runs``; the first look
-    judged ``first_runs`` of them, and each look after it one more. ``another_run`` is True
-    only where another run can change the outcome:
+    judged ``first_runs`` of them, and each look after it ``first_runs`` more (the last one
+    what is left), so another look means measuring :attr:`next_runs` in all. ``another_run``
+    is True only where another run can change the outcome:
     runs are left, no metric is already a regression (that fixes the scenario's status),
     and some inconclusive metric could still be settled (see perfgate.gate.looks).
     """
@@ -137,6 +138,11 @@ class Look:
     max_runs: int
     another_run: bool
     first_runs: int = 1  # the runs of the first look (perfgate.gate.planning)
+
+    @property
+    def next_runs(self) -> int:
+        """The runs the next look judges: a group of ``first_runs`` more, within the budget."""
+        return min(self.number + self.first_runs, self.max_runs)
 
 
 def judge_look(
@@ -171,8 +177,8 @@ def judge_look(
         The run budget. 1 judges the runs given once and for all.
     first_runs
         The runs the first look judges (perfgate.gate.planning plans them); each later look
-        judges one more, so ``alpha`` and ``beta`` are spent over ``max_runs - first_runs +
-        1`` looks, and this one is the ``len(current) - first_runs + 1``-th.
+        judges as many more (the last what is left of ``max_runs``), so ``alpha`` and
+        ``beta`` are spent over :func:`looks_of` looks. With 1, every run is a look.
 
     Returns
     -------
@@ -183,8 +189,8 @@ def judge_look(
     """
     number = max([len(current.get(m, ())) for m in gated] + [1])
     first_runs = min(max(first_runs, 1), max(max_runs, 1))
-    looks = max(max_runs, 1) - first_runs + 1
-    look = max(number - first_runs + 1, 1)
+    looks = looks_of(max_runs, first_runs)
+    look = looks_of(number, first_runs)
     look_alpha, look_beta = look_levels(alpha, beta, look, looks)
     last_alpha, last_beta = look_levels(alpha, beta, looks, looks)
     verdicts: dict[str, Verdict] = {}
@@ -208,6 +214,16 @@ def judge_look(
     regression = any(v.status is Status.REGRESSION for v in ordered)
     another = number < max_runs and not regression and worth_another
     return Look(ordered, number, max_runs, another, first_runs)
+
+
+def looks_of(runs: int, first_runs: int) -> int:
+    """How many looks judge ``runs`` runs whose looks come in groups of ``first_runs``.
+
+    >>> [looks_of(n, 3) for n in (1, 3, 4, 6, 7, 9)]
+    [1, 1, 2, 2, 3, 3]
+    """
+    first_runs = max(first_runs, 1)
+    return 1 + max(-(-(runs - first_runs) // first_runs), 0)
 
 
 def _unjudgeable(
