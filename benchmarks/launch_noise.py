@@ -3,12 +3,12 @@
     for i in $(seq 10); do perfgate run --scenario S --no-gate --db sqlite:///H.db --report ''; done
     python benchmarks/launch_noise.py H.db S [--after RUN_ID] [--out FILE.md]
 
-Per gated metric (output_tok_s, verify_ms, accept_length, speedup; as the samples table
-stores them): each run's median over its repeats, then across runs the mean of those medians,
-their coefficient of variation (the between-launch spread) and the median over runs of each
-run's own coefficient of variation (the within-run spread). The ratio of the two is the noise
-shape benchmarks/gate_quality.py simulates ("restarts > repeats" is a ratio of 3). Then each
-launch's medians, a row a run.
+Per metric of ``METRICS`` (the gated ones, decode_tok_s among them, and the phases of the
+cycle; as the samples table stores them): each run's median over its repeats, then across runs
+the mean of those medians, their coefficient of variation (the between-launch spread) and the
+median over runs of each run's own coefficient of variation (the within-run spread). The ratio
+of the two is the noise shape benchmarks/gate_quality.py simulates ("restarts > repeats" is a
+ratio of 3). Then each launch's medians, a row a run.
 """
 
 from __future__ import annotations
@@ -19,7 +19,16 @@ import statistics
 import sys
 from pathlib import Path
 
-METRICS = ("output_tok_s", "verify_ms", "accept_length", "speedup")
+METRICS = (
+    "output_tok_s",
+    "verify_ms",
+    "accept_length",
+    "speedup",
+    "decode_tok_s",
+    "cycle_ms",
+    "draft_ms",
+    "draft_extend_ms",
+)
 
 
 def cv(values: list[float]) -> float:

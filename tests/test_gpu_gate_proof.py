@@ -1,0 +1,63 @@
+"""benchmarks/gpu_gate_proof.sh and its helpers: usage, the injection it sizes, the tables it
+joins, the simulation it is planned on (run end to end on the CPU with --smoke, by hand)."""
+
+from __future__ import annotations
+
+import importlib
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from .conftest import REPO
+
+BENCHMARKS = REPO / "benchmarks"
+sys.path.insert(0, str(BENCHMARKS))
+
+
+def test_an_unknown_stage_exits_64_naming_the_stages(tmp_path: Path) -> None:
+    done = subprocess.run(
+        ["bash", str(BENCHMARKS / "gpu_gate_proof.sh"), str(tmp_path / "out"), "verdict"],
+        capture_output=True,
+        text=True,
+        check=False,
+        env={"PATH": "/usr/bin:/bin", "STATE": str(tmp_path / "state")},
+    )
+    assert done.returncode == 64
+    assert "unknown stage 'verdict'; stages are train, diagnose, launch, approve, verdicts" in (
+        done.stderr
+    )
+
+
+def test_the_tok_s_injection_is_sized_from_the_baseline_s_own_figures() -> None:
+    proof = importlib.import_module("gate_proof")
+    # The record's GPU scenario: 2048 tokens at 11680 tok/s, 68 cycles of 2.086 ms.
+    run = {"samples": {"output_tok_s": [11680.0], "accept_length": [3.765]},
+           "phase_ms": {"spec": {"cycle": [2.086]}}}  # fmt: skip
+    fraction = proof.injection_fraction([run], 2048, 256)
+    repeat_ms, decode_ms = 2048 / 11680 * 1000, 256 / 3.765 * 2.086
+    assert abs(repeat_ms / (repeat_ms + fraction * decode_ms) - 0.94) < 1e-9  # tok/s -6%
+
+
+def test_the_verdict_table_counts_each_kind(tmp_path: Path) -> None:
+    proof = importlib.import_module("gate_proof")
+    rows = [
+        {"kind": kind, "run": n, "exit": code, "status": status, "metrics": {}, "runs": 2,
+         "planned_runs": 2, "run_budget": 6, "runner_s": 104.0, "wall_s": 110, "why": {}}
+        for n, (kind, code, status) in enumerate(
+            [("unchanged", 0, "pass"), ("verify_plus_2", 1, "regression")], 1
+        )
+    ]  # fmt: skip
+    (tmp_path / "verdicts.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    text = "\n".join(proof._verdicts(tmp_path / "verdicts.jsonl"))
+    assert "| unchanged | 1 | 0 | 1 | 0 | 2.00 | 104 s |" in text
+    assert "| verify_plus_2 | 1 | 1 | 0 | 0 | 2.00 | 104 s |" in text
+
+
+def test_the_gpu_simulation_catches_a_slower_verify_at_the_chosen_tolerances() -> None:
+    gpu = importlib.import_module("gate_quality_gpu")
+    (chosen,) = [s for s in gpu.gpu_settings() if s.name == "chosen, 10 approved"]
+    assert dict(chosen.tolerances) == gpu.CHOSEN
+    _, _, tally = gpu.run_gpu_cell((chosen, "verify +2%", 20, 1))
+    assert tally.trials == 20 and tally.regressions["verify_ms"] == 20
+    assert 1 <= tally.runs / 20 <= gpu.BUDGET_RUNS
