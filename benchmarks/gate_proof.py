@@ -70,7 +70,7 @@ def plan(args: argparse.Namespace) -> int:
         baseline.gated,
         alpha=load_config(args.config).alpha,
         beta=DEFAULT_BETA,
-        looks=scenario.max_runs,
+        max_runs=scenario.max_runs,
         budget_runs=budget,
     )
     lines = [

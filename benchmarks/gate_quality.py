@@ -22,9 +22,10 @@ tolerance), 3 repeats per run, and one approved run.
 
 perfgate's gate runs the session's whole loop (``session_loop``, as
 ``perfgate.pipeline.ScenarioRun.judge``): it plans the runs of the first look from the
-approved runs' spread (``perfgate.gate.planning``, at most ``--budget-runs`` in all), judges
-the four metrics as one family (``perfgate.gate.judge_look``) and measures as many runs again
-while the look says more can change the outcome, up to ``--max-runs`` looks. The other rules
+approved runs' spread (``perfgate.gate.planning``), judges the four metrics as one family
+(``perfgate.gate.judge_look``) and measures as many runs again while the look says more can
+change the outcome, up to ``--max-runs`` runs in all (the scenario's ``max_runs``) and
+``--budget-runs`` (what the runner time allows). The other rules
 judge the same approved runs and the same first current run, as they would in CI:
 
 * pytest-benchmark ``--benchmark-compare-fail=mean:5%``: the mean time of a repeat
@@ -242,7 +243,7 @@ def session_loop(
         gated,
         alpha=settings.alpha,
         beta=settings.beta,
-        looks=settings.max_runs,
+        max_runs=settings.max_runs,
         budget_runs=settings.budget_runs,
     )
     current: Runs = {m: [first[m]] for m in gated}
@@ -495,7 +496,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="simulate only this setting (repeatable); default: every one",
     )
     parser.add_argument("--tolerance", type=float, default=0.03)
-    parser.add_argument("--max-runs", type=int, default=3)
+    parser.add_argument(
+        "--max-runs", type=int, default=3, help="the scenario's max_runs: runs in all"
+    )
     parser.add_argument("--alpha", type=float, default=DEFAULT_ALPHA)
     parser.add_argument("--beta", type=float, default=DEFAULT_BETA)
     parser.add_argument(

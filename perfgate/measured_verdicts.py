@@ -46,18 +46,18 @@ def plan_verdict(
     baseline: Baseline,
     *,
     alpha: float = gate.DEFAULT_ALPHA,
-    looks: int = 1,
+    max_runs: int = 1,
     budget_s: float | None = None,
 ) -> RunPlan:
     """The runs a verdict of ``first``'s scenario takes against ``baseline``, planned from the
-    approved runs' spread (perfgate.gate.planning): at most ``looks`` looks, and as many runs
-    in all as ``budget_s`` of runner time allows at what the ``first`` run took (with
+    approved runs' spread (perfgate.gate.planning): at most ``max_runs`` runs, and no more
+    than ``budget_s`` of runner time allows at what the ``first`` run took (with
     RUN_OVERHEAD_S a run for what its measurement does not time).
 
     A run whose environment differs from the baseline's is judged once: its verdicts are
     incomparable whatever else is measured.
     """
-    if looks <= 1 or diff_fingerprints(baseline.fingerprint, first.fingerprint):
+    if max_runs <= 1 or diff_fingerprints(baseline.fingerprint, first.fingerprint):
         return single_run_plan(1)
     took = runner_s([first])
     budget = None
@@ -69,7 +69,7 @@ def plan_verdict(
         baseline.gated,
         alpha=alpha,
         beta=gate.DEFAULT_BETA,
-        looks=looks,
+        max_runs=max_runs,
         budget_runs=budget,
     )
 

@@ -390,14 +390,14 @@ class ScenarioRun:
         while runs are left, no metric is a regression already, and some inconclusive
         metric could still be settled. A run that fails while measuring again ends the loop:
         the verdicts so far stand (inconclusive, or judged on the runs measured) and the
-        failure is kept in ``error``. ``max_runs`` overrides the scenario's looks.
+        failure is kept in ``error``. ``max_runs`` overrides the scenario's.
         """
-        looks = self.scenario.max_runs if max_runs is None else max_runs
+        budget = self.scenario.max_runs if max_runs is None else max_runs
         self.plan = plan_verdict(
             self.measurement(),
             baseline,
             alpha=alpha,
-            looks=looks,
+            max_runs=budget,
             budget_s=self.scenario.max_runner_s,
         )
         while len(self._runs) < self.plan.first_look and self._again():

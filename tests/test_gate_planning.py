@@ -39,7 +39,7 @@ def runs_of(
 
 def test_a_calm_baseline_is_judged_after_every_run_as_before() -> None:
     baseline = {m: runs_of(0.003, 10, seed) for seed, m in enumerate(GATED)}
-    plan = plan_runs(baseline, dict.fromkeys(GATED, 0.03), GATED, alpha=0.2, beta=0.2, looks=3)
+    plan = plan_runs(baseline, dict.fromkeys(GATED, 0.03), GATED, alpha=0.2, beta=0.2, max_runs=3)
     assert (plan.first_look, plan.max_runs, plan.short) == (1, 3, ())
 
 
@@ -47,18 +47,20 @@ def test_launches_that_scatter_near_the_tolerance_wait_for_several_runs() -> Non
     # Launches about 2-3% apart (as tok/s scattered over ten launches on an H200), against 5%.
     baseline = {"output_tok_s": runs_of(0.03, 10, 6), "verify_ms": runs_of(0.001, 10, 2)}
     tolerances = {"output_tok_s": 0.05, "verify_ms": 0.01}
-    plan = plan_runs(baseline, tolerances, GATED, alpha=0.2, beta=0.2, looks=3, budget_runs=11)
+    plan = plan_runs(baseline, tolerances, GATED, alpha=0.2, beta=0.2, max_runs=10, budget_runs=11)
     tok_s, verify = plan.metrics
     assert 2 <= plan.first_look == tok_s.first_look <= 6 and verify.first_look == 1
-    assert plan.max_runs == min(3 * plan.first_look, 11)  # three looks of as many runs
+    assert plan.max_runs == 10  # the scenario's cap: the runner time allows 11
     assert "output_tok_s's approved launches scatter" in plan.describe()
     # At 3% it would need more runs than eleven: the plan says so and stays within the cap.
     tight = plan_runs(baseline, {**tolerances, "output_tok_s": 0.03}, GATED, alpha=0.2,
-                      beta=0.2, looks=3, budget_runs=11)  # fmt: skip
+                      beta=0.2, max_runs=20, budget_runs=11)  # fmt: skip
     assert tight.short == ("output_tok_s",) and tight.max_runs == 11
-    assert "would need more runs than the runner time allows (11)" in tight.describe()
-    assert 0.03 < supported_tolerance(tok_s.run_sd or 0, 10, alpha=0.2, beta=0.2, looks=3,
-                                      budget_runs=11) <= 0.06  # fmt: skip
+    assert "would need more runs than the 11 allowed (what the runner time allows)" in (
+        tight.describe()
+    )
+    assert 0.03 < supported_tolerance(tok_s.run_sd or 0, 10, alpha=0.2, beta=0.2,
+                                      max_runs=11) <= 0.06  # fmt: skip
 
 
 def test_the_first_look_judges_its_runs_at_the_first_look_s_levels() -> None:
@@ -81,6 +83,8 @@ def test_a_session_measures_the_planned_runs_before_it_judges(tmp_path: Path) ->
     run = ScenarioRun(scenario, tmp_path, measurer)
     verdicts = run.judge(baseline, alpha=0.2)
     assert run.plan is not None and run.plan.first_look > 1
+    # max_runs counts runs in all, not looks: 3 runs at most, however the first look is planned.
+    assert run.plan.max_runs == 3 and len(run.measurements()) <= 3
     assert len(run.measurements()) >= run.plan.first_look
     assert len(run.looks) == len(run.measurements())  # each run has its look's verdicts
     assert run.looks[0] == run.looks[run.plan.first_look - 1]

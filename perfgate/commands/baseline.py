@@ -245,14 +245,15 @@ def derive_tolerances(
             continue
         sd, count = found
         supported = supported_tolerance(
-            sd, count, alpha=alpha, beta=DEFAULT_BETA, looks=scenario.max_runs, budget_runs=budget
+            sd, count, alpha=alpha, beta=DEFAULT_BETA, max_runs=min(scenario.max_runs, budget)
         )
         if supported > tolerances.get(metric, DEFAULT_TOLERANCE):
             tolerances[metric] = supported
             notes.append(
                 f"{metric}: tolerance {supported:.1%}, derived from the approved runs (their "
                 f"launches scatter {sd:.2%}, {count} runs): no sharper verdict fits "
-                f"{budget} runs of {run_s:.0f} s in max_runner_s = {scenario.max_runner_s:g}; "
+                f"{min(scenario.max_runs, budget)} runs (max_runs {scenario.max_runs}, and "
+                f"{run_s:.0f} s a run in max_runner_s = {scenario.max_runner_s:g}); "
                 f"the scenario sets none (set scenarios.{scenario.name}.tolerances.{metric} "
                 "to choose one)"
             )

@@ -70,7 +70,7 @@ from perfgate.gate.interval import (
     p_regression,
     tolerance_bounds,
 )
-from perfgate.gate.looks import look_levels, min_settle_chance, settle_chance
+from perfgate.gate.looks import look_levels, looks_of, min_settle_chance, settle_chance
 from perfgate.gate.verdict import Status, Verdict
 from perfgate.metrics import METRICS
 from perfgate.spec.document import DEFAULT_ALPHA
@@ -214,16 +214,6 @@ def judge_look(
     regression = any(v.status is Status.REGRESSION for v in ordered)
     another = number < max_runs and not regression and worth_another
     return Look(ordered, number, max_runs, another, first_runs)
-
-
-def looks_of(runs: int, first_runs: int) -> int:
-    """How many looks judge ``runs`` runs whose looks come in groups of ``first_runs``.
-
-    >>> [looks_of(n, 3) for n in (1, 3, 4, 6, 7, 9)]
-    [1, 1, 2, 2, 3, 3]
-    """
-    first_runs = max(first_runs, 1)
-    return 1 + max(-(-(runs - first_runs) // first_runs), 0)
 
 
 def _unjudgeable(

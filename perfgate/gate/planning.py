@@ -15,14 +15,15 @@ where, for a metric whose approved runs' centres scatter ``s`` between launches 
 than their repeats imply), with ``K`` approved runs and a tolerance ``T``, the first look's
 interval rests on ``se = s * sqrt(1/K + 1/m)`` and a pass needs its lower bound, ``t`` of
 the first look's beta below the estimate, above ``-T``: a chance of ``Phi(T / se - t)``
-at no change. Each later look adds as many runs again (a verdict of a planned first look of
-3 looks after 3, 6 and 9 runs), up to the scenario's ``max_runs`` looks (perfgate.gate.looks
-spends alpha and beta over them): a look of one run more would barely narrow an interval
-that rests on several.
+at no change. Each later look adds as many runs again (a first look of 3 runs with at most 9
+runs in all: looks after 3, 6 and 9), up to the scenario's ``max_runs`` runs in all
+(perfgate.gate.looks spends alpha and beta over the looks): a look of one run more would
+barely narrow an interval that rests on several.
 
-Every run costs runner time, so the plan is capped: at most ``budget_runs`` runs in all (the
-runner time a verdict may take over what one run took). A metric that needs more is named,
-and :func:`supported_tolerance` says the tightest tolerance its spread allows within the cap.
+Every run costs runner time, so the plan is capped: at most ``max_runs`` runs in all, and at
+most ``budget_runs`` (the runner time a verdict may take over what one run took). A metric
+that needs more is named, and :func:`supported_tolerance` says the tightest tolerance its
+spread allows within the cap.
 With a quiet baseline (the CPU scenarios, launches calm against the tolerance), the first look
 is after one run, as it always was.
 
@@ -35,11 +36,11 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from perfgate.gate.estimate import MIN_SPREAD, clean_runs
 from perfgate.gate.interval import tolerance_bounds
-from perfgate.gate.looks import look_levels
+from perfgate.gate.looks import look_levels, looks_of
 from perfgate.gate.stats import median, median_variance_factor, pooled_pairwise_sd, t_ppf
 from perfgate.metrics import METRICS, Direction
 
@@ -74,8 +75,9 @@ class MetricPlan:
 class RunPlan:
     """The runs of one verdict: the first look after ``first_look`` runs, at most ``max_runs``.
 
-    ``budget_runs`` is the cap the runner time set (None: no cap); ``metrics`` holds each
-    gated metric's plan.
+    ``max_runs`` is the cap: the scenario's ``max_runs``, or fewer where the runner time
+    (``budget_runs``, None: no such cap) allows fewer; ``metrics`` holds each gated metric's
+    plan.
     """
 
     first_look: int
@@ -98,9 +100,10 @@ class RunPlan:
             text += f" ({widest.metric}'s approved launches scatter {widest.run_sd:.1%})"
         if self.short:
             text += (
-                f"; {', '.join(self.short)} would need more runs than the runner time allows "
-                f"({self.budget_runs})"
+                f"; {', '.join(self.short)} would need more runs than the {self.max_runs} allowed"
             )
+            if self.budget_runs is not None and self.budget_runs <= self.max_runs:
+                text += " (what the runner time allows)"
         return text
 
 
@@ -159,16 +162,6 @@ def detect_chance(
     return _normal_cdf((worst - twice) / se - t_ppf(1.0 - alpha, df))
 
 
-def fewest_runs(
-    sd: float, baseline_runs: int, tolerance: float, beta: float, cap: int
-) -> int | None:
-    """The fewest runs (up to ``cap``) whose first look unchanged code passes with FIRST_PASS."""
-    for runs in range(1, max(cap, 1) + 1):
-        if pass_chance(sd, baseline_runs, runs, tolerance, beta) >= FIRST_PASS:
-            return runs
-    return None
-
-
 def plan_runs(
     baseline: Mapping[str, Sequence[Sequence[float]]],
     tolerances: Mapping[str, float],
@@ -176,19 +169,18 @@ def plan_runs(
     *,
     alpha: float,
     beta: float,
-    looks: int,
+    max_runs: int,
     budget_runs: int | None = None,
     default_tolerance: float = 0.03,
 ) -> RunPlan:
     """Plan a verdict's runs from its approved runs (see the module's description).
 
-    ``looks`` is the scenario's ``max_runs``: the looks a verdict may take, the first of
-    them after the planned runs and each later one as many more. ``budget_runs`` caps the runs
-    in all (None: no cap). ``alpha`` and ``beta`` are the scenario's, spent over the looks.
+    ``max_runs`` is the scenario's: the most runs a verdict may take, the first look after
+    the planned runs and each later one as many more. ``budget_runs`` caps them further
+    (the runner time; None: no such cap). ``alpha`` and ``beta`` are the scenario's, spent
+    over the looks.
     """
-    looks = max(looks, 1)
-    cap = budget_runs if budget_runs is not None else 10**6
-    beta_first = look_levels(alpha, beta, 1, looks)[1]
+    cap = max(min(max_runs, budget_runs if budget_runs is not None else max_runs), 1)
     plans = []
     for metric in gated:
         found = run_sd(baseline.get(metric, ()))
@@ -197,56 +189,62 @@ def plan_runs(
             plans.append(MetricPlan(metric, None, len(baseline.get(metric, ())), 1, None))
             continue
         sd, runs = found
-        plans.append(
-            MetricPlan(metric, sd, runs, fewest_runs(sd, runs, tolerance, beta_first, cap), None)
-        )
-    first = max([p.first_look or cap for p in plans] + [1])
-    first = min(first, cap)
-    total = min(first * looks, max(cap, first))
+        first_look = _first_look(sd, runs, tolerance, alpha, beta, cap)
+        plans.append(MetricPlan(metric, sd, runs, first_look, None))
+    first = min(max([p.first_look or cap for p in plans] + [1]), cap)
+    looks = looks_of(cap, first)
     last_alpha = look_levels(alpha, beta, looks, looks)[0] / max(len(gated), 1)
     plans = [
-        MetricPlan(
-            p.metric,
-            p.run_sd,
-            p.baseline_runs,
-            p.first_look,
-            None
+        replace(
+            p,
+            detection=None
             if p.run_sd is None
             else detect_chance(
                 p.run_sd,
                 p.baseline_runs,
-                total,
+                cap,
                 tolerances.get(p.metric, default_tolerance),
                 last_alpha,
             ),
         )
         for p in plans
     ]
-    return RunPlan(first, total, budget_runs, tuple(plans))
+    return RunPlan(first, cap, budget_runs, tuple(plans))
+
+
+def _first_look(
+    sd: float, baseline_runs: int, tolerance: float, alpha: float, beta: float, cap: int
+) -> int | None:
+    """The fewest runs whose first look unchanged code passes with FIRST_PASS, at the first
+    look's beta of a verdict of at most ``cap`` runs planned so (its looks depend on it)."""
+    for runs in range(1, cap + 1):
+        beta_first = look_levels(alpha, beta, 1, looks_of(cap, runs))[1]
+        if pass_chance(sd, baseline_runs, runs, tolerance, beta_first) >= FIRST_PASS:
+            return runs
+    return None
 
 
 def supported_tolerance(
-    sd: float, baseline_runs: int, *, alpha: float, beta: float, looks: int, budget_runs: int
+    sd: float, baseline_runs: int, *, alpha: float, beta: float, max_runs: int
 ) -> float:
     """The tightest tolerance (to 0.1%) at which a metric of this spread is planned within
-    ``budget_runs`` runs and a change of twice it is caught by the last look with
+    ``max_runs`` runs and a change of twice it is caught by the last look with
     DETECT_AT_TWICE, alone among the gated metrics' levels as :func:`plan_runs` spends them
     over four metrics.
 
-    >>> supported_tolerance(0.0268, 20, alpha=0.2, beta=0.2, looks=3, budget_runs=11)  # tok/s
+    >>> supported_tolerance(0.0268, 20, alpha=0.2, beta=0.2, max_runs=10)  # tok/s
     0.034
-    >>> supported_tolerance(0.0010, 10, alpha=0.2, beta=0.2, looks=3, budget_runs=11)  # verify
+    >>> supported_tolerance(0.0010, 10, alpha=0.2, beta=0.2, max_runs=10)  # verify
     0.002
     """
-    looks = max(looks, 1)
-    beta_first = look_levels(alpha, beta, 1, looks)[1]
-    last_alpha = look_levels(alpha, beta, looks, looks)[0] / 4
+    cap = max(max_runs, 1)
     for step in range(1, 1000):
         tolerance = step / 1000
-        first = fewest_runs(sd, baseline_runs, tolerance, beta_first, budget_runs)
+        first = _first_look(sd, baseline_runs, tolerance, alpha, beta, cap)
         if first is None:
             continue
-        total = min(first * looks, budget_runs)
-        if detect_chance(sd, baseline_runs, total, tolerance, last_alpha) >= DETECT_AT_TWICE:
+        looks = looks_of(cap, first)
+        last_alpha = look_levels(alpha, beta, looks, looks)[0] / 4
+        if detect_chance(sd, baseline_runs, cap, tolerance, last_alpha) >= DETECT_AT_TWICE:
             return tolerance
     return 0.999

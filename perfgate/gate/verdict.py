@@ -90,9 +90,9 @@ def runs_phrase(verdicts: Iterable[Verdict]) -> str | None:
     """What a scenario's verdict cost: its runs, their plan and their runner time; None where
     the verdicts do not say (judged before they did, or without a baseline).
 
-    >>> print(runs_phrase([Verdict("output_tok_s", Status.PASS, "", runs=3, planned_runs=2,
-    ...     run_budget=5, runner_s=156.2)]))  # doctest: +NORMALIZE_WHITESPACE
-    3 in 156 s of runner time (at most 5; the first look after 2 runs,
+    >>> print(runs_phrase([Verdict("output_tok_s", Status.PASS, "", runs=4, planned_runs=2,
+    ...     run_budget=10, runner_s=208.4)]))  # doctest: +NORMALIZE_WHITESPACE
+    4 in 208 s of runner time (at most 10; the first look after 2 runs,
     as the baseline's spread asks)
     """
     v = next((v for v in verdicts if v.runner_s is not None), None)

@@ -57,10 +57,10 @@ class Scenario:
     python: str | None = None
     startup_timeout_s: float = 120.0
     request_timeout_s: float = 600.0
-    # The gate measures another run (a fresh server launch) while a verdict is inconclusive:
-    # up to this many looks, the first after the runs the baseline's spread asks for
-    # (perfgate.gate.planning), each later one a run more; all within max_runner_s of the
-    # runner's time, as the first run's time says.
+    # The gate measures another run (a fresh server launch) while a verdict is inconclusive,
+    # up to this many runs in all: the first look after the runs the baseline's spread asks
+    # for (perfgate.gate.planning), each later one as many more; all within max_runner_s of
+    # the runner's time, as the first run's time says.
     max_runs: int = 3
     max_runner_s: float = 600.0
     # Equivalence: a divergence whose plain top-1/top-2 logprob gap is at most this (nats) is a
