@@ -63,6 +63,20 @@ def test_launches_that_scatter_near_the_tolerance_wait_for_several_runs() -> Non
                                       max_runs=11) <= 0.06  # fmt: skip
 
 
+def test_the_first_look_waits_until_every_noisy_metric_passes_it_together() -> None:
+    # Three metrics whose launches scatter 1.5-2.2% against 3.5%: each alone would be judged
+    # after at most 6 runs, but at 6 one of the three fails its first look too often.
+    seeds = {"output_tok_s": 6, "speedup": 20, "decode_tok_s": 40}
+    baseline = {m: runs_of(0.02, 10, seed) for m, seed in seeds.items()}
+    plan = plan_runs(baseline, dict.fromkeys(seeds, 0.035), tuple(seeds), alpha=0.2, beta=0.2,
+                     max_runs=10)  # fmt: skip
+    alone = [m.first_look or 0 for m in plan.metrics]
+    assert max(alone) == 6 and plan.first_look == 7
+    widest = plan_runs({"decode_tok_s": baseline["decode_tok_s"]}, {"decode_tok_s": 0.035},
+                       ("decode_tok_s",), alpha=0.2, beta=0.2, max_runs=10)  # fmt: skip
+    assert widest.first_look == 6  # one metric: its own plan, as before
+
+
 def test_the_first_look_judges_its_runs_at_the_first_look_s_levels() -> None:
     baseline = {m: runs_of(0.003, 5, 3) for m in GATED}
     current = {m: runs_of(0.003, 4, 4) for m in GATED}
