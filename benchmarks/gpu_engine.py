@@ -144,7 +144,8 @@ def make_plan(args: argparse.Namespace) -> Plan:
         + (("--enable-torch-compile",) if args.compile else ()),
     )
     if args.smoke:
-        plan = replace(plan, prompts=plan.prompts[:2], **smoke_models(args.out / "models"))
+        models = smoke_models(args.out / "models")
+        plan = replace(plan, prompts=plan.prompts[:2], model=models["model"], draft=models["draft"])
     return plan
 
 

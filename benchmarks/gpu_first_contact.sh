@@ -4,7 +4,8 @@
 #   benchmarks/gpu_first_contact.sh OUTDIR
 #
 # For each shipped scenario that runs on a GPU with the embedded engine (SGLang scenarios need
-# model weights from a hub, so they are listed and left out): `perfgate doctor`, then
+# model weights from a hub, or SGLang staged with benchmarks/sglang_live.sh, so they are listed
+# and left out): `perfgate doctor`, then
 #   1. `perfgate run`: no reviewed baseline on this machine, so the run records itself as the
 #      local reference (exit 0 expected);
 #   2. `perfgate run --no-gate` twice more, as docs/baselines.md asks before a first approval;
@@ -22,12 +23,10 @@ if [[ $# -ne 1 ]]; then
   echo "usage: $0 OUTDIR" >&2
   exit 64
 fi
-mkdir -p "$1"
-out=$(cd "$1" && pwd)
-repo=$(cd "$(dirname "$0")/.." && pwd)
-python=${PYTHON:-python3}
+# shellcheck source=record.sh source-path=SCRIPTDIR
+source "$(dirname "$0")/record.sh"
 work=$(mktemp -d "${TMPDIR:-/tmp}/first-contact.XXXXXX")
-exec > >(tee "$out/run.log") 2>&1
+record_start "$1" # perfgate as installed: not the checkout's (no use_checkout)
 cd "$repo" || exit 1
 
 # shellcheck disable=SC2329  # called by name, as the command `expect` runs
@@ -50,7 +49,7 @@ expect() {  # expect CODE DESCRIPTION COMMAND...: run it, say whether it ended w
   fi
 }
 
-nvidia-smi -L 2> /dev/null || echo "no nvidia-smi"
+describe_machine
 mapfile -t scenarios < <("$python" - <<'EOF'
 import torch
 from perfgate.config import load_config
@@ -60,6 +59,8 @@ for s in load_config("perfgate.toml").scenarios.values():
         print(f"# {s.name}: tp = {s.tp} needs {s.tp} GPUs, this machine shows {gpus}: left out")
     elif s.engine == "embedded" and (s.device or "").startswith("cuda"):
         print(s.name)
+    elif s.engine == "sglang" and s.model.startswith(".perfgate/export/"):
+        print(f"# {s.name}: SGLang with perfgate's exported models: benchmarks/sglang_live.sh")
     elif s.engine == "sglang":
         print(f"# {s.name}: SGLang with {s.model}, whose weights come from a hub: left out")
 EOF

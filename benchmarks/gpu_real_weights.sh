@@ -54,16 +54,13 @@ for stage_name in "$@"; do # gate is launch, then judge
 done
 # shellcheck source=stages.sh source-path=SCRIPTDIR
 source "$(dirname "$0")/stages.sh"
+# shellcheck source=record.sh source-path=SCRIPTDIR
+source "$(dirname "$0")/record.sh"
 check_stages "train bandwidth sweep gate launch judge" "${stages[@]}"
-repo=$(cd "$(dirname "$0")/.." && pwd)
-python=${PYTHON:-python3}
+record_start "$out"
+use_checkout
 state=${STATE:-$repo/.cache/gpu-real-weights}
-mkdir -p "$out" "$state"
-out=$(cd "$out" && pwd)
-export PYTHONPATH="$repo${PYTHONPATH:+:$PYTHONPATH}"
-export NCCL_NVLS_ENABLE=${NCCL_NVLS_ENABLE:-0}
-export PYTHONUNBUFFERED=1
-exec > >(tee "$out/run.log") 2>&1
+mkdir -p "$state"
 cd "$repo" || exit 1
 
 scenario=${SCENARIO:-embedded-large-gpu}
@@ -78,26 +75,16 @@ if [[ $smoke -eq 1 ]]; then
   # The same stages on the CPU with the tiny models; training at a hundredth of its steps.
   scenario=embedded-cpu-smoke
   config=$state/perfgate.toml
-  cat > "$config" <<EOF
-[scenarios.$scenario]
-engine = "embedded"
-model = "perfgate/llama-tiny"
-draft = "perfgate/eagle3-llama-tiny"
-steps = 3
-topk = 1
-draft_tokens = 4
-dtype = "float32"
-device = "cpu"
-prompts = ["Return the number of items in the", "Create a new instance of the class with"]
-max_new_tokens = 16
-repeats = 2
-warmup = 1
+  {
+    smoke_scenario "$scenario"
+    cat << 'EOF'
 startup_timeout_s = 120
 extra_args = ["--num-threads", "1", "--enable-torch-compile"]
 # Timings on a shared 2-core CPU move with its load (a judged run under a neighbour's load read
 # tok/s -31%): the smoke gates what does not, acceptance and equivalence.
 gated = ["accept_length"]
 EOF
+  } > "$config"
   train_args=(--size tiny --device cpu --scale 0.01 --skip-quality --out "$state/tiny")
   bandwidth_args=(--device cpu --model perfgate/llama-tiny --replays 5 --blocks 3)
   sweep_args=(--device cpu --steps 1-2 --repeats 1 --accept-rate -1 --max-new-tokens 16)
@@ -115,8 +102,7 @@ failed=0
   echo "Stages: ${stages[*]}; scenario $scenario of ${config/#$repo/.}."
   echo
   echo '```'
-  nvidia-smi -L 2> /dev/null || echo "no nvidia-smi"
-  "$python" -c 'import sys, torch; print("python", sys.version.split()[0], "torch", torch.__version__, "cuda", torch.version.cuda, "GPUs", torch.cuda.device_count())'
+  describe_machine
   echo '```'
   echo
   echo "| step | exit | expected | seconds | command |"

@@ -34,42 +34,27 @@ if [[ $# -ne 1 ]]; then
   echo "usage: $0 [--smoke] OUTDIR" >&2
   exit 64
 fi
-out=$1
-repo=$(cd "$(dirname "$0")/.." && pwd)
-python=${PYTHON:-python3}
+# shellcheck source=record.sh source-path=SCRIPTDIR
+source "$(dirname "$0")/record.sh"
 work=$(mktemp -d "${TMPDIR:-/tmp}/stop-guessing.XXXXXX")
+record_start "$1"
+use_checkout
 mkdir -p "$out/profile"
-out=$(cd "$out" && pwd)
-export PYTHONPATH="$repo${PYTHONPATH:+:$PYTHONPATH}"
-exec > >(tee "$out/run.log") 2>&1
-tee_pid=$!
 
 scenario=embedded-large-gpu
 if [[ $smoke -eq 1 ]]; then
   # The same scenario's shape on the CPU: the trained tiny models, short requests.
   config=$work/perfgate.toml
-  cat > "$config" <<'EOF'
-[perfgate]
-default_scenarios = ["embedded-large-gpu"]
-
-[scenarios.embedded-large-gpu]
-engine = "embedded"
-model = "perfgate/llama-tiny"
-draft = "perfgate/eagle3-llama-tiny"
-steps = 3
-topk = 1
-draft_tokens = 4
-dtype = "float32"
-device = "cpu"
-prompts = ["Return the number of items in the", "Create a new instance of the class with"]
-max_new_tokens = 16
-repeats = 2
-warmup = 1
+  {
+    printf '[perfgate]\ndefault_scenarios = ["%s"]\n\n' "$scenario"
+    smoke_scenario "$scenario"
+    cat << 'EOF'
 startup_timeout_s = 60
 extra_args = ["--num-threads", "1"]
 spec_extra_args = ["--debug-simulate-accept-rate", "0.7"]
 equivalence = "report"
 EOF
+  } > "$config"
   steps=1-2 pairs=5 repeats=2 budget_overhead=60 budget_sweep=60 limit=120 every_limit=60
 else
   # Each stage's limit keeps the whole run under 9.5 minutes even if a stage hangs; an
@@ -79,8 +64,7 @@ else
 fi
 
 echo "== $(date -u +%FT%TZ) stop guessing: $scenario, config $config, work $work"
-nvidia-smi -L 2> /dev/null || echo "no nvidia-smi"
-"$python" -c 'import sys, torch; print("python", sys.version.split()[0], "torch", torch.__version__, "cuda", torch.version.cuda, torch.cuda.is_available())'
+describe_machine
 
 # stage NAME SECONDS COMMAND...: run with a time limit, log its exit code and duration.
 stage() {
@@ -151,9 +135,4 @@ else
   echo "servers' logs and probe files kept in $work"
 fi
 echo "== $(date -u +%FT%TZ) done, exit $status"
-exec 1>&- 2>&-
-wait "$tee_pid" # run.log is whole before the script ends
-# The record is read on other machines: this one's paths become names (., python3, OUT, WORK).
-find "$out" -type f -exec "$python" "$repo/benchmarks/portable_paths.py" \
-  --replace "$work=WORK" --replace "$out=OUT" {} +
-exit "$status"
+record_finish "$status" "$work=WORK" "$out=OUT"

@@ -17,8 +17,11 @@
 #   sweep    `perfgate sweep --scenario embedded-large-tp2 --steps 1-6 --env NCCL_PROTO=LL,Simple
 #            --env NCCL_ALGO=Ring,Tree`: the table (sweep.md, sweep.json), then, at each steps
 #            value, the environment point of least verify time judged against the one of most
-#            by the gate's own statistics (`estimate_change` + `decide`, verify_ms tolerance 3%):
-#            did NCCL's settings move verify beyond the noise of the repeats?
+#            by the gate's own statistics over every launch of each point (perfgate.sweep.noise,
+#            verify_ms tolerance 3%): did NCCL's settings move verify beyond noise? With
+#            SWEEP_LAUNCHES=N (default 1) the sweep runs N times into one history, so that each
+#            point has N launches and the spread between launches is in the judgement (with
+#            one, the table says that it is not);
 #   profile  `perfgate profile` of the TP2 speculative server (rank 0's trace) under its own
 #            environment and under each NCCL point: verify ms per cycle, the communication
 #            category's share of it, and the longest all-reduce kernels of the trace; eager
@@ -56,17 +59,12 @@ stages=("$@")
 [[ ${#stages[@]} -eq 0 ]] && stages=(compare sweep profile endings)
 # shellcheck source=stages.sh source-path=SCRIPTDIR
 source "$(dirname "$0")/stages.sh"
+# shellcheck source=record.sh source-path=SCRIPTDIR
+source "$(dirname "$0")/record.sh"
 check_stages "compare sweep profile endings" "${stages[@]}"
-repo=$(cd "$(dirname "$0")/.." && pwd)
-python=${PYTHON:-python3}
 work=$(mktemp -d "${TMPDIR:-/tmp}/gpu-tp2.XXXXXX")
-mkdir -p "$out"
-out=$(cd "$out" && pwd)
-export PYTHONPATH="$repo${PYTHONPATH:+:$PYTHONPATH}"
-export NCCL_NVLS_ENABLE=${NCCL_NVLS_ENABLE:-0}
-export PYTHONUNBUFFERED=1
-exec > >(tee "$out/run.log") 2>&1
-tee_pid=$!
+record_start "$out"
+use_checkout
 cd "$repo" || exit 1
 
 tp1=embedded-large-gpu
@@ -76,6 +74,7 @@ config=$work/perfgate.toml
 steps=${SWEEP_STEPS:-1-6}
 sweep_repeats=${SWEEP_REPEATS:-3}
 sweep_budget=${SWEEP_BUDGET_S:-480}
+sweep_launches=${SWEEP_LAUNCHES:-1}
 endings=${ENDINGS:-10}
 mem_slack=${MEM_SLACK_MIB:-256}
 run_limit=540 sweep_limit=$((sweep_budget + 100)) profile_limit=150 ending_wait=240
@@ -84,27 +83,17 @@ if [[ $smoke -eq 1 ]]; then
   config=$work/perfgate.toml
   for pair in "$tp1 1" "$tp2 2"; do
     read -r name tp <<< "$pair"
-    cat >> "$config" <<EOF
-[scenarios.$name]
-engine = "embedded"
-model = "perfgate/llama-tiny"
-draft = "perfgate/eagle3-llama-tiny"
-steps = 3
-topk = 1
-draft_tokens = 4
+    {
+      smoke_scenario "$name"
+      cat << EOF
 tp = $tp
-dtype = "float32"
-device = "cpu"
-prompts = ["Return the number of items in the", "Create a new instance of the class with"]
-max_new_tokens = 16
-repeats = 2
-warmup = 1
 startup_timeout_s = 90
 extra_args = ["--num-threads", "1"]
 spec_extra_args = ["--debug-simulate-accept-rate", "0.7"]
 equivalence = "report"
 
 EOF
+    } >> "$config"
   done
   steps=${SWEEP_STEPS:-1-2} sweep_repeats=${SWEEP_REPEATS:-2} endings=${ENDINGS:-3}
   sweep_budget=${SWEEP_BUDGET_S:-120} sweep_limit=$((sweep_budget + 60))
@@ -144,8 +133,7 @@ failed=0
   echo "Stages: ${stages[*]}; config: ${config/#$repo/.}; scenarios $tp1 (TP1), $tp2 ($TP_LABEL)."
   echo
   echo '```'
-  nvidia-smi -L 2> /dev/null || echo "no nvidia-smi"
-  "$python" -c 'import sys, torch; print("python", sys.version.split()[0], "torch", torch.__version__, "cuda", torch.version.cuda, "GPUs", torch.cuda.device_count())'
+  describe_machine
   echo "NCCL_NVLS_ENABLE=$NCCL_NVLS_ENABLE"
   echo '```'
   echo
@@ -223,17 +211,21 @@ EOF
 
 # --- sweep: steps x NCCL settings on TP2 ---------------------------------------------------
 stage_sweep() {
-  # Exit 1 is expected where simulated acceptance makes the speculative outputs differ.
-  step "sweep" "0|1" "$sweep_limit" "$python" -m perfgate sweep --config "$config" --scenario "$tp2" \
-    --name "${TP_LABEL,,}-nccl" --steps "$steps" --env "NCCL_PROTO=$protos" --env NCCL_ALGO=Ring,Tree \
-    --repeats "$sweep_repeats" --budget-s "$sweep_budget" --db "$db" --profile "${TP_LABEL,,}" \
-    --json "$out/sweep.json" --markdown "$out/sweep.md"
+  # Exit 1 is expected where simulated acceptance makes the speculative outputs differ. Each
+  # of SWEEP_LAUNCHES sweeps (same name, same history) adds one launch to every point.
+  local launch
+  for ((launch = 1; launch <= sweep_launches; launch++)); do
+    step "sweep (launch $launch of $sweep_launches)" "0|1" "$sweep_limit" "$python" -m perfgate sweep \
+      --config "$config" --scenario "$tp2" --name "${TP_LABEL,,}-nccl" --steps "$steps" \
+      --env "NCCL_PROTO=$protos" --env NCCL_ALGO=Ring,Tree --repeats "$sweep_repeats" \
+      --budget-s "$sweep_budget" --db "$db" --profile "${TP_LABEL,,}" \
+      --json "$out/sweep.json" --markdown "$out/sweep.md"
+  done
   step "sweep: did NCCL settings move verify" 0 60 "$python" - "$work/history.db" \
     "$out/sweep.json" "$work/sweep-noise.md" <<'EOF'
 import json, sqlite3, sys
-from perfgate.gate.estimate import estimate_change
-from perfgate.gate.judge import decide
 from perfgate.metrics import Direction
+from perfgate.sweep.noise import compare_points
 db, sweep_json, target = sys.argv[1:4]
 TOLERANCE = 0.03  # the scenario's verify_ms tolerance
 con = sqlite3.connect(db)
@@ -241,27 +233,30 @@ points = [p for p in json.load(open(sweep_json))["points"] if p.get("run") and p
 lines = ["| steps | least verify (env) | ms | most verify (env) | ms | change | gate says |",
          "| ---: | --- | ---: | --- | ---: | ---: | --- |"]
 env_name = lambda p: " ".join(f"{k}={v}" for k, v in sorted(p["env"].items())) or "-"
+def launches(p):
+    """Every recorded launch of the point (its sweep label and setting, on its profile):
+    each launch's verify_ms repeats."""
+    (profile,) = con.execute("select profile from runs where id = ?", (p["run"],)).fetchone()
+    runs = [r for (r,) in con.execute(
+        "select id from runs where profile = ? and json_extract(config, '$.sweep') = ? "
+        "and json_extract(config, '$.steps') = ? and json_extract(config, '$.topk') = ? "
+        "and json_extract(config, '$.draft_tokens') = ? order by id",
+        (profile, p["sweep"], p["steps"], p["topk"], p["draft_tokens"]))]
+    return [[v for (v,) in con.execute(
+        "select value from samples where run_id = ? and mode = 'spec' and metric = 'verify_ms' "
+        "order by repeat", (run,))] for run in runs]
 for steps in sorted({p["steps"] for p in points}):
     at = sorted((p for p in points if p["steps"] == steps), key=lambda p: p["verify_ms"])
     if len(at) < 2:
         continue
     fast, slow = at[0], at[-1]
-    def samples(p):
-        return [v for (v,) in con.execute(
-            "select value from samples where run_id = ? and mode = 'spec' and metric = 'verify_ms'",
-            (p["run"],))]
-    estimate = estimate_change([samples(slow)], [samples(fast)])
-    if estimate is None:
-        said = "no samples"
-    else:
-        judgement = decide(estimate, Direction.LOWER_IS_BETTER, TOLERANCE, alpha=0.05, final=True)
-        said = {"improvement": "moved beyond noise", "pass": "within noise or tolerance"}.get(
-            judgement.status.value, judgement.status.value)
+    judged = compare_points(launches(slow), launches(fast), Direction.LOWER_IS_BETTER, TOLERANCE)
     change = fast["verify_ms"] / slow["verify_ms"] - 1
     lines.append(f"| {steps} | {env_name(fast)} | {fast['verify_ms']:.3f} | {env_name(slow)} "
-                 f"| {slow['verify_ms']:.3f} | {change:+.1%} | {said} |")
+                 f"| {slow['verify_ms']:.3f} | {change:+.1%} | {judged.says()} |")
 text = ("At each steps value, the environment point of least verify time judged against the "
-        "point of most, by the gate's statistics (one-sided 5%, verify_ms tolerance 3%).\n\n"
+        "point of most, by the gate's statistics over every launch of each point "
+        "(perfgate.sweep.noise; one-sided 5%, verify_ms tolerance 3%).\n\n"
         + "\n".join(lines) + "\n")
 open(target, "w").write(text)
 print(text)
@@ -498,9 +493,4 @@ done
   echo "Finished $(date -u +%FT%TZ): exit $failed (0: every step ended as expected)."
 } >> "$summary"
 echo "== $(date -u +%FT%TZ) done, exit $failed; work folder $work"
-exec 1>&- 2>&-
-wait "$tee_pid" # run.log is whole before the script ends
-# The record is read on other machines: this one's paths become names (., python3, OUT, WORK).
-find "$out" -type f -exec "$python" "$repo/benchmarks/portable_paths.py" \
-  --replace "$work=WORK" --replace "$out=OUT" {} +
-exit "$failed"
+record_finish "$failed" "$work=WORK" "$out=OUT"

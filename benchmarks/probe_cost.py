@@ -120,10 +120,14 @@ def measure(every: int, pairs: int, cycles: int, device: torch.device) -> dict[s
     }
 
 
+def timing_event() -> torch.cuda.Event:
+    return torch.cuda.Event(enable_timing=True)  # type: ignore[no-untyped-call]
+
+
 def primitive_us(calls: int = 20_000) -> dict[str, float]:
     """CPU microseconds per call of what a timed cycle does on CUDA, one by one."""
-    events = [torch.cuda.Event(enable_timing=True) for _ in range(calls)]
-    done = torch.cuda.Event(enable_timing=True)
+    events = [timing_event() for _ in range(calls)]
+    done = timing_event()
     done.record()
     torch.cuda.synchronize()
 
@@ -146,7 +150,7 @@ def primitive_us(calls: int = 20_000) -> dict[str, float]:
     torch.cuda.synchronize()
     figures["query (finished)"] = per_call(lambda e: e.query())
     figures["elapsed_time (finished)"] = per_call(lambda e: done.elapsed_time(e))
-    figures["create + record"] = per_call(lambda e: torch.cuda.Event(enable_timing=True).record())
+    figures["create + record"] = per_call(lambda e: timing_event().record())
     torch.cuda.synchronize()
     return figures
 

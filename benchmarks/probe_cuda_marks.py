@@ -22,8 +22,12 @@ import torch
 N = 20_000
 
 
+def timing_event() -> torch.cuda.Event:
+    return torch.cuda.Event(enable_timing=True)  # type: ignore[no-untyped-call]
+
+
 def capture_while_querying(x: torch.Tensor, query_from_another_thread: bool) -> str:
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start, end = timing_event(), timing_event()
     start.record()
     x @ x
     end.record()
@@ -32,7 +36,7 @@ def capture_while_querying(x: torch.Tensor, query_from_another_thread: bool) -> 
     def query() -> None:
         while not stop.is_set():
             try:
-                end.query()
+                end.query()  # type: ignore[no-untyped-call]
             except Exception as error:
                 errors.append(repr(error)[:120])
                 return
@@ -64,7 +68,7 @@ def per_call_us(action: object) -> float:
 
 
 def main() -> None:
-    torch.cuda.init()
+    torch.cuda.init()  # type: ignore[no-untyped-call]
     x = torch.randn(4096, 4096, device="cuda")
     print(torch.__version__, torch.cuda.get_device_name())
     print("capture, no other thread:", capture_while_querying(x, False))
@@ -72,15 +76,15 @@ def main() -> None:
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
         capturing = torch.cuda.is_current_stream_capturing()
-        torch.cuda.Event(enable_timing=True).record()
+        timing_event().record()
         x @ x
     print(f"inside a capture: is_current_stream_capturing()={capturing}, an event recorded")
     torch.cuda.synchronize()
 
     def create_and_record() -> None:
-        torch.cuda.Event(enable_timing=True).record()
+        timing_event().record()
 
-    events = [torch.cuda.Event(enable_timing=True) for _ in range(N)]
+    events = [timing_event() for _ in range(N)]
     it = iter(events)
     print(f"create + record a timing event: {per_call_us(create_and_record):.2f} us")
     print(f"record an existing event: {per_call_us(lambda: next(it).record()):.2f} us")
@@ -88,7 +92,8 @@ def main() -> None:
     print(f"is_current_stream_capturing(): {capturing_us:.2f} us")
     torch.cuda.synchronize()
     it = iter(events)
-    print(f"query a finished event: {per_call_us(lambda: next(it).query()):.2f} us")
+    query_us = per_call_us(lambda: next(it).query())  # type: ignore[no-untyped-call]
+    print(f"query a finished event: {query_us:.2f} us")
 
 
 if __name__ == "__main__":

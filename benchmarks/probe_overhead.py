@@ -148,9 +148,10 @@ def measure_in_process(
     from perfgate.engines.embedded.args import check_args
     from perfgate.engines.embedded.args import parse_args as parse_server_args
     from perfgate.engines.embedded.engine import build_app
-    from perfgate.probe import EVERY_VARIABLE, parse_every, runtime
+    from perfgate.probe import runtime
     from perfgate.probe.reader import read_records
     from perfgate.probe.targets import EMBEDDED_TARGETS
+    from perfgate.spec.probe import EVERY_VARIABLE, parse_every
 
     argv = server_command(scenario, mode, port=1).argv  # the port is never opened
     args = parse_server_args(list(argv[argv.index(SERVER_MODULE) + 1 :]))
@@ -172,7 +173,7 @@ def measure_in_process(
     simulated = getattr(app.engine.worker, "simulate", None)
 
     def block() -> float:
-        rates = []
+        rates: list[float] = []
         for _ in range(scenario.repeats):
             app.engine.flush()
             if simulated is not None:  # the same simulated acceptance in every repeat

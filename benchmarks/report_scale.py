@@ -17,6 +17,7 @@ Not a test: figures depend on the machine. Goals: render <= 2 s, file <= 3 MB, l
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import random
 import statistics
@@ -62,7 +63,7 @@ def synthetic_run(i: int, runs: int, rng: random.Random) -> dict[str, Any]:
         return PHASES["verify"] * (1.09 if at > runs * 0.6 else 1.0)
 
     def accept(at: int) -> float:
-        return (1.0 + 0.8 * steps**0.5) * (0.93 if at > runs * 0.3 else 1.0)
+        return (1.0 + 0.8 * math.sqrt(steps)) * (0.93 if at > runs * 0.3 else 1.0)
 
     return {
         "scenario": scenario,

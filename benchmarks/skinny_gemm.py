@@ -28,11 +28,12 @@ of --peak-gb-s; the best Triton configuration; the four shapes' sum as a layer's
 from __future__ import annotations
 
 import argparse
+import functools
 import itertools
 import json
 import os
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -120,7 +121,7 @@ def fits(shape: tuple[int, int], config: tuple[int, ...]) -> bool:
     return shape[1] % (config[2] * config[1]) == 0
 
 
-def check(device: str, configs: list[tuple[int, ...]]) -> int:
+def check(device: str, configs: Sequence[tuple[int, ...]]) -> int:
     """Compare every configuration with torch.mm on small operands of each shape's K."""
     torch.manual_seed(0)
     dtype = torch.bfloat16 if device == "cuda" else torch.float32
@@ -194,7 +195,7 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
                     ways[f"triton {config} WRONG"] = float("nan")
                     continue
                 ways[f"triton {config}"] = products(
-                    x, weights, lambda a, b, c=config: triton_mm(a, b, c)
+                    x, weights, functools.partial(triton_mm, config=config)
                 )
         results["shapes"][name] = {"n": n, "k": k, "bytes": n * k * 2, "us": ways}
         (args.out / "results.json").write_text(json.dumps(results, indent=2) + "\n")  # so far

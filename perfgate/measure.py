@@ -48,6 +48,8 @@ TimedLoop = Callable[[Callable[[], None], int], None]
 # Run with a live server's client and its outputs once its timed repeats are done, before it
 # stops (measure_mode's `while_up`).
 WhileUp = Callable[[EngineClient, tuple[tuple[int, ...], ...]], object]
+# Given every probe record of a server once it has stopped (measure_mode's `on_records`).
+OnRecords = Callable[[Sequence[CycleRecord]], object]
 
 
 def run_rounds(one_repeat: Callable[[], None], rounds: int) -> None:
@@ -76,6 +78,7 @@ def measure_mode(
     probe: bool = True,
     progress: Reporter = SILENT,
     while_up: WhileUp | None = None,
+    on_records: OnRecords | None = None,
 ) -> ModeResult:
     """Launch `scenario`'s server in `mode`, warm it up, time its repeats, and stop it.
 
@@ -87,7 +90,9 @@ def measure_mode(
     shows the server's start, the warm-up and the repeats. `while_up`, if given, is called
     last, with the client and the server's outputs, before the server stops: after the
     timed repeats and once the probe holds their cycles, so its requests count in no figure
-    (each figure covers only the cycles that began inside a repeat).
+    (each figure covers only the cycles that began inside a repeat). `on_records`, if
+    given, is called with every probe record of the server (its `while_up` requests' too)
+    once it has stopped.
     """
     checked = checked or preflight(scenario)
     workdir.mkdir(parents=True, exist_ok=True)
@@ -118,7 +123,11 @@ def measure_mode(
             wait_until_complete(probe_dir, repeats[-1].finished_at)
         if while_up is not None:
             while_up(client, outputs)
+            if probe_dir is not None and on_records is not None:
+                wait_until_complete(probe_dir, time.time())
     records = read_records(probe_dir) if probe_dir is not None else []
+    if on_records is not None:
+        on_records(records)
     # The phases a run records are rank 0's; the other ranks' cycles show in the spread.
     phases = summarize_phases(mode, [r for r in records if r.rank == 0], repeats)
     samples = {

@@ -31,7 +31,13 @@ from perfgate.config import Config, Scenario, check_history_name, load_config
 from perfgate.devices import detect_gpus
 from perfgate.engines.client import EngineClient
 from perfgate.engines.server_commands import Mode
-from perfgate.engines.validate import PASS_THROUGH, Preflight, check_scenario, preflight
+from perfgate.engines.validate import (
+    PASS_THROUGH,
+    Preflight,
+    check_scenario,
+    preflight,
+    require_embedded_extra_here,
+)
 from perfgate.equivalence import TeacherScores
 from perfgate.errors import ExitCode, PerfgateError
 from perfgate.fingerprint import default_profile, perfgate_version
@@ -95,6 +101,7 @@ class GatePlan:
         self.scenarios = {s.name: s for s in selected}
         for scenario in selected:  # refuse what SGLang would refuse, before anything starts
             check_scenario(scenario, self.config.path)
+            require_embedded_extra_here(scenario, self.config.path)
         self.require_baseline = requires_baseline(options.require_baseline, os.environ)
         if options.gate and self.require_baseline:  # CI judges the code as it is
             for scenario in selected:

@@ -99,7 +99,30 @@ def pytest_runtest_call(item: pytest.Item) -> Generator[None, Any, Any]:
         pytest.fail(f"perfgate: {error}{detail}", pytrace=False)
 
 
-def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+# The exit statuses after which pytest prints its terminal summary (_pytest.terminal).
+_SUMMARISED = (
+    pytest.ExitCode.OK,
+    pytest.ExitCode.TESTS_FAILED,
+    pytest.ExitCode.INTERRUPTED,
+    pytest.ExitCode.USAGE_ERROR,
+    pytest.ExitCode.NO_TESTS_COLLECTED,
+)
+
+
+@pytest.hookimpl(wrapper=True, tryfirst=True)
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> Generator[None, Any, Any]:
+    """Finish the gate session (record, report, the exit code), let pytest end (its summary,
+    durations, pytest-benchmark's table, the tests' counts), then print the verdict: the last
+    thing the session prints."""
+    _finish(session, exitstatus)
+    result = yield
+    reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+    if reporter is not None and not reporter.no_summary and exitstatus in _SUMMARISED:
+        _write_verdict(reporter, exitstatus, session.config)
+    return result
+
+
+def _finish(session: pytest.Session, exitstatus: int) -> None:
     value = session.config.stash.get(GATE_SESSION, None)
     if value is None:
         return
@@ -126,7 +149,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         write_pointer(_pointer_root(value), replace(pointer, exit_code=int(session.exitstatus)))
 
 
-def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
+def _write_verdict(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
     value = config.stash.get(GATE_SESSION, None)
     if value is None:
         return

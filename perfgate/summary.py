@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import textwrap
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Protocol
@@ -47,11 +48,14 @@ def _interval(v: Verdict) -> str:
 
 
 def render_verdicts(verdicts: Sequence[Verdict]) -> list[str]:
-    """A fixed-width table of verdicts, one metric per line, explanations under it.
+    """A fixed-width table of verdicts, one line per metric, what explains them under it.
 
     ``interval`` bounds the change (see perfgate.gate.judge); ``runs`` is current runs over
-    approved runs. Non-passing verdicts get their message; throughput verdicts that
-    regressed or improved get their attribution (``why:``).
+    approved runs. Non-passing verdicts are explained below the table, each clause of their
+    messages said once: first the clauses several metrics share, on one line that names them,
+    then each metric's own on its line; what the table shows already (the change, its
+    interval, the tolerance, the runs) not at all. Throughput verdicts that moved get their
+    attribution (``why:``).
     """
     # The metric column fits the longest name (serving_output_tok_s), 16 at least.
     width = max([16, *(len(v.metric) + 2 for v in verdicts)])
@@ -68,8 +72,8 @@ def render_verdicts(verdicts: Sequence[Verdict]) -> list[str]:
             f"{_number(v.change, '+.1%'):>8}  {_interval(v):<15}{tolerance:>5}{runs:>6}"
             f"  {v.status.value}"
         )
-        if v.status not in (Status.PASS, Status.IMPROVEMENT):
-            lines.append(f"  {'':<16}{v.message}")
+    lines += _explanations(verdicts)
+    for v in verdicts:
         lines += _why(v)
     return lines
 
@@ -79,12 +83,96 @@ def _percent(fraction: float) -> str:
     return f"{fraction:.0%}" if round(fraction * 100, 1).is_integer() else f"{fraction:.1%}"
 
 
+# Where a clause of a verdict's message splits in two: the spread between runs (often the same
+# for every metric) and the spread within them (each metric's own).
+_WITHIN_RUNS = ", within runs "
+EXPLANATION_WIDTH = 100
+
+
+def _explanations(verdicts: Sequence[Verdict]) -> list[str]:
+    """The non-passing verdicts' messages under the table, each clause said once."""
+    explained = [
+        (v, clauses)
+        for v in verdicts
+        if v.status not in (Status.PASS, Status.IMPROVEMENT) and (clauses := _untold(v))
+    ]
+    shared: list[str] = []
+    if len(explained) > 1:
+        first, *others = [clauses for _, clauses in explained]
+        shared = [c for c in first if all(c in clauses for clauses in others)]
+    lines = []
+    if shared:
+        names = [v.metric for v, _ in explained]
+        which = f"all {len(names)} metrics" if len(names) == len(verdicts) else ", ".join(names)
+        lines += wrap(f"{which}: {'; '.join(shared)}")
+    owned = [(v.metric, own) for v, clauses in explained if (own := _unshared(clauses, shared))]
+    return lines + _own_lines(owned)
+
+
+def _unshared(clauses: Sequence[str], shared: Sequence[str]) -> list[str]:
+    return [c for c in clauses if c not in shared]
+
+
+def _own_lines(owned: Sequence[tuple[str, list[str]]]) -> list[str]:
+    """Each metric's own clauses, a line per metric; one line for all where each has one
+    clause and they begin alike ("spread within runs: output_tok_s 8.1%, verify_ms 4.0%")."""
+    if len(owned) > 1 and all(len(clauses) == 1 for _, clauses in owned):
+        words = [clauses[0].split(" ") for _, clauses in owned]
+        common = _common_start(words)
+        if len(common) >= 2:
+            parts = [
+                f"{metric} {' '.join(w[len(common) :])}"
+                for (metric, _), w in zip(owned, words, strict=True)
+            ]
+            return wrap(f"{' '.join(common)}: {', '.join(parts)}")
+    return [line for metric, clauses in owned for line in wrap(f"{metric}: {'; '.join(clauses)}")]
+
+
+def _common_start(words: Sequence[list[str]]) -> list[str]:
+    """The words every list begins with, leaving each at least one of its own."""
+    common: list[str] = []
+    for column in zip(*words, strict=False):
+        if len(set(column)) > 1:
+            break
+        common.append(column[0])
+    return common[: min(len(w) for w in words) - 1]
+
+
+def _untold(v: Verdict) -> list[str]:
+    """The clauses of a verdict's message that its row of the table does not show."""
+    told = set()
+    if None not in (v.change, v.ci_low, v.ci_high, v.tolerance):
+        told.add(
+            f"{v.change:+.1%} (interval {v.ci_low:+.1%} to {v.ci_high:+.1%}) "
+            f"against a tolerance of {v.tolerance:.1%}"
+        )
+    if v.runs is not None:
+        told.add(f"{v.runs} run{'s' if v.runs > 1 else ''} against {v.baseline_runs} approved")
+    clauses = []
+    for clause in v.message.split("; "):
+        head, within, rest = clause.partition(_WITHIN_RUNS)
+        clauses += [head, f"spread within runs {rest}"] if within else [clause]
+    return [c for c in clauses if c and c not in told]
+
+
+def wrap(text: str, indent: str = "  ") -> list[str]:
+    """`text` as lines of at most EXPLANATION_WIDTH columns, the later ones indented further."""
+    return textwrap.wrap(
+        text,
+        EXPLANATION_WIDTH,
+        initial_indent=indent,
+        subsequent_indent=indent + "  ",
+        break_long_words=False,
+        break_on_hyphens=False,
+    )
+
+
 def _why(v: Verdict) -> list[str]:
     if not v.says_why:
         return []
     if v.attribution is None:
-        return [f"  {'':<16}why: unknown, no phase timings on one side (see `baseline show`)"]
-    return [f"  {'':<16}why: {v.attribution.summary}"]
+        return wrap(f"why: {v.metric}: unknown, no phase timings on one side (see `baseline show`)")
+    return wrap(f"why: {v.attribution.summary}")
 
 
 def render_record(record: RunRecord, plain_note: str | None = None) -> list[str]:
@@ -97,12 +185,12 @@ def render_record(record: RunRecord, plain_note: str | None = None) -> list[str]
         head += f" (judged with run {', '.join(f'#{i}' for i in earlier)})"
     lines = [head]
     if record.verdicts:
-        lines += [f"  {record.judged_against}"] if record.judged_against else []
+        lines += wrap(record.judged_against) if record.judged_against else []
         lines += render_verdicts(record.verdicts)
         cost = runs_phrase(record.verdicts)
-        lines += [f"  runs: {cost}"] if cost else []
+        lines += wrap(f"runs: {cost}") if cost else []
     else:
-        lines.append(f"  {record.judged_against or 'no verdicts'}")
+        lines += wrap(record.judged_against or "no verdicts")
     lines.append(f"  equivalence: {m.equivalence_line()}")
     if m.plain.reused_from is not None:
         lines.append(
@@ -153,11 +241,11 @@ def render_terminal_summary(session: FinishedSession, error: PerfgateError | Non
 def _local_inconclusive(record: RunRecord) -> list[str]:
     if record.status is not Status.INCONCLUSIVE:
         return []
-    return [
-        "  inconclusive against this machine's own runs, which cannot yet bound its noise: "
+    return wrap(
+        "inconclusive against this machine's own runs, which cannot yet bound its noise: "
         "that does not fail a local run (exit 0); each run adds to the reference, and CI "
         "judges only against a reviewed baseline"
-    ]
+    )
 
 
 def verdicts_document(

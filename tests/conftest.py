@@ -217,7 +217,7 @@ def wait_for_line(process: subprocess.Popen[bytes], output: Path, line: str) -> 
 
 def living(pids: list[int]) -> list[int]:
     """Those of `pids` still running (a zombie holds nothing)."""
-    alive = {pid for pid, _, _, state in _processes() if state != "Z"}
+    alive = {pid for pid, _, _, state, _ in _processes() if state != "Z"}
     return [pid for pid in pids if pid in alive]
 
 

@@ -57,6 +57,8 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "perfgate.ci",
             "perfgate.profile",
             "perfgate.sweep",
+            "perfgate.bisect",
+            "perfgate.plan",
         ),
     ),
     (
@@ -68,7 +70,10 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "perfgate.session",
             "perfgate.summary",
             "perfgate.sweep.run",
+            "perfgate.bisect.run",
             "perfgate.profile.capture",
+            "perfgate.plan.launch",
+            "perfgate.plan.run",
         ),
     ),
     (

@@ -160,3 +160,60 @@ def test_the_plugin_and_perfgate_run_share_the_declarations() -> None:
     settings = settings_from(run_args, environ={})
     assert option_flags(settings) == ["--perfgate-scenario=s", "--perfgate-no-gate"]
     assert settings.gate is False
+
+
+def test_each_servers_invocation_gets_a_folder_of_its_own(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from contextlib import contextmanager
+    from types import SimpleNamespace
+
+    from perfgate.engines import launch
+    from perfgate.probe import DIR_VARIABLE
+
+    used: list[tuple[Path, str]] = []
+
+    @contextmanager
+    def launched(command, log_path, *args, **kwargs):  # type: ignore[no-untyped-def]
+        used.append((log_path, command.env[DIR_VARIABLE]))
+        ended = SimpleNamespace(poll=lambda: 0)  # the server stops at once
+        yield SimpleNamespace(base_url=command.base_url, exit_code=lambda: 0, process=ended)
+
+    monkeypatch.setattr(launch, "running_server", launched)
+    write_config(tmp_path)
+    for _ in range(2):  # the same second, the same process: still two folders
+        result = perfgate_main("servers", "--mode", "plain", cwd=tmp_path)
+        assert result.returncode == 0, result.stderr
+    (first_log, first_probe), (second_log, second_probe) = used
+    assert first_log.parent != second_log.parent and first_probe != second_probe
+    for log, probe in used:
+        assert log.parent.parent.parent == tmp_path / ".perfgate" / "servers"
+        assert log.parent.parent.is_dir() and Path(probe).parent == log.parent  # made here
+
+
+def test_training_or_exporting_without_the_engines_extra_is_refused_naming_it(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    import importlib.util
+
+    find_spec = importlib.util.find_spec
+    absent = ("torch", "safetensors")
+    monkeypatch.setattr(
+        importlib.util,
+        "find_spec",
+        lambda name, *a: None if name in absent else find_spec(name, *a),
+    )
+    done = perfgate_main("embedded", "train", "--out", str(tmp_path / "models"), cwd=tmp_path)
+    assert done.returncode == 64, done.stderr
+    assert "perfgate embedded train: the embedded engine needs torch and safetensors" in (
+        done.stderr
+    )
+    assert "pip install 'perfgate[embedded]'" in done.stderr
+    assert not (tmp_path / "models").exists()
+    out = tmp_path / "export"
+    done = perfgate_main("embedded", "export", "perfgate/llama-tiny", str(out), cwd=tmp_path)
+    assert done.returncode == 64, done.stderr
+    assert "perfgate embedded export: the embedded engine needs torch and safetensors" in (
+        done.stderr
+    )
+    assert not out.exists()

@@ -353,3 +353,84 @@ def test_unpatching_puts_the_original_methods_back(probe_dir: Path) -> None:
     assert runtime.unpatch_class(sys.modules[__name__], TARGETS) == []
     Worker().cycle({"draft": 0.0, "verify": 0.0, "gap": 0.0})
     assert runtime._probe is None  # nothing timed, no probe started
+
+
+class Accepted:
+    def __init__(self, drafts: tuple[int, ...], rows: tuple[int, ...]) -> None:
+        self.drafts, self.rows = drafts, rows
+
+
+class Verified:
+    def __init__(self, accept_lens: object) -> None:
+        self.accept_lens = accept_lens
+
+
+class Slots:
+    def __init__(self, req_pool_indices: object) -> None:
+        self.req_pool_indices = req_pool_indices
+
+
+class AcceptingWorker:
+    """Three accept methods shaped as the tables read them: the embedded engine's (host
+    tuples on the result), spec v2's (a tensor with the bonus, rows on the argument) and spec
+    v1's (a tuple holding a list without the bonus)."""
+
+    def cycle(self, shape: str, value: object) -> None:
+        getattr(self, shape)(Slots(value))
+
+    def embedded(self, batch: Slots) -> Accepted:
+        return Accepted((3, 0), (0, 2))
+
+    def v2(self, batch: Slots) -> Verified:
+        import torch
+
+        return Verified(torch.tensor([4, 1, 2]))
+
+    def v1(self, batch: Slots) -> tuple[object, object]:
+        return (None, type("Out", (), {"accept_length_per_req_cpu": [2, 0, 5]})())
+
+
+def accepting_targets() -> list[ProbeTarget]:
+    from perfgate.probe.targets import AcceptedDrafts
+
+    embedded = AcceptedDrafts(("result.drafts",), ("result.rows",))
+    v2 = AcceptedDrafts(("result.accept_lens",), ("arg.slots_cpu", "arg.req_pool_indices"), 1)
+    # A release renamed the value: the first path that leads to one is taken.
+    v1 = AcceptedDrafts(
+        ("result.1.renamed_per_req_cpu", "result.1.accept_length_per_req_cpu"),
+        ("arg.req_pool_indices",),
+    )
+    return [
+        ProbeTarget(__name__, "AcceptingWorker", "cycle", metrics.CYCLE),
+        ProbeTarget(__name__, "AcceptingWorker", "embedded", metrics.ACCEPT, accepted=embedded),
+        ProbeTarget(__name__, "AcceptingWorker", "v2", metrics.ACCEPT, accepted=v2),
+        ProbeTarget(__name__, "AcceptingWorker", "v1", metrics.ACCEPT, accepted=v1),
+    ]
+
+
+def test_each_cycle_records_what_each_sequence_accepted(
+    probe_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import torch
+
+    targets = accepting_targets()
+    for target in targets:
+        monkeypatch.setattr(AcceptingWorker, target.method, AcceptingWorker.__dict__[target.method])
+    runtime.patch_class(sys.modules[__name__], targets)
+    worker = AcceptingWorker()
+    worker.cycle("embedded", None)
+    worker.cycle("v2", torch.tensor([7, 3, 5]))
+    worker.cycle("v1", [1, 2, 3])
+    worker.cycle("v1", [1, 2])  # rows that do not pair up with the counts: left out
+    worker.cycle("v2", object())  # no req_pool_indices: left out, and the server goes on
+    worker.embedded(Slots(None))  # outside a cycle: no record at all
+    reader.wait_until_complete(probe_dir, time.time(), timeout_s=5)
+    cycles = [r for r in reader.read_records(probe_dir) if r.kind == "cycle"]
+    assert [(c.accepted, c.rows) for c in cycles] == [
+        ((3, 0), (0, 2)),
+        ((3, 0, 1), (7, 3, 5)),  # the bonus token taken off spec v2's counts
+        ((2, 0, 5), (1, 2, 3)),
+        ((), ()),
+        ((), ()),
+    ]
+    assert all("accept" in c.ms for c in cycles)

@@ -83,6 +83,7 @@ def test_the_shipped_scenarios_keep_their_digests() -> None:
         "embedded-tp2": "406f3b397c521798",
         "llama31-8b-eagle3-tp1": "e4dd71f54c32bc6f",
         "llama33-70b-eagle3-tp8": "f93ef0826d9ae8a8",
+        "sglang-tiny-eagle3": "99039fd23a869be4",
     }
 
 

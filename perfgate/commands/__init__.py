@@ -26,6 +26,8 @@ COMMANDS: tuple[Command, ...] = (
     Command("run", "measure, judge, record and report the scenarios (runs the gate suites)"),
     Command("servers", "print the server command lines of a run (--dry-run), or start one server"),
     Command("sweep", "measure a grid of steps/topk/draft tokens and environments; print the best"),
+    Command("bisect", "find the commit that made a scenario slower, judged by the gate"),
+    Command("plan", "predict the best draft steps from one profiled run; confirm the best"),
     Command(
         "profile", "profile a few decode cycles with torch.profiler: work per phase and category"
     ),
@@ -37,7 +39,7 @@ COMMANDS: tuple[Command, ...] = (
     Command("doctor", "check GPUs, driver, CUDA, torch, engines, ports, history and baselines"),
     Command("ci", "job summary, annotations and baseline approval for CI"),
     Command("runner", "job hooks for a self-hosted GPU runner"),
-    Command("embedded", "the embedded engine's tools (train)"),
+    Command("embedded", "the embedded engine's tools (train, export to SGLang's layout)"),
 )
 BY_NAME = {command.name: command for command in COMMANDS}
 

@@ -23,6 +23,13 @@ from typing import Any
 from perfgate.baselines import baseline_path
 from perfgate.ci.annotate import session_annotations
 from perfgate.ci.approvals import ENVIRONMENT, reviewer
+from perfgate.ci.issues import (
+    LABEL,
+    WatchKey,
+    apply_plan,
+    load_plan,
+    repository_from_environment,
+)
 from perfgate.ci.markdown import (
     COMMENT_LIMIT_BYTES,
     SUMMARY_LIMIT_BYTES,
@@ -41,6 +48,7 @@ from perfgate.commands import baseline as baseline_command
 from perfgate.config import Config, load_config
 from perfgate.devices import detect_gpus
 from perfgate.errors import ConfigError, ExitCode, PerfgateError
+from perfgate.files import write_text_atomically
 from perfgate.fingerprint import default_profile
 from perfgate.results import RunRecord
 from perfgate.settings import Settings, add_options
@@ -118,9 +126,97 @@ def register(commands: Any) -> None:
     settings.add_argument("--json", action="store_true", help="print the checks as JSON")
     settings.set_defaults(handler=handle_settings)
 
+    watch = actions.add_parser(
+        "watch",
+        help="the nightly watch: steps in a gated metric's trend, as issues to open or close",
+        description="With --out: read the branch's trend runs (no pull request's) of each "
+        "scenario on this runner profile from the history, find with the report's change-point "
+        "detection each gated metric's standing step (the newest step worse than the "
+        "tolerance, while the level stays there), and write the plan: per series, the issue "
+        "to have open (the change, the commit range, the phase that moved, a `perfgate bisect` "
+        "command) or the comment that closes it. With --apply: open, update or close the "
+        "issues as a plan says, through `gh api` (GH_TOKEN; only the standard library is "
+        "needed). Exit 0; 64 bad input; 69 if the history or GitHub cannot be reached.",
+    )
+    add_options(watch.add_argument, ("config", "scenario", "db", "profile"))
+    watch.add_argument("--branch", default="main", metavar="NAME", help="default main")
+    watch.add_argument("--out", metavar="PATH", help="write the plan here")
+    watch.add_argument("--summary", metavar="PATH", help="also append the findings here")
+    watch.add_argument(
+        "--repo-url", metavar="URL", help="for links (default: from GitHub Actions' variables)"
+    )
+    watch.add_argument("--apply", metavar="PLAN", help="apply a plan instead")
+    watch.add_argument(
+        "--repo", metavar="OWNER/NAME", help="with --apply (default: $GITHUB_REPOSITORY)"
+    )
+    watch.add_argument("--label", default=LABEL, help=f"the issues' label (default {LABEL})")
+    watch.set_defaults(handler=handle_watch)
+
 
 def run(settings: Settings, args: argparse.Namespace) -> int:
     return int(args.handler(settings, args))
+
+
+def handle_watch(settings: Settings, args: argparse.Namespace) -> int:
+    if (args.apply is None) == (args.out is None):
+        raise ConfigError(
+            "give --out PATH (write a plan) or --apply PLAN (apply one)", field="--out"
+        )
+    if args.apply is not None:
+        plan = load_plan(Path(args.apply))
+        for line in apply_plan(plan, repository_from_environment(args.repo)):
+            print(line)
+        return 0
+    from perfgate.ci.watch import trend_series, watch_plan
+    from perfgate.reference import scenario_gating
+    from perfgate.report.links import safe_url
+    from perfgate.store import RunFilter, history, history_columns
+
+    config = load_config(settings.config)
+    scenarios = config.select(list(settings.scenarios))
+    profile = settings.profile or default_profile(detect_gpus())
+    series = []
+    with history(settings.history_url, existing=True) as sessions, sessions() as session:
+        for scenario in scenarios:
+            where = RunFilter(scenario=scenario.name, profile=profile, branch=args.branch)
+            tolerances, _ = scenario_gating(scenario)
+            series += trend_series(
+                history_columns(session, where), scenario.name, profile, tolerances
+            )
+    repository = safe_url(args.repo_url) if args.repo_url else _repository_url(os.environ)
+    plan = watch_plan(series, args.branch, repository, args.label)
+    lines = watch_lines(plan, series)
+    print("\n".join(lines))
+    write_text_atomically(Path(args.out), json.dumps(plan, indent=2) + "\n")
+    if args.summary:
+        _write(args.summary, "## perfgate nightly watch\n\n" + "\n".join(lines) + "\n", True)
+    return 0
+
+
+def _repository_url(environ: Mapping[str, str]) -> str | None:
+    if not environ.get("GITHUB_REPOSITORY"):
+        return None
+    server = environ.get("GITHUB_SERVER_URL", "https://github.com")
+    return f"{server}/{environ['GITHUB_REPOSITORY']}"
+
+
+def watch_lines(plan: Mapping[str, Any], series: list[Any]) -> list[str]:
+    """One line per series: its standing step, none, or why it is not watched."""
+    from perfgate.ci.watch import MIN_RUNS
+
+    by_key = {WatchKey.from_json(e["key"]): e for e in plan["watched"]}
+    lines = []
+    for one in series:
+        entry = by_key.get(one.key)
+        if entry is None:
+            lines.append(
+                f"- {one.key}: not watched: {len(one.values)} trend runs, fewer than {MIN_RUNS}"
+            )
+        elif "issue" in entry:
+            lines.append(f"- {one.key}: standing step: {entry['issue']['title']}")
+        else:
+            lines.append(f"- {one.key}: no standing step over {len(one.values)} trend runs")
+    return lines or ["- no scenario to watch"]
 
 
 def _session_args(parser: argparse.ArgumentParser) -> None:

@@ -15,9 +15,12 @@ from perfgate.engines import sglang as sglang_facts
 from perfgate.engines.server_commands import MODES, Mode, server_command
 from perfgate.engines.validate import check_scenario, preflight, refuse_embedded_only
 from perfgate.errors import ConfigError
+from perfgate.folders import new_folder, process_folder_name
 from perfgate.probe import probe_env
 from perfgate.progress import stderr_reporter
 from perfgate.settings import Settings, add_options
+
+SERVERS = Path(".perfgate") / "servers"
 
 
 def register(commands: Any) -> None:
@@ -27,7 +30,8 @@ def register(commands: Any) -> None:
         description="With --dry-run, print the exact command lines a run would launch, one per "
         "line, shell-quoted, with their environment: the plain twin, then the speculative server "
         "(notes on what was not checked go to stderr). Without it, check the machine, start one "
-        "server (--mode) as a run would and keep it up until Ctrl-C.",
+        "server (--mode) as a run would and keep it up until Ctrl-C; its log and probe files "
+        "go to a folder of its own, .perfgate/servers/<time>-<pid>/<scenario>.",
     )
     add_options(parser.add_argument, ("config", "scenario", "engine"))
     parser.add_argument("--dry-run", action="store_true", help="print, do not launch")
@@ -39,12 +43,14 @@ def run(settings: Settings, args: argparse.Namespace) -> int:
     scenarios = config.select(settings.scenarios)
     if settings.engine:
         scenarios = [s.with_engine(settings.engine) for s in scenarios]
-    probe_root = config.path.parent / ".perfgate" / "servers"
-    if args.dry_run:
+    # A folder of its own per invocation, as a session's: two at once never share a log.
+    servers = config.path.parent / SERVERS
+    if args.dry_run:  # named as a launch would name it, not made
         for scenario in scenarios:
-            _print_commands(scenario, config.path, probe_root)
+            _print_commands(scenario, config.path, servers / process_folder_name())
         return 0
-    return _serve(scenarios[0], args.mode, config.path, probe_root)
+    folder = new_folder(servers, process_folder_name())
+    return _serve(scenarios[0], args.mode, config.path, folder)
 
 
 def _print_commands(scenario: Scenario, file: Path, probe_root: Path) -> None:
@@ -102,6 +108,6 @@ def _serve(scenario: Scenario, mode: Mode, file: Path, probe_root: Path) -> int:
         progress=stderr_reporter(),
     ) as server:
         print(f"{scenario.name} ({mode}) is up at {server.base_url}; log: {log}; Ctrl-C stops it")
-        while server.process.poll() is None:
+        while server.exit_code() is None:
             time.sleep(0.5)
     return 0

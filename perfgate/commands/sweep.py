@@ -4,6 +4,10 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import re
+import sys
+from collections.abc import Mapping
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -13,12 +17,17 @@ from perfgate.config import Config, check_history_name, load_config
 from perfgate.context import detect_context
 from perfgate.devices import detect_gpus
 from perfgate.errors import ConfigError
+from perfgate.files import write_text_atomically
 from perfgate.fingerprint import default_profile
-from perfgate.folders import process_folder
+from perfgate.folders import process_folder, stamp
 from perfgate.progress import stderr_reporter
 from perfgate.settings import Settings, add_options
+from perfgate.sweep.collected import render_collected
 from perfgate.sweep.grid import SweepSpec, parse_env_flag, parse_int_list
 from perfgate.sweep.render import render_markdown, sweep_json
+from perfgate.sweep.shards import Shard, batches, collect, parse_shard
+
+BATCH = re.compile(r"[A-Za-z0-9._-]{1,100}")
 
 
 def register(commands: Any) -> None:
@@ -34,7 +43,11 @@ def register(commands: Any) -> None:
         "once two points in a row are clearly worse than its best (the gate's statistics; "
         "--no-early-stop measures everything). Prints the table and the best configuration. "
         "Exit code: 0; 1 if a point's outputs were not equivalent; 69 if a server failed; 75 "
-        "if the budget ran out before any point was measured.",
+        "if the budget ran out before any point was measured. --shard I/N measures every "
+        "N-th point (a runner's share of a fleet's sweep, recorded under --batch); --collect "
+        "NAME measures nothing and gathers a batch's points from the history: the table, the "
+        "best among points whose fingerprints agree, the points no shard recorded (exit 69 "
+        "when some are missing, 64 when the points' machines differ).",
     )
     add = parser.add_argument
     add_options(add, ("config",))
@@ -52,6 +65,24 @@ def register(commands: Any) -> None:
     add("--no-early-stop", action="store_true", help="measure every point of every branch")
     add("--budget-s", type=float, help="launch no server after this many seconds")
     add_options(add, ("engine", "db", "profile"))
+    add(
+        "--shard",
+        metavar="I/N",
+        help="measure only shard I of N: the points numbered k (in the grid's order, from 0) "
+        "with k %% N == I-1; early stop is off (no shard sees a whole branch)",
+    )
+    add(
+        "--batch",
+        metavar="ID",
+        help="the batch its points are recorded in, the same for every shard (default: "
+        "github-$GITHUB_RUN_ID in GitHub Actions; required otherwise with --shard); with "
+        "--collect, the batch to gather (default: the newest)",
+    )
+    add(
+        "--collect",
+        metavar="NAME",
+        help="measure nothing: gather sweep NAME's batch from the history, name its best point",
+    )
     add("--json", metavar="PATH", help="also write the sweep as JSON here")
     add("--markdown", metavar="PATH", help="also write the table here")
 
@@ -60,8 +91,20 @@ def run(settings: Settings, args: argparse.Namespace) -> int:
     from perfgate.store import probe_write
     from perfgate.sweep.run import SweepRunner
 
+    if args.collect:
+        return collect_sweep(settings, args)
     config = load_config(settings.config)
     spec = sweep_spec(args, config)
+    shard = parse_shard(args.shard) if args.shard else Shard()
+    batch = batch_id(args.batch, shard, os.environ)
+    early_stop = spec.early_stop and not args.no_early_stop
+    if shard.count > 1 and early_stop:
+        print(
+            f"note: shard {shard}: early stop is off (a branch's points are spread over the "
+            "shards, none of which sees the whole branch)",
+            file=sys.stderr,
+        )
+        early_stop = False
     (base,) = config.select([spec.scenario])
     if settings.engine:
         base = base.with_engine(settings.engine)
@@ -79,18 +122,81 @@ def run(settings: Settings, args: argparse.Namespace) -> int:
         workdir=process_folder(config.path.parent) / f"sweep-{spec.name}",
         context=detect_context(config.path.parent, clean_paths=[config.baselines_dir]),
         config_file=config.path,
-        early_stop=spec.early_stop and not args.no_early_stop,
+        early_stop=early_stop,
         budget_s=args.budget_s,
         progress=stderr_reporter(),  # stdout carries the table
+        shard=shard,
+        batch=batch,
     )
     result = runner.run()
     markdown = render_markdown(result)
+    if shard.count > 1:
+        markdown += f"\nShard {shard} of batch {batch}: `perfgate sweep --collect {spec.name} "
+        markdown += f"--batch {batch}` gathers every shard's points.\n"
     print(markdown)
-    if args.markdown:
-        Path(args.markdown).write_text(markdown)
-    if args.json:
-        Path(args.json).write_text(json.dumps(sweep_json(result), indent=2) + "\n")
+    _write(args, markdown, {**sweep_json(result), "batch": batch, "shard": str(shard)})
     return int(result.exit_code())
+
+
+def _write(args: argparse.Namespace, markdown: str, document: dict[str, Any]) -> None:
+    """--markdown and --json, each written whole or not at all."""
+    if args.markdown:
+        write_text_atomically(Path(args.markdown), markdown)
+    if args.json:
+        write_text_atomically(Path(args.json), json.dumps(document, indent=2) + "\n")
+
+
+def batch_id(given: str | None, shard: Shard, environ: Mapping[str, str]) -> str:
+    """The batch a sweep's points are recorded in: --batch, GitHub Actions' run, or (one
+    shard only) a new one of its own."""
+    if given is not None:
+        if not BATCH.fullmatch(given):
+            raise ConfigError(
+                f"{given!r} is not a batch id",
+                field="--batch",
+                fix="use up to 100 letters, digits and . _ - (e.g. steps-20261130)",
+            )
+        return given
+    if environ.get("GITHUB_RUN_ID"):
+        return f"github-{environ['GITHUB_RUN_ID']}"
+    if shard.count > 1:
+        raise ConfigError(
+            "the shards of a sweep must share a batch",
+            field="--batch",
+            fix="give every shard the same --batch ID (GitHub Actions' run id is the default "
+            "there)",
+        )
+    return f"{stamp()}-{os.getpid()}"
+
+
+def collect_sweep(settings: Settings, args: argparse.Namespace) -> int:
+    """`--collect NAME`: gather a batch's points from the history; measure nothing."""
+    from perfgate.store import RunFilter, history, list_runs
+
+    name = args.collect
+    where = RunFilter(scenario=name, profile=settings.profile)
+    with history(settings.history_url, existing=True) as sessions, sessions() as session:
+        found = batches(list_runs(session, where=where))
+    if not found:
+        raise ConfigError(
+            f"the history holds no batch of sweep {name!r}"
+            + (f" on runner profile {settings.profile!r}" if settings.profile else ""),
+            field="--collect",
+            fix="name a sweep whose points were recorded with --shard or --batch "
+            "(`perfgate history list` shows the runs' scenarios)",
+        )
+    batch = args.batch or max(found, key=lambda b: max(r.id or 0 for r in found[b]))
+    if batch not in found:
+        raise ConfigError(
+            f"sweep {name!r} has no batch {batch!r}",
+            field="--batch",
+            fix=f"choose one of: {', '.join(found)}",
+        )
+    collected = collect(name, batch, found[batch])
+    markdown, document, code = render_collected(collected)
+    print(markdown)
+    _write(args, markdown, document)
+    return int(code)
 
 
 def sweep_spec(args: argparse.Namespace, config: Config) -> SweepSpec:

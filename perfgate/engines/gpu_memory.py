@@ -111,19 +111,23 @@ class GpuWatch:
         return cls({g.uuid: now[g.uuid].memory_used_mib for g in gpus if g.uuid in now})
 
     def wait_released(self, what: str, timeout_s: float, poll_s: float = POLL_S) -> None:
-        """Wait until each GPU uses no more memory than before `what` started (+ slack)."""
+        """Wait until each GPU uses no more memory than before `what` started (+ slack);
+        else raise InfrastructureError naming every GPU that still holds more, and how much."""
         deadline = time.monotonic() + timeout_s
         while True:
             held = self._still_held()
             if not held:
                 return
             if time.monotonic() > deadline:
-                gpu, before = held[0]
+                still = ", ".join(
+                    f"GPU {gpu.index} still uses {gpu.memory_used_mib / 1024:.1f} GiB "
+                    f"({before / 1024:.1f} GiB before it started)"
+                    for gpu, before in held
+                )
                 raise InfrastructureError(
                     f"the GPU memory of {what} was not released within {timeout_s:.0f} s: "
-                    f"GPU {gpu.index} still uses {gpu.memory_used_mib / 1024:.1f} GiB "
-                    f"({before / 1024:.1f} GiB before it started); a process of it may be "
-                    "stuck: find it with nvidia-smi and stop it"
+                    f"{still}; a process of it may be stuck: find it with nvidia-smi and "
+                    "stop it"
                 )
             time.sleep(poll_s)
 

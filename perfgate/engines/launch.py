@@ -11,6 +11,7 @@ import socket
 import subprocess
 import sys
 import time
+import uuid
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import IO
@@ -18,12 +19,13 @@ from typing import IO
 import httpx
 
 from perfgate.devices import Gpu
-from perfgate.engines import supervise
+from perfgate.engines import processes, supervise
+from perfgate.engines.client import RequestRefused
 from perfgate.engines.gpu_memory import GpuWatch
 from perfgate.engines.listener import foreign_listeners
 from perfgate.engines.server_commands import ServerCommand
 from perfgate.engines.sglang import ARGUMENT_CHECKS
-from perfgate.errors import ConfigError, ExitCode, InfrastructureError
+from perfgate.errors import ConfigError, ExitCode, InfrastructureError, PerfgateError
 from perfgate.progress import SILENT, Reporter, Step, clean_line, format_duration
 
 LOG_TAIL_LINES = 20
@@ -32,10 +34,16 @@ ARGPARSE_ERROR = re.compile(r"^[^\s:][^:]*: error: .+")
 TRACEBACK = "Traceback (most recent call last):"
 LAST_LINE_BYTES = 4096  # enough for a status line; a server's log may grow to megabytes
 STOP_GRACE_S = 10.0
+# After a request failed: how long the server may take to exit, when that was why (a rank
+# that died ends an embedded server within about two seconds; see embedded/ranks.py).
+ENDED_WAIT_S = 5.0
+ERROR_LINE = re.compile(r"^error: (.+)$")  # a server's last word on why it ends
+SUPERVISOR_LINE = re.compile(r"^perfgate supervisor: (the server .+)$")
 # Run as a script, not `-m`: it needs nothing but the standard library, wherever perfgate is.
 SUPERVISOR = Path(supervise.__file__).resolve()
-# Set in every server's environment (and so in every process it spawns): the runner's job
-# hooks find servers an earlier job left behind by it (perfgate.runner.leftovers).
+# Set in every server's environment (and so in every process it spawns), to
+# `<scenario>/<mode>/<launch id>`: the launcher finds every process of one launch by it, and
+# the runner's job hooks find servers an earlier job left behind (perfgate.runner.leftovers).
 SERVER_MARKER = "PERFGATE_SERVER"
 
 
@@ -67,11 +75,16 @@ class Server:
         process: subprocess.Popen[bytes],
         log_path: Path,
         lifeline: int | None = None,
+        tag: str | None = None,
     ):
         self.command = command
-        self.process = process  # the supervisor, leader of the server's process group
+        # The supervisor, leader of the server's process group. It is reaped only at the end
+        # of `stop`: until then its pid, which is the group's id, cannot name another group.
+        self.process = process
         self.log_path = log_path
         self._lifeline = lifeline  # closing it tells the supervisor to end the server
+        self.tag = tag  # SERVER_MARKER's value in this launch's processes, and no other's
+        self.ended_by_itself: int | None = None  # its exit code, had it exited before `stop`
 
     @property
     def base_url(self) -> str:
@@ -98,30 +111,85 @@ class Server:
             text = text.partition("\n")[2]
         return clean_line(text)
 
+    def exit_code(self) -> int | None:
+        """The supervisor's exit code once it has exited, else None; it is not reaped here."""
+        if self.process.returncode is not None:
+            return self.process.returncode
+        try:
+            found = os.waitid(os.P_PID, self.process.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+        except (AttributeError, ChildProcessError):  # no waitid here; or reaped already
+            return self.process.poll()
+        if found is None:
+            return None
+        return found.si_status if found.si_code == os.CLD_EXITED else -found.si_status
+
+    def wait_exit(self, timeout_s: float) -> int | None:
+        """Wait up to `timeout_s` for the supervisor to exit (not reaping it); its code."""
+        deadline = time.monotonic() + timeout_s
+        while (code := self.exit_code()) is None and time.monotonic() < deadline:
+            time.sleep(0.02)
+        return code
+
     def stop(self, grace_s: float = STOP_GRACE_S) -> int | None:
-        """End the whole process group: SIGTERM, then SIGKILL after `grace_s`."""
-        if self.process.poll() is None:
-            _signal_group(self.process.pid, signal.SIGTERM)
+        """End every process of the server, and return once each one has exited.
+
+        SIGTERM to the process group, SIGKILL after `grace_s`; then every process still in
+        the group or carrying this launch's SERVER_MARKER (one that left the group) is
+        killed and waited for. The group is signalled only while its leader, the
+        supervisor, is unreaped, so its id names no other group. Returns the supervisor's
+        exit code; raises InfrastructureError naming any process that did not exit within
+        `grace_s` of SIGKILL (stuck in the kernel, say).
+        """
+        self.ended_by_itself = self.exit_code()
+        if self.ended_by_itself is None:
+            self._signal_group(signal.SIGTERM)
             self._cut_lifeline()  # the supervisor sweeps what left the group, then exits
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                self.process.wait(timeout=grace_s + 5.0)
+            self.wait_exit(grace_s + 5.0)
         # Children of the server (schedulers, TP ranks) may outlive it: end the group regardless.
-        _signal_group(self.process.pid, signal.SIGKILL)
+        self._signal_group(signal.SIGKILL)
         self._cut_lifeline()
+        self.wait_exit(grace_s)
+        left = self._end_the_rest(grace_s)
         with contextlib.suppress(subprocess.TimeoutExpired):
             self.process.wait(timeout=grace_s)
+        if left:
+            raise InfrastructureError(
+                f"{len(left)} process(es) of the {self.command.mode} server of scenario "
+                f"{self.command.scenario!r} did not exit within {grace_s:g} s of SIGKILL: "
+                + "; ".join(processes.describe(p) for p in left)
+                + "; they may hold a port or GPU memory: stop them (`kill -9`) or reboot"
+            )
         return self.process.returncode
+
+    def remaining(self) -> list[processes.ProcessInfo]:
+        """The running processes of this server: in its group (while the group is known to be
+        its own) or carrying its SERVER_MARKER; the supervisor left out."""
+        group = self.process.pid if self.process.returncode is None else None
+        found = []
+        for process in processes.iter_processes():
+            if process.pid == self.process.pid or not process.alive:
+                continue
+            tagged = self.tag is not None and (process.environ or {}).get(SERVER_MARKER) == self.tag
+            if tagged or (group is not None and process.pgrp == group):
+                found.append(process)
+        return found
+
+    def _end_the_rest(self, timeout_s: float) -> list[processes.ProcessInfo]:
+        rest = self.remaining()
+        processes.send_all(rest, signal.SIGKILL)
+        return processes.wait_gone(rest, timeout_s)
+
+    def _signal_group(self, sig: signal.Signals) -> None:
+        if self.process.returncode is not None:
+            return  # reaped: its id may name another group by now; the rest goes by the marker
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(self.process.pid, sig)
 
     def _cut_lifeline(self) -> None:
         if self._lifeline is not None:
             with contextlib.suppress(OSError):
                 os.close(self._lifeline)
             self._lifeline = None
-
-
-def _signal_group(pgid: int, sig: signal.Signals) -> None:
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(pgid, sig)
 
 
 def supervised_argv(command: ServerCommand, lifeline: int) -> list[str]:
@@ -143,7 +211,8 @@ def start_server(
     """
     check_port_free(command.host, command.port)
     log_path.parent.mkdir(parents=True, exist_ok=True)
-    env = {**os.environ, **command.env, SERVER_MARKER: f"{command.scenario}/{command.mode}"}
+    tag = f"{command.scenario}/{command.mode}/{uuid.uuid4().hex[:12]}"
+    env = {**os.environ, **command.env, SERVER_MARKER: tag}
     read_end, write_end = os.pipe()
     try:
         with log_path.open("wb") as log:
@@ -155,13 +224,13 @@ def start_server(
         raise
     finally:
         os.close(read_end)
-    server = Server(command, process, log_path, write_end)
+    server = Server(command, process, log_path, write_end, tag)
     try:
         with progress.step(f"{command.scenario}: starting {command.mode} server") as step:
             _wait_healthy(server, startup_timeout_s, step)
             step.done(f"ready in {format_duration(step.elapsed_s)}")
     except BaseException:
-        server.stop()
+        stop_in_flight(server)
         raise
     return server
 
@@ -212,11 +281,31 @@ def running_server(
         server = start_server(command, log_path, startup_timeout_s, progress)
         try:
             yield server
+        except InfrastructureError as error:
+            # A request failed: when the server ended meanwhile, that is the failure to report.
+            ended = None if isinstance(error, RequestRefused) else server.wait_exit(ENDED_WAIT_S)
+            if ended is None:
+                raise
+            raise ended_error(server, ended, error) from error
         finally:
-            server.stop()
+            stop_in_flight(server)
+        if server.ended_by_itself not in (None, 0):  # after the last request, say
+            raise ended_error(server, server.ended_by_itself)
     finally:
         if watch is not None:
             _wait_released(watch, command, release_timeout_s)
+
+
+def stop_in_flight(server: Server) -> None:
+    """`server.stop()`; while another exception is on its way, a failure to stop is added to
+    that one instead of replacing it."""
+    in_flight = sys.exc_info()[1]
+    try:
+        server.stop()
+    except InfrastructureError as error:
+        if in_flight is None:
+            raise
+        also(in_flight, str(error))
 
 
 def _wait_released(watch: GpuWatch, command: ServerCommand, timeout_s: float) -> None:
@@ -227,7 +316,59 @@ def _wait_released(watch: GpuWatch, command: ServerCommand, timeout_s: float) ->
     except InfrastructureError as error:
         if in_flight is None:
             raise
-        in_flight.add_note(f"also: {error}")  # the first failure stays the one reported
+        also(in_flight, str(error))  # the first failure stays the one reported
+
+
+def also(error: BaseException, more: str) -> None:
+    """Add `more` to `error`: to its message where it is perfgate's (what the user reads),
+    else as a note."""
+    if isinstance(error, PerfgateError) and error.args:
+        error.args = (f"{error.args[0]}; also: {more}", *error.args[1:])
+    else:
+        error.add_note(f"also: {more}")
+
+
+def ended_error(server: Server, code: int, cause: Exception | None = None) -> InfrastructureError:
+    """The error of a server that ended while perfgate used it: its own last word on why (a
+    rank that failed, say), else how its process ended; `cause`, the request that failed."""
+    command = server.command
+    where = f"the {command.mode} server of scenario {command.scenario!r}"
+    lines = server.log_tail(REFUSAL_SCAN_LINES).splitlines()
+    error = _last_match(lines, ERROR_LINE)
+    killed = _last_match(lines, SUPERVISOR_LINE)
+    if error is not None:  # what follows it: the lines it quotes (a failed rank's last ones)
+        index, why = error
+        detail = "\n".join(lines[index + 1 : index + 1 + LOG_TAIL_LINES]) or server.log_tail()
+    elif killed is not None:  # what came before: the server's last lines
+        index, why = killed
+        detail = "\n".join(lines[: index + 1][-LOG_TAIL_LINES:])
+    else:
+        why, detail = f"it exited with code {code}", server.log_tail()
+    tp = _tp_size(command.argv)
+    if why.startswith("the server (pid ") and tp > 1:  # the supervisor's line
+        why = why.replace("the server (pid ", f"the server (rank 0 of {tp}, pid ", 1)
+    if cause is not None:
+        detail += f"\nthe request that failed: {cause}"
+    return InfrastructureError(
+        f"{where} ended while perfgate used it: {why.rstrip('.:')}; its log: {server.log_path}",
+        detail=detail,
+    )
+
+
+def _last_match(lines: Sequence[str], pattern: re.Pattern[str]) -> tuple[int, str] | None:
+    for index in range(len(lines) - 1, -1, -1):
+        found = pattern.match(lines[index])
+        if found:
+            return index, found.group(1)
+    return None
+
+
+def _tp_size(argv: Sequence[str]) -> int:
+    for flag in ("--tp-size", "--tp", "--tensor-parallel-size"):
+        if flag in argv[:-1]:
+            value = argv[list(argv).index(flag) + 1]
+            return int(value) if value.isdigit() else 1
+    return 1
 
 
 def check_listener(server: Server) -> None:
@@ -250,7 +391,7 @@ def _wait_healthy(server: Server, timeout_s: float, step: Step) -> None:
     url = server.base_url + "/health"
     with httpx.Client(timeout=2.0) as client:
         while True:
-            code = server.process.poll()
+            code = server.exit_code()
             if code is not None:
                 raise _exited_error(server, code)
             with contextlib.suppress(httpx.HTTPError):

@@ -31,7 +31,17 @@ PINNED = "0.5.23"
 # Releases whose source CI reads on every run: the oldest, both sides of spec v1's removal
 # (0.5.13), and some between, besides PINNED. `PERFGATE_SGLANG_RELEASES=all` checks every
 # installed release, and so proves every range's ends (tests/engines/test_sglang_source.py).
-CHECKED_RELEASES = ("0.5.6", "0.5.10.post1", "0.5.12.post1", "0.5.13", "0.5.20", "0.5.23")
+# 0.5.14 and 0.5.16 pin torch 2.11.0, the H200 image's: the releases a live run can use there.
+CHECKED_RELEASES = (
+    "0.5.6",
+    "0.5.10.post1",
+    "0.5.12.post1",
+    "0.5.13",
+    "0.5.14",
+    "0.5.16",
+    "0.5.20",
+    "0.5.23",
+)
 
 # Where SGLang checks its arguments: `ServerArgs` in srt/server_args.py and, from 0.5.13, the
 # resolution hooks of srt/arg_groups/. A ValueError or AssertionError raised through them, before
@@ -164,7 +174,29 @@ FACTS: tuple[Fact, ...] = (
     Fact("literal", "page_tree_backends", "flashinfer,fa3", VersionRange(">=0.5.6,<0.5.13")),
     Fact("wording", "rule_page_tree", RULE_PAGE_TREE, _since("0.5.13")),
     Fact("literal", "page_tree_backends", "flashinfer,fa3,triton", _since("0.5.13")),
+    # An EAGLE-3 draft's config.json: which target hidden states it reads
+    # (perfgate.engines.embedded.export writes them; preflight checks them against the target).
+    Fact("string", "eagle_config", "eagle_config"),
+    Fact("string", "eagle_aux_layers", "eagle_aux_hidden_state_layer_ids"),
+    Fact("string", "eagle3_draft_architecture", "LlamaForCausalLMEagle3"),
 )
+
+# The target architectures whose capture of EAGLE-3 hidden states `capturable_aux_layer_ids`
+# describes: srt/models/llama.py's `LlamaModel`.
+LLAMA_TARGETS = ("LlamaForCausalLM",)
+
+
+def capturable_aux_layer_ids(num_hidden_layers: int) -> range:
+    """The EAGLE-3 aux hidden-state layer ids SGLang's Llama target can give a draft.
+
+    `set_eagle3_layers_to_capture` adds 1 to each id, and `LlamaModel.forward` captures the
+    residual stream at the input of those layers, inside its loop over them: id i is the
+    output of decoder layer i (0-based). The last layer's output (id num_hidden_layers - 1) is
+    never captured, and id -1 (the embeddings) adds a residual that does not exist yet (up to
+    0.5.20; perfgate refuses it in every release). tests/engines/test_sglang_source.py proves
+    the loop and the +1 in every checked release.
+    """
+    return range(0, num_hidden_layers - 1)
 
 
 @dataclass(frozen=True)
@@ -222,7 +254,7 @@ _PROBE_SCRIPT = """
 import json
 from importlib import metadata
 found = {}
-for name in ("sglang", "torch"):
+for name in ("sglang", "torch", "safetensors"):
     try:
         found[name] = metadata.version(name)
     except metadata.PackageNotFoundError:
@@ -238,13 +270,14 @@ class InstalledVersions:
     python: str
     sglang: str | None
     torch: str | None
+    safetensors: str | None = None
 
 
 def installed_versions(
     python: str, env: Mapping[str, str] | None = None, timeout_s: float = 60.0
 ) -> InstalledVersions:
-    """Ask `python`, in the server's environment `env`, which sglang and torch it has
-    (package metadata only: nothing is imported)."""
+    """Ask `python`, in the server's environment `env`, which sglang, torch and safetensors it
+    has (package metadata only: nothing is imported)."""
     try:
         done = subprocess.run(
             [python, "-c", _PROBE_SCRIPT],
@@ -262,7 +295,7 @@ def installed_versions(
         tail = done.stderr.strip().splitlines()[-1:] or ["no output"]
         raise ConfigError(f"{python} failed: {tail[0]}", field="python", fix="fix the interpreter")
     found = json.loads(done.stdout)
-    return InstalledVersions(python, found["sglang"], found["torch"])
+    return InstalledVersions(python, found["sglang"], found["torch"], found.get("safetensors"))
 
 
 def require_sglang(versions: InstalledVersions, where: str) -> SglangRelease:

@@ -7,8 +7,13 @@ end is FD. However the launcher ends (return, exception, SIGINT, SIGTERM, even S
 runs no cleanup), the kernel closes that write end; the supervisor reads end-of-file and ends
 the server's whole process group, plus any descendant that left it (on Linux the supervisor is
 a child subreaper, so orphaned descendants stay its own). When the server exits by itself
-(a crash), the supervisor ends what the server left behind too, and exits with the server's
-code, so the launcher sees the server's code (64: it refused its arguments).
+(a crash), the supervisor ends what the server left behind too (SIGTERM, SIGKILL after
+`CRASH_GRACE_S`), and exits with the server's code, so the launcher sees the server's code
+(64: it refused its arguments); a server killed by a signal gets a line in its log saying
+which. Either way the supervisor exits only once every process it ended has exited (its
+own children reaped), so what it held (ports, GPU memory) is free when the launcher sees it
+gone. It signals a process only while its pid still names the process it found (the same
+start time), a pidfd holding on to it in between.
 
 SIGTERM and SIGINT reach the supervisor with the rest of the group when the launcher stops
 the server; it outlives them long enough to clean up. The server's own command line is not
@@ -31,6 +36,7 @@ from pathlib import Path
 
 PR_SET_CHILD_SUBREAPER = 36
 DEFAULT_GRACE_S = 10.0
+CRASH_GRACE_S = 2.0  # for what a server that ended by itself left behind
 
 
 def _become_subreaper() -> None:
@@ -40,22 +46,32 @@ def _become_subreaper() -> None:
             ctypes.CDLL(None, use_errno=True).prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
 
 
-def _processes() -> list[tuple[int, int, int, str]]:
-    """(pid, parent pid, process group, state) of every process, from /proc; [] without it."""
+Row = tuple[int, int, int, str, int]  # pid, parent pid, process group, state, start time
+
+
+def _processes() -> list[Row]:
+    """(pid, parent pid, process group, state, start time) of every process, from /proc; []
+    without it."""
     rows = []
     for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            state, ppid, pgrp = stat.read_text().rsplit(")", 1)[1].split()[:3]
-        except (OSError, ValueError):
-            continue
-        rows.append((int(stat.parent.name), int(ppid), int(pgrp), state))
+        row = _row(stat)
+        if row is not None:
+            rows.append(row)
     return rows
 
 
-def descendants(root: int, rows: Sequence[tuple[int, int, int, str]] | None = None) -> list[int]:
+def _row(stat: Path) -> Row | None:
+    try:
+        fields = stat.read_text().rsplit(")", 1)[1].split()
+        return (int(stat.parent.name), int(fields[1]), int(fields[2]), fields[0], int(fields[19]))
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def descendants(root: int, rows: Sequence[Row] | None = None) -> list[int]:
     """Every process below `root` (empty where there is no /proc)."""
     children: dict[int, list[int]] = {}
-    for pid, ppid, _, _ in _processes() if rows is None else rows:
+    for pid, ppid, *_ in _processes() if rows is None else rows:
         children.setdefault(ppid, []).append(pid)
     found, todo = [], [root]
     while todo:
@@ -65,24 +81,66 @@ def descendants(root: int, rows: Sequence[tuple[int, int, int, str]] | None = No
     return found
 
 
-def server_processes() -> list[int]:
-    """The living processes of our group and below us, except us: what must not outlive us."""
+def _running(pid: int, state: str) -> bool:
+    """Whether a process still runs: a zombie leader counts while another of its threads
+    tears down (it still holds the process's memory, sockets and devices)."""
+    if state not in ("Z", "X"):
+        return True
+    for stat in Path(f"/proc/{pid}/task").glob("[0-9]*/stat"):
+        with contextlib.suppress(OSError, IndexError):
+            if stat.read_text().rsplit(")", 1)[1].split()[0] not in ("Z", "X"):
+                return True
+    return False
+
+
+def server_rows() -> list[Row]:
+    """The running processes of our group and below us, except us: what must not outlive us."""
     me, group = os.getpid(), os.getpgrp()
     rows = _processes()
-    mine = {pid for pid, _, pgrp, _ in rows if pgrp == group} | set(descendants(me, rows))
-    living = {pid for pid, _, _, state in rows if state != "Z"}
-    return sorted((mine & living) - {me})
+    below = set(descendants(me, rows))
+    return sorted(
+        row
+        for row in rows
+        if (row[2] == group or row[0] in below) and row[0] != me and _running(row[0], row[3])
+    )
+
+
+def server_processes() -> list[int]:
+    """The pids of `server_rows`."""
+    return [row[0] for row in server_rows()]
+
+
+def _send(row: Row, sig: signal.Signals) -> None:
+    """Signal the process of `row` only while its pid still names it (the same start time),
+    a pidfd holding on to it between the check and the signal where there are pidfds."""
+    pid, started = row[0], row[4]
+    try:
+        handle = os.pidfd_open(pid)
+    except ProcessLookupError:
+        return
+    except (AttributeError, OSError):  # no pidfd here
+        now = _row(Path(f"/proc/{pid}/stat"))
+        if now is not None and now[4] == started:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, sig)
+        return
+    try:
+        now = _row(Path(f"/proc/{pid}/stat"))
+        if now is not None and now[4] == started:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                signal.pidfd_send_signal(handle, sig)
+    finally:
+        os.close(handle)
 
 
 def _signal_all(sig: signal.Signals) -> None:
     if not Path("/proc").is_dir():
         if sig != signal.SIGKILL:  # our handlers keep us alive through SIGTERM/SIGINT
             with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(os.getpgrp(), sig)
+                os.killpg(os.getpgrp(), sig)  # our own group: we lead it, so it is ours
         return
-    for pid in server_processes():
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.kill(pid, sig)
+    for row in server_rows():
+        _send(row, sig)
 
 
 class Supervisor:
@@ -91,25 +149,30 @@ class Supervisor:
         self.server = subprocess.Popen(list(argv))  # same group, inherits stdout/stderr
         self._ending = threading.Lock()
 
-    def end_everything(self, sig: signal.Signals = signal.SIGTERM) -> None:
-        """Ask every process of the server to stop, wait `grace_s`, then kill what is left."""
-        _signal_all(sig)
-        deadline = time.monotonic() + self.grace_s
-        while time.monotonic() < deadline:
+    def end_everything(self, grace_s: float | None = None) -> None:
+        """Ask every process of the server to stop, wait `grace_s` (default: the supervisor's),
+        then kill what is left and wait (the supervisor's grace at most) until every one has
+        exited: reaped, where it is ours."""
+        _signal_all(signal.SIGTERM)
+        if not self._wait_all_gone(self.grace_s if grace_s is None else grace_s):
+            _signal_all(signal.SIGKILL)
+            self._wait_all_gone(self.grace_s)
+
+    def _wait_all_gone(self, timeout_s: float) -> bool:
+        deadline = time.monotonic() + timeout_s
+        while True:
             self._reap()
             if self.server.poll() is not None and not server_processes():
-                break
-            time.sleep(0.05)
-        _signal_all(signal.SIGKILL)
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            self.server.wait(timeout=self.grace_s)
-        self._reap()
+                return True
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(0.02)
 
     def _reap(self) -> None:
         # Orphans re-parented to us become our zombies once they die: collect them, but never
         # the server itself, whose exit code Popen.wait must see.
         me = os.getpid()
-        for pid, ppid, _, state in _processes():
+        for pid, ppid, _, state, _ in _processes():
             if ppid == me and state == "Z" and pid != self.server.pid:
                 with contextlib.suppress(ChildProcessError):
                     os.waitpid(pid, os.WNOHANG)
@@ -130,8 +193,23 @@ class Supervisor:
     def run(self) -> int:
         code = self.server.wait()
         with self._ending:
-            self.end_everything()  # what the server left behind
+            if code < 0:  # the launcher reads this line to say how the server ended
+                print(
+                    f"perfgate supervisor: the server (pid {self.server.pid}) was killed by "
+                    f"{_signal_name(-code)}",
+                    flush=True,
+                )
+            # What the server left behind: with the server gone it has nothing to finish, and
+            # the launcher is waiting to report the crash.
+            self.end_everything(min(self.grace_s, CRASH_GRACE_S))
         return code if code >= 0 else 128 - code
+
+
+def _signal_name(number: int) -> str:
+    try:
+        return f"{signal.Signals(number).name} (signal {number})"
+    except ValueError:
+        return f"signal {number}"
 
 
 def _parse(argv: Sequence[str]) -> argparse.Namespace:

@@ -8,10 +8,13 @@ model paths, GPUs) and returns notes on what it could not check.
 
 from __future__ import annotations
 
+import json
 import os
+import re
 import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from importlib import metadata
 from pathlib import Path
 
 from perfgate.config import Scenario
@@ -32,9 +35,17 @@ EMBEDDED_ONLY_FLAGS = (
     "--debug-slow-phase",
     "--debug-simulate-accept-rate",
     "--debug-eagle3-feature-layers",
+    "--debug-rank-exit",
 )
 EMBEDDED_MODELS = Path(embedded.__file__).parent / "models"
 EMBEDDED_PREFIX = "perfgate/"
+# A Hugging Face model id: a name, or an owner and a name; neither starts with '.' or '-'.
+HUB_ID = re.compile(r"[A-Za-z0-9][\w.-]*(/[A-Za-z0-9][\w.-]*)?")
+# What the embedded engine's servers import that perfgate's core does not: the extra
+# `perfgate[embedded]` (pyproject.toml) brings them.
+EMBEDDED_EXTRA = "perfgate[embedded]"
+EMBEDDED_INSTALL = f"pip install '{EMBEDDED_EXTRA}'"
+EMBEDDED_NEEDS = ("torch", "safetensors")
 
 
 def _where(scenario: Scenario, key: str) -> str:
@@ -186,20 +197,95 @@ def preflight(
     python = scenario.python or sys.executable
     _check_python(scenario, file, python)
     installed = sglang_facts.installed_versions(python, env)
+    where = f"{_where(scenario, 'env')}.CUDA_VISIBLE_DEVICES"
     if scenario.engine != "sglang":
+        require_embedded_extra(scenario, file, installed)
         notes = check_scenario(scenario, file) + probe_notes(scenario, None)
         notes += serving_notes(scenario, env)
-        return Preflight(None, installed, notes=tuple(notes))
+        watched, gpu_notes = embedded_gpus(scenario, env, where)
+        return Preflight(None, installed, watched, tuple(notes + gpu_notes))
     refuse_embedded_only(scenario, file)
     release = sglang_facts.require_sglang(installed, _where(scenario, "python"))
     notes = check_scenario(scenario, file, release)
     notes += _check_model_paths(scenario, file)
+    _check_draft_fits_target(scenario, file)
     notes += probe_notes(scenario, release.version) + serving_notes(scenario, env)
     gpus: list[Gpu] = []
     if scenario.device != "cpu":
-        where = f"{_where(scenario, 'env')}.CUDA_VISIBLE_DEVICES"
         gpus = check_gpus_for(scenario.tp, env, where, query_gpus())
     return Preflight(release, installed, tuple(gpus), tuple(notes))
+
+
+def embedded_gpus(
+    scenario: Scenario, env: Mapping[str, str], where: str
+) -> tuple[tuple[Gpu, ...], list[str]]:
+    """The GPUs an embedded server will load onto, checked as SGLang's are (enough of them,
+    none busy), so that each launch waits for the last one's memory; none on the CPU.
+
+    Where no GPU can be read (no NVML, no nvidia-smi) there is nothing to wait for: on
+    `device = "cuda"` a note says so; on `auto` the server may well run on the CPU.
+    """
+    if scenario.device == "cpu":
+        return (), []
+    found = query_gpus()
+    if found is None:
+        if scenario.device != "cuda":
+            return (), []
+        return (), [
+            f"{scenario.name}: no NVML or nvidia-smi here, so perfgate cannot wait for a "
+            "server's GPU memory to be released before the next launch"
+        ]
+    if not found and scenario.device != "cuda":
+        return (), []
+    return tuple(check_gpus_for(scenario.tp, env, where, found)), []
+
+
+def require_embedded_extra(
+    scenario: Scenario, file: Path | None, installed: InstalledVersions
+) -> None:
+    """Refuse an embedded scenario whose interpreter lacks the engine's extra (torch,
+    safetensors): its servers would die importing them."""
+    if scenario.engine != "embedded":
+        return
+    found = {"torch": installed.torch, "safetensors": installed.safetensors}
+    missing = [name for name in EMBEDDED_NEEDS if found[name] is None]
+    refuse_without_embedded_extra(missing, installed.python, _where(scenario, "engine"), file)
+
+
+def require_embedded_extra_here(scenario: Scenario, file: Path | None = None) -> None:
+    """Refuse, before anything starts, an embedded scenario whose servers would run in this
+    interpreter without the engine's extra (read from package metadata: nothing imported).
+
+    A scenario run by another interpreter, or with its own PYTHONPATH, is left to
+    :func:`preflight`, which asks the server's interpreter itself.
+    """
+    if scenario.engine != "embedded" or scenario.python or "PYTHONPATH" in scenario.env:
+        return
+    missing = [name for name in EMBEDDED_NEEDS if not _distribution_here(name)]
+    refuse_without_embedded_extra(missing, sys.executable, _where(scenario, "engine"), file)
+
+
+def _distribution_here(name: str) -> bool:
+    try:
+        metadata.version(name)
+    except metadata.PackageNotFoundError:
+        return False
+    return True
+
+
+def refuse_without_embedded_extra(
+    missing: Sequence[str], python: str, where: str, file: Path | None = None
+) -> None:
+    """Refuse what needs the embedded engine where `python` lacks the `missing` packages."""
+    if not missing:
+        return
+    raise ConfigError(
+        f"the embedded engine needs {' and '.join(missing)}, which {python} does not "
+        f"have: they come with the extra {EMBEDDED_EXTRA}",
+        file=file,
+        field=where,
+        fix=f"{EMBEDDED_INSTALL} in that environment, or run an SGLang scenario",
+    )
 
 
 def probe_notes(scenario: Scenario, version: str | None) -> list[str]:
@@ -259,12 +345,12 @@ def _check_model_paths(scenario: Scenario, file: Path | None) -> list[str]:
                     field=_where(scenario, key),
                     fix="point it at a model folder (the one that holds config.json)",
                 )
-        elif value.startswith(("/", "./", "../", "~")):
+        elif value.startswith(("/", "./", "../", "~")) or not HUB_ID.fullmatch(value):
             raise ConfigError(
                 f"{value} does not exist",
                 file=file,
                 field=_where(scenario, key),
-                fix="fix the path, or give a Hugging Face id (org/name)",
+                fix=_missing_folder_fix(value),
             )
         else:
             notes.append(
@@ -273,3 +359,91 @@ def _check_model_paths(scenario: Scenario, file: Path | None) -> list[str]:
                 "the HF cache) when it starts"
             )
     return notes
+
+
+def _missing_folder_fix(value: str) -> str:
+    """How to make a missing model folder: the export of the shipped model of its name."""
+    name = Path(value).name
+    if (EMBEDDED_MODELS / name / "config.json").is_file():
+        return (
+            f"export it first: perfgate embedded export {EMBEDDED_PREFIX}{name} {value} "
+            "(paths are taken from the folder perfgate runs in)"
+        )
+    return "fix the path, or give a Hugging Face id (org/name)"
+
+
+def _local_config(value: str, name: str = "config.json") -> tuple[Path, dict[str, object]] | None:
+    """A JSON file of a local model folder, read; None where there is none."""
+    path = Path(value).expanduser() / name
+    if not path.is_file():
+        return None
+    try:
+        document = json.loads(path.read_text())
+    except (OSError, ValueError) as error:
+        raise ConfigError(f"cannot be read as JSON ({error})", file=path) from None
+    return (path, document) if isinstance(document, dict) else None
+
+
+def _check_draft_fits_target(scenario: Scenario, file: Path | None) -> None:
+    """Refuse, from the two local config.json files, an EAGLE-3 draft that cannot read its
+    target: another hidden size or vocabulary, or aux hidden states SGLang's Llama target never
+    captures (perfgate.engines.sglang.capturable_aux_layer_ids)."""
+    target, draft = _local_config(scenario.model), _local_config(scenario.draft)
+    if target is None or draft is None or scenario.algorithm.upper() != "EAGLE3":
+        return
+    (target_file, t), (draft_file, d) = target, draft
+    text = t.get("text_config") if isinstance(t.get("text_config"), dict) else t
+    assert isinstance(text, dict)
+    width_key = "target_hidden_size" if "target_hidden_size" in d else "hidden_size"
+    for key, target_key in ((width_key, "hidden_size"), ("vocab_size", "vocab_size")):
+        ours, theirs = d.get(key), text.get(target_key)
+        if theirs is not None and ours is not None and theirs != ours:
+            raise ConfigError(
+                f"is {ours}, the target's {target_key} is {theirs} ({target_file}): SGLang "
+                "feeds the draft the target's hidden states and embedding",
+                file=draft_file,
+                field=key,
+                fix=f"point {_where(scenario, 'draft')} at the EAGLE-3 head trained for this "
+                "target (`perfgate embedded export` writes the pair)",
+            )
+    _check_aux_layers(scenario, (target_file, text), (draft_file, d))
+
+
+def _check_aux_layers(
+    scenario: Scenario,
+    target: tuple[Path, dict[str, object]],
+    draft: tuple[Path, dict[str, object]],
+) -> None:
+    (target_file, t), (draft_file, d) = target, draft
+    eagle = d.get("eagle_config")
+    ids = eagle.get("eagle_aux_hidden_state_layer_ids") if isinstance(eagle, dict) else None
+    layers = t.get("num_hidden_layers")
+    architectures = t.get("architectures")
+    if (
+        not isinstance(ids, list)
+        or not isinstance(layers, int)
+        or not isinstance(architectures, list)
+        or not set(architectures) <= set(sglang_facts.LLAMA_TARGETS)
+    ):
+        return
+    capturable = sglang_facts.capturable_aux_layer_ids(layers)
+    never = [i for i in ids if i not in capturable]
+    if not never:
+        return
+    fix = "use a draft trained on hidden states the target gives"
+    manifest = _local_config(scenario.model, "perfgate-export.json")
+    if manifest is not None:
+        fix = (
+            "export the target again with its pass-through layer: perfgate embedded export "
+            f"{manifest[1].get('exported_from', 'MODEL')} {scenario.model} --force "
+            "--pass-through-layer yes"
+        )
+    raise ConfigError(
+        f"eagle_config.eagle_aux_hidden_state_layer_ids {ids}: SGLang's Llama target of "
+        f"{layers} layers ({target_file}) captures ids {capturable.start} to "
+        f"{capturable.stop - 1} only (id i at the input of layer i + 1), so {never} would "
+        "never reach the draft",
+        file=draft_file,
+        field="eagle_config.eagle_aux_hidden_state_layer_ids",
+        fix=fix,
+    )

@@ -24,6 +24,11 @@ class CycleRecord:
     ms: dict[str, float]  # phase -> milliseconds spent in it during this cycle
     every: int = 1  # the probe timed one cycle in this many: this record stands for `every`
     rank: int = 0  # the process's tensor-parallel rank (torch.distributed's), 0 without TP
+    # Per sequence of the batch: the draft tokens it accepted this cycle (the bonus token
+    # excluded), and which sequence it is (a batch row or request slot, stable while it
+    # decodes); empty where the engine's table does not say (perfgate.probe.targets).
+    accepted: tuple[int, ...] = ()
+    rows: tuple[int, ...] = ()
 
 
 def _probe_files(out_dir: Path) -> list[Path]:
@@ -95,6 +100,8 @@ def read_records(out_dir: Path) -> list[CycleRecord]:
                         item["ms"],
                         int(item.get("every", 1)),
                         int(item.get("rank", 0)),
+                        tuple(int(n) for n in item.get("accepted", ())),
+                        tuple(int(n) for n in item.get("rows", ())),
                     )
                 )
     return sorted(records, key=lambda r: (r.started_at, r.pid, r.seq))

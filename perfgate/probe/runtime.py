@@ -31,6 +31,14 @@ cycle record carries the stride as ``every``, so sums over cycles scale back to 
 medians need no scaling. A profile times every cycle (`perfgate profile` sets the stride
 to 1).
 
+A phase whose target names its accepted drafts (`AcceptedDrafts`, the `accept` phase of a
+speculative table) also gives the cycle's record what each sequence accepted: ``accepted``,
+the draft tokens each sequence of the batch accepted (bonus excluded), and ``rows``, which
+sequence each count belongs to. The values are taken as the method returns: a host value as
+it is; a CUDA tensor as a copy to the host queued on the current stream without waiting, read
+once the cycle's last mark is done (the copy was queued before it). A value that cannot be
+read leaves both out of the record; the server never fails for it.
+
 For a profiler, the probe can also mark each timed call as a range named after its phase
 (``draft``, ``verify``, ``cycle``...): a ``torch.profiler.record_function`` range, and an
 NVTX range on CUDA (for Nsight Systems). The embedded server turns that on for the length
@@ -58,7 +66,7 @@ from typing import Any
 
 from perfgate import metrics
 from perfgate.probe import DIR_VARIABLE, RANGES_VARIABLE
-from perfgate.probe.targets import ProbeTarget, select_targets
+from perfgate.probe.targets import AcceptedDrafts, ProbeTarget, select_targets
 from perfgate.spec.probe import EVERY_VARIABLE, parse_every
 
 TABLE_VARIABLE = "PERFGATE_PROBE_TABLE"
@@ -172,9 +180,10 @@ Span = tuple[Any, Any]
 class _Frame:
     """One decode cycle (or prefill) being timed: its own span and its phases' spans."""
 
-    __slots__ = ("end", "kind", "nested", "spans", "stack", "start", "wall")
+    __slots__ = ("accepted", "end", "kind", "nested", "spans", "stack", "start", "wall")
 
     def __init__(self, kind: str, start: Any, wall: float) -> None:
+        self.accepted: _Accepted | None = None  # what each sequence accepted, as taken
         self.kind = kind
         self.start = start
         self.end: Any = None  # the frame's closing mark, the last one it records
@@ -221,8 +230,16 @@ class Probe:
         self._start_writer()
 
     # --- hot path -----------------------------------------------------------------------
-    def call(self, method: Callable[..., Any], role: str, args: Any, kwargs: Any) -> Any:
-        """Run `method` timed as `role` (a phase, `cycle` or `prefill`).
+    def call(
+        self,
+        method: Callable[..., Any],
+        role: str,
+        args: Any,
+        kwargs: Any,
+        accepted: AcceptedDrafts | None = None,
+    ) -> Any:
+        """Run `method` timed as `role` (a phase, `cycle` or `prefill`); where `accepted` says
+        how, keep what its result tells of each sequence's accepted drafts.
 
         The cheap questions come first: most calls on a GPU are in cycles the stride skips,
         and pay for little more than the lookups that say so.
@@ -241,7 +258,7 @@ class Probe:
             return method(*args, **kwargs)  # outside a timed decode cycle
         # A cycle that began outside a CUDA graph capture is a real one: its phases are not
         # asked again (on an H200 each question is a CUDA call of a few microseconds).
-        return self._run_phase(frame, role, clock, method, args, kwargs)
+        return self._run_phase(frame, role, clock, method, args, kwargs, accepted)
 
     def _skip(self, kind: str) -> bool:
         """Whether the stride leaves this decode cycle untimed (never while ranges are on)."""
@@ -268,12 +285,22 @@ class Probe:
             self._finish(frame)
 
     def _run_phase(
-        self, frame: _Frame, phase: str, clock: Any, method: Any, args: Any, kwargs: Any
+        self,
+        frame: _Frame,
+        phase: str,
+        clock: Any,
+        method: Any,
+        args: Any,
+        kwargs: Any,
+        accepted: AcceptedDrafts | None = None,
     ) -> Any:
         frame.stack.append(phase)
         start = clock.mark()
         try:
-            return method(*args, **kwargs)
+            result = method(*args, **kwargs)
+            if accepted is not None:
+                frame.accepted = take_accepted(accepted, result, args)
+            return result
         finally:
             span = (start, clock.mark())
             frame.stack.pop()
@@ -287,7 +314,13 @@ class Probe:
         every = self._every if frame.kind == metrics.CYCLE and _ranges is None else 1
         record = {"kind": frame.kind, "seq": self._seq, "t": frame.wall, "every": every}
         self._pending.append(
-            {**record, "spans": frame.spans, "nested": frame.nested, "last": frame.end}
+            {
+                **record,
+                "spans": frame.spans,
+                "nested": frame.nested,
+                "last": frame.end,
+                "accepted": frame.accepted,
+            }
         )
         self._last_frame_end = time.monotonic()
         self._resolve_ready()
@@ -323,7 +356,7 @@ class Probe:
         self._clock.release(
             [mark for spans in record["spans"].values() for span in spans for mark in span]
         )
-        return {
+        resolved = {
             "kind": record["kind"],
             "pid": os.getpid(),
             "rank": self._rank,
@@ -333,6 +366,9 @@ class Probe:
             "clock": self._clock.name,
             "ms": phases_ms,
         }
+        if record["accepted"] is not None:
+            resolved.update(record["accepted"].resolve())
+        return resolved
 
     # --- off the critical path ----------------------------------------------------------
     def _write_loop(self) -> None:
@@ -359,6 +395,74 @@ class Probe:
         if not self._stop.is_set():
             self._stop.set()
             self.flush(final=True)
+
+
+# --- accepted drafts -------------------------------------------------------------------
+class _Accepted:
+    """What an accept method's result said of each sequence, kept until its cycle resolves."""
+
+    __slots__ = ("bonus", "counts", "rows")
+
+    def __init__(self, counts: Any, rows: Any, bonus: int) -> None:
+        self.counts, self.rows, self.bonus = counts, rows, bonus
+
+    def resolve(self) -> dict[str, list[int]]:
+        """``accepted`` (drafts per sequence, bonus excluded) and ``rows``; empty when the
+        values cannot be read or do not pair up."""
+        try:
+            counts, rows = _host_ints(self.counts), _host_ints(self.rows)
+        except Exception:
+            return {}
+        if counts is None or rows is None or len(counts) != len(rows):
+            return {}
+        return {"accepted": [c - self.bonus for c in counts], "rows": rows}
+
+
+def take_accepted(where: AcceptedDrafts, result: Any, args: Sequence[Any]) -> _Accepted | None:
+    """Take the values `where` names from a method's `result` and `args` (self first), a
+    CUDA tensor as a host copy queued without waiting; None if one is missing."""
+    try:
+        counts = _to_host(_first(where.counts, result, args))
+        rows = _to_host(_first(where.rows, result, args))
+    except Exception:
+        return None
+    if counts is None or rows is None:
+        return None
+    return _Accepted(counts, rows, where.bonus)
+
+
+def _first(paths: Sequence[str], result: Any, args: Sequence[Any]) -> Any:
+    """The value of the first path that leads to one (not None); None if none does."""
+    for path in paths:
+        try:
+            value = _follow(path, result, args)
+        except Exception:
+            continue
+        if value is not None:
+            return value
+    return None
+
+
+def _follow(path: str, result: Any, args: Sequence[Any]) -> Any:
+    root, *names = path.split(".")
+    value = result if root == "result" else args[1]
+    for name in names:
+        value = value[int(name)] if name.isdigit() else getattr(value, name)
+    return value
+
+
+def _to_host(value: Any) -> Any:
+    if getattr(value, "is_cuda", False):
+        return value.to("cpu", non_blocking=True)  # queued on the current stream
+    return value
+
+
+def _host_ints(value: Any) -> list[int] | None:
+    if hasattr(value, "tolist"):
+        value = value.tolist()
+    if not isinstance(value, list | tuple):
+        return None
+    return [int(v) for v in value]
 
 
 # --- phase ranges, for profilers -------------------------------------------------------
@@ -449,7 +553,7 @@ def timed(method: Callable[..., Any], target: ProbeTarget) -> Callable[..., Any]
         role = target.phase
         if target.decode_if and not _is_decode(target.decode_if, args, kwargs):
             role = metrics.PREFILL
-        return current_probe().call(method, role, args, kwargs)
+        return current_probe().call(method, role, args, kwargs, target.accepted)
 
     wrapper.__perfgate_probe__ = target.phase  # type: ignore[attr-defined]
     return wrapper

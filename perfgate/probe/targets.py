@@ -29,6 +29,19 @@ SGLang (checked against each release's source by tests/engines/test_sglang_sourc
   sampling), or a prefill.
 - Batches of DP-attention idle ranks (`forward_mode` IDLE) count as prefill: perfgate
   measures tensor parallelism, not DP attention.
+
+Accepted drafts: the `accept` target of each speculative table also says where its method's
+result tells how many draft tokens each sequence of the batch accepted this cycle, and which
+sequence is which (`AcceptedDrafts`); the probe writes both into the cycle's record, which is
+what `perfgate plan` predicts other step counts from. Spec v2's `EAGLEWorkerV2.verify` returns
+a `GenerationBatchResult` whose `accept_lens` (a device tensor, bonus token included: its
+`sample` adds one) the probe copies to the host without waiting; spec v1's returns a tuple
+whose second item is the `EagleVerifyOutput`, holding a host list without the bonus
+(`accept_length_per_req_cpu` in 0.5.6 and 0.5.10.post1, `num_correct_drafts_per_req_cpu` in
+0.5.12.post1). Both name each sequence by its request-pool slot, `req_pool_indices` of the
+batch they take (its host copy `req_pool_indices_cpu` where the release keeps one). Checked
+against each release's source by tests/engines/test_sglang_source.py, not run: no SGLang
+server runs in perfgate's own tests.
 """
 
 from __future__ import annotations
@@ -45,6 +58,26 @@ BOTH_MODES: tuple[Mode, ...] = ("plain", "spec")
 
 
 @dataclass(frozen=True)
+class AcceptedDrafts:
+    """Where a phase method tells how many draft tokens each sequence accepted, and which
+    sequence is which.
+
+    Each is one or more dotted paths, the first that leads to a value (not None) taken: from
+    ``result`` (what the method returned) or ``arg`` (its first argument after ``self``),
+    through attributes, and through tuples by position (``result.1.accept_length_per_req_cpu``);
+    several where releases renamed the value. The counts are per sequence of the batch; `bonus`
+    is 1 where they include the bonus token (the target's own token after the last accepted
+    draft), 0 where they count drafts only. `rows` names each sequence with a value that stays
+    the same while it decodes (a batch row, a request-pool slot), so a sequence's cycles can
+    be told from its neighbours'.
+    """
+
+    counts: tuple[str, ...]
+    rows: tuple[str, ...]
+    bonus: int = 0
+
+
+@dataclass(frozen=True)
 class ProbeTarget:
     module: str
     qualname: str  # class name inside the module
@@ -55,6 +88,8 @@ class ProbeTarget:
     decode_if: str | None = None
     versions: VersionRange | None = None  # None: every release of the engine
     modes: tuple[Mode, ...] = BOTH_MODES
+    # Where the method's result says what each sequence accepted (an `accept` target's).
+    accepted: AcceptedDrafts | None = None
 
 
 _EMBEDDED_WORKER = "perfgate.engines.embedded.worker"
@@ -64,7 +99,13 @@ EMBEDDED_TARGETS: tuple[ProbeTarget, ...] = (
     ProbeTarget(_EMBEDDED_WORKER, "EagleWorker", "cycle", metrics.CYCLE),
     ProbeTarget(_EMBEDDED_WORKER, "EagleWorker", "draft", metrics.DRAFT),
     ProbeTarget(_EMBEDDED_WORKER, "EagleWorker", "verify", metrics.VERIFY),
-    ProbeTarget(_EMBEDDED_WORKER, "EagleWorker", "accept", metrics.ACCEPT),
+    ProbeTarget(
+        _EMBEDDED_WORKER,
+        "EagleWorker",
+        "accept",
+        metrics.ACCEPT,
+        accepted=AcceptedDrafts(("result.drafts",), ("result.rows",)),
+    ),
     ProbeTarget(_EMBEDDED_WORKER, "EagleWorker", "draft_extend", metrics.DRAFT_EXTEND),
     ProbeTarget(_EMBEDDED_WORKER, "PlainWorker", "prefill", metrics.PREFILL),
     ProbeTarget(_EMBEDDED_WORKER, "PlainWorker", "decode_step", metrics.CYCLE),
@@ -78,23 +119,37 @@ _OLD = SPEC_V1_RELEASES  # the releases with spec v1
 _ALL = SUPPORTED
 
 
+# What each release's accept method says about the sequences of its batch (module doc).
+_SLOTS = ("arg.req_pool_indices_cpu", "arg.req_pool_indices")
+_V2_ACCEPTED = AcceptedDrafts(("result.accept_lens",), _SLOTS, bonus=1)
+_V1_ACCEPTED = AcceptedDrafts(
+    ("result.1.num_correct_drafts_per_req_cpu", "result.1.accept_length_per_req_cpu"), _SLOTS
+)
+
+
 def _sglang(
-    module: str, owner: str, method: str, phase: str, versions: VersionRange, mode: Mode
+    module: str,
+    owner: str,
+    method: str,
+    phase: str,
+    versions: VersionRange,
+    mode: Mode,
+    accepted: AcceptedDrafts | None = None,
 ) -> ProbeTarget:
     decode_if = _DECODE if phase == metrics.CYCLE else None
-    return ProbeTarget(module, owner, method, phase, decode_if, versions, (mode,))
+    return ProbeTarget(module, owner, method, phase, decode_if, versions, (mode,), accepted)
 
 
 SGLANG_TARGETS: tuple[ProbeTarget, ...] = (
     # Spec v2: every supported release.
     _sglang(_V2, "EAGLEWorkerV2", "forward_batch_generation", CYCLE, _ALL, "spec"),
     _sglang(_V2, "EagleDraftWorker", "draft", DRAFT, _ALL, "spec"),
-    _sglang(_V2, "EAGLEWorkerV2", "verify", ACCEPT, _ALL, "spec"),
+    _sglang(_V2, "EAGLEWorkerV2", "verify", ACCEPT, _ALL, "spec", _V2_ACCEPTED),
     _sglang(_V2, "EagleDraftWorker", "_draft_extend_for_decode", DRAFT_EXTEND, _ALL, "spec"),
     # Spec v1: the releases that still have it.
     _sglang(_V1, "EAGLEWorker", "forward_batch_generation", CYCLE, _OLD, "spec"),
     _sglang(_V1, "EAGLEWorker", "draft", DRAFT, _OLD, "spec"),
-    _sglang(_V1, "EAGLEWorker", "verify", ACCEPT, _OLD, "spec"),
+    _sglang(_V1, "EAGLEWorker", "verify", ACCEPT, _OLD, "spec", _V1_ACCEPTED),
     _sglang(_V1, "EAGLEWorker", "forward_draft_extend_after_decode", DRAFT_EXTEND, _OLD, "spec"),
     # The target model's forward: verify on the speculative server, a whole step on the twin.
     _sglang(_TP_WORKER, "TpModelWorker", "forward_batch_generation", VERIFY, _ALL, "spec"),

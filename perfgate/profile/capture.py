@@ -74,8 +74,7 @@ def capture_profile(
         info = client.server_info()
         repeats, trace = _repeats_then_profile(client, scenario, mode, request, probe_dir, progress)
     window = read_window(trace)
-    records = [r for r in read_records(probe_dir) if r.kind == metrics.CYCLE]
-    inside = _in_window(records, window)
+    outside, inside = profiler_cost_cycles(read_records(probe_dir), window, repeats)
     return ProfileResult(
         scenario=scenario.name,
         mode=mode,
@@ -85,9 +84,24 @@ def capture_profile(
         window=window,
         breakdown=phase_breakdown(parse_spans(load_trace(trace))),
         tok_s=tuple(_tok_s(r) for r in repeats),
-        cycle_ms_outside=_first_cycles(records, repeats, len(inside)),
-        cycle_ms_inside=tuple(r.ms[metrics.CYCLE] for r in inside),
+        cycle_ms_outside=outside,
+        cycle_ms_inside=inside,
     )
+
+
+def profiler_cost_cycles(
+    records: Sequence[CycleRecord], window: dict[str, Any], repeats: Sequence[Repeat]
+) -> tuple[tuple[float, ...], tuple[float, ...]]:
+    """The cycle times the profiler's cost compares: the first cycles of each unprofiled
+    repeat, as many as were profiled, and the profiled ones (those inside `window`).
+
+    Rank 0's only, as the trace is: on a tensor-parallel server every rank writes its own
+    records of the same cycles, and another rank's would be counted again, or first.
+    """
+    cycles = [r for r in records if r.kind == metrics.CYCLE and r.rank == 0]
+    inside = _in_window(cycles, window)
+    outside = _first_cycles(cycles, repeats, len(inside))
+    return outside, tuple(r.ms[metrics.CYCLE] for r in inside)
 
 
 def profiled_server(

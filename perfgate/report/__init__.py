@@ -3,7 +3,8 @@
 Per scenario and runner profile: spec and plain tok/s, speedup, accept length and every
 other metric over runs, with the band each run was judged against, its verdicts, change
 points and environment changes marked; the per-phase breakdown of the decode cycle per run;
-the latest run's verdicts (with their attribution), equivalence and fingerprint; sweeps.
+the latest run's verdicts (with their attribution), equivalence and fingerprint; sweeps;
+bisects, and plans, predicted against measured.
 The page draws its charts with uPlot, inlined from perfgate/report/static/ (no network).
 """
 
@@ -17,7 +18,7 @@ from sqlalchemy.orm import Session
 
 from perfgate.files import write_text_atomically
 from perfgate.report.links import repository_url
-from perfgate.report.model import build_payload, group_runs, sweeps_of
+from perfgate.report.model import bisects_of, build_payload, group_runs, plans_of, sweeps_of
 from perfgate.report.page import Page, render_page
 from perfgate.results import RunRecord
 from perfgate.store import RunFilter, load_runs
@@ -86,6 +87,8 @@ def _render(
         latest=latest,
         payload=build_payload(columns, groups, sweeps, repository),
         sweeps=sweeps,
+        bisects=bisects_of(columns),
+        plans=plans_of(columns),
         repository=repository,
         generated_at=generated_at or datetime.now(UTC),
         selection=selection,

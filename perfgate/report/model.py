@@ -17,8 +17,10 @@ import numpy as np
 from numpy.typing import NDArray
 
 from perfgate import metrics
+from perfgate.report.bisects import Bisect, find_bisects
 from perfgate.report.changepoints import ChangePoint, detect_change_points
 from perfgate.report.links import safe_url
+from perfgate.report.plans import Plan, find_plans
 from perfgate.report.sweeps import Sweep, SweepRun, find_sweeps
 from perfgate.store.columns import HistoryColumns, RunFacts
 
@@ -211,24 +213,36 @@ def describe_fingerprint_change(before: Mapping[str, Any], after: Mapping[str, A
 
 def sweeps_of(columns: HistoryColumns) -> list[Sweep]:
     """The sweeps the history holds (see perfgate.report.sweeps for the rule)."""
+    return find_sweeps(_sweep_runs(columns))
 
+
+def plans_of(columns: HistoryColumns) -> list[Plan]:
+    """The plans the history holds, against what was measured (perfgate.report.plans)."""
+    return find_plans(_sweep_runs(columns))
+
+
+def _sweep_runs(columns: HistoryColumns) -> list[SweepRun]:
     def value(mode: str, metric: str, run_id: int) -> float | None:
         return columns.values.get((mode, metric), {}).get(run_id)
 
-    return find_sweeps(
-        [
-            SweepRun(
-                run.id,
-                run.scenario,
-                run.profile,
-                run.config,
-                value("spec", "output_tok_s", run.id),
-                value("plain", "output_tok_s", run.id),
-                value("spec", "accept_length", run.id),
-            )
-            for run in columns.runs
-        ]
-    )
+    return [
+        SweepRun(
+            run.id,
+            run.scenario,
+            run.profile,
+            run.config,
+            value("spec", "output_tok_s", run.id),
+            value("plain", "output_tok_s", run.id),
+            value("spec", "accept_length", run.id),
+        )
+        for run in columns.runs
+    ]
+
+
+def bisects_of(columns: HistoryColumns) -> list[Bisect]:
+    """The bisects the history holds (see perfgate.report.bisects)."""
+    tok_s = columns.values.get(("spec", "output_tok_s"), {})
+    return find_bisects(columns.runs, tok_s.get)
 
 
 def _sweep_payload(sweep: Sweep) -> dict[str, Any]:

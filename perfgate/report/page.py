@@ -15,8 +15,10 @@ import jinja2
 from markupsafe import Markup
 
 from perfgate import metrics
+from perfgate.report.bisects import Bisect
 from perfgate.report.links import commit_url, pull_url, safe_url
 from perfgate.report.model import Group
+from perfgate.report.plans import Plan
 from perfgate.report.sweeps import Sweep
 from perfgate.results import RunRecord
 from perfgate.store.columns import RunFacts
@@ -78,6 +80,8 @@ class Page:
     repository: str | None
     generated_at: datetime
     selection: str = ""  # which runs the report is narrowed to, in words; "" for all
+    bisects: Sequence[Bisect] = ()
+    plans: Sequence[Plan] = ()
 
 
 def render_page(page: Page) -> str:
@@ -89,6 +93,8 @@ def render_page(page: Page) -> str:
         profiles=sorted({g.profile for g in page.groups}),
         branches=page.payload["branches"],
         sweeps=page.sweeps,
+        bisects=[_bisect_view(b, page.repository) for b in page.bisects],
+        plans=page.plans,
         repository=page.repository,
         selection=page.selection,
         generated_at=page.generated_at.isoformat(timespec="seconds"),
@@ -126,6 +132,13 @@ def _group_view(page: Page, index: int, group: Group) -> dict[str, Any]:
         "recent": [(run, run_links(run, page.repository)) for run in group.runs[-RECENT_RUNS:]][
             ::-1
         ],
+    }
+
+
+def _bisect_view(bisect: Bisect, repository: str | None) -> dict[str, Any]:
+    return {
+        "bisect": bisect,
+        "rows": [(c, commit_url(repository, c.commit)) for c in bisect.commits],
     }
 
 

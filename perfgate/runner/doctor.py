@@ -99,18 +99,35 @@ def check_config(machine: Machine) -> list[Check]:
 
 
 def check_python(machine: Machine) -> list[Check]:
-    try:
-        torch = metadata.version("torch")
-    except metadata.PackageNotFoundError:
-        fix = "pip install torch (CPU wheels: --index-url https://download.pytorch.org/whl/cpu)"
-        detail = "torch is not installed for perfgate"
-        return [Check("torch", FAIL, detail, int(ExitCode.BAD_INPUT), fix)]
+    from perfgate.engines.validate import EMBEDDED_INSTALL, EMBEDDED_NEEDS
+
+    missing = [name for name in EMBEDDED_NEEDS if not _installed(name)]
+    embedded = [s.name for s in machine.scenarios if s.engine == "embedded"]
+    if missing and embedded:
+        detail = (
+            f"{' and '.join(missing)} not installed for perfgate, and the embedded engine "
+            f"needs them ({', '.join(embedded)})"
+        )
+        return [Check("torch", FAIL, detail, int(ExitCode.BAD_INPUT), EMBEDDED_INSTALL)]
+    torch = (
+        f"torch {_installed('torch')}"
+        if "torch" not in missing
+        else f"torch not installed: only the embedded engine needs it ({EMBEDDED_INSTALL})"
+    )
     return [
         Check(
             "perfgate", OK, f"perfgate {perfgate_version()} on Python {platform.python_version()}"
         ),
-        Check("torch", OK, f"torch {torch}"),
+        Check("torch", OK, torch),
     ]
+
+
+def _installed(package: str) -> str | None:
+    """The version of `package` installed for this interpreter, or None."""
+    try:
+        return metadata.version(package)
+    except metadata.PackageNotFoundError:
+        return None
 
 
 def check_engines(machine: Machine) -> list[Check]:

@@ -22,6 +22,7 @@ from pathlib import Path
 
 from perfgate.ci.workflow_commands import Annotation
 from perfgate.devices import GpuReport, read_gpus
+from perfgate.engines.processes import end_processes, read_process
 from perfgate.errors import ExitCode
 from perfgate.files import write_text_atomically
 from perfgate.runner.gpu_health import Limits, find_problems, fingerprint_fields
@@ -29,9 +30,7 @@ from perfgate.runner.gpu_health import select_visible as visible
 from perfgate.runner.leftovers import (
     OWNER_VARIABLE,
     Leftover,
-    end_processes,
     find_leftovers,
-    read_process,
     work_folder,
 )
 from perfgate.runner.state import STATE_VARIABLE

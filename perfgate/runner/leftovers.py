@@ -20,21 +20,19 @@ user's) are never touched.
 
 A pid is signalled only while it is still the process that was found: its start time (field
 22 of ``/proc/PID/stat``) is read again before every signal, so a pid the kernel gave to
-another process in the meantime is left alone.
+another process in the meantime is left alone (perfgate.engines.processes).
 """
 
 from __future__ import annotations
 
-import contextlib
 import os
 import re
-import signal
-import time
-from collections.abc import Collection, Iterator, Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from perfgate.engines.launch import SERVER_MARKER
+from perfgate.engines.processes import ProcessInfo, iter_processes
 
 SERVER_COMMANDS = re.compile(
     r"perfgate/engines/supervise\.py|perfgate\.engines\.embedded\.server"
@@ -44,57 +42,6 @@ OWNER_VARIABLE = "RUNNER_NAME"
 # The job's folders a runner sets for every step (and hook), all inside its work folder.
 FOLDER_VARIABLES = ("RUNNER_TEMP", "RUNNER_WORKSPACE", "GITHUB_WORKSPACE")
 TEMP_NAME = "_temp"  # the runner's RUNNER_TEMP is <work folder>/_temp
-DEFAULT_GRACE_S = 10.0
-
-
-@dataclass(frozen=True)
-class ProcessInfo:
-    """A process as /proc shows it; ``environ`` is None where it cannot be read."""
-
-    pid: int
-    ppid: int
-    state: str
-    cmdline: str
-    environ: Mapping[str, str] | None
-    started: int | None = None  # clock ticks after boot: with the pid, who the process is
-    cwd: str | None = None  # None where it cannot be read
-
-    @property
-    def alive(self) -> bool:
-        return self.state not in ("Z", "X")
-
-
-def read_process(pid: int, proc: Path = Path("/proc")) -> ProcessInfo | None:
-    """One process, or None when it is gone."""
-    base = proc / str(pid)
-    try:
-        fields = (base / "stat").read_text().rsplit(")", 1)[1].split()
-        state, ppid, started = fields[0], fields[1], int(fields[19])  # fields 3, 4 and 22
-        cmdline = (base / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-    except (OSError, ValueError, IndexError):
-        return None
-    try:
-        cwd: str | None = os.readlink(base / "cwd")
-    except OSError:
-        cwd = None
-    try:
-        raw = (base / "environ").read_bytes()
-        environ: dict[str, str] | None = dict(
-            entry.decode(errors="replace").split("=", 1)
-            for entry in raw.split(b"\0")
-            if b"=" in entry
-        )
-    except OSError:  # another user's process
-        environ = None
-    return ProcessInfo(pid, int(ppid), state, cmdline.strip(), environ, started, cwd)
-
-
-def iter_processes(proc: Path = Path("/proc")) -> Iterator[ProcessInfo]:
-    """Every process /proc lists, skipping those that end while it is read."""
-    for entry in proc.glob("[0-9]*"):
-        found = read_process(int(entry.name), proc)
-        if found is not None:
-            yield found
 
 
 def ancestors(pid: int, table: Mapping[int, ProcessInfo]) -> set[int]:
@@ -175,56 +122,3 @@ def find_leftovers(
         if reason is not None:
             found.append(Leftover(process, reason))
     return sorted(found, key=lambda leftover: leftover.process.pid)
-
-
-def still(process: ProcessInfo) -> bool:
-    """Whether `process` is still alive and still itself (the same start time at its pid)."""
-    now = read_process(process.pid)
-    return now is not None and now.alive and now.started == process.started
-
-
-def _signal(processes: Sequence[ProcessInfo], sig: signal.Signals) -> None:
-    for process in processes:
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            _send(process, sig)
-
-
-def _send(process: ProcessInfo, sig: signal.Signals) -> None:
-    """Signal `process` if its pid still names it. On Linux a pidfd holds on to the process
-    between the check and the signal, so not even a pid recycled in between is hit."""
-    try:
-        handle = os.pidfd_open(process.pid)
-    except ProcessLookupError:
-        return
-    except (AttributeError, OSError):  # no pidfd here (macOS, a kernel before 5.3)
-        if still(process):
-            os.kill(process.pid, sig)
-        return
-    try:
-        if still(process):  # read after the pidfd pinned whichever process has the pid
-            signal.pidfd_send_signal(handle, sig)
-    finally:
-        os.close(handle)
-
-
-def _wait_gone(processes: Sequence[ProcessInfo], timeout_s: float) -> list[ProcessInfo]:
-    deadline = time.monotonic() + timeout_s
-    living = [p for p in processes if still(p)]
-    while living and time.monotonic() < deadline:
-        time.sleep(0.1)
-        living = [p for p in living if still(p)]
-    return living
-
-
-def end_processes(
-    processes: Sequence[ProcessInfo], grace_s: float = DEFAULT_GRACE_S
-) -> list[ProcessInfo]:
-    """SIGTERM, then SIGKILL what is left after `grace_s`; return those that survived.
-
-    Before every signal each process is read again: one that ended, and whose pid now names
-    another process, is neither signalled nor counted.
-    """
-    _signal(processes, signal.SIGTERM)
-    living = _wait_gone(processes, grace_s)
-    _signal(living, signal.SIGKILL)
-    return _wait_gone(living, 5.0)

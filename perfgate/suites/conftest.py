@@ -1,4 +1,5 @@
-"""Order the suites so each server starts once: throughput (plain, then spec) measures first."""
+"""Order the suites so each server starts once: throughput (plain, then spec) measures first;
+keep the session's ending to the verdict unless the user asks pytest for more."""
 
 from __future__ import annotations
 
@@ -7,6 +8,23 @@ import pytest
 from perfgate.measure import TimedLoop, run_rounds
 
 _MODULE_ORDER = ("test_throughput", "test_phases", "test_equivalence")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """pytest's slowest durations and pytest-benchmark's table only where the user asked for
+    them (-v; --durations; a --benchmark-* flag): the verdict, printed after them, is what a
+    gate session is read for. The repeats are timed by pytest-benchmark all the same."""
+    if config.get_verbosity() > 0:
+        return
+    asked = [str(arg) for arg in config.invocation_params.args]
+    if not any(arg.startswith("--durations") for arg in asked):
+        config.option.durations = None
+    if not any(arg.startswith("--benchmark-") for arg in asked):
+        config.option.benchmark_quiet = True
+        # pytest-benchmark read that flag when it configured itself, if that came first.
+        benchmarks = getattr(config, "_benchmarksession", None)
+        if benchmarks is not None:
+            benchmarks.quiet = True
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

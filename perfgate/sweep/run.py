@@ -11,16 +11,25 @@ measured, the others as reused from that run.
 The runs are recorded under the sweep's name as their scenario, so they never mix with the
 gate's own runs of the scenario (its trends, or "latest" in the baseline update), and with a
 ``sweep`` entry in their config naming the sweep and the environment point, which is what
-the report groups a sweep's points by (perfgate.report.sweeps).
+the report groups a sweep's points by (perfgate.report.sweeps). A runner given a shard
+measures only that shard's share of the points (perfgate.sweep.shards) and, given a batch,
+records each point with its place in the batch, so that ``perfgate sweep --collect`` can
+gather the shards' points again.
+
+A policy over the sweep (`perfgate plan`) adds entries of its own to each point's recorded
+config (`annotate`), and measures more points once the grid is done (`extend`), each under
+its environment point's plain twin.
 """
 
 from __future__ import annotations
 
 import re
 import time
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 from sqlalchemy.orm import Session, sessionmaker
 
@@ -35,7 +44,11 @@ from perfgate.results import Measurement, ModeResult, RunContext
 from perfgate.store import history
 from perfgate.sweep.grid import EnvPoint, Point, SweepSpec, grid
 from perfgate.sweep.results import PointResult, SweepResult, median_tok_s
+from perfgate.sweep.shards import SWEEP_RUN, Shard, numbered_points, run_entry
 from perfgate.sweep.stop import BranchTracker
+
+# Entries a policy over the sweep adds to a point's recorded config, from its measurement.
+Annotate = Callable[[Point, Measurement], Mapping[str, Any]]
 
 
 def point_scenario(base: Scenario, spec: SweepSpec, point: Point) -> Scenario:
@@ -85,7 +98,7 @@ class SweepRunner:
     """One sweep, measured and recorded point by point, with a progress line per point.
 
     `progress` gets a line per point and per plain twin, and shows each server's start and
-    repeats as they go.
+    repeats as they go. `annotate`, if given, adds entries to each point's recorded config.
     """
 
     spec: SweepSpec
@@ -99,22 +112,59 @@ class SweepRunner:
     budget_s: float | None = None
     measure: MeasureMode = measure_mode
     progress: Reporter = SILENT
+    shard: Shard = field(default_factory=Shard)  # the share of the grid to measure
+    batch: str | None = None  # recorded with each point, so that its shards can be collected
+    annotate: Annotate | None = None
     _started: float = field(default_factory=time.monotonic)
+    _numbers: dict[Point, int] = field(default_factory=dict)
     _total: int = 0
     _points: list[PointResult] = field(default_factory=list)
     _plain: dict[str, float] = field(default_factory=dict)
     _stops: list[str] = field(default_factory=list)
     _failures: list[str] = field(default_factory=list)
+    _states: dict[EnvPoint, _EnvState] = field(default_factory=dict)
 
     def run(self) -> SweepResult:
-        """Measure every point, or skip it (early stop, budget, a failed plain twin)."""
-        self._total = check_points(self.base, self.spec, self.config_file)
+        """Measure every point of this shard's share, or skip it (early stop, budget, a failed
+        plain twin). An environment point with none of the share's points is not launched."""
+        check_points(self.base, self.spec, self.config_file)
+        self._numbers = {point: k for k, point in enumerate(numbered_points(self.spec))}
+        self._total = sum(1 for k in self._numbers.values() if self.shard.holds(k))
         self._started = time.monotonic()
         with history(self.history_url) as sessions:
             for env, branches in grid(self.spec):
-                state = self._plain_twin(env, branches[0][0])
-                for branch in branches:
+                mine = [[p for p in b if self.shard.holds(self._numbers[p])] for b in branches]
+                mine = [branch for branch in mine if branch]
+                if not mine:
+                    continue
+                state = self._plain_twin(env, mine[0][0])
+                self._states[env] = state
+                for branch in mine:
                     self._branch(sessions, state, branch)
+        return self.result()
+
+    def extend(self, points: Sequence[Point]) -> SweepResult:
+        """Measure `points` too, after `run`: each under its environment point's plain twin
+        (measured now where `run` measured none), none skipped by the early-stop rule; the
+        budget still holds. Return the whole sweep so far."""
+        for point in points:
+            check_scenario(point_scenario(self.base, self.spec, point), self.config_file)
+        self._total += len(points)
+        tolerance = self.base.tolerances.get("output_tok_s", DEFAULT_TOLERANCE)
+        with history(self.history_url) as sessions:
+            for point in points:
+                state = self._states.get(point.env)
+                if state is None:
+                    state = self._states[point.env] = self._plain_twin(point.env, point)
+                skip = state.skip or (self._budget_note() if self._over_budget() else None)
+                if skip:
+                    self._add(PointResult(point, state.label, skipped=skip))
+                else:
+                    self._measure_point(sessions, state, point, BranchTracker(tolerance))
+        return self.result()
+
+    def result(self) -> SweepResult:
+        """The sweep as measured so far."""
         return SweepResult(
             spec=self.spec,
             scenario=self.base.name,
@@ -186,7 +236,14 @@ class SweepRunner:
             self._failures.append(f"{point.label()}: teacher forcing: {error}")
             teacher = None
         measurement = assemble_measurement(scenario, self.profile, plain, spec, started, teacher)
-        measurement = replace(measurement, config={**measurement.config, "sweep": state.label})
+        extra = self.annotate(point, measurement) if self.annotate is not None else {}
+        config = {**measurement.config, "sweep": state.label, **extra}
+        if self.batch is not None:
+            number, total = self._numbers[point], len(self._numbers)
+            config[SWEEP_RUN] = run_entry(
+                self.batch, self.shard, number, total, self.spec, self.base.name
+            )
+        measurement = replace(measurement, config=config)
         run_id = self._record(sessions, measurement)
         state.plain_run = state.plain_run or run_id
         tok_s = measurement.spec.samples.get("output_tok_s", ())

@@ -51,8 +51,14 @@ def _zizmor(target: Path) -> list[dict]:  # type: ignore[type-arg]
     return json.loads(done.stdout)
 
 
-def test_the_three_workflows_exist() -> None:
-    assert [path.name for path in WORKFLOWS] == ["baseline-update.yml", "ci.yml", "perf-gate.yml"]
+def test_the_five_workflows_exist() -> None:
+    assert [path.name for path in WORKFLOWS] == [
+        "baseline-update.yml",
+        "ci.yml",
+        "nightly.yml",
+        "perf-gate.yml",
+        "sweep.yml",
+    ]
 
 
 def test_actionlint_and_shellcheck_find_nothing() -> None:

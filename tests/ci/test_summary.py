@@ -162,7 +162,7 @@ def test_a_throughput_verdict_that_moved_says_why_even_when_inconclusive(status:
     (run,) = _records(1, status)
     run = replace(run, verdicts=(verdict,))
     markdown = render_markdown(_pointer([run]), [run], Links(), SUMMARY_LIMIT_BYTES)
-    terminal = "\n".join(render_record(run))
+    terminal = " ".join(" ".join(render_record(run)).split())  # its lines wrap at 100
     assert why.summary.startswith("output_tok_s -98.2%: cycle +200 ms/cycle")
     assert "verify +200 ms/cycle" in why.summary
     said = status is not Status.PASS

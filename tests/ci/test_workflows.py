@@ -27,9 +27,17 @@ def _jobs() -> list[tuple[str, str, dict[str, Any]]]:
     ]
 
 
-def _self_hosted(job: dict[str, Any]) -> bool:
+def _labels(job: dict[str, Any]) -> list[str]:
+    """A job's runner labels: `runs-on` as a label, a list, or a runner group with labels."""
     labels = job["runs-on"]
-    return "self-hosted" in (labels if isinstance(labels, list) else [labels])
+    if isinstance(labels, dict):
+        labels = labels.get("labels", [])
+    return labels if isinstance(labels, list) else [labels]
+
+
+def _self_hosted(job: dict[str, Any]) -> bool:
+    runs_on = job["runs-on"]
+    return "self-hosted" in _labels(job) or (isinstance(runs_on, dict) and "group" in runs_on)
 
 
 @pytest.mark.parametrize("path", WORKFLOWS, ids=lambda p: p.name)
@@ -52,6 +60,9 @@ def test_self_hosted_jobs_read_only_never_on_untrusted_triggers() -> None:
     assert {(file, name) for file, name, _ in hosted} == {
         ("perf-gate.yml", "gate"),
         ("baseline-update.yml", "approve"),
+        ("sweep.yml", "sweep"),
+        ("sweep.yml", "collect"),
+        ("nightly.yml", "trend"),
     }
     for file, name, job in hosted:
         assert job["permissions"] == {"contents": "read"}, (file, name)
@@ -66,6 +77,44 @@ def test_fork_pull_requests_never_reach_the_gpu_runner() -> None:
         "github.event_name == 'push' || "
         "github.event.pull_request.head.repo.full_name == github.repository"
     )
+
+
+def test_the_sweep_and_the_nightly_watch_never_run_for_a_pull_request() -> None:
+    """Started by hand or on a schedule, on main only: the first job of each is guarded, and
+    every self-hosted job needs it (so is skipped with it)."""
+    sweep = load_workflow("sweep.yml")
+    assert set(sweep["on"]) == {"workflow_dispatch"}
+    assert sweep["jobs"]["shards"]["if"] == "github.ref == 'refs/heads/main'"
+    assert sweep["jobs"]["sweep"]["needs"] == "shards"
+    assert sweep["jobs"]["collect"]["needs"] == "sweep"
+    nightly = load_workflow("nightly.yml")
+    assert set(nightly["on"]) == {"schedule", "workflow_dispatch"}
+    assert nightly["jobs"]["trend"]["if"] == "github.ref == 'refs/heads/main'"
+    assert nightly["jobs"]["issues"]["needs"] == "trend"
+
+
+def test_the_shards_are_a_matrix_over_the_runner_group_with_one_history() -> None:
+    job = load_workflow("sweep.yml")["jobs"]["sweep"]
+    assert job["runs-on"]["group"] and "gpu-8x" in job["runs-on"]["labels"]
+    assert job["strategy"]["fail-fast"] is False  # a dead shard leaves the others running
+    assert job["strategy"]["matrix"]["shard"] == "${{ fromJSON(needs.shards.outputs.numbers) }}"
+    (step,) = [s for s in job["steps"] if "--shard" in s.get("run", "")]
+    assert '--shard "$SHARD/$SHARDS" --batch "github-$GITHUB_RUN_ID"' in step["run"]
+    collect = load_workflow("sweep.yml")["jobs"]["collect"]
+    (step,) = [s for s in collect["steps"] if "--collect" in s.get("run", "")]
+    assert '--batch "github-$GITHUB_RUN_ID"' in step["run"]
+    # The history is the runners' own PERFGATE_DB_URL: no secret, nothing on a command line.
+    text = yaml.safe_dump(load_workflow("sweep.yml")["jobs"])  # the jobs, not the comments
+    assert "PERFGATE_DB_URL" not in text and "--db" not in text and "secrets." not in text
+
+
+def test_only_a_github_hosted_job_writes_the_watchs_issues() -> None:
+    jobs = load_workflow("nightly.yml")["jobs"]
+    assert jobs["trend"]["permissions"] == {"contents": "read"}
+    assert jobs["issues"]["runs-on"] == "ubuntu-latest"
+    assert jobs["issues"]["permissions"] == {"contents": "read", "issues": "write"}
+    runs = [s["run"] for s in jobs["issues"]["steps"] if "run" in s]
+    assert runs == ['python3 -m perfgate ci watch --apply "$PLAN" --repo "$GITHUB_REPOSITORY"']
 
 
 def test_one_concurrency_group_per_pull_request() -> None:
@@ -102,7 +151,7 @@ def test_the_runner_labels_are_declared_for_actionlint() -> None:
     custom = set(declared["self-hosted-runner"]["labels"])
     for file, name, job in _jobs():
         if _self_hosted(job):
-            assert set(job["runs-on"]) - {"self-hosted", "linux", "x64"} <= custom, (file, name)
+            assert set(_labels(job)) - {"self-hosted", "linux", "x64"} <= custom, (file, name)
 
 
 def _owners(path: str) -> list[str]:

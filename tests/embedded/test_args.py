@@ -60,6 +60,7 @@ def test_unknown_flags_exit_64_naming_them(capsys: pytest.CaptureFixture[str]) -
         (["--debug-verify-delay-ms", "-1"], "--debug-verify-delay-ms"),
         ([*SPEC, "--debug-simulate-accept-rate", "1.5"], "not a probability"),
         (["--max-running-requests", "0"], "--max-running-requests"),
+        (["--tp-size", "2", "--debug-rank-exit", "2:3:in:kill"], "--debug-rank-exit: names rank 2"),
     ],
 )
 def test_bad_combinations_are_refused(flags: list[str], words: str) -> None:
@@ -73,6 +74,7 @@ def test_help_documents_the_debug_flags() -> None:
         "--debug-verify-delay-ms",
         "--debug-simulate-accept-rate",
         "--debug-eagle3-feature-layers",
+        "--debug-rank-exit",
         "--disable-cuda-graph",
     ):
         assert flag in help_text
@@ -158,3 +160,16 @@ def test_the_feature_layer_override_reaches_the_drafter(target: Transformer) -> 
     args = _args(*SPEC, "--debug-eagle3-feature-layers", "4,2,9")
     with pytest.raises(ConfigError, match=r"--debug-eagle3-feature-layers: \[9\]"):
         load_drafter(args, target, CPU, torch.float32, 1, GraphRunner())
+
+
+def test_a_rank_exit_parses_its_rank_batch_point_and_how(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    fault = _args("--tp-size", "4", "--debug-rank-exit", "3:5:after:134").debug_rank_exit
+    assert (fault.rank, fault.batch, fault.where, fault.code) == (3, 5, "after", 134)
+    assert _args("--debug-rank-exit", "1:2:in:kill").debug_rank_exit.code is None
+    for bad in ("1:2:during:kill", "0:2:in:kill", "1:2:in:300", "1:x:in:kill"):
+        with pytest.raises(SystemExit) as caught:
+            _args("--debug-rank-exit", bad)
+        assert caught.value.code == ExitCode.BAD_INPUT
+        assert "--debug-rank-exit" in capsys.readouterr().err

@@ -165,8 +165,7 @@ def test_a_rank_that_cannot_start_ends_the_server_with_exit_69(tmp_path: Path) -
     script = (
         "import time\n"
         "from perfgate.engines.embedded.ranks import RankProcesses\n"
-        "RankProcesses(['--model-path', 'perfgate/llama-tiny', '--no-such-flag'], 2, 1)"
-        ".watch_start()\n"
+        "RankProcesses(['--model-path', 'perfgate/llama-tiny', '--no-such-flag'], 2, 1)\n"
         "time.sleep(60)\n"
     )
     done = subprocess.run(
@@ -174,5 +173,6 @@ def test_a_rank_that_cannot_start_ends_the_server_with_exit_69(tmp_path: Path) -
     )
     assert done.returncode == 69, done.stderr
     assert "unrecognized arguments: --no-such-flag" in done.stderr  # rank 1's own words
-    assert "error: rank 1 (pid " in done.stderr
+    assert "error: rank 1 of 2 (pid " in done.stderr
     assert "exited with code 64 while the server was starting" in done.stderr
+    assert "[rank 1] " in done.stderr  # its lines, marked with its rank

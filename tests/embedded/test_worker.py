@@ -36,6 +36,33 @@ def test_chain_output_equals_plain_greedy(
         assert generation.spec_verify_ct == len(generation.correct_drafts) > 0
 
 
+def test_each_verify_pass_names_the_rows_decoding_and_the_drafts_each_accepted(
+    spec_worker: SpecWorkerFactory,
+) -> None:
+    """What the probe writes into each cycle's record (perfgate/probe/targets.py)."""
+    worker = spec_worker("perturbed", 3)
+    passes: list[tuple[tuple[int, ...], tuple[int, ...]]] = []
+    accept = worker.accept
+
+    def spy(*args: Any) -> Any:
+        accepted = accept(*args)
+        passes.append((accepted.rows, accepted.drafts))
+        return accepted
+
+    worker.accept = spy  # type: ignore[method-assign]
+    prompts = [list(b"def parse(text):"), list(b"x")]
+    generations = worker.generate(
+        [Request(prompts[0], MAX_NEW_TOKENS), Request(prompts[1], MAX_NEW_TOKENS // 4)]
+    )
+    by_row: dict[int, list[int]] = {0: [], 1: []}
+    for rows, drafts in passes:
+        for row, count in zip(rows, drafts, strict=True):
+            by_row[row].append(count)
+    assert [tuple(by_row[0]), tuple(by_row[1])] == [g.correct_drafts for g in generations]
+    # The short request finishes first: the passes after it name only the other row.
+    assert passes[-1][0] == (0,) and passes[0][0] == (0, 1)
+
+
 @pytest.mark.parametrize(
     ("num_steps", "topk", "num_draft_tokens"), [(2, 2, 4), (3, 4, 8), (4, 3, 12), (1, 4, 3)]
 )

@@ -8,6 +8,7 @@ from __future__ import annotations
 import ast
 import functools
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 SRT = Path("sglang", "srt")
@@ -140,6 +141,22 @@ def _query_parameters(function: ast.FunctionDef | ast.AsyncFunctionDef) -> list[
     ]
 
 
+def annotated_fields(root: Path, *folders: str) -> set[str]:
+    """Every field a class under `srt/<folder>` declares with an annotation (`name: T`): the
+    dataclass fields of SGLang's batches and results."""
+    fields: set[str] = set()
+    for folder in folders:
+        for path in sorted((root / SRT / folder).rglob("*.py")):
+            for node in ast.walk(_parse(path)):
+                if isinstance(node, ast.ClassDef):
+                    fields |= {
+                        item.target.id
+                        for item in node.body
+                        if isinstance(item, ast.AnnAssign) and isinstance(item.target, ast.Name)
+                    }
+    return fields
+
+
 def meta_info_keys(root: Path) -> set[str]:
     """Keys assigned as `meta_info["key"] = ...` by `srt/managers/tokenizer_manager.py`."""
     path = root / SRT / "managers" / "tokenizer_manager.py"
@@ -246,3 +263,352 @@ def _strings(node: ast.AST) -> tuple[str, ...]:
     if len(values) == len(node.elts) and all(isinstance(v, str) for v in values):
         return tuple(values)
     return ()
+
+
+# --- SGLang's model classes: the modules and weights they build, the config keys they read ---
+
+# Classes of SGLang's layers (and torch's) that hold one `weight` parameter (no bias: SGLang's
+# Llama layers are built with bias=False, and the EAGLE-3 fc with config.bias, which perfgate's
+# exports do not set).
+WEIGHT_MODULES = frozenset(
+    {
+        "QKVParallelLinear",
+        "MergedColumnParallelLinear",
+        "RowParallelLinear",
+        "ColumnParallelLinear",
+        "ReplicatedLinear",
+        "RMSNorm",
+        "VocabParallelEmbedding",
+        "ParallelLMHead",
+        "Linear",
+        "Embedding",
+    }
+)
+# Classes that hold no parameter of their own: attention kernels, activations, the logits
+# processor, and wrappers of modules registered under another name already.
+PARAMETERLESS_MODULES = frozenset(
+    {
+        "RadixAttention",
+        "SiluAndMul",
+        "LogitsProcessor",
+        "Pooler",
+        "PPMissingLayer",
+        "DualGemm",
+        "DenseSiluAndMulQuant",
+    }
+)
+
+
+@functools.cache
+def _imported_from(root: Path, module: str) -> dict[str, str]:
+    """Names `from X import Name` binds in the module -> X."""
+    tree = _parse(module_path(root, module))
+    return {
+        alias.asname or alias.name: node.module
+        for node in tree.body
+        if isinstance(node, ast.ImportFrom) and node.module
+        for alias in node.names
+    }
+
+
+def _class_node(
+    root: Path, module: str, name: str, *, skip_local: bool = False
+) -> tuple[str, ast.ClassDef] | None:
+    """The class `name` as `module` sees it: its own, else the one it imports (skip_local: a
+    base class of the same name, which Python resolves before the subclass is bound)."""
+    path = module_path(root, module)
+    if not path.is_file():
+        return None
+    if not skip_local:
+        for node in _parse(path).body:
+            if isinstance(node, ast.ClassDef) and node.name == name:
+                return module, node
+    source = _imported_from(root, module).get(name)
+    return None if source is None else _class_node(root, source, name)
+
+
+def _callee(node: ast.expr) -> str:
+    if isinstance(node, ast.Call):
+        return _called(node)
+    return ""
+
+
+def _self_path(target: ast.expr) -> tuple[str, ...] | None:
+    """`self.a.b` -> ("a", "b"); None for anything else."""
+    parts: list[str] = []
+    while isinstance(target, ast.Attribute):
+        parts.insert(0, target.attr)
+        target = target.value
+    return tuple(parts) if isinstance(target, ast.Name) and target.id == "self" and parts else None
+
+
+def _init(node: ast.ClassDef) -> ast.FunctionDef | None:
+    return next(
+        (n for n in node.body if isinstance(n, ast.FunctionDef) and n.name == "__init__"), None
+    )
+
+
+def _calls_super_init(init: ast.FunctionDef) -> bool:
+    for node in ast.walk(init):
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
+            owner = node.func.value
+            if (
+                node.func.attr == "__init__"
+                and isinstance(owner, ast.Call)
+                and _called(owner) == "super"
+            ):
+                return True
+    return False
+
+
+Assigned = tuple[str, str]  # (what, the module whose code assigns it)
+
+
+def module_attributes(root: Path, module: str, name: str) -> dict[tuple[str, ...], list[Assigned]]:
+    """What `__init__` assigns to each `self.path` of class `name` (its bases' too, when it
+    calls `super().__init__`), with the module whose code does it: the class it may build
+    there ("list:X" for an `nn.ModuleList` of X), "None", "alias" (another attribute of
+    self) or "value"."""
+    found = _class_node(root, module, name)
+    if found is None:
+        raise LookupError(f"no class {name} in {module}")
+    where, node = found
+    init = _init(node)
+    attributes: dict[tuple[str, ...], list[Assigned]] = {}
+    if init is not None and _calls_super_init(init):
+        for base in node.bases:
+            base_name = getattr(base, "id", getattr(base, "attr", ""))
+            if base_name in ("Module", "object"):
+                continue
+            parent = _class_node(root, where, base_name, skip_local=base_name == name)
+            if parent is not None:
+                attributes |= module_attributes(root, parent[0], base_name)
+    own: dict[tuple[str, ...], list[Assigned]] = {}
+    for statement in ast.walk(init) if init is not None else ():
+        if isinstance(statement, ast.Assign) and statement.value is not None:
+            for target in statement.targets:
+                path = _self_path(target)
+                if path is not None:
+                    own.setdefault(path, []).append((_assigned(statement.value), where))
+    # The class's own assignments (every branch of them) replace its base's.
+    return attributes | own
+
+
+def _assigned(value: ast.expr) -> str:
+    if isinstance(value, ast.Constant) and value.value is None:
+        return "None"
+    if _self_path(value) is not None:
+        return "alias"
+    name = _callee(value)
+    if name == "ModuleList" and isinstance(value, ast.Call) and value.args:
+        items = value.args[0]
+        element = (
+            items.elt
+            if isinstance(items, ast.ListComp)
+            else (items.elts[0] if isinstance(items, ast.List) and items.elts else None)
+        )
+        return f"list:{_callee(element) if element is not None else ''}"
+    return name if name[:1].isupper() else "value"
+
+
+def parameter_names(
+    root: Path, module: str, name: str, prefix: str = ""
+) -> tuple[set[str], list[str]]:
+    """The parameters class `name` of `module` builds, as `named_parameters` names them (one
+    element of each module list: index 0), and the attributes the reader could not classify.
+
+    An attribute that may be None (`self.fc_norm = ... if ... else None`) is left out; one
+    that may be another attribute (`lm_head`, tied to the embedding) counts as its own module
+    (the untied case). `self.a.b = X` in a subclass replaces `b` of the base's `a`: the same
+    dotted name, so the names are a union.
+    """
+    names: set[str] = set()
+    unknown: list[str] = []
+    for path, kinds in module_attributes(root, module, name).items():
+        if any(kind == "None" for kind, _ in kinds):
+            continue
+        dotted = prefix + ".".join(path)
+        for kind, where in dict.fromkeys(kinds):
+            element = kind.removeprefix("list:")
+            here = f"{dotted}.0" if kind.startswith("list:") else dotted
+            if kind in ("value", "alias") or element in PARAMETERLESS_MODULES:
+                continue
+            if element in WEIGHT_MODULES:
+                names.add(f"{here}.weight")
+                continue
+            found = _class_node(root, where, element)
+            if found is None:
+                unknown.append(f"{here}: {element}")
+                continue
+            inner, missing = parameter_names(root, found[0], element, here + ".")
+            names |= inner
+            unknown += missing
+    return names, unknown
+
+
+@dataclass(frozen=True)
+class LoadRules:
+    """How a model's `load_weights` renames a checkpoint's names, read from its source."""
+
+    legacy: dict[str, str]  # `legacy_name_map`: substring -> replacement (0.5.12 on)
+    stacked: list[tuple[str, str, object]]  # `stacked_params_mapping`: (param, shard name, id)
+    special: tuple[str, ...]  # substrings handled apart (`if "d2t" in name: ... continue`)
+
+
+def load_rules(root: Path, module: str, name: str) -> LoadRules:
+    """The renaming rules of `load_weights` of class `name` in `module`."""
+    found = _class_node(root, module, name)
+    assert found is not None, f"no class {name} in {module}"
+    function = next(
+        n for n in found[1].body if isinstance(n, ast.FunctionDef) and n.name == "load_weights"
+    )
+    legacy: dict[str, str] = {}
+    stacked: list[tuple[str, str, object]] = []
+    special: list[str] = []
+    for node in ast.walk(function):
+        if isinstance(node, ast.Assign) and isinstance(node.targets[0], ast.Name):
+            target, value = node.targets[0].id, node.value
+            if target == "legacy_name_map" and isinstance(value, ast.Dict):
+                legacy = {
+                    ast.literal_eval(k): ast.literal_eval(v)
+                    for k, v in zip(value.keys, value.values, strict=True)
+                    if k is not None
+                }
+            elif target == "stacked_params_mapping" and isinstance(value, ast.List):
+                stacked = [tuple(ast.literal_eval(e)) for e in value.elts]  # type: ignore[misc]
+        elif (
+            isinstance(node, ast.If)
+            and isinstance(node.test, ast.Compare)
+            and isinstance(node.test.left, ast.Constant)
+            and isinstance(node.test.ops[0], ast.In)
+            and isinstance(node.body[-1], ast.Continue)
+        ):
+            special.append(str(node.test.left.value))
+    return LoadRules(legacy, stacked, tuple(special))
+
+
+def loaded_parameter(
+    name: str, rules: LoadRules, parameters: set[str]
+) -> tuple[str, object] | None:
+    """The parameter (and shard id, None for a whole one) that SGLang's `load_weights`
+    writes a checkpoint tensor `name` into; None where it drops it without a word.
+
+    As the release's code: legacy substrings replaced, special names set apart, the first
+    stacked mapping whose shard name occurs applied, then the name itself or `model.` + it.
+    """
+    for legacy, new in rules.legacy.items():
+        if legacy in name:
+            name = name.replace(legacy, new)
+    if any(word in name for word in rules.special):
+        return None
+    shard: object = None
+    for param, weight, shard_id in rules.stacked:
+        if weight in name:
+            name, shard = name.replace(weight, param), shard_id
+            break
+    for candidate in (name, f"model.{name}"):
+        if candidate in parameters:
+            return candidate, shard
+    return None
+
+
+def config_reads(
+    root: Path, module: str, classes: tuple[str, ...] | None = None
+) -> tuple[set[str], set[str]]:
+    """The config keys the code reads: (`config.key` / `self.config.key` without a guard,
+    `getattr(config, "key", ...)` or `hasattr(config, "key")`), in the named classes of
+    `module` or in all of it."""
+    tree = _parse(module_path(root, module))
+    scopes: list[ast.AST] = (
+        [tree]
+        if classes is None
+        else [n for n in tree.body if isinstance(n, ast.ClassDef) and n.name in classes]
+    )
+    plain: set[str] = set()
+    guarded: set[str] = set()
+    for scope in scopes:
+        for node in ast.walk(scope):
+            if (
+                isinstance(node, ast.Attribute)
+                and isinstance(node.ctx, ast.Load)
+                and _is_config(node.value)
+            ):
+                plain.add(node.attr)
+            elif (
+                isinstance(node, ast.Call)
+                and _called(node) in ("getattr", "hasattr")
+                and len(node.args) >= 2
+                and _is_config(node.args[0])
+                and isinstance(node.args[1], ast.Constant)
+            ):
+                guarded.add(str(node.args[1].value))
+    return plain - guarded, guarded
+
+
+def _is_config(node: ast.expr) -> bool:
+    if isinstance(node, ast.Name):
+        return node.id == "config"
+    return (
+        isinstance(node, ast.Attribute)
+        and node.attr == "config"
+        and _self_path(node) == ("config",)
+    )
+
+
+def capture_sites(root: Path) -> list[str]:
+    """Where `srt/models/llama.py`'s LlamaModel.forward tests `... in self.layers_to_capture`:
+    "layer loop" for a test inside `for i in range(self.start_layer, self.end_layer)` on the
+    loop's own index, else the source of the test."""
+    module = "sglang.srt.models.llama"
+    found = _class_node(root, module, "LlamaModel")
+    assert found is not None
+    forward = next(
+        n for n in found[1].body if isinstance(n, ast.FunctionDef) and n.name == "forward"
+    )
+    sites: list[str] = []
+    inside: set[int] = set()
+    for loop in ast.walk(forward):
+        if isinstance(loop, ast.For) and _is_layer_loop(loop):
+            index = loop.target.id  # type: ignore[attr-defined]
+            for node in ast.walk(loop):
+                if _tests_capture(node) and getattr(node.left, "id", None) == index:  # type: ignore[attr-defined]
+                    inside.add(id(node))
+    for node in ast.walk(forward):
+        if _tests_capture(node):
+            sites.append("layer loop" if id(node) in inside else ast.unparse(node))
+    return sites
+
+
+def _is_layer_loop(loop: ast.For) -> bool:
+    it = loop.iter
+    return (
+        isinstance(loop.target, ast.Name)
+        and isinstance(it, ast.Call)
+        and _called(it) == "range"
+        and [ast.unparse(a) for a in it.args] == ["self.start_layer", "self.end_layer"]
+    )
+
+
+def _tests_capture(node: ast.AST) -> bool:
+    return (
+        isinstance(node, ast.Compare)
+        and isinstance(node.ops[0], ast.In)
+        and ast.unparse(node.comparators[0]) == "self.layers_to_capture"
+    )
+
+
+def capture_offsets(root: Path) -> list[str]:
+    """The expressions `LlamaForCausalLM.set_eagle3_layers_to_capture` turns given layer ids
+    into (`[val + 1 for val in layer_ids]`: "val + 1")."""
+    found = _class_node(root, "sglang.srt.models.llama", "LlamaForCausalLM")
+    assert found is not None
+    method = next(
+        n
+        for n in found[1].body
+        if isinstance(n, ast.FunctionDef) and n.name == "set_eagle3_layers_to_capture"
+    )
+    return [
+        ast.unparse(node.elt)
+        for node in ast.walk(method)
+        if isinstance(node, ast.ListComp) and ast.unparse(node.generators[0].iter) == "layer_ids"
+    ]

@@ -15,10 +15,13 @@ and what its client imports, from PyPI. The cache is `$PERFGATE_SGLANG_CACHE`, o
 from __future__ import annotations
 
 import argparse
+import contextlib
+import fcntl
 import os
 import shutil
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
@@ -85,8 +88,24 @@ def cache_root() -> Path:
     return Path(os.environ.get("PERFGATE_SGLANG_CACHE") or REPO / ".cache" / "sglang")
 
 
+@contextlib.contextmanager
+def _installing() -> Iterator[None]:
+    """Hold the cache's lock: test workers that find the same release missing install it once."""
+    root = cache_root()
+    root.mkdir(parents=True, exist_ok=True)
+    with (root / ".lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        yield
+
+
 def _pip(args: list[str], target: Path) -> None:
     """`pip install --target` into a fresh folder, moved into place only when complete."""
+    with _installing():
+        if not target.exists():  # another worker may have installed it while this one waited
+            _pip_unlocked(args, target)
+
+
+def _pip_unlocked(args: list[str], target: Path) -> None:
     partial = target.with_name(target.name + ".partial")
     shutil.rmtree(partial, ignore_errors=True)
     command = [sys.executable, "-m", "pip", "install", "--quiet", "--disable-pip-version-check"]

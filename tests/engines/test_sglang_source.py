@@ -101,6 +101,22 @@ def target_problems(root: Path, release: str) -> list[str]:
     return problems
 
 
+def accepted_problems(root: Path, release: str) -> list[str]:
+    """Accept targets of this release whose accepted drafts or rows no path of theirs reads:
+    the field each path ends in is declared by no class of SGLang's managers or speculative
+    code (perfgate.probe.targets.AcceptedDrafts)."""
+    fields = source.annotated_fields(root, "managers", "speculative")
+    problems = []
+    for mode in MODES:
+        for target in select_targets("sglang", release, mode):
+            if target.accepted is None:
+                continue
+            for what, paths in (("counts", target.accepted.counts), ("rows", target.accepted.rows)):
+                if not any(path.rsplit(".", 1)[-1] in fields for path in paths):
+                    problems.append(f"{_name(target)}: no field for its {what} {paths}")
+    return problems
+
+
 def _name(target: ProbeTarget) -> str:
     return f"{target.module}.{target.qualname}.{target.method} ({target.phase})"
 
@@ -154,6 +170,11 @@ def _rule_for(literal: facts.Fact, release: str) -> str | None:
 def test_every_probe_target_exists_where_its_table_says(tree: tuple[str, Path]) -> None:
     release, root = tree
     assert not target_problems(root, release), f"SGLang {release}"
+
+
+def test_every_accept_target_reads_fields_sglang_declares(tree: tuple[str, Path]) -> None:
+    release, root = tree
+    assert not accepted_problems(root, release), f"SGLang {release}"
 
 
 def test_every_flag_perfgate_emits_is_declared_by_sglang(tree: tuple[str, Path]) -> None:
@@ -331,3 +352,193 @@ def test_the_rules_perfgate_quotes_live_where_sglang_checks_its_arguments(
         }
         assert homes, f"SGLang {release}: {rule.role} is nowhere"
         assert all(home.startswith(facts.ARGUMENT_CHECKS) for home in homes), (release, homes)
+
+
+# --- the exported models (`perfgate embedded export`), against the model files SGLang loads --
+
+EAGLE3_MODULE, EAGLE3_CLASS = "sglang.srt.models.llama_eagle3", "LlamaForCausalLMEagle3"
+LLAMA_MODULE = "sglang.srt.models.llama"
+# The Llama classes the EAGLE-3 draft's layer is built from, and those of the target.
+DRAFT_LLAMA_CLASSES = ("LlamaDecoderLayer", "LlamaAttention", "LlamaMLP")
+TARGET_LLAMA_CLASSES = ("LlamaForCausalLM", "LlamaModel", *DRAFT_LLAMA_CLASSES)
+# Keys read without a default that an export need not write, and why.
+NOT_NEEDED = {"intermediate_size_mlp": "read for llama4_text only", "__class__": "Python's own"}
+# Keys read with a default (getattr/hasattr), and what the exports rely on: a release that
+# reads a new one fails until its default is reviewed here.
+DEFAULTED = {
+    "target_hidden_size": "written: the target's hidden size",
+    "eagle_config": "written: the aux hidden-state layer ids",
+    "rope_parameters": "written (transformers 5)",
+    "rope_theta": "written (transformers 4)",
+    "head_dim": "written",
+    "max_position_embeddings": "written: the target's context",
+    "attention_bias": "written: false",
+    "bias": "not written: false, fc has no bias",
+    "rope_scaling": "not written: none",
+    "original_max_position_embeddings": "not written: no scaling",
+    "partial_rotary_factor": "not written: 1, the whole head rotates",
+    "rope_is_neox_style": "not written: true, rotate_half (the embedded model's rotation)",
+    "num_aux_hidden_states": "not written: the count of eagle_config's ids",
+    "fc_norm": "not written: no norm before fc",
+    "use_aux_norm": "not written: no norm before fc",
+    "norm_before_fc": "not written: no norm before fc",
+    "norm_output": "not written: the pre-norm hidden feeds the next step, as in the embedded head",
+}
+
+
+@pytest.fixture(scope="module")
+def exported(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """The shipped tiny pair, exported: {"target": folder, "draft": folder}."""
+    from perfgate.engines.embedded.export import export_model
+
+    out = tmp_path_factory.mktemp("export")
+    return {
+        "target": export_model("perfgate/llama-tiny", out / "target").folder,
+        "draft": export_model("perfgate/eagle3-llama-tiny", out / "draft").folder,
+    }
+
+
+def _weight_names(folder: Path) -> list[str]:
+    from safetensors import safe_open
+
+    with safe_open(str(folder / "model.safetensors"), "pt") as weights:
+        return sorted(weights.keys())
+
+
+def draft_weight_problems(root: Path, names: list[str]) -> list[str]:
+    """Checkpoint names SGLang's EAGLE-3 model would drop without a word, and its parameters
+    (or shards of stacked ones) that no name fills."""
+    parameters, unknown = source.parameter_names(root, EAGLE3_MODULE, EAGLE3_CLASS)
+    problems = [f"unreadable module {u}" for u in unknown]
+    rules = source.load_rules(root, EAGLE3_MODULE, EAGLE3_CLASS)
+    filled: dict[str, set[object]] = {}
+    for name in names:
+        loaded = source.loaded_parameter(name, rules, parameters)
+        if loaded is None:
+            problems.append(f"dropped: {name}")
+        else:
+            filled.setdefault(loaded[0], set()).add(loaded[1])
+    shards = {
+        param: {s for p, _, s in rules.stacked if p == param} for param, _, _ in rules.stacked
+    }
+    for parameter in sorted(parameters):
+        wanted = next((s for p, s in shards.items() if p in parameter), {None})
+        if filled.get(parameter, set()) != wanted:
+            problems.append(
+                f"unfilled: {parameter} (got {sorted(map(str, filled.get(parameter, set())))})"
+            )
+    return problems
+
+
+def config_problems(
+    root: Path, config: dict[str, object], scopes: list[tuple[str, tuple[str, ...] | None]]
+) -> list[str]:
+    """Keys the code reads that the config lacks, and defaulted keys nobody reviewed."""
+    problems = []
+    for module, classes in scopes:
+        plain, defaulted = source.config_reads(root, module, classes)
+        problems += [
+            f"{module}: reads {k}, not written"
+            for k in sorted(plain - set(config) - set(NOT_NEEDED))
+        ]
+        problems += [
+            f"{module}: reads {k} with a default nobody reviewed"
+            for k in sorted(defaulted - set(DEFAULTED))
+        ]
+    return problems
+
+
+def test_the_exported_draft_fills_every_weight_of_sglangs_eagle3_model(
+    tree: tuple[str, Path], exported: dict[str, Path]
+) -> None:
+    release, root = tree
+    names = _weight_names(exported["draft"])
+    assert "midlayer.self_attn.q_proj.weight" in names
+    assert not draft_weight_problems(root, names), f"SGLang {release}"
+
+
+def test_the_exported_configs_hold_every_key_sglang_reads(
+    tree: tuple[str, Path], exported: dict[str, Path]
+) -> None:
+    release, root = tree
+    draft = json.loads((exported["draft"] / "config.json").read_text())
+    target = json.loads((exported["target"] / "config.json").read_text())
+    assert draft["architectures"] == [EAGLE3_CLASS]
+    assert source.class_methods(root, EAGLE3_MODULE).get(EAGLE3_CLASS), f"SGLang {release}"
+    assert not config_problems(
+        root, draft, [(EAGLE3_MODULE, None), (LLAMA_MODULE, DRAFT_LLAMA_CLASSES)]
+    ), release
+    assert not config_problems(root, target, [(LLAMA_MODULE, TARGET_LLAMA_CLASSES)]), release
+
+
+def test_sglangs_llama_target_captures_aux_states_at_the_input_of_layer_id_plus_1(
+    tree: tuple[str, Path],
+) -> None:
+    # What perfgate.engines.sglang.capturable_aux_layer_ids and the export's pass-through
+    # layer rely on: id i is captured inside the loop over the layers, before layer i + 1, so
+    # the last layer's output never is.
+    release, root = tree
+    assert source.capture_offsets(root) == ["val + 1"], f"SGLang {release}"
+    assert source.capture_sites(root) == ["layer loop"], f"SGLang {release}"
+
+
+FAKE_EAGLE3 = """
+from sglang.srt.models.llama import LlamaDecoderLayer, LlamaForCausalLM
+
+class LlamaModel(nn.Module):
+    def __init__(self, config):
+        super().__init__()
+        self.embed_tokens = VocabParallelEmbedding(config.vocab_size, config.hidden_size)
+        self.fc = torch.nn.Linear(config.hidden_size * 3, config.hidden_size)
+        self.layers = nn.ModuleList([LlamaDecoderLayer(config, i) for i in range(1)])
+        self.norm = RMSNorm(config.hidden_size, eps=config.rms_norm_eps)
+        self.extra = RMSNorm(getattr(config, "new_key", 4))
+
+class LlamaForCausalLMEagle3(LlamaForCausalLM):
+    def __init__(self, config):
+        nn.Module.__init__(self)
+        self.model = LlamaModel(config)
+        self.lm_head = ParallelLMHead(config.draft_vocab_size, config.hidden_size)
+
+    def load_weights(self, weights):
+        stacked_params_mapping = [(".qkv_proj", ".q_proj", "q"), (".qkv_proj", ".k_proj", "k"), (".qkv_proj", ".v_proj", "v")]
+        for name, loaded_weight in weights:
+            if "d2t" in name:
+                continue
+"""
+FAKE_LLAMA = """
+class LlamaDecoderLayer(nn.Module):
+    def __init__(self, config, layer_id):
+        super().__init__()
+        self.self_attn = LlamaAttention(config)
+
+class LlamaAttention(nn.Module):
+    def __init__(self, config):
+        super().__init__()
+        self.qkv_proj = QKVParallelLinear(config.hidden_size)
+        self.rotary_emb = get_rope(config.head_dim)
+
+class LlamaForCausalLM(nn.Module):
+    pass
+"""
+
+
+def test_a_release_that_stops_reading_the_exported_names_is_reported(
+    tmp_path: Path, exported: dict[str, Path]
+) -> None:
+    # A release without the `midlayer` -> `layers.0` mapping drops the layer's weights without
+    # a word (load_weights skips a name it does not know), and its new extra norm stays
+    # unfilled; a key read with an unreviewed default is named.
+    models = tmp_path / "sglang" / "srt" / "models"
+    models.mkdir(parents=True)
+    (models / "llama_eagle3.py").write_text(FAKE_EAGLE3)
+    (models / "llama.py").write_text(FAKE_LLAMA)
+    problems = draft_weight_problems(tmp_path, _weight_names(exported["draft"]))
+    assert "dropped: midlayer.self_attn.q_proj.weight" in problems
+    assert "unfilled: model.extra.weight (got [])" in problems
+    assert "unfilled: model.layers.0.self_attn.qkv_proj.weight (got [])" in problems
+    assert not any("fc.weight" in p or "lm_head" in p for p in problems), problems
+    draft = json.loads((exported["draft"] / "config.json").read_text())
+    assert config_problems(tmp_path, draft, [(EAGLE3_MODULE, None)]) == [
+        f"{EAGLE3_MODULE}: reads new_key with a default nobody reviewed"
+    ]

@@ -161,3 +161,64 @@ def test_an_embedded_scenario_on_sglang_is_refused_naming_what_sglang_lacks(tmp_
         assert "flags --num-threads (extra_args)" in line, line
         assert line.endswith("run it with --engine embedded, or write an SGLang scenario"), line
         assert not (tmp_path / ".perfgate" / "runs").exists()
+
+
+def test_an_embedded_server_on_gpus_gets_them_checked_and_waited_for_as_sglangs(
+    fake_gpus: SetGpus, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    embedded = replace(SCENARIO, engine="embedded", python=sys.executable, device="cuda")
+    # The GPUs the launcher snapshots, and whose memory it waits for after each server.
+    assert [g.index for g in preflight(embedded, FILE, environ={}).gpus] == [0, 1]
+    listed = preflight(embedded, FILE, environ={"CUDA_VISIBLE_DEVICES": "5,3"})
+    assert [g.index for g in listed.gpus] == [5, 3]
+    fake_gpus(8, used_mib=[90000.0] + [500.0] * 7)
+    with pytest.raises(InfrastructureError, match=r"GPU 0 \(NVIDIA H200\) already has 87.9 of"):
+        preflight(embedded, FILE, environ={})
+    assert preflight(replace(embedded, device="cpu"), FILE, environ={}).gpus == ()
+    monkeypatch.setenv("PATH", "/nonexistent")  # no nvidia-smi: nothing to wait for, said
+    unread = preflight(embedded, FILE, environ={})
+    assert unread.gpus == ()
+    assert any("cannot wait for a server's GPU memory" in note for note in unread.notes)
+
+
+EMBEDDED = replace(SCENARIO, engine="embedded", model="perfgate/llama-tiny", tp=1, device="cpu")
+
+
+@pytest.mark.parametrize(
+    ("torch", "safetensors", "missing"),
+    [
+        (None, None, "torch and safetensors"),
+        ("2.13.0", None, "safetensors"),
+        (None, "0.8", "torch"),
+    ],
+)
+def test_an_embedded_scenario_without_the_engines_extra_is_refused_naming_it(
+    torch: str | None, safetensors: str | None, missing: str
+) -> None:
+    from perfgate.engines.validate import require_embedded_extra
+
+    installed = facts.InstalledVersions("/venv/bin/python", None, torch, safetensors)
+    with pytest.raises(ConfigError) as caught:
+        require_embedded_extra(EMBEDDED, FILE, installed)
+    assert caught.value.exit_code == 64
+    assert str(caught.value) == (
+        f"perfgate.toml:scenarios.s.engine: the embedded engine needs {missing}, which "
+        "/venv/bin/python does not have: they come with the extra perfgate[embedded]; "
+        "pip install 'perfgate[embedded]' in that environment, or run an SGLang scenario"
+    )
+    require_embedded_extra(EMBEDDED, FILE, replace(installed, torch="2.13", safetensors="0.8"))
+    require_embedded_extra(SCENARIO, FILE, installed)  # SGLang brings its own
+
+
+def test_the_gate_refuses_up_front_what_this_interpreter_cannot_serve(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from perfgate.engines import validate
+
+    validate.require_embedded_extra_here(EMBEDDED, FILE)  # this venv has the extra
+    monkeypatch.setattr(validate, "_distribution_here", lambda name: name != "torch")
+    with pytest.raises(ConfigError, match=r"needs torch, which .* does not have"):
+        validate.require_embedded_extra_here(EMBEDDED, FILE)
+    # Another interpreter, or its own PYTHONPATH: its preflight asks that interpreter.
+    validate.require_embedded_extra_here(replace(EMBEDDED, python="/other/python"), FILE)
+    validate.require_embedded_extra_here(replace(EMBEDDED, env={"PYTHONPATH": "/x"}), FILE)

@@ -90,3 +90,21 @@ def test_no_trace_of_rank_0_is_an_infrastructure_error_naming_what_was_found(
     (tmp_path / "perfgate-1.5-TP-1.trace.json.gz").write_bytes(b"")
     with pytest.raises(InfrastructureError, match=r"no profiler trace of rank 0 .*TP-1"):
         capture.wait_for_trace(tmp_path, _Profiling(), timeout_s=0.2)  # type: ignore[arg-type]
+
+
+def test_the_profilers_cost_is_rank_0s_cycles_only() -> None:
+    from perfgate.measure import Repeat
+    from perfgate.probe.reader import CycleRecord
+
+    def cycle(rank: int, at: float, ms: float) -> CycleRecord:
+        return CycleRecord("cycle", 100 + rank, int(at * 10), at, {"cycle": ms}, rank=rank)
+
+    repeats = [Repeat(10.0, 11.0, 1.0, ()), Repeat(20.0, 21.0, 1.0, ())]
+    # Rank 1's file is read first (its pid sorts first); it lags 40 ms behind rank 0 each cycle.
+    rank_1 = [cycle(1, t, 50.0) for t in (10.1, 10.2, 20.1, 20.2, 30.1, 30.2)]
+    rank_0 = [cycle(0, t, 10.0) for t in (10.1, 10.2, 20.1, 20.2)]
+    rank_0 += [cycle(0, t, 12.0) for t in (30.1, 30.2)]
+    window = {"started_at": 30.0, "stopped_at": 31.0}
+    outside, inside = capture.profiler_cost_cycles(rank_1 + rank_0, window, repeats)
+    assert inside == (12.0, 12.0)
+    assert outside == (10.0, 10.0, 10.0, 10.0)

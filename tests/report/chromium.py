@@ -62,6 +62,11 @@ class ReportPage:
     errors: list[str] = field(default_factory=list)
     requests: list[str] = field(default_factory=list)
 
+    def console(self, message: Any) -> None:
+        """Keep what the page logged as an error (Playwright's console handler)."""
+        if message.type == "error":
+            self.errors.append(message.text)
+
     def load_seconds(self) -> float:
         """Load the report afresh; seconds from navigation until the first screen is drawn."""
         began = time.perf_counter()
@@ -101,7 +106,7 @@ def open_report(
         try:
             page = context.pages[0] if context.pages else context.new_page()
             opened = ReportPage(page, path.resolve().as_uri())
-            page.on("console", lambda m: m.type == "error" and opened.errors.append(m.text))
+            page.on("console", opened.console)
             page.on("pageerror", lambda e: opened.errors.append(str(e)))
             page.on("request", lambda r: opened.requests.append(r.url))
             if prepare is not None:

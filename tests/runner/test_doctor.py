@@ -395,3 +395,30 @@ def test_a_history_inside_the_checkout_is_a_warning_in_ci(tmp_path: Path) -> Non
     (warned,) = [c for c in document["checks"] if c["status"] == "warn"]
     assert "history.db is inside the job's checkout" in warned["detail"]
     assert "PERFGATE_DB_URL" in warned["fix"]
+
+
+@pytest.mark.parametrize("engine", ["embedded", "sglang"])
+def test_torch_is_needed_only_where_a_scenario_runs_the_embedded_engine(
+    monkeypatch: pytest.MonkeyPatch, engine: str
+) -> None:
+    from perfgate.config import Scenario
+    from perfgate.runner import doctor
+    from perfgate.spec.options import GateOptions
+
+    absent = ("torch", "safetensors")
+    monkeypatch.setattr(doctor, "_installed", lambda name: None if name in absent else "1.0")
+    machine = doctor.Machine(GateOptions(), {})
+    machine.scenarios = [
+        Scenario(name="s", engine=engine, model="m", draft="d", steps=3, topk=1, draft_tokens=4)
+    ]
+    torch = {c.name: c for c in doctor.check_python(machine)}["torch"]
+    if engine == "embedded":
+        assert torch.status == "fail" and torch.exit_code == 64, torch
+        assert torch.detail == (
+            "torch and safetensors not installed for perfgate, and the embedded engine needs "
+            "them (s)"
+        )
+        assert torch.fix == "pip install 'perfgate[embedded]'"
+    else:
+        assert torch.status == "ok", torch
+        assert torch.detail.startswith("torch not installed: only the embedded engine needs it")

@@ -17,8 +17,8 @@ import pytest
 
 from perfgate.config import load_config
 from perfgate.devices import detect_gpus
+from perfgate.engines.processes import read_process
 from perfgate.fingerprint import collect_fingerprint
-from perfgate.runner.leftovers import read_process
 
 from .. import fake_smi
 from ..conftest import REPO, write_config
@@ -96,7 +96,7 @@ def test_job_started_ends_the_servers_an_abandoned_job_left(
         assert result.returncode == 0, result.stdout + result.stderr
         ended = json.loads(result.stdout)["ended"]
         assert any(
-            f"pid {supervisor} " in line and "launched by perfgate (tiny/plain)" in line
+            f"pid {supervisor} " in line and "launched by perfgate (tiny/plain/" in line
             for line in ended
         ), ended
         assert any("perfgate.engines.embedded.server" in line for line in ended), ended
@@ -199,7 +199,7 @@ def test_job_completed_ends_leftovers_and_never_fails(tmp_path: Path, runner_nam
 def test_a_recycled_pid_is_never_signalled(tmp_path: Path) -> None:
     from dataclasses import replace
 
-    from perfgate.runner.leftovers import end_processes
+    from perfgate.engines.processes import end_processes
 
     with _spawned(["sleep", "600"], {}) as unrelated:
         found = read_process(unrelated.pid)

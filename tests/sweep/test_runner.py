@@ -19,9 +19,9 @@ from perfgate.config import Scenario, load_config
 from perfgate.errors import ExitCode, InfrastructureError
 from perfgate.progress import Reporter
 from perfgate.report.model import sweeps_of
-from perfgate.results import ModeResult, RunContext
+from perfgate.results import Measurement, ModeResult, RunContext
 from perfgate.store import close_history, history_columns, list_runs, open_history
-from perfgate.sweep.grid import SweepSpec
+from perfgate.sweep.grid import Point, SweepSpec
 from perfgate.sweep.render import render_markdown, sweep_json
 from perfgate.sweep.results import SweepResult
 from perfgate.sweep.run import SweepRunner
@@ -222,3 +222,38 @@ def test_the_json_holds_every_point_without_nan(project: Path) -> None:
     assert point["output_tok_s"] == pytest.approx(140.0)
     assert point["verify_share"] == pytest.approx(5.0 / 6.5)
     assert not math.isnan(point["accept_length"])
+
+
+def test_more_points_measured_after_the_grid_reuse_its_plain_twin_and_carry_annotations(
+    project: Path,
+) -> None:
+    """What a policy over the sweep (perfgate plan) relies on: `extend` and `annotate`."""
+    config = load_config(project)
+    servers = FakeServers(peak_at_3)
+    seen: list[tuple[int, float]] = []
+
+    def annotate(point: Point, measurement: Measurement) -> dict[str, Any]:
+        seen.append((point.steps, measurement.spec.samples["output_tok_s"][1]))
+        return {"plan": {"steps": point.steps}}
+
+    runner = SweepRunner(
+        spec=SweepSpec("tiny-plan", "tiny", steps=(6,), repeats=5),
+        base=config.scenarios["tiny"],
+        profile="cpu",
+        history_url=config.history_url,
+        workdir=project.parent / "work",
+        context=RunContext(),
+        config_file=project,
+        measure=servers,
+        annotate=annotate,
+    )
+    runner.run()
+    result = runner.extend([Point((), 3, 1, 4), Point((), 2, 1, 3)])
+    assert [c[:2] for c in servers.calls] == [("plain", 6), ("spec", 6), ("spec", 3), ("spec", 2)]
+    assert [p.point.steps for p in result.points] == [6, 3, 2]
+    assert result.best() is not None and result.best().point.steps == 3
+    assert seen == [(6, 100.0), (3, 140.0), (2, 125.0)]
+    runs = recorded(project)
+    assert [r.measurement.config["plan"] for r in runs] == [{"steps": s} for s in (6, 3, 2)]
+    assert [r.measurement.config["sweep"] for r in runs] == ["tiny-plan"] * 3
+    assert [r.measurement.plain.reused_from for r in runs] == [None, runs[0].id, runs[0].id]

@@ -11,7 +11,7 @@ import logging
 import os
 import sys
 from collections.abc import Sequence
-from typing import NoReturn
+from typing import NamedTuple, NoReturn
 
 import torch
 
@@ -216,6 +216,17 @@ def _add_debugging(parser: argparse.ArgumentParser) -> None:
         "are no longer the target's greedy ones",
     )
     add(
+        "--debug-rank-exit",
+        type=_rank_exit,
+        default=None,
+        metavar="RANK:BATCH:WHERE:HOW",
+        help="testing: rank RANK (1 to --tp-size - 1) of a tensor-parallel server ends itself "
+        "in the BATCH-th batch it decodes (counted from 1, the server's own warm-up first): "
+        "WHERE is `in` (after the batch's prefill, its collectives half done) or `after` (once "
+        "the batch is done, while the server is idle); HOW is an exit code (a crash) or `kill` "
+        "(SIGKILL), to test what a rank's failure does",
+    )
+    add(
         "--debug-eagle3-feature-layers",
         type=_layers,
         default=None,
@@ -223,6 +234,36 @@ def _add_debugging(parser: argparse.ArgumentParser) -> None:
         help="debugging: feed the EAGLE-3 head these target hidden states instead of those it "
         "was trained on (e.g. 4,2,1 for its own reversed), to inject a wiring bug",
     )
+
+
+class RankExit(NamedTuple):
+    """What ``--debug-rank-exit`` asks: which rank ends itself, in which batch, where in it,
+    and how (an exit code; None: SIGKILL)."""
+
+    rank: int
+    batch: int
+    where: str  # "in": after the batch's prefill; "after": once the batch is done
+    code: int | None
+
+
+RANK_EXIT_POINTS = ("in", "after")
+
+
+def _rank_exit(text: str) -> RankExit:
+    parts = text.split(":")
+    usage = f"{text!r} is not RANK:BATCH:in|after:CODE|kill (e.g. 1:3:in:kill or 2:4:after:134)"
+    if len(parts) != 4 or parts[2] not in RANK_EXIT_POINTS:
+        raise argparse.ArgumentTypeError(usage)
+    try:
+        rank, batch = int(parts[0]), int(parts[1])
+        code = None if parts[3] == "kill" else int(parts[3])
+    except ValueError:
+        raise argparse.ArgumentTypeError(usage) from None
+    if rank < 1 or batch < 1 or (code is not None and not 0 <= code <= 255):
+        raise argparse.ArgumentTypeError(
+            f"{text!r}: RANK must be 1 or more (rank 0 is the server), BATCH 1 or more, CODE 0..255"
+        )
+    return RankExit(rank, batch, parts[2], code)
 
 
 def _layers(text: str) -> tuple[int, ...]:
@@ -281,6 +322,14 @@ def _check_values(args: argparse.Namespace) -> None:
         value = getattr(args, flag)
         if value is not None and value < 1:
             raise ConfigError("must be >= 1", field="--" + flag.replace("_", "-"))
+    fault = args.debug_rank_exit
+    if fault is not None and fault.rank >= args.tp_size:
+        raise ConfigError(
+            f"names rank {fault.rank}, but --tp-size {args.tp_size} has ranks 0 to "
+            f"{args.tp_size - 1}",
+            field="--debug-rank-exit",
+            fix="name a rank from 1 to --tp-size - 1 (rank 0 is the server itself)",
+        )
     rate = args.debug_simulate_accept_rate
     if rate is not None and not 0.0 <= rate <= 1.0:
         raise ConfigError(f"{rate} is not a probability", field="--debug-simulate-accept-rate")

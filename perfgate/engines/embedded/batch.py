@@ -101,6 +101,8 @@ class Batch:
         self.outputs: list[list[int]] = [[] for _ in requests]
         self.verify_ct = [0] * len(requests)
         self.correct: list[list[int]] = [[] for _ in requests]
+        # The last verify pass: the rows that were decoding, and the drafts each accepted.
+        self.verified: tuple[tuple[int, ...], tuple[int, ...]] = ((), ())
         self.logprobs: list[list[float]] = [[] for _ in requests]
         self.top_logprobs: list[list[TopLogprobs]] = [[] for _ in requests]
         self.top_n = max((r.top_logprobs_num or 0) for r in requests)
@@ -150,6 +152,7 @@ class Batch:
         host = torch.cat([counts.unsqueeze(1), tokens], dim=1).tolist()  # the one sync
         logprobs = self._logprobs(tokens, logits) if self.wants_logprobs else None
         committed = 0
+        rows, drafts = [], []
         for row, (count, *row_tokens) in enumerate(host):
             if not self.remaining[row]:
                 continue  # finished earlier: frozen
@@ -161,8 +164,12 @@ class Batch:
             if num_correct is not None:
                 self.verify_ct[row] += 1
                 self.correct[row].append(count - 1)
+                rows.append(row)
+                drafts.append(count - 1)
             if logprobs is not None:
                 self._keep_logprobs(row, take, logprobs)
+        if num_correct is not None:
+            self.verified = (tuple(rows), tuple(drafts))
         if not all(self.remaining):
             self.active = torch.tensor([n > 0 for n in self.remaining], device=self.device)
         return committed

@@ -265,17 +265,17 @@ def build_app(args: argparse.Namespace, spec: SpecParams | None, argv: Sequence[
     if args.tp_size > 1:
         check_tp(args, spec)
         port = _free_port()
+        # Watched from now on: a rank that exits ends this process with exit code 69.
         ranks = RankProcesses(argv, args.tp_size, port)
         atexit.register(ranks.stop)
-        started = ranks.watch_start()
+        started = ranks.started
         try:
             worker, group = build_worker(args, spec, rank=0, port=port)
         except BaseException:
-            started.set()
             ranks.stop()
             raise
         assert group is not None
-        leader = Leader(worker, group)
+        leader = Leader(worker, group, after_failure=ranks.after_failed_job)
     else:
         worker, _ = build_worker(args, spec)
     draft_tokens = spec.num_draft_tokens if spec is not None else None

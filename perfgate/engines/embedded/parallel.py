@@ -197,24 +197,40 @@ class Leader:
     order rank 0 sent them, so the ranks' collectives always pair up.
     """
 
-    def __init__(self, worker: _Worker, group: TensorGroup) -> None:
+    def __init__(
+        self,
+        worker: _Worker,
+        group: TensorGroup,
+        after_failure: Callable[[], None] = lambda: None,
+    ) -> None:
         self.worker = worker
         self.group = group
         self.lock = threading.Lock()
+        # Called when a job fails here, before the failure is answered: a rank that exited
+        # breaks every collective, and the server then ends instead (ranks.RankProcesses).
+        self.after_failure = after_failure
 
     def generate(
         self, requests: Sequence[Request], on_step: Callable[[Batch], None] | None = None
     ) -> list[Generation]:
         """Send the batch to the other ranks, then decode it here with them."""
         with self.lock:
-            _send(self.group, (GENERATE, list(requests)))
-            return self.worker.generate(requests, on_step)
+            try:
+                _send(self.group, (GENERATE, list(requests)))
+                return self.worker.generate(requests, on_step)
+            except Exception:
+                self.after_failure()
+                raise
 
     def score(self, ids: Sequence[int], start: int, top_n: int) -> InputLogprobs:
         """Score ids[start:] under the target here and on the other ranks."""
         with self.lock:
-            _send(self.group, (SCORE, list(ids), start, top_n))
-            return score_input(self.worker.target, ids, start, top_n)
+            try:
+                _send(self.group, (SCORE, list(ids), start, top_n))
+                return score_input(self.worker.target, ids, start, top_n)
+            except Exception:
+                self.after_failure()
+                raise
 
 
 def _send(group: TensorGroup, job: tuple[Any, ...]) -> None:

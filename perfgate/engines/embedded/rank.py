@@ -10,10 +10,14 @@ import os
 import signal
 import sys
 import traceback
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
 
 from perfgate.engines.embedded.ranks import die_with_parent
 from perfgate.errors import PerfgateError
+
+if TYPE_CHECKING:  # args imports torch, which waits until the watchdog is up
+    from perfgate.engines.embedded.args import RankExit
 
 
 def main(argv: Sequence[str]) -> int:
@@ -28,13 +32,48 @@ def main(argv: Sequence[str]) -> int:
     from perfgate.engines.embedded.parallel import follow
 
     args = parse_args(argv[4:])
-    logging.basicConfig(
-        level=args.log_level.upper(), format=f"[%(asctime)s rank {rank}] %(message)s"
-    )
+    # The server marks each line this rank writes with its rank (ranks.Rank).
+    logging.basicConfig(level=args.log_level.upper(), format="[%(asctime)s] %(message)s")
     worker, group = build_worker(args, check_args(args), rank=rank, port=port)
     assert group is not None and group.world == world
-    follow(worker, group)
+    fault = args.debug_rank_exit
+    follow(EndsItself(worker, fault) if fault is not None and fault.rank == rank else worker, group)
     return 0
+
+
+class EndsItself:
+    """A rank's worker that ends the rank in the batch ``--debug-rank-exit`` names: a crash on
+    purpose, to test what the server and perfgate make of one."""
+
+    def __init__(self, worker: Any, fault: RankExit) -> None:
+        self.worker = worker
+        self.target = worker.target
+        self.fault = fault
+        self.batches = 0
+
+    def generate(
+        self, requests: Sequence[Any], on_step: Callable[[Any], None] | None = None
+    ) -> Any:
+        self.batches += 1
+        if self.batches != self.fault.batch:
+            return self.worker.generate(requests, on_step)
+        if self.fault.where == "in":  # after the batch's prefill: its collectives half done
+            return self.worker.generate(requests, lambda _batch: self.end())
+        generations = self.worker.generate(requests, on_step)
+        self.end()
+        return generations
+
+    def end(self) -> None:
+        fault = self.fault
+        how = "SIGKILL" if fault.code is None else f"exit code {fault.code}"
+        print(
+            f"ending rank {fault.rank} {fault.where} batch {fault.batch} by {how}, "
+            "as --debug-rank-exit asks",
+            flush=True,
+        )
+        if fault.code is None:
+            os.kill(os.getpid(), signal.SIGKILL)
+        os._exit(fault.code or 0)
 
 
 def _exit_code(argv: Sequence[str]) -> int:

@@ -52,6 +52,7 @@ from perfgate.engines.embedded.args import check_args, parse_args
 from perfgate.engines.embedded.batch import RequestError
 from perfgate.engines.embedded.engine import App, build_app
 from perfgate.engines.embedded.profiling import parse_profile_request
+from perfgate.engines.embedded.ranks import server_stopping
 from perfgate.engines.embedded.scheduler import Failed, Finished, Progress
 from perfgate.errors import ExitCode, InfrastructureError, PerfgateError
 
@@ -274,6 +275,22 @@ def _on_signal(signum: int, frame: FrameType | None) -> None:
     raise _Stop(signum)
 
 
+def _note_stop_signals() -> None:
+    """Tell the ranks of a --tp-size server at once when SIGTERM or SIGINT arrives, even while
+    the main thread, which runs Python's handlers, is inside a long call (joining the ranks):
+    the same signal ends the ranks, and they must not be taken for a rank that failed."""
+    read_end, write_end = os.pipe()
+    os.set_blocking(write_end, False)
+    signal.set_wakeup_fd(write_end, warn_on_full_buffer=False)  # written by the C handler
+
+    def watch() -> None:
+        while data := os.read(read_end, 64):
+            if {signal.SIGTERM, signal.SIGINT} & set(data):
+                server_stopping()
+
+    threading.Thread(target=watch, name="perfgate-stop-signals", daemon=True).start()
+
+
 def _watch_parent(parent_pid: int) -> None:
     """Stop the server once the process that started it is gone."""
     while os.getppid() == parent_pid:
@@ -289,6 +306,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     logging.basicConfig(level=args.log_level.upper(), format="[%(asctime)s] %(message)s")
     signal.signal(signal.SIGTERM, _on_signal)
     signal.signal(signal.SIGINT, _on_signal)
+    _note_stop_signals()
     threading.Thread(target=_watch_parent, args=(os.getppid(),), daemon=True).start()
     try:
         server = start_server(args, argv)

@@ -156,6 +156,10 @@ class Accepted(NamedTuple):
     tree: TreeAcceptance
     starts: Tensor  # [B]: each sequence's length before the cycle (its root's position)
     committed: int  # tokens added to the outputs, all sequences together
+    # On the host, per sequence still decoding: its batch row, and the drafts it accepted
+    # (the bonus token excluded). The probe reads them (perfgate/probe/targets.py).
+    rows: tuple[int, ...] = ()
+    drafts: tuple[int, ...] = ()
 
 
 class VerifyDelay:
@@ -318,7 +322,7 @@ class EagleWorker:
                 path_logits,
                 acceptance.num_correct,
             )
-            return Accepted(acceptance, starts, committed)
+            return Accepted(acceptance, starts, committed, *batch.verified)
 
     def compact_cache(self, starts: Tensor, path: Tensor) -> None:
         """Move each accepted tree node's KV entries to the position it was accepted at.

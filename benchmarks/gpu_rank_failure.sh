@@ -1,0 +1,77 @@
+#!/usr/bin/env bash
+# A rank killed mid-run on the GPU: perfgate ends within 10 s with exit 69 naming it, nothing is
+# left, and the GPUs' memory is back to where it was before the launch, with the timings.
+#
+#   benchmarks/gpu_rank_failure.sh OUTDIR [ROUNDS]           # CUDA (default 3 rounds)
+#   benchmarks/gpu_rank_failure.sh --smoke OUTDIR [ROUNDS]   # CPU: the same cases, tiny models
+#
+# Runs benchmarks/rank_failures.py on the embedded engine's large configuration
+# (perfgate/llama-large and its EAGLE-3 head, seeded weights: --load-format dummy, so no
+# trained weights are needed; bf16, CUDA graphs), 256 new tokens a prompt so that a repeat
+# lasts long enough to be killed inside. The embedded engine puts rank r on cuda:r, so the
+# cases depend on the GPUs torch sees:
+#   one GPU   tp1-repeat-sigkill: the server process (rank 0 of 1) SIGKILLed from outside
+#             during repeat 2 of the plain server, its GPU memory released by the kernel;
+#   two GPUs  that, and at TP2: rank 1 SIGKILLed from outside during a repeat, rank 0 (the
+#             server) likewise, rank 1 ending itself by SIGKILL during a repeat and by exit
+#             code 134 between two repeats (--debug-rank-exit), with NCCL's all-reduces
+#             waiting on the dead rank.
+# Each case is judged as rank_failures.py judges it: exit 69 within 10 s of the death, the
+# rank, its exit status (and its last line, where it ends itself) named, no process left in a
+# process group of the run or carrying its environment tag, and every GPU back within 512 MiB
+# of its memory before the launch when perfgate has exited; the memory's return within 64 MiB
+# is timed from the death. OUTDIR gets results.md, results.json and run.log, and failed/
+# with perfgate's output of any case that failed.
+#
+# Needs perfgate's dependencies importable (an existing PYTHONPATH is kept: a folder of
+# SQLAlchemy, alembic, Mako and greenlet, as benchmarks/results/tp2-h200x2.md used) and
+# PYTHON (default python3) with a CUDA torch. NCCL_NVLS_ENABLE stays 0. Its time on a GPU has
+# not been measured: the device tool gives a command 10 minutes, so a first call should run one
+# round (ROUNDS=1) and time it. On the CPU (--smoke, 1 round) it took 30 s on 2 cores.
+# Exit code: that of rank_failures.py (0 when every case ended as required, 1 otherwise).
+set -u -o pipefail
+
+smoke=0
+if [[ "${1:-}" == "--smoke" ]]; then
+  smoke=1
+  shift
+fi
+if [[ $# -lt 1 ]]; then
+  echo "usage: $0 [--smoke] OUTDIR [ROUNDS]" >&2
+  exit 64
+fi
+out=$1
+rounds=${2:-3}
+repo=$(cd "$(dirname "$0")/.." && pwd)
+python=${PYTHON:-python3}
+mkdir -p "$out"
+out=$(cd "$out" && pwd)
+export PYTHONPATH="$repo${PYTHONPATH:+:$PYTHONPATH}"
+export NCCL_NVLS_ENABLE=${NCCL_NVLS_ENABLE:-0}
+export PYTHONUNBUFFERED=1
+cd "$repo" || exit 1
+
+if [[ $smoke -eq 1 ]]; then
+  gpus=0
+  flags=(--device cpu --max-new-tokens 8)
+else
+  gpus=$("$python" -c 'import torch; print(torch.cuda.device_count())') || gpus=0
+  if [[ $gpus -lt 1 ]]; then
+    echo "no GPU is visible to $python's torch; run with --smoke on a CPU" >&2
+    exit 69
+  fi
+  flags=(--device cuda --model perfgate/llama-large --draft perfgate/eagle3-llama-large
+    --extra-arg=--load-format --extra-arg=dummy --max-new-tokens 256
+    --sigkill-max-new-tokens 256)
+fi
+cases=tp1-repeat-sigkill
+if [[ $gpus -ge 2 || $smoke -eq 1 ]]; then
+  cases+=,tp2-repeat-sigkill,tp2-repeat-sigkill0,tp2-repeat-kill,tp2-between-exit
+fi
+if [[ $smoke -eq 0 ]]; then
+  nvidia-smi --query-gpu=index,name,driver_version,memory.used,memory.total --format=csv \
+    > "$out/run.log" 2>&1 || true
+fi
+"$python" benchmarks/rank_failures.py --out "$out" --rounds "$rounds" --cases "$cases" \
+  "${flags[@]}" 2>&1 | tee -a "$out/run.log"
+exit "${PIPESTATUS[0]}"

@@ -1,0 +1,412 @@
+"""How well `perfgate plan` predicts the sweep it replaces, and what it costs against it.
+
+    python benchmarks/plan_accuracy.py                                  # CPU: embedded-default
+    python benchmarks/plan_accuracy.py --scenario embedded-large-gpu --sweep-steps 1-10 \\
+        --plan-steps 10 --out benchmarks/results/plan-h200.md           # one H200
+
+On an H200 the large configuration needs its trained weights in the machine's model cache
+first (`benchmarks/gpu_real_weights.sh OUT train`, about 5 minutes, in a call of its own);
+then the command above runs the sweep's 11 servers and the plan's 4; a fresh `perfgate run`
+of that scenario (two servers) took 49-56 s on an H200 (benchmarks/results/h200-real-weights.md),
+so about 7 minutes, inside one 10-minute call. Plan at 10 steps there, so that the plan
+predicts every step count the sweep measures.
+
+Per round: `perfgate sweep --steps SWEEP --no-early-stop` measures every step count (one
+server launch each, the plain twin once), then `perfgate plan --steps PLAN --confirm N`
+predicts them from one profiled launch and confirms its fastest. Both record into one
+history (a temporary SQLite file), under names of their own per round; every measured
+figure is read back from it the same way (perfgate.plan.compare.measured_figures: median
+tok/s over the repeats, each phase's mean ms per cycle), so the two are compared on equal
+terms. `--rounds R` alternates them R times, so a machine whose load drifts weighs on both.
+
+The record (`--out`, markdown) gives the machine, the commands, per step count the sweep's
+tok/s, accept length and cycle beside the plan's predictions with their intervals and the
+errors, the confirmed points, the runner times, and the goals: the predicted best step
+count's measured tok/s within 3% of the sweep's best; every predicted tok/s within 5% of the
+measured one; the plan's cost at most a third of the sweep's. The commands' own tables and
+JSON go beside it (`<out without .md>/`), this machine's paths written as names
+(benchmarks/portable_paths.py). Exit code: 0 when both commands ran (whatever the goals
+say), 1 otherwise.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import shlex
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from portable_paths import default_names, portable  # the script's own folder is on sys.path
+
+REPO = Path(__file__).resolve().parent.parent
+
+GOAL_BEST = 0.03  # the predicted best's measured tok/s within this of the sweep's best
+GOAL_EACH = 0.05  # every predicted tok/s within this of the measured one
+GOAL_COST = 1 / 3  # the plan's runner time at most this share of the sweep's
+
+
+@dataclass
+class Command:
+    argv: list[str]
+    wall_s: float
+    code: int
+    stdout: str
+    stderr: str
+
+
+def run(argv: list[str], log: Path) -> Command:
+    """Run a perfgate command, timed, its output kept in `log` and echoed as it goes."""
+    started = time.monotonic()
+    done = subprocess.run(argv, capture_output=True, text=True, cwd=REPO)
+    wall = time.monotonic() - started
+    log.write_text(f"$ {shlex.join(argv)}\n{done.stderr}\n{done.stdout}")
+    print(f"{shlex.join(argv[2:])}: exit {done.returncode}, {wall:.0f} s", flush=True)
+    return Command(argv, wall, done.returncode, done.stdout, done.stderr)
+
+
+def perfgate(*args: str) -> list[str]:
+    return [sys.executable, "-m", "perfgate", *args]
+
+
+def measured_by_steps(db: str, scenario: str) -> dict[int, dict[str, Any]]:
+    """Each recorded run of `scenario` (a sweep's or a plan's name): its steps -> figures."""
+    from perfgate.plan.compare import measured_figures
+    from perfgate.store import close_history, list_runs, open_history
+
+    sessions = open_history(db)
+    try:
+        with sessions() as session:
+            runs = [r for r in list_runs(session) if r.measurement.scenario == scenario]
+    finally:
+        close_history(sessions)
+    found: dict[int, dict[str, Any]] = {}
+    for record in runs:
+        figures: dict[str, Any] = dict(measured_figures(record.measurement))
+        figures["run"] = record.id
+        figures["equivalent"] = record.measurement.equivalence.ok
+        found[int(record.measurement.config["steps"])] = figures
+    return found
+
+
+def machine() -> list[str]:
+    """What the record says of the machine and the installation."""
+    import torch
+
+    cpu = next(
+        (line.split(":", 1)[1].strip() for line in _cpuinfo() if line.startswith("model name")),
+        platform.processor() or "unknown",
+    )
+    lines = [
+        f"- CPU: {cpu}, {os.cpu_count()} cores; load average at the start "
+        f"{' '.join(f'{v:.2f}' for v in os.getloadavg())}",
+        f"- Python {platform.python_version()}, torch {torch.__version__}",
+    ]
+    if torch.cuda.is_available():
+        name = torch.cuda.get_device_name(0)
+        lines.append(f"- GPU: {name} x{torch.cuda.device_count()}, CUDA {torch.version.cuda}")
+        lines.append(f"- driver: {_nvidia_smi('driver_version')}")
+    commit = subprocess.run(
+        ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=REPO
+    ).stdout.strip()
+    dirty = subprocess.run(
+        ["git", "status", "--porcelain", "--untracked-files=no"],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+    ).stdout.strip()
+    lines.append(
+        f"- perfgate at commit {commit or 'unknown'}{' (uncommitted changes)' if dirty else ''}, "
+        "installed editable in the checkout's environment"
+    )
+    return lines
+
+
+def _cpuinfo() -> list[str]:
+    try:
+        return Path("/proc/cpuinfo").read_text().splitlines()
+    except OSError:
+        return []
+
+
+def _nvidia_smi(field: str) -> str:
+    try:
+        done = subprocess.run(
+            ["nvidia-smi", f"--query-gpu={field}", "--format=csv,noheader"],
+            capture_output=True,
+            text=True,
+        )
+        return done.stdout.strip().splitlines()[0]
+    except (OSError, IndexError):
+        return "unknown"
+
+
+@dataclass
+class Round:
+    index: int
+    sweep: Command
+    plan: Command
+    swept: dict[int, dict[str, Any]]
+    planned: dict[int, dict[str, Any]]  # the plan's own measured runs (profiled, confirmed)
+    document: dict[str, Any]  # the plan's JSON
+
+
+def one_round(index: int, args: argparse.Namespace, db: str, raw: Path) -> Round:
+    sweep_name, plan_name = f"{args.scenario}-sweep-{index}", f"{args.scenario}-plan-{index}"
+    common = ["--config", str(args.config), "--scenario", args.scenario, "--db", db]
+    if args.repeats:
+        common += ["--repeats", str(args.repeats)]
+    sweep = run(
+        perfgate(
+            "sweep",
+            *common,
+            *("--name", sweep_name, "--steps", args.sweep_steps, "--no-early-stop"),
+            *(
+                "--json",
+                str(raw / f"sweep-{index}.json"),
+                "--markdown",
+                str(raw / f"sweep-{index}.md"),
+            ),
+        ),
+        raw / f"sweep-{index}.log",
+    )
+    plan = run(
+        perfgate(
+            "plan",
+            *common,
+            *("--name", plan_name, "--steps", str(args.plan_steps)),
+            *("--confirm", str(args.confirm), "--seed", str(args.seed)),
+            *(
+                "--json",
+                str(raw / f"plan-{index}.json"),
+                "--markdown",
+                str(raw / f"plan-{index}.md"),
+            ),
+        ),
+        raw / f"plan-{index}.log",
+    )
+    document_path = raw / f"plan-{index}.json"
+    document = json.loads(document_path.read_text()) if document_path.is_file() else {}
+    return Round(
+        index,
+        sweep,
+        plan,
+        measured_by_steps(db, sweep_name),
+        measured_by_steps(db, plan_name),
+        document,
+    )
+
+
+def _estimate(point: dict[str, Any], figure: str) -> tuple[float, float, float]:
+    value, low, high = point[figure]
+    return value, low, high
+
+
+def round_section(r: Round, plan_steps: int) -> tuple[list[str], dict[str, Any]]:
+    """The round's table and what it found against the goals."""
+    (plan,) = r.document["plans"]
+    predicted = {p["steps"]: p for p in plan["predicted"]}
+    lines = [
+        f"### Round {r.index}",
+        "",
+        "| steps | sweep tok/s | predicted tok/s (95%) | error | sweep accept length | "
+        "predicted | sweep cycle ms | predicted | plan's own measurement |",
+        "| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |",
+    ]
+    errors: dict[int, float] = {}
+    for steps in sorted(set(r.swept) | set(predicted)):
+        truth, guess = r.swept.get(steps), predicted.get(steps)
+        cells = [str(steps)]
+        cells.append(f"{truth['output_tok_s']:.1f}" if truth else "")
+        if guess:
+            value, low, high = _estimate(guess, "output_tok_s")
+            cells.append(f"{value:.1f} ({low:.1f} to {high:.1f})")
+        else:
+            cells.append("")
+        if truth and guess:
+            errors[steps] = guess["output_tok_s"][0] / truth["output_tok_s"] - 1
+            cells.append(f"{errors[steps]:+.1%}")
+        else:
+            cells.append("")
+        cells.append(f"{truth['accept_length']:.2f}" if truth else "")
+        cells.append(f"{guess['accept_length'][0]:.2f}" if guess else "")
+        cells.append(f"{truth['cycle_ms']:.3f}" if truth else "")
+        cells.append(f"{guess['cycle_ms'][0]:.3f}" if guess else "")
+        own = r.planned.get(steps)
+        role = "profiled" if steps == plan_steps else "confirmed"
+        cells.append(f"{own['output_tok_s']:.1f} tok/s, {role} (run #{own['run']})" if own else "")
+        lines.append("| " + " | ".join(cells) + " |")
+    best_sweep = max(r.swept.items(), key=lambda item: item[1]["output_tok_s"])
+    best_steps = r.document["predicted_best"]["steps"]
+    at_best = r.swept.get(best_steps) or r.planned.get(best_steps)
+    shortfall = 1 - at_best["output_tok_s"] / best_sweep[1]["output_tok_s"] if at_best else None
+    profile_s = r.document["runner_s"]["profile"]
+    found = {
+        "sweep_best": best_sweep[0],
+        "sweep_best_tok_s": best_sweep[1]["output_tok_s"],
+        "predicted_best": best_steps,
+        "shortfall": shortfall,
+        "worst_error": max(errors.values(), key=abs) if errors else None,
+        "worst_steps": max(errors, key=lambda k: abs(errors[k])) if errors else None,
+        "sweep_s": r.sweep.wall_s,
+        "plan_s": r.plan.wall_s,
+        "profile_s": profile_s,
+        "confirm_s": r.document["runner_s"]["confirm"],
+    }
+    lines += [
+        "",
+        f"The sweep's best: steps={best_sweep[0]}, {best_sweep[1]['output_tok_s']:.1f} tok/s. "
+        f"The plan's predicted best: steps={best_steps}"
+        + (
+            f", measured {at_best['output_tok_s']:.1f} tok/s ({-shortfall:+.1%} against the "
+            "sweep's best)."
+            if at_best and shortfall is not None
+            else ", not measured."
+        ),
+        "Confirmed: "
+        + (
+            "; ".join(
+                f"steps={c['steps']} measured {c['measured']['output_tok_s']:.1f} tok/s, "
+                f"predicted {c['predicted']['output_tok_s'][0]:.1f} "
+                f"({c['error']['output_tok_s']:+.1%})"
+                for c in r.document["confirmed"]
+                if c.get("error")
+            )
+            or "none"
+        )
+        + ".",
+        f"Runner time: the sweep {r.sweep.wall_s:.0f} s; the plan {r.plan.wall_s:.0f} s "
+        f"({profile_s:.0f} s to profile, {found['confirm_s']:.0f} s to confirm, the rest the "
+        "command's start and the model), "
+        f"{r.plan.wall_s / r.sweep.wall_s:.0%} of the sweep's; its prediction alone "
+        f"{profile_s / r.sweep.wall_s:.0%}.",
+    ]
+    return lines, found
+
+
+def goals(found: list[dict[str, Any]]) -> list[str]:
+    """The three goals over every round, each met or missed."""
+
+    def verdict(ok: bool) -> str:
+        return "met" if ok else "**missed**"
+
+    shortfalls = [f["shortfall"] for f in found if f["shortfall"] is not None]
+    worst = max(
+        (abs(f["worst_error"]) for f in found if f["worst_error"] is not None), default=None
+    )
+    cost = max(f["plan_s"] / f["sweep_s"] for f in found)
+    predict_cost = max(f["profile_s"] / f["sweep_s"] for f in found)
+    lines = ["| goal | found | |", "| --- | --- | --- |"]
+    if shortfalls:
+        worst_short = max(shortfalls)
+        lines.append(
+            f"| predicted best's measured tok/s within {GOAL_BEST:.0%} of the sweep's best | "
+            f"at most {worst_short:.1%} short | {verdict(worst_short <= GOAL_BEST)} |"
+        )
+    if worst is not None:
+        lines.append(
+            f"| every predicted tok/s within {GOAL_EACH:.0%} of the measured | largest "
+            f"{worst:.1%} | {verdict(worst <= GOAL_EACH)} |"
+        )
+    lines.append(
+        f"| plan's runner time at most {GOAL_COST:.0%} of the sweep's | {cost:.0%} (the whole "
+        f"command, confirmations included); {predict_cost:.0%} for the prediction alone (the "
+        f"plain twin and the profiled server) | {verdict(cost <= GOAL_COST)} "
+        f"(prediction alone: {verdict(predict_cost <= GOAL_COST)}) |"
+    )
+    return lines
+
+
+def _without_note(argv: list[str]) -> list[str]:
+    """The command's arguments as a reader would re-run them: the note (said apart) left out."""
+    kept, skip = [], False
+    for arg in argv:
+        if skip:
+            skip = False
+        elif arg == "--note":
+            skip = True
+        elif not arg.startswith("--note="):
+            kept.append(arg)
+    return kept
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--scenario", default="embedded-default")
+    parser.add_argument("--config", type=Path, default=REPO / "perfgate.toml")
+    parser.add_argument("--sweep-steps", default="1-6", help="the full sweep's steps")
+    parser.add_argument("--plan-steps", type=int, default=8, help="the plan's profiled steps")
+    parser.add_argument("--confirm", type=int, default=2)
+    parser.add_argument("--repeats", type=int, help="repeats per server (default: the scenario's)")
+    parser.add_argument("--rounds", type=int, default=1, help="sweep and plan, alternated")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--note", default="", help="a sentence on the machine's state")
+    parser.add_argument("--out", type=Path, default=REPO / "benchmarks/results/plan-cpu.md")
+    args = parser.parse_args()
+    raw = args.out.with_suffix("")
+    raw.mkdir(parents=True, exist_ok=True)
+    about = machine()
+    started = time.monotonic()
+    with tempfile.TemporaryDirectory(prefix="plan-accuracy-") as work:
+        db = f"sqlite:///{work}/history.db"
+        rounds = [one_round(i, args, db, raw) for i in range(1, args.rounds + 1)]
+    failed = [c for r in rounds for c in (r.sweep, r.plan) if c.code not in (0, 1)]
+    sections, found = [], []
+    for r in rounds:
+        if r.document.get("plans") and r.swept:
+            lines, facts = round_section(r, args.plan_steps)
+            sections += ["", *lines]
+            found.append(facts)
+    this = shlex.join(_without_note(sys.argv[1:]))
+    text = "\n".join(
+        [
+            f"# perfgate plan against the full sweep: {args.scenario}",
+            "",
+            *about,
+            f"- load average at the end {' '.join(f'{v:.2f}' for v in os.getloadavg())}; "
+            f"{time.monotonic() - started:.0f} s in all",
+            *([f"- {args.note}"] if args.note else []),
+            "",
+            f"Command: `python benchmarks/plan_accuracy.py {this}`. Per round: "
+            f"`perfgate sweep --steps {args.sweep_steps} --no-early-stop`, then `perfgate plan "
+            f"--steps {args.plan_steps} --confirm {args.confirm}` (scenario {args.scenario}); "
+            "their tables, JSON and logs are in "
+            f"`{raw.name}/`. Measured figures: median tok/s and accept length over the "
+            "repeats, each phase's mean ms per cycle (the plan predicts means). Error: "
+            "predicted over measured, less one.",
+            "",
+            "Re-run it with the same command, on a quiet machine: timings on a shared one "
+            "move with its load, and a prediction from one launch carries that launch's level "
+            "into every step count.",
+            "",
+            "## Goals",
+            "",
+            *(goals(found) if found else ["No round produced both a sweep and a plan."]),
+            "",
+            "## Rounds",
+            *sections,
+            *(
+                ["", "Failed: " + "; ".join(shlex.join(c.argv[2:]) for c in failed)]
+                if failed
+                else []
+            ),
+            "",
+        ]
+    )
+    names = {**default_names(), str(raw): raw.name}
+    args.out.write_text(portable(text, names))
+    for file in raw.iterdir():
+        file.write_text(portable(file.read_text(), {**names, tempfile.gettempdir(): "TMP"}))
+    print(f"wrote {args.out}")
+    return 1 if failed or not found else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

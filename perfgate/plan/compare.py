@@ -1,0 +1,102 @@
+"""A plan as the history keeps it, and its predictions against what was measured. Pure.
+
+The profiled run's recorded config holds the whole prediction under ``plan`` (role
+``profiled``); each confirmed point's holds its own predicted figures and their errors
+against what it measured (role ``confirm``, with the profiled run's id). An error is
+``predicted / measured - 1``: +5% means the plan promised 5% more than was measured.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from typing import Any
+
+from perfgate import metrics
+from perfgate.plan.model import FIGURES, Estimate, PredictedPoint, Prediction
+from perfgate.results import Measurement, ModeResult
+from perfgate.sweep.results import median_of
+
+# The figures a confirmed point is compared on: the measured ones a run records.
+COMPARED = (
+    "output_tok_s",
+    "speedup",
+    "accept_length",
+    "cycle_ms",
+    "draft_ms",
+    "verify_ms",
+    "draft_extend_ms",
+    "accept_ms",
+)
+PHASE_FIGURES = {
+    "cycle_ms": metrics.CYCLE,
+    "draft_ms": metrics.DRAFT,
+    "verify_ms": metrics.VERIFY,
+    "draft_extend_ms": metrics.DRAFT_EXTEND,
+    "accept_ms": metrics.ACCEPT,
+}
+
+
+def point_json(point: PredictedPoint) -> dict[str, Any]:
+    """One step count's predicted figures: [value, low, high] each (null where not finite)."""
+    return {"steps": point.steps, **{f: point[f].as_list() for f in FIGURES}}
+
+
+def prediction_json(prediction: Prediction) -> dict[str, Any]:
+    """The profiled run's ``plan`` entry."""
+    return {
+        "role": "profiled",
+        "steps": prediction.steps_run,
+        "best": prediction.best().steps,
+        "seed": prediction.seed,
+        "replicates": prediction.replicates,
+        "predicted": [point_json(p) for p in prediction.points],
+        "notes": list(prediction.notes),
+    }
+
+
+def measured_figures(measurement: Measurement) -> dict[str, float]:
+    """What a run measured, as the plan predicts it: median tok/s, speedup and accept length
+    over the repeats; each phase's mean ms per cycle over all its timed cycles."""
+    spec, plain = measurement.spec, measurement.plain
+    tok_s, plain_tok_s = median_of(spec, "output_tok_s"), median_of(plain, "output_tok_s")
+    figures = {
+        "output_tok_s": tok_s,
+        "speedup": tok_s / plain_tok_s if plain_tok_s else math.nan,
+        "accept_length": median_of(spec, "accept_length"),
+    }
+    for figure, phase in PHASE_FIGURES.items():
+        figures[figure] = mean_phase_ms(spec, phase)
+    return figures
+
+
+def mean_phase_ms(result: ModeResult, phase: str) -> float:
+    """The phase's mean ms per cycle over every timed cycle of the repeats; NaN without it."""
+    summaries = [s for s in result.phases if s.phase == phase and s.cycles]
+    cycles = sum(s.cycles for s in summaries)
+    return sum(s.mean_ms * s.cycles for s in summaries) / cycles if cycles else math.nan
+
+
+def prediction_errors(
+    predicted: Mapping[str, Estimate], measured: Mapping[str, float]
+) -> dict[str, float | None]:
+    """Per figure compared, predicted over measured less one; None where either is unknown."""
+    errors: dict[str, float | None] = {}
+    for figure in COMPARED:
+        value, truth = predicted[figure].value, measured.get(figure, math.nan)
+        fine = math.isfinite(value) and math.isfinite(truth) and truth != 0
+        errors[figure] = value / truth - 1 if fine else None
+    return errors
+
+
+def confirm_json(
+    point: PredictedPoint, measured: Mapping[str, float], profiled_run: int | None
+) -> dict[str, Any]:
+    """A confirmed point's ``plan`` entry: its prediction, and the errors against this run."""
+    return {
+        "role": "confirm",
+        "profiled_run": profiled_run,
+        "steps": point.steps,
+        "predicted": point_json(point),
+        "error": prediction_errors(point.figures, measured),
+    }

@@ -1,0 +1,422 @@
+"""Predict a chain's figures at every step count up to the one a run drafted. Pure.
+
+One speculative run of a chain (``topk = 1``) at ``N`` steps gives, per repeat, its time and
+tokens, every timed cycle's phase costs, and for each sequence of the batch the draft tokens
+it accepted in each timed cycle: its *acceptance depths*. At ``k <= N`` steps the model says:
+
+- **Acceptance.** A chain of ``k`` drafts accepts ``min(d, k)`` where the chain of ``N``
+  accepted ``d``: its drafts are the first ``k`` of the longer chain's (each drafted from the
+  same context), and verification keeps the longest correct prefix. A sequence's cycles at
+  ``k`` are the expected number of cycles that make its tokens after the first (which comes
+  from prefill), each making ``1 + min(d, k)`` tokens, ``d`` drawn from its depths (the
+  renewal equation: a last cycle's tokens past the budget count in no output). A batch
+  decodes until its slowest sequence is done, so the batch's cycles at ``k`` are the run's
+  cycles times the slowest sequence's expected cycles at ``k`` over its expected cycles at
+  ``N``. ``accept_length`` is all the sequences' tokens over all their cycles, as SGLang
+  counts it (``completion_tokens / spec_verify_ct``).
+- **Cost per cycle**, phase by phase:
+
+  - ``draft``: a chain of ``k`` steps runs ``k - 1`` draft forwards (its first token comes
+    from the previous cycle's draft extend, in SGLang and the embedded engine alike), so
+    ``draft(k) = draft(N) * (k - 1) / (N - 1)``; what does not grow with the steps (building
+    the chain's tree) is left out.
+  - ``verify`` and ``accept``, the target's side of the cycle, work on the chain's ``k + 1``
+    tokens per sequence: together they are linear in that width, through the run's own
+    (``N + 1``) and the plain twin's decode step, the same target over the same batch at one
+    token per sequence (a forward, its sampling and the commit of its tokens). ``accept`` is
+    taken as measured and ``verify`` is the rest. Without the plain twin's step, both are
+    taken as measured (flat).
+  - ``draft_extend`` runs the draft model over the same ``k + 1`` tokens: linear in that
+    width, through the run's own and one draft forward (a token per sequence: the draft
+    phase's cost per forward).
+  - ``other`` (the cycle less its named phases): as measured.
+
+- **Time.** A repeat's time less its cycles' time (prefill, the request, the gaps between
+  cycles) stays as measured; its cycles at ``k`` take their number at ``k`` times the cycle at
+  ``k``. ``output_tok_s`` is the repeat's tokens over that time, the median over repeats (as a
+  run reports it); ``speedup`` is over the plain twin's median tok/s.
+
+At ``k = N`` the model gives the run's own figures back. A step count above ``N`` is not
+predicted: the run cannot say how often a longer chain's extra drafts would be accepted.
+
+Every figure has an interval: a percentile bootstrap (seeded, so a plan is reproducible) that
+draws the repeats, the cycles of each phase's costs and each sequence's depths with
+replacement, and the plain twin's repeats.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
+
+import numpy as np
+from numpy.typing import NDArray
+
+from perfgate.errors import ConfigError
+from perfgate.metrics import ACCEPT, CYCLE, DRAFT, DRAFT_EXTEND, NAMED_PHASES, VERIFY
+
+COSTS = (*NAMED_PHASES, CYCLE)  # the columns of a cycle's costs
+FIGURES = (
+    "output_tok_s",
+    "speedup",
+    "accept_length",
+    "cycle_ms",
+    "draft_ms",
+    "verify_ms",
+    "draft_extend_ms",
+    "accept_ms",
+    "verify_share",
+)
+CONFIDENCE = 0.95
+REPLICATES = 1000
+
+Costs = Mapping[str, float]  # one timed cycle: milliseconds per phase, `cycle` included
+Array = NDArray[np.float64]
+
+
+@dataclass(frozen=True)
+class Repeat:
+    """One timed repeat of the profiled run."""
+
+    elapsed_s: float
+    tokens: int  # output tokens of every sequence together
+    cycles: tuple[Costs, ...]  # its timed cycles
+    depths: tuple[tuple[int, ...], ...]  # per sequence, the drafts it accepted per timed cycle
+    every: int = 1  # the probe timed one cycle in this many
+
+
+@dataclass(frozen=True)
+class Observation:
+    """What the profiled run measured: the model's input."""
+
+    steps: int
+    sequences: int  # of each repeat's batch
+    repeats: tuple[Repeat, ...]
+    budget: int | None = None  # max new tokens per sequence; None: as many as each made
+    plain_tok_s: tuple[float, ...] = ()  # the plain twin's, per repeat
+    plain_step_ms: tuple[float, ...] = ()  # its mean decode step, per repeat
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """A figure and its interval."""
+
+    value: float
+    low: float
+    high: float
+
+    def as_list(self) -> list[float | None]:
+        return [v if math.isfinite(v) else None for v in (self.value, self.low, self.high)]
+
+
+@dataclass(frozen=True)
+class PredictedPoint:
+    steps: int
+    figures: Mapping[str, Estimate]
+
+    def __getitem__(self, figure: str) -> Estimate:
+        return self.figures[figure]
+
+
+@dataclass(frozen=True)
+class Prediction:
+    """Every step count's figures, from the run at `steps_run`."""
+
+    steps_run: int
+    points: tuple[PredictedPoint, ...]  # steps 1..steps_run
+    seed: int
+    replicates: int
+    notes: tuple[str, ...] = field(default=())
+
+    def ranked(self) -> list[PredictedPoint]:
+        """The step counts, fastest predicted first."""
+        return sorted(self.points, key=lambda p: -_finite(p["output_tok_s"].value))
+
+    def best(self) -> PredictedPoint:
+        return self.ranked()[0]
+
+    def at(self, steps: int) -> PredictedPoint:
+        """The prediction at `steps`; a ConfigError for a step count the run did not draft."""
+        refuse_unobserved(self, steps)
+        return next(p for p in self.points if p.steps == steps)
+
+
+def predict(observation: Observation, seed: int = 0, replicates: int = REPLICATES) -> Prediction:
+    """Predict steps 1..N from a run at N (see the module doc); refuse what cannot hold."""
+    check_observation(observation)
+    base = _Arrays.of(observation)
+    rng = np.random.default_rng(seed)
+    drawn = [base, *(base.resampled(rng) for _ in range(replicates))]
+    # One renewal solution for the rows of every draw at once, then split per draw.
+    solved = expected_cycles(
+        np.concatenate([a.counts for a in drawn]), np.concatenate([a.remaining for a in drawn])
+    )
+    bounds = np.cumsum([0, *(len(a.counts) for a in drawn)])
+    steps = range(1, observation.steps + 1)
+    figures = [_figures(a, solved[bounds[i] : bounds[i + 1]]) for i, a in enumerate(drawn)]
+    points = []
+    for index, k in enumerate(steps):
+        estimates = {
+            name: _estimate(figures[0][index][name], [f[index][name] for f in figures[1:]])
+            for name in FIGURES
+        }
+        points.append(PredictedPoint(k, estimates))
+    prediction = Prediction(observation.steps, tuple(points), seed, replicates)
+    return replace(prediction, notes=_notes(observation, prediction))
+
+
+def check_observation(observation: Observation) -> None:
+    """Refuse a run the model cannot predict from, naming why (exit 64)."""
+    steps = observation.steps
+    if steps < 2:
+        raise ConfigError(
+            f"a run at {steps} step(s) leaves nothing shorter to predict",
+            field="--steps",
+            fix="profile at more steps than you want to choose among, e.g. --steps 8",
+        )
+    depths = [d for r in observation.repeats for seq in r.depths for d in seq]
+    if not depths:
+        raise ConfigError(
+            "the run recorded no acceptance depths: the probe's table for this engine does not "
+            "say what each sequence accepted (perfgate/probe/targets.py)",
+            field="--scenario",
+            fix="measure the step counts with `perfgate sweep` instead",
+        )
+    if max(depths) > steps or min(depths) < 0:
+        raise ConfigError(
+            f"the run's cycles accepted {min(depths)} to {max(depths)} drafts of chains of "
+            f"{steps}: not a chain of {steps} steps",
+            field="--steps",
+            fix="plan chains only (topk = 1, draft tokens = steps + 1)",
+        )
+    if not all(r.cycles and any(r.depths) for r in observation.repeats):
+        raise ConfigError(
+            "a repeat of the run has no timed cycles with acceptance depths",
+            field="--repeats",
+            fix="run more tokens per repeat (max_new_tokens)",
+        )
+
+
+def refuse_unobserved(prediction: Prediction, steps: int) -> None:
+    """Refuse a step count the run could not observe (above the steps it drafted)."""
+    if not 1 <= steps <= prediction.steps_run:
+        raise ConfigError(
+            f"steps {steps} was not observed: the run drafted chains of "
+            f"{prediction.steps_run}, and cannot say how often a longer chain's drafts "
+            "would be accepted",
+            field="--steps",
+            fix=f"profile at {max(steps, 2)} steps or more",
+        )
+
+
+def _notes(observation: Observation, prediction: Prediction) -> tuple[str, ...]:
+    """What a reader should know of how far the prediction holds."""
+    notes = []
+    if not observation.plain_step_ms:
+        notes.append(
+            "the plain twin's decode step was not timed: verify and accept are taken as flat "
+            "in the chain's tokens"
+        )
+    depths = [d for r in observation.repeats for seq in r.depths for d in seq]
+    every = sum(d == observation.steps for d in depths) / len(depths)
+    if prediction.best().steps == observation.steps and every > 0:
+        notes.append(
+            f"the fastest predicted is the profiled {observation.steps} steps, and {every:.0%} "
+            "of its cycles accepted every draft: a longer chain may be faster still, which "
+            "this run cannot see; profile at more steps (--steps)"
+        )
+    return tuple(notes)
+
+
+@dataclass(frozen=True)
+class _Arrays:
+    """An observation as arrays, or one bootstrap draw of it.
+
+    Its sequences are the rows of every repeat together: `counts` [rows, steps + 1] holds how
+    many of a row's cycles accepted d drafts, `remaining` [rows] its tokens after the first,
+    and `repeat` [rows] the repeat it belongs to.
+    """
+
+    steps: int
+    elapsed_s: Array  # [R]
+    tokens: Array  # [R]
+    run_cycles: Array  # [R]: cycles each repeat ran (timed ones times the stride)
+    costs: Array  # [cycles, len(COSTS)]: the repeats' timed cycles, pooled
+    counts: Array  # [rows, steps + 1]
+    remaining: Array  # [rows]
+    repeat: NDArray[np.int64]  # [rows]
+    plain: Array  # [plain repeats]: tok/s
+    plain_step: Array  # [plain repeats]: mean decode step ms (empty where not timed)
+
+    @classmethod
+    def of(cls, observation: Observation) -> _Arrays:
+        repeats, steps = observation.repeats, observation.steps
+        counts = [_depth_counts(r.depths, steps) for r in repeats]
+        budget = observation.budget
+        return cls(
+            steps=steps,
+            elapsed_s=np.array([r.elapsed_s for r in repeats], dtype=np.float64),
+            tokens=np.array([r.tokens for r in repeats], dtype=np.float64),
+            run_cycles=np.array([len(r.cycles) * r.every for r in repeats], dtype=np.float64),
+            costs=_cost_matrix([c for r in repeats for c in r.cycles], COSTS),
+            counts=np.concatenate(counts),
+            remaining=np.concatenate(
+                [_remaining(c, r.every, budget) for c, r in zip(counts, repeats, strict=True)]
+            ),
+            repeat=np.concatenate([np.full(len(c), i) for i, c in enumerate(counts)]),
+            plain=np.array(observation.plain_tok_s, dtype=np.float64),
+            plain_step=np.array(observation.plain_step_ms, dtype=np.float64),
+        )
+
+    def resampled(self, rng: np.random.Generator) -> _Arrays:
+        """One bootstrap draw: repeats, cycles, each sequence's depths, plain repeats."""
+        picked = rng.integers(0, len(self.tokens), len(self.tokens))
+        members = [np.flatnonzero(self.repeat == r) for r in picked]
+        rows = np.concatenate(members)
+        plain = rng.integers(0, len(self.plain), len(self.plain))
+        steps = rng.integers(0, len(self.plain_step), len(self.plain_step))
+        return _Arrays(
+            steps=self.steps,
+            elapsed_s=self.elapsed_s[picked],
+            tokens=self.tokens[picked],
+            run_cycles=self.run_cycles[picked],
+            costs=_redraw_rows(self.costs, rng),
+            counts=_redraw_counts(self.counts[rows], rng),
+            remaining=self.remaining[rows],
+            repeat=np.concatenate([np.full(len(m), i) for i, m in enumerate(members)]),
+            plain=self.plain[plain],
+            plain_step=self.plain_step[steps],
+        )
+
+
+def _cost_matrix(cycles: Sequence[Costs], phases: Sequence[str]) -> Array:
+    return np.array([[c.get(p, 0.0) for p in phases] for c in cycles], dtype=np.float64).reshape(
+        len(cycles), len(phases)
+    )
+
+
+def _depth_counts(depths: Sequence[Sequence[int]], steps: int) -> Array:
+    """[sequences, steps + 1]: how many of each sequence's cycles accepted d drafts."""
+    rows = [np.bincount(np.asarray(seq, dtype=np.int64), minlength=steps + 1) for seq in depths]
+    rows = [row for row in rows if row.sum()]
+    return np.array(rows, dtype=np.float64).reshape(len(rows), steps + 1)
+
+
+def _remaining(counts: Array, every: int, budget: int | None) -> Array:
+    """[sequences]: the tokens each made after its first: its cycles' (a bonus and the drafts
+    accepted, each, times the stride), at most the budget's."""
+    made: Array = every * (counts * (1 + np.arange(counts.shape[1]))).sum(axis=1)
+    return np.minimum(made, budget - 1) if budget is not None else made
+
+
+def _redraw_counts(counts: Array, rng: np.random.Generator) -> Array:
+    totals = counts.sum(axis=1)
+    drawn = rng.multinomial(totals.astype(np.int64), counts / totals[:, None])
+    return drawn.astype(np.float64)
+
+
+def _redraw_rows(rows: Array, rng: np.random.Generator) -> Array:
+    return rows[rng.integers(0, len(rows), len(rows))] if len(rows) else rows
+
+
+def expected_cycles(counts: Array, remaining: Array) -> Array:
+    """[rows, steps + 1]: column k is the expected cycles a chain of k steps takes to make each
+    row's `remaining` tokens, each cycle making ``1 + min(d, k)`` with ``d`` drawn from the
+    row's depths (`counts` [rows, steps + 1]); column 0 is unused (zero).
+
+    The renewal equation ``E(r) = 1 + sum over x of P(x) E(r - x)``, ``E(r <= 0) = 0``,
+    solved for every row and every k at once.
+
+    >>> expected_cycles(np.array([[0.0, 0.0, 2.0]]), np.array([7.0]))[0].tolist()
+    [0.0, 4.0, 3.0]
+    """
+    rows, steps = counts.shape[0], counts.shape[1] - 1
+    probs = counts / counts.sum(axis=1, keepdims=True)
+    # makes[x - 1, row, k - 1]: the chance that a cycle at k steps makes x = 1 + min(d, k) tokens
+    makes = np.zeros((steps + 1, rows, steps))
+    for k in range(1, steps + 1):
+        makes[:k, :, k - 1] = probs[:, :k].T
+        makes[k, :, k - 1] = probs[:, k:].sum(axis=1)
+    wanted = np.clip(np.rint(remaining).astype(np.int64), 0, None)
+    cycles = np.zeros((rows, steps))
+    ring = np.zeros((steps + 1, rows, steps))  # ring[r % (steps + 1)] is E(r); E(r <= 0) = 0
+    for r in range(1, int(wanted.max(initial=0)) + 1):
+        now = np.ones((rows, steps))
+        for x in range(1, steps + 2):
+            if r - x > 0:
+                now += makes[x - 1] * ring[(r - x) % (steps + 1)]
+        ring[r % (steps + 1)] = now
+        done = wanted == r
+        cycles[done] = now[done]
+    return np.concatenate([np.zeros((rows, 1)), cycles], axis=1)
+
+
+def _figures(a: _Arrays, cycles: Array) -> list[dict[str, float]]:
+    """Steps 1..N's figures from one (drawn) observation; `cycles` from expected_cycles."""
+    ks = range(1, a.steps + 1)
+    means = dict(zip(COSTS, a.costs.mean(axis=0).tolist(), strict=True))
+    phases = [
+        _cycle_costs(means, a.steps, len(a.plain_step) and a.plain_step.mean(), k) for k in ks
+    ]
+    cycle = np.array([phase[CYCLE] for phase in phases])  # [K]
+    # Each repeat's rows are contiguous: its slowest sequence's cycles at every k.
+    starts = np.flatnonzero(np.r_[True, a.repeat[1:] != a.repeat[:-1]])
+    slowest = np.maximum.reduceat(cycles, starts, axis=0)  # [R, N + 1]
+    batch = a.run_cycles[:, None] * slowest[:, 1:] / slowest[:, [a.steps]]  # [R, K]
+    spent_s = a.elapsed_s[:, None] + (batch * cycle - (a.run_cycles * means[CYCLE])[:, None]) / 1e3
+    tok_s = np.median(a.tokens[:, None] / spent_s, axis=0)
+    accept = a.tokens.sum() / cycles[:, 1:].sum(axis=0)
+    plain = float(np.median(a.plain)) if len(a.plain) else math.nan
+    return [
+        {
+            "output_tok_s": float(tok_s[i]),
+            "speedup": float(tok_s[i]) / plain if plain > 0 else math.nan,
+            "accept_length": float(accept[i]),
+            "cycle_ms": phase[CYCLE],
+            "draft_ms": phase[DRAFT],
+            "verify_ms": phase[VERIFY],
+            "draft_extend_ms": phase[DRAFT_EXTEND],
+            "accept_ms": phase[ACCEPT],
+            "verify_share": phase[VERIFY] / phase[CYCLE],
+        }
+        for i, phase in enumerate(phases)
+    ]
+
+
+def _cycle_costs(
+    means: Mapping[str, float], steps: int, plain_step: float, k: int
+) -> dict[str, float]:
+    """Each phase's mean ms per cycle at k steps, and the cycle's (the module doc), from the
+    run's phase means at `steps` and the plain twin's decode step (0: not timed)."""
+    other = means[CYCLE] - sum(means[p] for p in NAMED_PHASES)
+    width, run_width = k + 1, steps + 1
+    per_forward = means[DRAFT] / (steps - 1)
+    target_run = means[VERIFY] + means[ACCEPT]
+    one_token = plain_step or target_run
+    phase = {
+        DRAFT: per_forward * (k - 1),
+        VERIFY: _line(1, one_token, run_width, target_run, width) - means[ACCEPT],
+        DRAFT_EXTEND: _line(1, per_forward, run_width, means[DRAFT_EXTEND], width),
+        ACCEPT: means[ACCEPT],
+    }
+    phase[CYCLE] = sum(phase[p] for p in NAMED_PHASES) + other
+    return phase
+
+
+def _line(x0: float, y0: float, x1: float, y1: float, x: float) -> float:
+    """The straight line through (x0, y0) and (x1, y1), at x."""
+    return y0 + (y1 - y0) * (x - x0) / (x1 - x0)
+
+
+def _estimate(value: float, draws: Sequence[float]) -> Estimate:
+    finite = [d for d in draws if math.isfinite(d)]
+    if not finite or not math.isfinite(value):
+        return Estimate(value, math.nan, math.nan)
+    tail = (1 - CONFIDENCE) / 2 * 100
+    low, high = np.percentile(finite, [tail, 100 - tail])
+    return Estimate(value, float(low), float(high))
+
+
+def _finite(value: float) -> float:
+    return value if math.isfinite(value) else -math.inf

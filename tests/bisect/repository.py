@@ -1,0 +1,97 @@
+"""A git repository to bisect: a copy of perfgate whose embedded engine one commit slows down.
+
+Commit 0 holds this checkout's `perfgate/` package (the embedded engine a bisect's servers
+run when the commit's top is on their path) and a notes file; each later commit adds a line
+to the notes, and one of them also makes the engine's verify sleep `SLOW_VERIFY_S` longer,
+in the copy's own code. The tiny model's verify takes a few ms a cycle, so that commit's
+speculative tok/s falls about tenfold: far beyond the scenario's tolerance and any load
+swing of a shared machine.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+from ..conftest import REPO
+
+SLOW_VERIFY_S = 0.1
+VERIFY_CALL = "        self.verify_delay()\n        return logits, features_of(hidden)\n"
+PLANTED = (
+    "        self.verify_delay()\n"
+    f"        time.sleep({SLOW_VERIFY_S})  # the planted slowdown\n"
+    "        return logits, features_of(hidden)\n"
+)
+WORKER = Path("perfgate/engines/embedded/worker.py")
+IDENTITY = {
+    "GIT_AUTHOR_NAME": "perfgate tests",
+    "GIT_AUTHOR_EMAIL": "tests@perfgate.invalid",
+    "GIT_COMMITTER_NAME": "perfgate tests",
+    "GIT_COMMITTER_EMAIL": "tests@perfgate.invalid",
+}
+
+# A scenario cheap to measure: one short prompt each of two kinds, three repeats.
+BISECT_SCENARIO = """
+[perfgate]
+default_scenarios = ["tiny"]
+history = "sqlite:///history.db"
+
+[scenarios.tiny]
+engine = "embedded"
+model = "perfgate/llama-tiny"
+draft = "perfgate/eagle3-llama-tiny"
+steps = 3
+topk = 1
+draft_tokens = 4
+dtype = "float32"
+device = "cpu"
+prompts = ["Return the number of items", "Create a new instance of"]
+max_new_tokens = 16
+repeats = 3
+warmup = 1
+startup_timeout_s = 60
+extra_args = ["--num-threads", "1"]
+
+[scenarios.tiny.tolerances]
+output_tok_s = 0.6
+speedup = 0.6
+accept_length = 0.05
+verify_ms = 0.6
+"""
+
+
+def git(repo: Path, *args: str) -> str:
+    env = {**os.environ, **IDENTITY}
+    done = subprocess.run(
+        ["git", "-C", str(repo), *args], capture_output=True, text=True, env=env, check=True
+    )
+    return done.stdout.strip()
+
+
+def make_repository(folder: Path, commits: int, slow_at: int | None) -> list[str]:
+    """A repository of `commits` + 1 commits in `folder`; commit `slow_at` (if any) plants
+    the slowdown. Returns the commit ids, oldest first."""
+    folder.mkdir(parents=True)
+    git(folder, "init", "-q", "-b", "main")
+    shutil.copytree(
+        REPO / "perfgate",
+        folder / "perfgate",
+        ignore=shutil.ignore_patterns("__pycache__", "*.pyc"),
+    )
+    (folder / "notes.txt").write_text("base\n")
+    git(folder, "add", "-A")
+    git(folder, "commit", "-q", "-m", "base")
+    for index in range(1, commits + 1):
+        with (folder / "notes.txt").open("a") as notes:
+            notes.write(f"change {index}\n")
+        subject = f"change {index}"
+        if index == slow_at:
+            worker = folder / WORKER
+            text = worker.read_text()
+            assert text.count(VERIFY_CALL) == 1, f"{WORKER}: where verify ends has moved"
+            worker.write_text(text.replace(VERIFY_CALL, PLANTED))
+            subject += ": verify sleeps"
+        git(folder, "commit", "-q", "-am", subject)
+    return git(folder, "rev-list", "--reverse", "HEAD").split()

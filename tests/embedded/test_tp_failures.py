@@ -1,0 +1,75 @@
+"""A rank that dies after start-up ends `perfgate run` within seconds, with exit 69 naming the
+rank, how it ended and its last lines, and leaves no process behind.
+
+`perfgate run` over gloo with the tiny models and one torch thread; the rank ends itself
+through the embedded engine's `--debug-rank-exit` (SIGKILL or an exit code) during perfgate's
+warm-up, during a repeat, or between two repeats. A few representative cases: the loop over
+every case, many times, is benchmarks/rank_failures.py (its record:
+benchmarks/results/rank-failures-cpu.md), whose harness this uses.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import sys
+from pathlib import Path
+
+import pytest
+
+from perfgate.engines.processes import iter_processes
+
+from ..conftest import REPO
+
+sys.path.insert(0, str(REPO / "benchmarks"))
+import rank_failures
+
+pytestmark = pytest.mark.slow
+
+LIMIT_S = 10.0
+
+
+def _args() -> argparse.Namespace:
+    return argparse.Namespace(
+        model="perfgate/llama-tiny",
+        draft="perfgate/eagle3-llama-tiny",
+        device="cpu",
+        extra_arg=[],
+        max_new_tokens=8,
+        sigkill_max_new_tokens=48,
+        timeout_s=120.0,
+    )
+
+
+@pytest.mark.parametrize(
+    ("case", "phase", "status"),
+    [
+        ("tp2-warmup-kill", "warmup 1 of 1", "was killed by SIGKILL (signal 9)"),
+        ("tp2-repeat-exit", "repeat 2 of 3", "exited with code 134"),
+        ("tp4-between-kill", "repeat 2 of 3", "was killed by SIGKILL (signal 9)"),
+    ],
+)
+def test_a_rank_that_dies_ends_the_run_fast_naming_it(
+    case: str, phase: str, status: str, tmp_path: Path
+) -> None:
+    chosen = rank_failures.parse_case(case)
+    outcome = rank_failures.run_case(chosen, 1, _args(), tmp_path)
+    (output,) = tmp_path.glob("*/output.txt")
+    text = output.read_text(errors="replace")
+    assert outcome.exit_code == 69, text
+    assert "perfgate exit code: 69" in text
+    assert outcome.death_to_exit_s is not None and outcome.death_to_exit_s <= LIMIT_S, text
+    rank, tp = chosen.rank, chosen.tp
+    assert re.search(
+        rf"the plain server of scenario 'soak' ended while perfgate used it: rank {rank} of "
+        rf"{tp} \(pid {outcome.rank_pid}\) {re.escape(status)} after start-up",
+        text,
+    ), text
+    where = "after" if chosen.when == "between" else "in"
+    assert f"  [rank {rank}] ending rank {rank} {where} batch " in text  # its last line, quoted
+    assert f"soak plain: failed at {phase}" in text  # where perfgate was
+    # Nothing left: in any process group seen during the run, or carrying the run's tag.
+    assert outcome.left == [], outcome.left
+    assert [
+        p.pid for p in iter_processes() if (p.environ or {}).get("PERFGATE_SOAK_TAG") == outcome.tag
+    ] == []

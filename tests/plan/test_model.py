@@ -1,0 +1,169 @@
+"""The plan's model on constructed acceptance and cost data whose answers are known."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from perfgate.errors import ConfigError, ExitCode
+from perfgate.plan.model import (
+    Observation,
+    Repeat,
+    expected_cycles,
+    predict,
+    refuse_unobserved,
+)
+
+FEW = 50  # bootstrap replicates: the point values do not depend on them
+
+
+def costs(draft: float, verify: float, draft_extend: float, accept: float, other: float) -> dict:
+    named = {"draft": draft, "verify": verify, "draft_extend": draft_extend, "accept": accept}
+    return {**named, "cycle": sum(named.values()) + other}
+
+
+def test_a_hand_computed_plan() -> None:
+    """One sequence that accepts both drafts of a 2-step chain in each of its 4 cycles.
+
+    At 1 step each cycle makes 2 tokens, so its 12 tokens after prefill take 6 cycles, not 4.
+    Its cycle there: no draft forward; verify + accept on the line from the plain step (3 ms
+    at one token) to the run's 5 ms at three, so 4 ms at two, accept 1 of it; draft extend on
+    the line from one draft forward (1 ms) to the run's 2 ms, so 1.5; other 1: 6.5 ms. The
+    repeat's 14 ms outside its cycles stay: 50 ms - 4 * 9 ms + 6 * 6.5 ms = 53 ms.
+    """
+    cycle = costs(draft=1.0, verify=4.0, draft_extend=2.0, accept=1.0, other=1.0)
+    repeat = Repeat(elapsed_s=0.050, tokens=13, cycles=(cycle,) * 4, depths=((2, 2, 2, 2),))
+    observation = Observation(
+        2, 1, (repeat,), budget=13, plain_tok_s=(200.0,), plain_step_ms=(3.0,)
+    )
+    prediction = predict(observation, replicates=FEW)
+    one, two = prediction.at(1), prediction.at(2)
+    assert one["cycle_ms"].value == pytest.approx(6.5)
+    assert (one["verify_ms"].value, one["accept_ms"].value) == pytest.approx((3.0, 1.0))
+    assert (one["draft_ms"].value, one["draft_extend_ms"].value) == pytest.approx((0.0, 1.5))
+    assert one["accept_length"].value == pytest.approx(13 / 6)
+    assert one["output_tok_s"].value == pytest.approx(13 / 0.053)
+    assert one["speedup"].value == pytest.approx(13 / 0.053 / 200)
+    # At the profiled steps the model gives the run back.
+    assert two["output_tok_s"].value == pytest.approx(13 / 0.050)
+    assert two["accept_length"].value == pytest.approx(13 / 4)
+    assert two["cycle_ms"].value == pytest.approx(9.0)
+    # One repeat, identical cycles and depths: nothing to draw but the values themselves.
+    assert one["output_tok_s"].low == pytest.approx(one["output_tok_s"].high)
+    assert prediction.best().steps == 2
+
+
+def seed_like(steps: int = 8) -> Observation:
+    """The seed's case: verify dominates the cycle (flat in its tokens: a GPU bound by reading
+    the weights), the draft costs little, and the drafts past the second are never accepted."""
+    rng = np.random.default_rng(3)
+    repeats = []
+    for r in range(4):
+        depths = tuple(tuple(int(d) for d in rng.choice([0, 1, 2], size=30)) for _ in range(4))
+        cycle = costs(
+            draft=0.05 * (steps - 1), verify=10.0, draft_extend=0.2, accept=0.1, other=0.1
+        )
+        cycles = (cycle,) * 40
+        repeats.append(Repeat(0.45 + 0.01 * r, 4 * 64, cycles, depths))
+    return Observation(
+        steps, 4, tuple(repeats), budget=64, plain_tok_s=(240.0, 241.0), plain_step_ms=(10.1, 10.1)
+    )
+
+
+def test_when_verify_dominates_and_drafts_past_two_fail_two_steps_win() -> None:
+    prediction = predict(seed_like(), replicates=FEW)
+    tok_s = {p.steps: p["output_tok_s"].value for p in prediction.points}
+    accept = {p.steps: p["accept_length"].value for p in prediction.points}
+    assert prediction.best().steps == 2
+    assert tok_s[1] < tok_s[2] and all(tok_s[k] > tok_s[k + 1] for k in range(2, 8))
+    # Nothing past two drafts is accepted: the accept length stops growing there.
+    assert accept[1] < accept[2] == pytest.approx(accept[8])
+    assert all(p["verify_share"].value > 0.8 for p in prediction.points)
+
+
+def test_when_every_draft_is_accepted_and_drafting_is_cheap_more_steps_win() -> None:
+    cycle = costs(draft=0.7, verify=5.0, draft_extend=0.5, accept=0.1, other=0.0)
+    repeat = Repeat(0.2, 2 * 100, (cycle,) * 12, ((8,) * 12, (8,) * 12))
+    observation = Observation(8, 2, (repeat,), budget=100, plain_step_ms=(4.9,))
+    prediction = predict(observation, replicates=FEW)
+    assert [p.steps for p in prediction.ranked()] == [8, 7, 6, 5, 4, 3, 2, 1]
+    assert prediction.at(3)["accept_length"].value == pytest.approx(200 / (2 * math.ceil(99 / 4)))
+
+
+def test_the_slowest_sequence_sets_the_batch_s_cycles() -> None:
+    """Two sequences, one always accepting all 4 drafts, one never any: the batch runs as
+    long as the second needs, whatever the steps, so tok/s only pays for longer cycles."""
+    cycle = costs(draft=0.3, verify=2.0, draft_extend=0.4, accept=0.1, other=0.0)
+    repeat = Repeat(0.1, 2 * 20, (cycle,) * 19, ((4,) * 4, (0,) * 19))
+    prediction = predict(Observation(4, 2, (repeat,), budget=20), replicates=FEW)
+    assert [p.steps for p in prediction.ranked()] == [1, 2, 3, 4]
+    slowest = [p["output_tok_s"].value for p in prediction.points]
+    cycles = [p["cycle_ms"].value for p in prediction.points]
+    # Same number of cycles at every step count: time differs only by the cycle's cost.
+    spent = [40 / t for t in slowest]
+    assert np.diff(spent) == pytest.approx(np.diff(cycles) * 19 / 1e3)
+
+
+def test_expected_cycles_solve_the_renewal_equation() -> None:
+    # Depth 0 or 1, half and half; at 1 step a cycle makes 1 or 2 tokens:
+    # E(1) = 1, E(2) = 1 + (E(1) + E(0)) / 2 = 1.5, E(3) = 1 + (E(2) + E(1)) / 2 = 2.25.
+    counts = np.array([[5.0, 5.0]] * 3)
+    solved = expected_cycles(counts, np.array([1.0, 2.0, 3.0]))
+    assert solved[:, 1].tolist() == pytest.approx([1.0, 1.5, 2.25])
+    # Always all drafts: whole cycles of k + 1 tokens, the last one part-used.
+    full = expected_cycles(np.array([[0.0, 0.0, 0.0, 4.0]]), np.array([10.0]))
+    assert full[0, 1:].tolist() == pytest.approx([5.0, 4.0, 3.0])
+
+
+def test_intervals_hold_their_value_and_are_reproducible() -> None:
+    first, again = (
+        predict(seed_like(), seed=7, replicates=200),
+        predict(seed_like(), seed=7, replicates=200),
+    )
+    other = predict(seed_like(), seed=8, replicates=200)
+    for point in first.points:
+        for estimate in point.figures.values():
+            assert estimate.low <= estimate.value + 1e-9 and estimate.value <= estimate.high + 1e-9
+    assert first.points == again.points
+    assert first.at(2)["accept_length"] != other.at(2)["accept_length"]
+    assert first.at(2)["accept_length"].low < first.at(2)["accept_length"].high  # depths vary
+
+
+def test_a_run_at_one_step_is_refused() -> None:
+    repeat = Repeat(0.1, 10, (costs(0, 1, 1, 0, 0),), ((1,),))
+    with pytest.raises(ConfigError, match="--steps: a run at 1 step") as refused:
+        predict(Observation(1, 1, (repeat,)))
+    assert refused.value.exit_code == ExitCode.BAD_INPUT
+
+
+def test_a_run_without_acceptance_depths_is_refused() -> None:
+    repeat = Repeat(0.1, 10, (costs(1, 1, 1, 0, 0),), ())
+    with pytest.raises(ConfigError, match=r"no acceptance depths.*perfgate sweep"):
+        predict(Observation(4, 1, (repeat,)))
+
+
+def test_depths_a_chain_could_not_accept_are_refused() -> None:
+    # A tree of 4 steps may accept along a path the chain's depths cannot describe; a depth
+    # past the steps says the run was not a chain of them.
+    repeat = Repeat(0.1, 10, (costs(1, 1, 1, 0, 0),), ((2, 6),))
+    with pytest.raises(ConfigError, match=r"accepted 2 to 6 drafts of chains of 4.*topk = 1"):
+        predict(Observation(4, 1, (repeat,)))
+
+
+def test_a_step_count_past_the_profiled_one_is_refused() -> None:
+    prediction = predict(seed_like(), replicates=FEW)
+    refuse_unobserved(prediction, 8)
+    with pytest.raises(ConfigError, match="steps 9 was not observed: the run drafted chains of 8"):
+        prediction.at(9)
+    assert [p.steps for p in prediction.points] == list(range(1, 9))
+
+
+def test_a_best_at_the_profiled_steps_says_a_longer_chain_may_be_faster() -> None:
+    cycle = costs(draft=0.7, verify=5.0, draft_extend=0.5, accept=0.1, other=0.0)
+    repeat = Repeat(0.2, 2 * 100, (cycle,) * 12, ((8,) * 12, (8, 3) * 6))
+    prediction = predict(Observation(8, 2, (repeat,), budget=100), replicates=FEW)
+    assert prediction.best().steps == 8
+    assert any("75% of its cycles accepted every draft" in note for note in prediction.notes)
+    assert not any("every draft" in n for n in predict(seed_like(), replicates=FEW).notes)

@@ -1,0 +1,205 @@
+"""The plan's driver over stand-in servers: one profiled launch, the confirmations, the
+history. The servers are `PlanServers` (tok/s as a function of the steps, probe records made
+up for the profiled server); the rest is real: the sweep's runner, the model, SQLite."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from perfgate.config import Scenario, load_config
+from perfgate.errors import ExitCode
+from perfgate.measure import run_rounds
+from perfgate.plan.render import plan_json, render_markdown
+from perfgate.plan.results import PlanResult, PlanSpec
+from perfgate.plan.run import PlanRunner
+from perfgate.probe.reader import CycleRecord
+from perfgate.results import ModeResult, PhaseSummary, RunContext
+
+from ..conftest import write_config
+from ..factories import mode_result
+from ..sweep.test_runner import recorded
+
+# Two sequences: one accepts two drafts a cycle, the other one, whatever the chain's length.
+DEPTHS = ((2, 1), (2, 1))
+
+
+OUTPUTS = (tuple(range(24)), tuple(range(24)))  # the tiny scenario's 24 new tokens each
+
+
+def curve(steps: int) -> float:
+    return {1: 600.0, 2: 700.0, 3: 680.0, 4: 650.0, 5: 620.0, 6: 560.0}[steps]
+
+
+class PlanServers:
+    """Answers measure_mode's calls; the profiled server's probe records carry `depths`
+    (one cycle per pair, as (row 0, row 1)), or no depths at all."""
+
+    def __init__(self, depths: tuple[tuple[int, int], ...] | None = DEPTHS) -> None:
+        self.depths = depths
+        self.calls: list[tuple[str, int]] = []
+
+    def __call__(
+        self,
+        scenario: Scenario,
+        mode: str,
+        folder: Path,
+        timed_loop: Callable[..., None] = run_rounds,
+        checked: Any = None,
+        **options: Any,
+    ) -> ModeResult:
+        self.calls.append((mode, scenario.steps))
+        moments: list[float] = []
+        timed_loop(lambda: moments.append(time.time()), scenario.repeats)
+        tok_s = 500.0 if mode == "plain" else curve(scenario.steps)
+        result = mode_result(mode, tok_s, repeats=scenario.repeats)
+        result = replace(result, log_path=str(folder / f"server-{mode}.log"), outputs=OUTPUTS)
+        if mode == "plain":
+            step = tuple(PhaseSummary("plain", "cycle", r, 20, 4.0, 4.0, 4.0) for r in range(3))
+            result = replace(result, phases=step)
+        if options.get("on_records") is not None:
+            options["on_records"](self._records(moments, scenario.steps))
+        return result
+
+    def _records(self, moments: list[float], steps: int) -> list[CycleRecord]:
+        found = []
+        for moment in moments:
+            for index in range(10):
+                ms = {"draft": 0.2 * (steps - 1), "verify": 5.0, "accept": 0.1}
+                ms = {**ms, "draft_extend": 0.4, "cycle": sum(ms.values()) + 0.4 + 0.1}
+                depths = self.depths[index % len(self.depths)] if self.depths else ()
+                rows = (0, 1) if depths else ()
+                found.append(CycleRecord("cycle", 1, index, moment, ms, 1, 0, depths, rows))
+        return found
+
+
+@pytest.fixture
+def project(tmp_path: Path) -> Path:
+    return write_config(tmp_path)
+
+
+def run_plan(project: Path, servers: PlanServers, **changes: Any) -> PlanResult:
+    config = load_config(project)
+    spec = replace(PlanSpec("tiny-plan", "tiny", steps=6, repeats=3), **changes)
+    runner = PlanRunner(
+        spec=spec,
+        base=config.scenarios["tiny"],
+        profile="cpu",
+        history_url=config.history_url,
+        workdir=project.parent / "work",
+        context=RunContext(commit="abc"),
+        config_file=project,
+        measure=servers,
+    )
+    return runner.run()
+
+
+def test_one_profiled_launch_then_the_two_fastest_predicted_are_measured(project: Path) -> None:
+    servers = PlanServers()
+    result = run_plan(project, servers)
+    (plan,) = result.plans
+    assert plan.prediction is not None and plan.refused is None
+    ranked = [p.steps for p in plan.prediction.ranked()]
+    # Acceptance stops growing past two drafts: the shortest chains that hold them win.
+    assert ranked[0] == 2
+    expected = [k for k in ranked[:2] if k != 6]
+    assert servers.calls == [("plain", 6), ("spec", 6), *(("spec", k) for k in expected)]
+    assert [c.predicted.steps for c in result.confirmed] == expected
+    runs = recorded(project)
+    assert [r.measurement.scenario for r in runs] == ["tiny-plan"] * (1 + len(expected))
+    profiled = runs[0].measurement.config["plan"]
+    assert profiled["role"] == "profiled" and profiled["steps"] == 6
+    assert [p["steps"] for p in profiled["predicted"]] == [1, 2, 3, 4, 5, 6]
+    assert profiled["best"] == 2
+    low, value, high = sorted(profiled["predicted"][1]["output_tok_s"])
+    assert profiled["predicted"][1]["output_tok_s"][0] == value and low <= value <= high
+    for run, steps in zip(runs[1:], expected, strict=True):
+        entry = run.measurement.config["plan"]
+        assert (entry["role"], entry["steps"], entry["profiled_run"]) == (
+            "confirm",
+            steps,
+            runs[0].id,
+        )
+        predicted = entry["predicted"]["output_tok_s"][0]
+        assert entry["error"]["output_tok_s"] == pytest.approx(
+            predicted / (curve(steps) * 1.01) - 1
+        )  # the median repeat
+        assert run.measurement.plain.reused_from == runs[0].id  # one plain twin for all
+    assert result.exit_code() is ExitCode.PASS
+
+
+def test_the_table_and_json_show_predicted_against_measured(project: Path) -> None:
+    result = run_plan(project, PlanServers(), confirm=1)
+    text = render_markdown(result)
+    assert "| steps | tok/s | speedup | accept length | cycle ms |" in text
+    assert "| **2** |" in text and "| 6 |" in text and "profiled | #1 |" in text
+    assert "Predicted best: steps=2: " in text
+    assert "Confirmed steps=2: measured 707.0 tok/s against " in text
+    assert "Best measured: steps=2 topk=1 draft_tokens=3: 707.0 tok/s" in text
+    assert "Runner time: " in text
+    document = plan_json(result)
+    assert document["predicted_best"]["steps"] == 2
+    assert [c["steps"] for c in document["confirmed"]] == [2]
+    assert document["confirmed"][0]["measured"]["output_tok_s"] == pytest.approx(707.0)
+    assert document["exit_code"] == 0
+
+
+def test_confirm_0_measures_nothing_more(project: Path) -> None:
+    servers = PlanServers()
+    result = run_plan(project, servers, confirm=0)
+    assert servers.calls == [("plain", 6), ("spec", 6)] and result.confirmed == ()
+
+
+def test_a_run_without_depths_is_recorded_and_refused(project: Path) -> None:
+    servers = PlanServers(depths=None)
+    result = run_plan(project, servers)
+    assert servers.calls == [("plain", 6), ("spec", 6)]  # nothing to confirm
+    (plan,) = result.plans
+    assert plan.prediction is None and "no acceptance depths" in (plan.refused or "")
+    (run,) = recorded(project)
+    assert run.measurement.config["plan"]["refused"] == plan.refused
+    assert result.exit_code() is ExitCode.BAD_INPUT
+    assert "Refused: " in render_markdown(result)
+
+
+def test_the_report_shows_the_plan_against_its_confirmations(project: Path) -> None:
+    from perfgate.report import render_history_report
+    from perfgate.store import close_history, open_history
+
+    result = run_plan(project, PlanServers(), confirm=1)
+    sessions = open_history(load_config(project).history_url)
+    try:
+        with sessions() as session:
+            page = render_history_report(session)
+    finally:
+        close_history(sessions)
+    (confirmed,) = result.confirmed
+    error = 100 * (confirmed.predicted["output_tok_s"].value / 707.0 - 1)
+    assert "Plans: predicted against measured" in page
+    assert 'tiny-plan <span class="muted">on cpu, profiled at steps=6 (run #1)' in page
+    assert f"{error:+.1f}%</td>\n<td>#2 (confirmed)" in page
+    assert "profiled</td>\n<td>#1 (profiled)" in page
+
+
+def test_an_environment_axis_costs_one_profiled_run_per_setting(project: Path) -> None:
+    servers = PlanServers()
+    result = run_plan(project, servers, env={"NCCL_PROTO": ("LL", "Simple")}, confirm=2)
+    profiled = [c for c in servers.calls if c == ("spec", 6)]
+    assert len(profiled) == 2 and servers.calls.count(("plain", 6)) == 2
+    assert [p.label for p in result.plans] == [
+        "tiny-plan · NCCL_PROTO=LL",
+        "tiny-plan · NCCL_PROTO=Simple",
+    ]
+    # The two fastest predicted points over both settings, each under its own plain twin.
+    assert len(result.confirmed) == 2
+    assert len(servers.calls) == 6
+    runs = recorded(project)
+    by_label = {r.measurement.config["sweep"]: r.id for r in runs[:2]}
+    for run in runs[2:]:
+        entry = run.measurement.config["plan"]
+        assert entry["profiled_run"] == by_label[run.measurement.config["sweep"]]

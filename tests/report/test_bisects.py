@@ -1,0 +1,73 @@
+"""The report's bisects: each bisect's commits, their likeness, and where it got to."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from datetime import UTC, datetime, timedelta
+
+from perfgate.bisect.outcome import BISECT_KEY
+from perfgate.gate import Status
+from perfgate.report import render_report
+from perfgate.report.bisects import find_bisects
+from perfgate.results import RunContext, RunRecord
+from perfgate.store.columns import columns_from_records
+
+from ..factories import measurement
+
+COMMITS = [f"{i:02d}" * 20 for i in range(9)]  # 40 hex digits each
+
+
+def bisect_run(index: int, status: Status, bisect: str = "b1", tok_s: float = 200.0) -> RunRecord:
+    tag = {"id": bisect, "scenario": "tiny", "good": COMMITS[0], "bad": COMMITS[8],
+           "index": index, "commits": 8, "sources": ["."]}  # fmt: skip
+    start = datetime(2026, 11, 1, tzinfo=UTC) + timedelta(minutes=index)
+    m = measurement("tiny-bisect", spec_tok_s=tok_s, started=start)
+    m = replace(m, config={**m.config, BISECT_KEY: tag})
+    return RunRecord(m, RunContext(commit=COMMITS[index]), (), status)
+
+
+def _runs(*steps: tuple[int, Status]) -> list[RunRecord]:
+    good = [bisect_run(0, Status.PASS) for _ in range(3)]
+    return good + [
+        bisect_run(i, s, tok_s=20.0 if s is Status.REGRESSION else 200.0) for i, s in steps
+    ]
+
+
+def _bisects(runs: list[RunRecord]):  # type: ignore[no-untyped-def]
+    runs = [replace(r, id=i + 1) for i, r in enumerate(runs)]
+    columns = columns_from_records(runs)
+    tok_s = columns.values.get(("spec", "output_tok_s"), {})
+    return find_bisects(columns.runs, tok_s.get), runs
+
+
+def test_a_finished_bisect_names_its_commit() -> None:
+    R, P = Status.REGRESSION, Status.PASS
+    (found,), _ = _bisects(_runs((8, R), (4, P), (6, R), (5, R)))
+    assert found.named == COMMITS[5]
+    assert found.state.startswith("named 0505050505")
+    assert [(c.index, c.likeness) for c in found.commits] == [
+        (0, "good end"), (4, "like-good"), (5, "like-bad"), (6, "like-bad"), (8, "like-bad"),
+    ]  # fmt: skip
+    assert found.commits[0].run_ids == (1, 2, 3)
+
+
+def test_an_unfinished_refused_or_undecided_bisect_says_so() -> None:
+    R, P, U = Status.REGRESSION, Status.PASS, Status.INCONCLUSIVE
+    assert _bisects(_runs((8, R), (4, P)))[0][0].state == "unfinished: commit 6 of 8 is next"
+    refused = _bisects(_runs((8, P)))[0][0]
+    assert refused.state.startswith("refused: the bad end") and refused.named is None
+    assert _bisects(_runs((8, R), (4, U)))[0][0].state == "stopped: 0404040404 is undecided"
+    assert _bisects(_runs())[0][0].state == "measuring the ends"
+
+
+def test_the_page_shows_each_bisect() -> None:
+    R, P = Status.REGRESSION, Status.PASS
+    _, runs = _bisects(_runs((8, R), (4, P), (6, R), (5, R)))
+    html = render_report(runs, repository="https://github.com/o/r")
+    section = html[html.index('<section class="group" id="bisects">') :]
+    assert "named 0505050505: the first commit like bad" in section
+    assert f'<tr class="named"><td><a href="https://github.com/o/r/commit/{COMMITS[5]}">' in section
+    assert section.count("<tr") == 6  # the head and five commits
+    assert 'id="bisects"' not in render_report(
+        runs[:0] or [replace(runs[0], measurement=measurement())]
+    )
