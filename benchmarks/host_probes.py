@@ -151,5 +151,6 @@ def host_probes(torch: Any, bus_id: str | None) -> dict[str, Any]:
         "hash_seed": os.environ.get("PYTHONHASHSEED"),
     }
     found |= gpu_placement(bus_id)
-    found |= cuda_launch_us(torch) or {"launch_us": None, "launch_sync_us": None}
+    launch: dict[str, float | None] = {"launch_us": None, "launch_sync_us": None}
+    found |= cuda_launch_us(torch) or launch
     return found

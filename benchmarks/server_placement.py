@@ -69,7 +69,8 @@ def sample(seconds: float, every: float, stop: Path | None) -> dict[str, dict[st
             threads = thread_cpus(pid)
             for cpu, _ticks in threads.values():
                 counts["cpus"][cpu] += 1
-                counts["nodes"][cpu_node(cpu) if cpu_node(cpu) is not None else -1] += 1
+                node = cpu_node(cpu)
+                counts["nodes"][node if node is not None else -1] += 1
             if threads:
                 tid, (cpu, ticks) = max(threads.items(), key=lambda kv: kv[1][1])
                 busiest.setdefault(mode, {})[cpu] = (tid, ticks)
