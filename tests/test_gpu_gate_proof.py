@@ -5,9 +5,12 @@ from __future__ import annotations
 
 import importlib
 import json
+import sqlite3
 import subprocess
 import sys
 from pathlib import Path
+
+import pytest
 
 from .conftest import REPO
 
@@ -61,3 +64,44 @@ def test_the_gpu_simulation_catches_a_slower_verify_at_the_chosen_tolerances() -
     _, _, tally = gpu.run_gpu_cell((chosen, "verify +2%", 20, 1))
     assert tally.trials == 20 and tally.regressions["verify_ms"] == 20
     assert 1 <= tally.runs / 20 <= gpu.BUDGET_RUNS
+
+
+def _history(path: Path, runs: dict[int, tuple[bool, list[float]]]) -> Path:
+    """A history of the tables launch_noise.py reads: per run, judged or not, its tok/s."""
+    with sqlite3.connect(path) as db:
+        db.execute("CREATE TABLE runs (id INTEGER, scenario TEXT)")
+        db.execute("CREATE TABLE verdicts (run_id INTEGER)")
+        db.execute("CREATE TABLE samples (run_id, mode, metric, repeat, value)")
+        for run, (judged, values) in runs.items():
+            db.execute("INSERT INTO runs VALUES (?, 'gpu')", (run,))
+            if judged:
+                db.execute("INSERT INTO verdicts VALUES (?)", (run,))
+            for repeat, value in enumerate(values):
+                for metric in ("output_tok_s", "speedup", "verify_ms", "accept_length"):
+                    db.execute(
+                        "INSERT INTO samples VALUES (?, 'spec', ?, ?, ?)",
+                        (run, metric, repeat, value),
+                    )
+                db.execute(
+                    "INSERT INTO samples VALUES (?, 'spec', 'decode_tok_s', ?, 50.0)",
+                    (run, repeat),
+                )
+    return path
+
+
+def test_the_gpu_simulation_takes_its_noise_from_a_proof_s_launches(tmp_path: Path) -> None:
+    gpu = importlib.import_module("gate_quality_gpu")
+    history = _history(
+        tmp_path / "history.db",
+        {1: (False, [99.0, 100.0, 101.0]), 2: (False, [109.0, 110.0, 111.0]),
+         3: (True, [50.0, 50.0, 50.0])},  # a verdict's run (an injected slowdown): left out
+    )  # fmt: skip
+    noise = gpu.history_noise(history, "gpu")
+    assert noise["output_tok_s"].between_sd == pytest.approx((10 / 2**0.5) / 105)
+    assert noise["output_tok_s"].within_sd == pytest.approx(0.00955, abs=1e-4)
+    assert noise["decode_tok_s"].between_sd == 0.0
+    assert "2 launches of gpu (runs 1-2)" in noise["verify_ms"].source
+    (setting, *_) = gpu.gpu_settings(noise)
+    assert gpu.noise_of(setting)["output_tok_s"] == noise["output_tok_s"]
+    assert gpu.main(["--history", str(tmp_path / "none.db")]) == 64
+    assert gpu.main(["--history", str(history), "--scenario", "cpu"]) == 64
