@@ -3,17 +3,24 @@
     python benchmarks/gate_proof.py plan --db DB --baseline FILE --config TOML --scenario S
     python benchmarks/gate_proof.py verdict --db DB --kind KIND --exit CODE --out verdicts.jsonl
     python benchmarks/gate_proof.py record --state DIR --out proof.md
+    python benchmarks/gate_proof.py config --config TOML --scenario S --max-runs N --out TOML
 
 - ``plan``: from the approved baseline, what a verdict will take (perfgate.gate.planning, at
   what its approved runs took) and the ``--debug-slow-phase cycle=F`` that costs 6% of
   tok/s: a repeat of the baseline takes ``T = tokens / tok_s``, its decode cycles ``D = (new
   tokens / accept length) x cycle ms``, and ``T / (T + F D) = 0.94``. Prints ``F`` (the shell
-  reads it) and writes plan.md beside the baseline.
+  reads it) and writes plan.md beside the baseline; with ``--estimate-out`` also the seconds
+  a verdict's first look takes there (its planned runs at what an approved run took, and
+  RUN_OVERHEAD_S each), which the shell keeps a call's last verdict within its time by.
 - ``verdict``: the newest run's verdicts (the last run of one `perfgate run`), as one JSON
   line: its kind, exit code, status, every metric's status and change, the runs it took, the
   runs planned, and the runner time, with the why line of tok/s and decode_tok_s.
 - ``record``: proof.md, the record of the whole proof: the diagnosis of the launches, the
   placement of the servers per launch, the ten launches' noise, the plan, and the verdicts.
+- ``config``: a copy of the config whose scenario ``S`` takes at most ``N`` runs a verdict
+  (its ``max_runs``), everything else as it was: ``max_runs`` shapes no figure, so the
+  scenario's digest, and every run's fingerprint, stay the shipped scenario's. Exits 64 on a
+  scenario the config does not hold.
 """
 
 from __future__ import annotations
@@ -36,6 +43,12 @@ from perfgate.measured_verdicts import RUN_OVERHEAD_S
 
 KINDS = ("unchanged", "tok_s_minus_6", "verify_plus_2")
 LOSS = 0.06
+# The spread before any cure: the ten launches of benchmarks/results/h200-real-weights.md, its
+# first section (2026-12-01, fifth; h200-real-weights/2026-12-01-ends/noise.md).
+BEFORE = (
+    "between launches spec tok/s 2.63%, plain tok/s 3.25%, speedup 3.95%, verify 0.10% "
+    "(benchmarks/results/h200-real-weights.md, its first section)"
+)
 
 
 def injection_fraction(baseline_runs: list[dict[str, Any]], tokens: int, new_tokens: int) -> float:
@@ -53,7 +66,8 @@ def injection_fraction(baseline_runs: list[dict[str, Any]], tokens: int, new_tok
         ):
             repeat_ms.append(tokens / tok_s * 1000.0)
             decode_ms.append(new_tokens / accept * cycle_ms)
-    return (1.0 / (1.0 - LOSS) - 1.0) * statistics.median(repeat_ms) / statistics.median(decode_ms)
+    ratio: float = statistics.median(repeat_ms) / statistics.median(decode_ms)
+    return (1.0 / (1.0 - LOSS) - 1.0) * ratio
 
 
 def plan(args: argparse.Namespace) -> int:
@@ -93,9 +107,12 @@ def plan(args: argparse.Namespace) -> int:
         "",
         f"The tok/s -6% injection: `PERFGATE_DEBUG_SLOW_PHASE=cycle={fraction:.4f}` (every "
         "decode cycle that much longer, from the approved runs' tok/s, accept length and cycle "
-        "time); the verify +2% one: `PERFGATE_DEBUG_SLOW_PHASE=verify=0.02`.",
+        f"time); the verify one: `PERFGATE_DEBUG_SLOW_PHASE=verify={args.verify:g}`.",
     ]
     (args.baseline.parent / "plan.md").write_text("\n".join(lines) + "\n")
+    if args.estimate_out is not None:
+        first_look_s = found.first_look * (run_s + RUN_OVERHEAD_S)
+        args.estimate_out.write_text(f"{first_look_s:.0f}\n")
     print(f"{fraction:.4f}")
     return 0
 
@@ -150,11 +167,25 @@ def verdict(args: argparse.Namespace) -> int:
 
 def record(args: argparse.Namespace) -> int:
     state = args.state
-    parts = ["# The gate on an H200: the launch spread's source, ten launches, verdicts", ""]
+    parts = ["# The gate on an H200: the launch spread's source, the launches, verdicts", ""]
+    cure = (state / "cure").read_text().strip() if (state / "cure").is_file() else "as-placed"
+    capped = (state / "max-runs").read_text().strip() if (state / "max-runs").is_file() else None
+    parts += [
+        f"Every `perfgate run` of the series and its verdicts placed {cure} (CURE; "
+        "benchmarks/launch_states.py --run-as). Before, as placed: the committed record's ten "
+        f"launches, {BEFORE}.",
+        "",
+        f"Every verdict took at most {capped} run{'s' if capped != '1' else ''} (MAX_RUNS: the "
+        "scenario's max_runs alone changed), the first look as planned within them; "
+        "benchmarks/gate_quality_gpu.py predicts the rates at that setting."
+        if capped
+        else "Every verdict took the runs the scenario's max_runs and max_runner_s allow.",
+        "",
+    ]
     for title, name in (
         ("Where the between-launch spread comes from (benchmarks/launch_states.py)",
          "diagnose/results.md"),
-        ("Ten launches: their noise (benchmarks/launch_noise.py)", "noise.md"),
+        ("The series of launches: their noise (benchmarks/launch_noise.py)", "noise.md"),
         ("The plan a verdict follows", "baselines/plan.md"),
     ):  # fmt: skip
         path = state / name
@@ -224,15 +255,68 @@ def _verdicts(path: Path) -> list[str]:
         count = {
             s: sum(r["status"] == s for r in mine) for s in ("regression", "pass", "inconclusive")
         }
-        runs = statistics.fmean(r["runs"] or 0 for r in mine)
-        runner = statistics.fmean(r["runner_s"] or 0 for r in mine)
+        mean_runs = statistics.fmean(r["runs"] or 0 for r in mine)
+        mean_runner_s = statistics.fmean(r["runner_s"] or 0 for r in mine)
         lines.append(
             f"| {kind} | {len(mine)} | {count['regression']} | {count['pass']} | "
-            f"{count['inconclusive']} | {runs:.2f} | {runner:.0f} s |"
+            f"{count['inconclusive']} | {mean_runs:.2f} | {mean_runner_s:.0f} s |"
         )
     lines += ["", "Why lines:", ""]
     lines += [f"- run {r['run']} ({r['kind']}): {w}" for r in rows for w in r["why"].values()]
     return lines
+
+
+def capped_config(text: str, scenario: str, max_runs: int) -> str:
+    """The config's text with ``scenario``'s ``max_runs`` set to ``max_runs`` (see ``config``).
+
+    >>> print(capped_config("[scenarios.a]\nmax_runs = 10\n[scenarios.a.tolerances]\n", "a", 3))
+    [scenarios.a]
+    max_runs = 3
+    [scenarios.a.tolerances]
+    <BLANKLINE>
+    """
+    lines = text.splitlines(keepends=True)
+    header = f"[scenarios.{scenario}]"
+    try:
+        start = next(i for i, line in enumerate(lines) if line.strip() == header)
+    except StopIteration:
+        raise ValueError(f"no table {header}") from None
+    end = next(
+        (i for i in range(start + 1, len(lines)) if lines[i].lstrip().startswith("[")), len(lines)
+    )
+    setting = f"max_runs = {max_runs}\n"
+    for i in range(start + 1, end):
+        if lines[i].split("=", 1)[0].strip() == "max_runs":
+            lines[i] = setting
+            break
+    else:
+        lines.insert(start + 1, setting)
+    return "".join(lines)
+
+
+def config(args: argparse.Namespace) -> int:
+    from dataclasses import replace
+
+    shipped = load_config(args.config)
+    if args.scenario not in shipped.scenarios:
+        print(
+            f"{args.config}: no scenario {args.scenario!r} (--scenario; one of "
+            f"{', '.join(sorted(shipped.scenarios))})",
+            file=sys.stderr,
+        )
+        return 64
+    text = capped_config(args.config.read_text(), args.scenario, args.max_runs)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    partial = args.out.with_name(args.out.name + ".partial")
+    partial.write_text(text)
+    capped = load_config(partial).scenarios[args.scenario]
+    wanted = replace(shipped.scenarios[args.scenario], max_runs=args.max_runs)
+    if capped != wanted:  # the copy must differ in max_runs alone
+        partial.unlink()
+        print(f"{args.config}: could not set max_runs of {args.scenario} alone", file=sys.stderr)
+        return 70
+    partial.replace(args.out)
+    return 0
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -243,6 +327,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--baseline", type=Path, required=True)
     p.add_argument("--config", type=Path, required=True)
     p.add_argument("--scenario", required=True)
+    p.add_argument("--verify", type=float, default=0.02, help="the verify slowdown injected")
+    p.add_argument("--estimate-out", type=Path, help="write a first look's seconds here")
     v = sub.add_parser("verdict")
     v.add_argument("--db", type=Path, required=True)
     v.add_argument("--kind", choices=KINDS, required=True)
@@ -252,8 +338,14 @@ def main(argv: list[str] | None = None) -> int:
     r = sub.add_parser("record")
     r.add_argument("--state", type=Path, required=True)
     r.add_argument("--out", type=Path, required=True)
+    c = sub.add_parser("config")
+    c.add_argument("--config", type=Path, required=True)
+    c.add_argument("--scenario", required=True)
+    c.add_argument("--max-runs", type=int, required=True)
+    c.add_argument("--out", type=Path, required=True)
     args = parser.parse_args(argv)
-    return {"plan": plan, "verdict": verdict, "record": record}[args.command](args)
+    commands = {"plan": plan, "verdict": verdict, "record": record, "config": config}
+    return commands[args.command](args)
 
 
 if __name__ == "__main__":

@@ -30,6 +30,10 @@ of them only), ``hash-seed`` (as placed, with PYTHONHASHSEED=0: the interpreter'
 same in every launch). A variant whose launches do not scatter is a cure to measure in the
 server.
 
+``--run-as VARIANT -- COMMAND...`` runs a command (a whole `perfgate run`) placed as that
+variant places a launch, so that a cure the launches point to can be measured in the server
+(benchmarks/gpu_gate_proof.sh's CURE).
+
 Writes results.json and results.md: a row per launch, each way's spread across launches
 (CV) against its spread within a launch (the median over launches of its blocks' CV), the
 spread per variant, and how each probe moves with ``served - device`` (Pearson's r).
@@ -277,8 +281,37 @@ def _without_variants(argv: list[str]) -> list[str]:
     return kept
 
 
+# The placements a whole `perfgate run` can be given (--run-as): one CPU for its client and
+# both servers would measure their contention, not a placement.
+RUN_AS = ("as-placed", "gpu-local", "hash-seed")
+
+
+def run_as(argv: list[str]) -> int:
+    """``--run-as VARIANT [--device D] -- COMMAND...``: run the command placed as a launch of
+    that variant is (its CPUs, its environment); every process it starts inherits both, so
+    the servers of a `perfgate run` run as the diagnosis measured. Exits 64 on bad usage."""
+    variant, rest = (argv[1], argv[2:]) if len(argv) > 1 else ("", [])
+    device = "cuda"
+    if rest[:1] == ["--device"] and len(rest) > 1:
+        device, rest = rest[1], rest[2:]
+    if variant not in RUN_AS or rest[:1] != ["--"] or len(rest) < 2:
+        print(
+            f"--run-as: {variant!r}: usage: --run-as VARIANT [--device D] -- COMMAND..., "
+            f"VARIANT one of {', '.join(RUN_AS)}",
+            file=sys.stderr,
+        )
+        return 64
+    env, cpus = variant_setup(variant, device)
+    if cpus is not None:
+        os.sched_setaffinity(0, cpus)
+    command = rest[1:]
+    os.execvpe(command[0], command, env)
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["--run-as"]:
+        return run_as(argv)
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--out", type=Path)
     parser.add_argument("--model", default="perfgate/llama-large")

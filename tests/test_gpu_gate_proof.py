@@ -12,6 +12,9 @@ from pathlib import Path
 
 import pytest
 
+from perfgate.config import load_config
+from perfgate.fingerprint import scenario_digest
+
 from .conftest import REPO
 
 BENCHMARKS = REPO / "benchmarks"
@@ -30,6 +33,41 @@ def test_an_unknown_stage_exits_64_naming_the_stages(tmp_path: Path) -> None:
     assert "unknown stage 'verdict'; stages are train, diagnose, launch, approve, verdicts" in (
         done.stderr
     )
+
+
+def proof_script(
+    tmp_path: Path, cure: str, *stages: str, **env: str
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        ["bash", str(BENCHMARKS / "gpu_gate_proof.sh"), str(tmp_path / "out"), *stages],
+        capture_output=True,
+        text=True,
+        check=False,
+        env={"PATH": "/usr/bin:/bin", "STATE": str(tmp_path / "state"), "CURE": cure, **env},
+    )
+
+
+def test_a_cure_is_one_the_diagnosis_measures_and_a_series_keeps_its_own(tmp_path: Path) -> None:
+    done = proof_script(tmp_path, "one-cpu", "launch")
+    assert done.returncode == 64
+    assert "CURE=one-cpu: one of as-placed, gpu-local, hash-seed" in done.stdout + done.stderr
+    (tmp_path / "state").mkdir(exist_ok=True)
+    (tmp_path / "state" / "cure").write_text("gpu-local\n")
+    done = proof_script(tmp_path, "hash-seed", "verdicts")
+    assert done.returncode == 64
+    assert "launched with CURE=gpu-local" in done.stdout + done.stderr
+    assert not (tmp_path / "state" / "verdicts.jsonl").exists()  # nothing measured
+
+
+def test_a_run_placed_by_a_cure_inherits_its_cpus_and_environment() -> None:
+    probe = "import os; print(len(os.sched_getaffinity(0)), os.environ.get('PYTHONHASHSEED'))"
+    placed = [sys.executable, str(BENCHMARKS / "launch_states.py"), "--run-as"]
+    done = subprocess.run([*placed, "hash-seed", "--device", "cpu", "--", sys.executable, "-c",
+                           probe], capture_output=True, text=True, check=True)  # fmt: skip
+    assert done.stdout.split()[1] == "0"
+    refused = subprocess.run([*placed, "one-cpu", "--", "true"], capture_output=True, text=True,
+                             check=False)  # fmt: skip
+    assert refused.returncode == 64 and "as-placed, gpu-local, hash-seed" in refused.stderr
 
 
 def test_the_tok_s_injection_is_sized_from_the_baseline_s_own_figures() -> None:
@@ -64,6 +102,37 @@ def test_the_gpu_simulation_catches_a_slower_verify_at_the_chosen_tolerances() -
     _, _, tally = gpu.run_gpu_cell((chosen, "verify +2%", 20, 1))
     assert tally.trials == 20 and tally.regressions["verify_ms"] == 20
     assert 1 <= tally.runs / 20 <= gpu.BUDGET_RUNS
+
+
+def test_a_capped_copy_of_the_config_is_the_shipped_scenario_but_for_its_runs(
+    tmp_path: Path,
+) -> None:
+    proof = importlib.import_module("gate_proof")
+    out = tmp_path / "capped.toml"
+    shipped = load_config(REPO / "perfgate.toml").scenarios["embedded-large-gpu"]
+    args = ["config", "--config", str(REPO / "perfgate.toml"), "--scenario"]
+    assert proof.main([*args, "embedded-large-gpu", "--max-runs", "1", "--out", str(out)]) == 0
+    capped = load_config(out).scenarios["embedded-large-gpu"]
+    assert (capped.max_runs, shipped.max_runs) == (1, 10)
+    assert scenario_digest(capped) == scenario_digest(shipped)  # the same runs' fingerprint
+    assert proof.main([*args, "embedded-large-gpux", "--max-runs", "1", "--out", str(out)]) == 64
+    # A scenario without max_runs gets one, and keeps everything else.
+    assert proof.main([*args, "embedded-default", "--max-runs", "2", "--out", str(out)]) == 0
+    assert load_config(out).scenarios["embedded-default"].max_runs == 2
+
+
+def test_quick_s_runs_a_verdict_are_checked_and_kept_by_its_series(tmp_path: Path) -> None:
+    done = proof_script(tmp_path, "as-placed", "verdicts", MAX_RUNS="none", PYTHON=sys.executable)
+    assert done.returncode == 64 and "MAX_RUNS=none: a whole number" in done.stdout + done.stderr
+    (tmp_path / "state").mkdir(exist_ok=True)
+    (tmp_path / "state" / "max-runs").write_text("1\n")
+    done = proof_script(tmp_path, "as-placed", "verdicts", MAX_RUNS="3", PYTHON=sys.executable)
+    assert done.returncode == 64 and "take at most 1 runs" in done.stdout + done.stderr
+    done = proof_script(tmp_path, "as-placed", "verdicts", QUICK="1", PYTHON=sys.executable)
+    assert done.returncode == 1  # QUICK's 1 run a verdict, but no series approved yet
+    assert "no approved series yet" in done.stdout
+    capped = load_config(tmp_path / "state" / "perfgate-max-runs.toml")
+    assert capped.scenarios["embedded-large-gpu"].max_runs == 1
 
 
 def _history(path: Path, runs: dict[int, tuple[bool, list[float]]]) -> Path:
