@@ -59,6 +59,7 @@ def test_a_cure_is_one_the_diagnosis_measures_and_a_series_keeps_its_own(tmp_pat
     assert not (tmp_path / "state" / "verdicts.jsonl").exists()  # nothing measured
 
 
+@pytest.mark.slow  # two interpreters importing torch (launch_states.py): seconds
 def test_a_run_placed_by_a_cure_inherits_its_cpus_and_environment() -> None:
     probe = "import os; print(len(os.sched_getaffinity(0)), os.environ.get('PYTHONHASHSEED'))"
     placed = [sys.executable, str(BENCHMARKS / "launch_states.py"), "--run-as"]
