@@ -69,7 +69,10 @@
 # the checkout (STATE to move it); every step's command, exit code and duration go to
 # OUTDIR/summary.md whatever happens, and OUTDIR gets proof.md, the tables, verdicts.jsonl and
 # the history. APPROVE_FORCE=1 passes --force to the approval, for a copy of the checkout whose
-# git lags its files. Exit code: 0 when every step ended as expected, 1 otherwise.
+# git lags its files. perfgate's dependencies the H200 image lacks (SQLAlchemy, greenlet,
+# alembic, Mako) come from wheels in WHEELS (.whl/ of the checkout; see below). Exit code: 0
+# when every step ended as expected, 1 otherwise, 64 on bad settings, 69 without those
+# dependencies.
 set -u -o pipefail
 
 smoke=0
@@ -151,6 +154,11 @@ EOF
   series=${SERIES:-3} per_call=${LAUNCHES:-3} verdicts=${VERDICTS:-1} verify_slowdown=9
   device=cpu
 fi
+if [[ -f $state/cure && $(cat "$state/cure") != "$cure" ]]; then
+  echo "$0: CURE=$cure, but the series in $state was launched with CURE=$(cat "$state/cure"):" \
+    "a series, its approval and its verdicts keep one placement (STATE elsewhere for another)" >&2
+  exit 64
+fi
 if [[ -n $max_runs ]]; then
   if ! [[ $max_runs =~ ^[1-9][0-9]*$ ]]; then
     echo "$0: MAX_RUNS=$max_runs: a whole number of runs, 1 or more" >&2
@@ -161,16 +169,34 @@ if [[ -n $max_runs ]]; then
       "$(cat "$state/max-runs") runs (STATE elsewhere for another)" >&2
     exit 64
   fi
+fi
+
+# perfgate's own dependencies beyond the H200 image's packages (SQLAlchemy, greenlet, alembic,
+# Mako): wheels for Python 3.12 in WHEELS (the checkout's .whl/, which git ignores once
+# .git/info/exclude names it; the device notes say how to download them), installed into
+# STATE/site for this call.
+wheels_dir=${WHEELS:-$repo/.whl}
+if ! "$python" -c 'import sqlalchemy, alembic, mako' 2> /dev/null; then
+  shopt -s nullglob
+  wheels=("$wheels_dir"/*.whl)
+  shopt -u nullglob
+  if ((${#wheels[@]} == 0)); then
+    echo "$0: $python cannot import sqlalchemy, alembic and mako, and $wheels_dir holds no" \
+      "wheels: download SQLAlchemy, greenlet, alembic and Mako for Python 3.12 into it" \
+      "(pip download --no-deps --only-binary=:all: --python-version 3.12 ...) and carry it" >&2
+    exit 69
+  fi
+  "$python" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+    --target "$state/site" "${wheels[@]}" || exit 69
+  export PYTHONPATH="$state/site:$PYTHONPATH"
+fi
+
+if [[ -n $max_runs ]]; then
   # The scenario as shipped but for its max_runs, which shapes no figure (its digest stays).
   "$python" benchmarks/gate_proof.py config --config "$config" --scenario "$scenario" \
     --max-runs "$max_runs" --out "$state/perfgate-max-runs.toml" || exit $?
   config=$state/perfgate-max-runs.toml
   echo "$max_runs" > "$state/max-runs"
-fi
-if [[ -f $state/cure && $(cat "$state/cure") != "$cure" ]]; then
-  echo "$0: CURE=$cure, but the series in $state was launched with CURE=$(cat "$state/cure"):" \
-    "a series, its approval and its verdicts keep one placement (STATE elsewhere for another)" >&2
-  exit 64
 fi
 # Every `perfgate run` of the series and the verdicts, placed as CURE says (as the OS
 # places it: no wrapper, whose torch import would cost every run a few seconds).

@@ -105,6 +105,19 @@ def test_the_gpu_simulation_catches_a_slower_verify_at_the_chosen_tolerances() -
     assert 1 <= tally.runs / 20 <= gpu.BUDGET_RUNS
 
 
+def test_without_perfgate_s_own_dependencies_or_their_wheels_it_exits_69(tmp_path: Path) -> None:
+    bare = tmp_path / "python3"  # an interpreter that imports nothing
+    bare.write_text("#!/bin/sh\nexit 1\n")
+    bare.chmod(0o755)
+    (tmp_path / "wheels").mkdir()
+    done = proof_script(
+        tmp_path, "as-placed", "launch", PYTHON=str(bare), WHEELS=str(tmp_path / "wheels")
+    )
+    assert done.returncode == 69
+    assert "cannot import sqlalchemy, alembic and mako" in done.stdout + done.stderr
+    assert not (tmp_path / "state" / "launch-runs.txt").exists()
+
+
 def test_a_capped_copy_of_the_config_is_the_shipped_scenario_but_for_its_runs(
     tmp_path: Path,
 ) -> None:
