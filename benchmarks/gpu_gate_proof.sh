@@ -70,7 +70,8 @@
 # OUTDIR/summary.md whatever happens, and OUTDIR gets proof.md, the tables, verdicts.jsonl and
 # the history. APPROVE_FORCE=1 passes --force to the approval, for a copy of the checkout whose
 # git lags its files. perfgate's dependencies the H200 image lacks (SQLAlchemy, greenlet,
-# alembic, Mako) come from wheels in WHEELS (.whl/ of the checkout; see below). Exit code: 0
+# alembic, Mako) come from wheels in WHEELS (.whl/ of the checkout; see below), and perfgate
+# itself from the checkout (its pytest plugin named by PYTEST_PLUGINS). Exit code: 0
 # when every step ended as expected, 1 otherwise, 64 on bad settings, 69 without those
 # dependencies.
 set -u -o pipefail
@@ -189,6 +190,12 @@ if ! "$python" -c 'import sqlalchemy, alembic, mako' 2> /dev/null; then
   "$python" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
     --target "$state/site" "${wheels[@]}" || exit 69
   export PYTHONPATH="$state/site:$PYTHONPATH"
+fi
+# perfgate from the checkout (PYTHONPATH) carries no entry point where it is not installed:
+# pytest (started with -P, as `perfgate run` starts it) then loads its plugin by name.
+if ! "$python" -P -c 'import importlib.metadata as m, sys
+sys.exit(not m.entry_points(group="pytest11", name="perfgate"))' 2> /dev/null; then
+  export PYTEST_PLUGINS=perfgate.plugin
 fi
 
 if [[ -n $max_runs ]]; then
