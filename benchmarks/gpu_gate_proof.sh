@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The gate on one H200: where the launch spread comes from, ten launches, then verdicts of
+# The gate on one H200: where the launch spread comes from, its launches, then verdicts of
 # unchanged code and of injected slowdowns of known size (tok/s -6%, verify +2%).
 #
 #   benchmarks/gpu_gate_proof.sh OUTDIR STAGE...            # CUDA, the GPU scenario
@@ -55,9 +55,9 @@
 #                                                                        plan, ~7 verdicts
 #   3. QUICK=1 benchmarks/gpu_gate_proof.sh OUT verdicts record         7.5 min: the other 8
 #   The simulation's prediction for it (gate_quality_gpu.py, "chosen, 5 approved, max_runs 1"):
-#   unchanged code 30% inconclusive and no false alarm, the tok/s loss caught in 46%, verify
-#   +2% in 100%; the chosen settings' rates are the simulation's, on the launches measured:
-#   `python benchmarks/gate_quality_gpu.py --history OUT/history.db`.
+#   unchanged code 30% inconclusive, 0.05% falsely flagged, the tok/s loss caught in 46%,
+#   verify +2% in 100%; the chosen settings' rates are the simulation's, on the launches
+#   measured: `python benchmarks/gate_quality_gpu.py --history OUT/history.db`.
 # About 15 minutes: QUICK=1 SERIES=3 with `train launch approve record` (10 min with the
 # start), then VERDICTS=1 with `verdicts record` (3.5 min: one verdict of each kind).
 # About 10 minutes: that first call alone (trained, 3 launches' noise, the plan).
@@ -65,15 +65,15 @@
 # minutes for the three with the start), then `verdicts` and `record`: the diagnosis, the
 # noise, the plan and two or three verdicts in a lease.
 # Expected exits: unchanged code 0 (75 is counted, and is what the proof measures); an injected
-# slowdown 1 (or 75 at one run a verdict). State (the history, the baseline, the tables) lives in .cache/gpu-gate-proof/ of
-# the checkout (STATE to move it); every step's command, exit code and duration go to
-# OUTDIR/summary.md whatever happens, and OUTDIR gets proof.md, the tables, verdicts.jsonl and
-# the history. APPROVE_FORCE=1 passes --force to the approval, for a copy of the checkout whose
-# git lags its files. perfgate's dependencies the H200 image lacks (SQLAlchemy, greenlet,
-# alembic, Mako) come from wheels in WHEELS (.whl/ of the checkout; see below), and perfgate
-# itself from the checkout (its pytest plugin named by PYTEST_PLUGINS). Exit code: 0
-# when every step ended as expected, 1 otherwise, 64 on bad settings, 69 without those
-# dependencies.
+# slowdown 1 (or 75 at one run a verdict). State (the history, the baseline, the tables) lives
+# in .cache/gpu-gate-proof/ of the checkout (STATE to move it); every step's command, exit
+# code and duration go to OUTDIR/summary.md whatever happens, and OUTDIR gets proof.md, the
+# tables, verdicts.jsonl and the history. APPROVE_FORCE=1 passes --force to the approval, for
+# a copy of the checkout whose git lags its files. perfgate's dependencies the H200 image
+# lacks (SQLAlchemy, greenlet, alembic, Mako) come from wheels in WHEELS (.whl/ of the
+# checkout; see below), and perfgate itself from the checkout (its pytest plugin named by
+# PYTEST_PLUGINS). Exit code: 0 when every step ended as expected, 1 otherwise, 64 on bad
+# settings, 69 without those dependencies.
 set -u -o pipefail
 
 smoke=0
