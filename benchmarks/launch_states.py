@@ -15,13 +15,28 @@ per step) and times a plain decode step of batch --batch at --position two ways:
 - ``served``: each step as the server's loop runs it, its inputs copied in, the graph
   replayed and its tokens read back to the host (the one sync a step), timed by the clock.
 
-and records where it ran: the CPU it was on and the CPUs it may use, and through
-``perfgate.devices`` the GPU's SM clock, temperature and active clock event reasons right
-after timing. If ``device`` falls into groups, the state is the GPU's (clocks, placement of
-memory); if only ``served`` does, it is the host's (which cores, how fast they run).
+and records where it ran and how fast its host was (benchmarks/host_probes.py: the CPU it was
+on, the CPUs it may use, their NUMA node and the GPU's, the CPU's clock, a fixed piece of
+Python, a kernel's launch with and without a sync, where the allocator put a fresh block), and
+through ``perfgate.devices`` the GPU's SM clock, temperature and active clock event reasons
+right after timing. If ``device`` falls into groups, the state is the GPU's (clocks,
+placement of memory); if only ``served`` does, it is the host's, and the probe that moves with
+``served - device`` across launches says where.
 
-Writes results.json and results.md: a row per launch, and each way's spread across launches
-(CV) against its spread within a launch (the median over launches of its blocks' CV).
+``--variants`` runs the launches in turn under each placement, interleaved so that a drift of
+the machine falls on all alike: ``as-placed`` (where the OS puts it), ``gpu-local`` (pinned to
+the CPUs local to the GPU, the whole set where the platform does not say), ``one-cpu`` (one
+of them only), ``hash-seed`` (as placed, with PYTHONHASHSEED=0: the interpreter's layout the
+same in every launch). A variant whose launches do not scatter is a cure to measure in the
+server.
+
+``--run-as VARIANT -- COMMAND...`` runs a command (a whole `perfgate run`) placed as that
+variant places a launch, so that a cure the launches point to can be measured in the server
+(benchmarks/gpu_gate_proof.sh's CURE).
+
+Writes results.json and results.md: a row per launch, each way's spread across launches
+(CV) against its spread within a launch (the median over launches of its blocks' CV), the
+spread per variant, and how each probe moves with ``served - device`` (Pearson's r).
 """
 
 from __future__ import annotations
@@ -33,11 +48,13 @@ import statistics
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import torch
 from decode_bandwidth import Timer, write_results
+from host_probes import gpu_placement, host_probes
 from launch_noise import cv
 from torch import Tensor
 
@@ -91,8 +108,8 @@ def child(args: argparse.Namespace) -> dict[str, Any]:
     gpu = next((g for g in report.gpus if g.index == at), report.gpus[0]) if report else None
     return {
         "pid": os.getpid(),
-        "cpu": _current_cpu(),
-        "allowed_cpus": len(os.sched_getaffinity(0)),
+        "variant": os.environ.get(VARIANT_VARIABLE, "as-placed"),
+        **host_probes(torch, bus_id() if device.type == "cuda" else None),
         "ready_s": round(ready_s, 1),
         "device_ms": statistics.median(device_blocks),
         "device_cv": cv(device_blocks),
@@ -104,26 +121,58 @@ def child(args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
-def _current_cpu() -> int | None:
-    """The CPU this process last ran on (field 39 of /proc/self/stat), None elsewhere."""
-    try:
-        fields = Path("/proc/self/stat").read_text().rsplit(")", 1)[1].split()
-    except OSError:
+VARIANTS = ("as-placed", "gpu-local", "one-cpu", "hash-seed")
+VARIANT_VARIABLE = "PERFGATE_LAUNCH_VARIANT"
+
+
+def bus_id() -> str | None:
+    """The current GPU's PCI address as sysfs names it (0000:19:00.0), where torch says."""
+    props = torch.cuda.get_device_properties(torch.cuda.current_device())
+    parts = [getattr(props, f"pci_{k}_id", None) for k in ("domain", "bus", "device")]
+    if any(p is None for p in parts):
         return None
-    return int(fields[36])
+    domain, bus, dev = parts
+    return f"{domain:04x}:{bus:02x}:{dev:02x}.0"
+
+
+def variant_setup(variant: str, device: str) -> tuple[dict[str, str], set[int] | None]:
+    """The environment and the CPUs a launch of ``variant`` gets (None: as the OS places it)."""
+    env = {**os.environ, VARIANT_VARIABLE: variant}
+    allowed = sorted(os.sched_getaffinity(0))
+    local = None
+    if device == "cuda" and torch.cuda.is_available():
+        local = gpu_placement(bus_id())["gpu_local_cpus"]
+    near = [c for c in (local or allowed) if c in allowed] or allowed
+    if variant == "gpu-local":
+        return env, set(near)
+    if variant == "one-cpu":
+        return env, {near[-1]}
+    if variant == "hash-seed":
+        env["PYTHONHASHSEED"] = "0"
+    return env, None
 
 
 def measure(args: argparse.Namespace) -> dict[str, Any]:
     launches = []
     for n in range(args.launches):
+        variant = args.variants[n % len(args.variants)]
+        env, cpus = variant_setup(variant, args.device)
         command = [sys.executable, __file__, "--child", *args.passed]
-        done = subprocess.run(command, capture_output=True, text=True, timeout=args.timeout_s)
+        done = subprocess.run(
+            command,
+            capture_output=True,
+            text=True,
+            timeout=args.timeout_s,
+            env=env,
+            preexec_fn=None if cpus is None else _pinned(cpus),
+        )
         if done.returncode != 0:
             raise SystemExit(f"launch {n + 1} failed (exit {done.returncode}):\n{done.stderr}")
         row = json.loads(done.stdout.strip().splitlines()[-1])
         launches.append(row)
-        print(f"launch {n + 1}: device {row['device_ms']:.3f} ms, served {row['served_ms']:.3f} "
-              f"ms, cpu {row['cpu']}, sm clock {row['sm_clock_mhz']}", file=sys.stderr)  # fmt: skip
+        print(f"launch {n + 1} ({variant}): device {row['device_ms']:.3f} ms, served "
+              f"{row['served_ms']:.3f} ms, cpu {row['cpu']}, sm clock {row['sm_clock_mhz']}",
+              file=sys.stderr)  # fmt: skip
     return {
         "model": args.model,
         "device": args.device,
@@ -146,14 +195,19 @@ def render(results: dict[str, Any]) -> str:
         f"{results['position']}; per launch the median of {results['blocks']} blocks of "
         f"{results['replays']} steps.",
         "",
-        "| launch | device ms | served ms | served - device | CPU (of allowed) | SM MHz | "
+        "| launch | variant | device ms | served ms | served - device | CPU (of allowed) | "
+        "CPU / GPU node | CPU MHz | Python loop us | launch + sync us | alloc offset | SM MHz | "
         "temperature | clock reasons | ready s |",
-        "| ---: | ---: | ---: | ---: | --- | ---: | ---: | --- | ---: |",
+        "| ---: | --- | ---: | ---: | ---: | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: "
+        "| --- | ---: |",
     ]
     for n, row in enumerate(launches, 1):
         lines.append(
-            f"| {n} | {row['device_ms']:.3f} | {row['served_ms']:.3f} | "
+            f"| {n} | {row['variant']} | {row['device_ms']:.3f} | {row['served_ms']:.3f} | "
             f"{row['served_ms'] - row['device_ms']:.3f} | {row['cpu']} ({row['allowed_cpus']}) | "
+            f"{_or_dash(row['cpu_node'])} / {_or_dash(row['gpu_node'])} | "
+            f"{_or_dash(row['cpu_mhz'])} | {row['python_loop_us']:.0f} | "
+            f"{_or_dash(row['launch_sync_us'])} | {_or_dash(row['allocator_offset'])} | "
             f"{_or_dash(row['sm_clock_mhz'])} | {_or_dash(row['temperature_c'])} | "
             f"{', '.join(row['clock_reasons']) or '-'} | {row['ready_s']} |"
         )
@@ -165,15 +219,99 @@ def render(results: dict[str, Any]) -> str:
         lines.append(
             f"| {way} | {statistics.fmean(values):.3f} | {cv(values):.2%} | {within:.2%} |"
         )
-    return "\n".join(lines) + "\n"
+    return "\n".join(lines + _by_variant(launches) + _probes_against_host(launches)) + "\n"
+
+
+def _by_variant(launches: list[dict[str, Any]]) -> list[str]:
+    """Per variant: the launches, and how far their served steps scatter."""
+    lines = [
+        "",
+        "| variant | launches | served ms, mean | across launches (CV) | served - device ms |",
+    ]
+    lines.append("| --- | ---: | ---: | ---: | --- |")
+    for variant in dict.fromkeys(row["variant"] for row in launches):
+        rows = [r for r in launches if r["variant"] == variant]
+        served = [r["served_ms"] for r in rows]
+        host = ", ".join(f"{r['served_ms'] - r['device_ms']:.3f}" for r in rows)
+        lines.append(
+            f"| {variant} | {len(rows)} | {statistics.fmean(served):.3f} | {cv(served):.2%} "
+            f"| {host} |"
+        )
+    return lines
+
+
+PROBES = ("cpu", "cpu_node", "cpu_mhz", "python_loop_us", "launch_us", "launch_sync_us",
+          "allocator_offset", "threads", "sm_clock_mhz")  # fmt: skip
+
+
+def _probes_against_host(launches: list[dict[str, Any]]) -> list[str]:
+    """How each probe moves with the host's share of a step across launches (Pearson's r)."""
+    host = [r["served_ms"] - r["device_ms"] for r in launches]
+    lines = ["", "| probe | r with served - device | values |", "| --- | ---: | --- |"]
+    for probe in PROBES:
+        values = [r.get(probe) for r in launches]
+        shown = ", ".join(_or_dash(v) for v in values)
+        numbers = [float(v) for v in values if isinstance(v, int | float)]
+        r = "-"
+        if len(numbers) == len(host) >= 3 and len(set(numbers)) > 1 and len(set(host)) > 1:
+            r = f"{statistics.correlation(numbers, host):+.2f}"
+        lines.append(f"| {probe} | {r} | {shown} |")
+    return lines
 
 
 def _or_dash(value: object) -> str:
     return "-" if value is None else f"{value:g}" if isinstance(value, float) else str(value)
 
 
+def _pinned(cpus: set[int]) -> Callable[[], None]:
+    """What a child runs before it starts: keep to ``cpus``, with every thread it makes."""
+    return lambda: os.sched_setaffinity(0, cpus)
+
+
+def _without_variants(argv: list[str]) -> list[str]:
+    """The arguments a child gets: the parent's, less --variants (the parent places it)."""
+    kept, skip = [], False
+    for arg in argv:
+        if skip:
+            skip = False
+        elif arg == "--variants":
+            skip = True
+        elif not arg.startswith("--variants="):
+            kept.append(arg)
+    return kept
+
+
+# The placements a whole `perfgate run` can be given (--run-as): one CPU for its client and
+# both servers would measure their contention, not a placement.
+RUN_AS = ("as-placed", "gpu-local", "hash-seed")
+
+
+def run_as(argv: list[str]) -> int:
+    """``--run-as VARIANT [--device D] -- COMMAND...``: run the command placed as a launch of
+    that variant is (its CPUs, its environment); every process it starts inherits both, so
+    the servers of a `perfgate run` run as the diagnosis measured. Exits 64 on bad usage."""
+    variant, rest = (argv[1], argv[2:]) if len(argv) > 1 else ("", [])
+    device = "cuda"
+    if rest[:1] == ["--device"] and len(rest) > 1:
+        device, rest = rest[1], rest[2:]
+    if variant not in RUN_AS or rest[:1] != ["--"] or len(rest) < 2:
+        print(
+            f"--run-as: {variant!r}: usage: --run-as VARIANT [--device D] -- COMMAND..., "
+            f"VARIANT one of {', '.join(RUN_AS)}",
+            file=sys.stderr,
+        )
+        return 64
+    env, cpus = variant_setup(variant, device)
+    if cpus is not None:
+        os.sched_setaffinity(0, cpus)
+    command = rest[1:]
+    os.execvpe(command[0], command, env)
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["--run-as"]:
+        return run_as(argv)
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--out", type=Path)
     parser.add_argument("--model", default="perfgate/llama-large")
@@ -184,6 +322,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--replays", type=int, default=100)
     parser.add_argument("--blocks", type=int, default=7)
     parser.add_argument("--timeout-s", type=float, default=300.0, help="for each launch")
+    parser.add_argument(
+        "--variants",
+        type=lambda text: text.split(","),
+        default=["as-placed"],
+        help=f"placements to take in turn, comma-separated: {', '.join(VARIANTS)}",
+    )
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.child:
@@ -191,7 +335,10 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.out is None:
         parser.error("--out is required")
-    args.passed = [a for a in argv if a != "--child"]
+    unknown = [v for v in args.variants if v not in VARIANTS]
+    if unknown:
+        parser.error(f"--variants: no variant {unknown[0]!r}; variants are {', '.join(VARIANTS)}")
+    args.passed = _without_variants([a for a in argv if a != "--child"])
     args.out.mkdir(parents=True, exist_ok=True)
     write_results(args.out, measure(args), render)
     return 0

@@ -18,6 +18,7 @@ from perfgate.engines.server_commands import speculative_overlap
 from perfgate.engines.sglang import release
 from perfgate.errors import ConfigError
 from perfgate.runner.state import load_state_fingerprint
+from perfgate.spec import slowdown
 from perfgate.spec.scenario import digest_fields
 
 # Variables that change performance; their values join the fingerprint as `env.NAME`.
@@ -128,6 +129,7 @@ def collect_fingerprint(
         print_ |= {"cpu": cpu_model(), "cpu_count": str(os.cpu_count() or 0)}
     if scenario.engine == "sglang":
         print_ |= overlap_field(scenario, print_["engine_version"], env)
+    print_ |= injection_field(server_info)
     for name, value in env.items():
         if name.startswith(PERF_ENV_PREFIXES) and name not in PERF_ENV_IGNORED:
             print_[f"env.{name}"] = value
@@ -144,10 +146,42 @@ def overlap_field(scenario: Scenario, version: str, env: Mapping[str, str]) -> d
     return {"overlap_schedule": "on" if speculative_overlap(scenario, known, env) else "off"}
 
 
+def injection_field(server_info: Mapping[str, Any]) -> dict[str, str]:
+    """The slowdown the server injects on purpose, named (perfgate.spec.slowdown); empty when
+    it injects none. The embedded engine's /server_info carries its flags as resolved."""
+    named = []
+    slowed = server_info.get("debug_slow_phase")
+    if isinstance(slowed, Mapping) and slowed:
+        named.append(slowdown.describe({str(k): float(v) for k, v in slowed.items()}))
+    delay = server_info.get("debug_verify_delay_ms")
+    if isinstance(delay, int | float) and delay > 0:
+        named.append(slowdown.describe_delay(float(delay)))
+    return {slowdown.FINGERPRINT_FIELD: ", ".join(named)} if named else {}
+
+
+def injected(fingerprint: Mapping[str, str]) -> str | None:
+    """The slowdown a run's fingerprint says was injected into it, or None."""
+    return fingerprint.get(slowdown.FINGERPRINT_FIELD) or None
+
+
+def reference_fingerprint(fingerprint: Mapping[str, str]) -> dict[str, str]:
+    """What a run's reference must match: its fingerprint without an injected slowdown.
+
+    A run slowed on purpose is judged against runs of the same environment that were not.
+    """
+    return {k: v for k, v in fingerprint.items() if k != slowdown.FINGERPRINT_FIELD}
+
+
 def diff_fingerprints(
     baseline: Mapping[str, str], current: Mapping[str, str]
 ) -> list[tuple[str, str | None, str | None]]:
-    """Return (field, baseline value, current value) for every field that differs."""
+    """Return (field, baseline value, current value) for every field that differs.
+
+    An injected slowdown (perfgate.spec.slowdown) is no difference: a run slowed on purpose is
+    judged against the baseline it would be judged against unslowed, which is what it checks.
+    No baseline holds one (`perfgate baseline update` refuses such runs).
+    """
+    baseline, current = reference_fingerprint(baseline), reference_fingerprint(current)
     fields = sorted(set(baseline) | set(current))
     return [
         (f, baseline.get(f), current.get(f)) for f in fields if baseline.get(f) != current.get(f)

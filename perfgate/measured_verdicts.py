@@ -7,6 +7,7 @@ recorded run again.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import replace
 
@@ -16,6 +17,7 @@ from perfgate.fingerprint import diff_fingerprints
 from perfgate.gate import Attribution, CycleProfile, Verdict
 from perfgate.gate.attribution import attribute, cycle_profile
 from perfgate.gate.estimate import estimate_change
+from perfgate.gate.planning import RunPlan, plan_runs, single_run_plan
 from perfgate.results import Measurement
 
 
@@ -28,12 +30,57 @@ def current_runs(measurements: Sequence[Measurement]) -> dict[str, list[tuple[fl
     return runs
 
 
+# What a run costs beyond its measurement (from its servers' start to its end): the pytest
+# session's start, judging, recording. On an H200 a run of the GPU scenario took 48-56 s of
+# runner time, its two servers 46 (benchmarks/results/h200-real-weights.md, fifth section).
+RUN_OVERHEAD_S = 10.0
+
+
+def runner_s(measurements: Sequence[Measurement]) -> float:
+    """The runner time the runs took, in seconds: each from its start to its end."""
+    return sum(max((m.finished_at - m.started_at).total_seconds(), 0.0) for m in measurements)
+
+
+def plan_verdict(
+    first: Measurement,
+    baseline: Baseline,
+    *,
+    alpha: float = gate.DEFAULT_ALPHA,
+    max_runs: int = 1,
+    budget_s: float | None = None,
+) -> RunPlan:
+    """The runs a verdict of ``first``'s scenario takes against ``baseline``, planned from the
+    approved runs' spread (perfgate.gate.planning): at most ``max_runs`` runs, and no more
+    than ``budget_s`` of runner time allows at what the ``first`` run took (with
+    RUN_OVERHEAD_S a run for what its measurement does not time).
+
+    A run whose environment differs from the baseline's is judged once: its verdicts are
+    incomparable whatever else is measured.
+    """
+    if max_runs <= 1 or diff_fingerprints(baseline.fingerprint, first.fingerprint):
+        return single_run_plan(1)
+    took = runner_s([first])
+    budget = None
+    if budget_s is not None and took > 0:
+        budget = max(math.floor(budget_s / (took + RUN_OVERHEAD_S)), 1)
+    return plan_runs(
+        baseline.metric_runs(),
+        baseline.tolerances,
+        baseline.gated,
+        alpha=alpha,
+        beta=gate.DEFAULT_BETA,
+        max_runs=max_runs,
+        budget_runs=budget,
+    )
+
+
 def judge_look(
     measurements: Sequence[Measurement],
     baseline: Baseline,
     *,
     alpha: float = gate.DEFAULT_ALPHA,
     max_runs: int = 1,
+    first_runs: int = 1,
 ) -> gate.Look:
     """The gate's look at one scenario's runs against its baseline: verdicts, and whether
     another run can change them.
@@ -41,10 +88,11 @@ def judge_look(
     ``measurements`` are the runs of one verdict (the first, and any measured again while
     it was inconclusive): the look is the ``len(measurements)``-th of at most ``max_runs``,
     and spends its share of ``alpha``, this scenario's share of the session's false-alarm
-    level (see perfgate.gate.looks). A run whose environment differs from the baseline's
+    level (see perfgate.gate.looks); the first look judged ``first_runs`` runs (see
+    :func:`plan_verdict`). A run whose environment differs from the baseline's
     makes every verdict ``incomparable``, naming the fields, and asks for no other run.
     Throughput verdicts carry an :class:`~perfgate.gate.Attribution` when both sides have
-    phase timings.
+    phase timings; every verdict the runner time of its runs.
     """
     for measurement in measurements:
         differences = diff_fingerprints(baseline.fingerprint, measurement.fingerprint)
@@ -58,11 +106,17 @@ def judge_look(
         baseline.gated,
         alpha=alpha,
         max_runs=max_runs,
+        first_runs=first_runs,
     )
+    took = runner_s(measurements)
     verdicts = [
-        replace(v, attribution=explain(v.metric, v.change, measurements, baseline))
-        if v.metric in metrics.EXPLAINED and v.change is not None
-        else v
+        replace(
+            v,
+            runner_s=took,
+            attribution=explain(v.metric, v.change, measurements, baseline)
+            if v.metric in metrics.EXPLAINED and v.change is not None
+            else v.attribution,
+        )
         for v in look.verdicts
     ]
     return replace(look, verdicts=verdicts)
@@ -74,9 +128,11 @@ def judge_measurements(
     *,
     alpha: float = gate.DEFAULT_ALPHA,
     max_runs: int = 1,
+    first_runs: int = 1,
 ) -> list[Verdict]:
     """The gate's verdicts for one scenario's runs against its baseline (see judge_look)."""
-    return judge_look(measurements, baseline, alpha=alpha, max_runs=max_runs).verdicts
+    look = judge_look(measurements, baseline, alpha=alpha, max_runs=max_runs, first_runs=first_runs)
+    return look.verdicts
 
 
 def explain(

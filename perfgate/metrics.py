@@ -42,6 +42,12 @@ METRICS: dict[str, Metric] = {
             "completion tokens per verify pass, bonus token included",
         ),
         Metric("speedup", Direction.HIGHER_IS_BETTER, "x", "speculative over plain tok/s"),
+        Metric(
+            "decode_tok_s",
+            Direction.HIGHER_IS_BETTER,
+            "tok/s",
+            "tokens per second of decode cycles, per sequence (accept length over cycle time)",
+        ),
         Metric("verify_ms", Direction.LOWER_IS_BETTER, "ms", "verify phase per cycle (median)"),
         Metric("draft_ms", Direction.LOWER_IS_BETTER, "ms", "draft phase per cycle (median)"),
         Metric(
@@ -117,4 +123,10 @@ PHASE_METRIC: dict[str, str] = {
 }
 
 # The metrics whose changes are explained phase by phase (perfgate.gate.attribution).
-EXPLAINED = ("output_tok_s", "speedup")
+EXPLAINED = ("output_tok_s", "speedup", "decode_tok_s")
+
+# The speculative server's metrics derived from its others (perfgate.results.Measurement):
+# `speedup` from both servers' tok/s; `decode_tok_s` from its accept length and cycle time,
+# the throughput of its decode cycles alone, as the probe times them (on a GPU, with CUDA
+# events), without the prefill, the HTTP round trip and the time between cycles.
+DERIVED = ("speedup", "decode_tok_s")

@@ -32,6 +32,7 @@ from perfgate.devices import detect_gpus
 from perfgate.engines.client import EngineClient
 from perfgate.engines.server_commands import Mode
 from perfgate.engines.validate import (
+    PASS_THROUGH,
     Preflight,
     check_scenario,
     preflight,
@@ -40,6 +41,7 @@ from perfgate.engines.validate import (
 from perfgate.equivalence import TeacherScores
 from perfgate.errors import ExitCode, PerfgateError
 from perfgate.fingerprint import default_profile, perfgate_version
+from perfgate.gate.planning import RunPlan
 from perfgate.gate.verdict import Verdict, overall_status
 from perfgate.measure import (
     TimedLoop,
@@ -50,7 +52,7 @@ from perfgate.measure import (
     score_differing,
     teacher_force,
 )
-from perfgate.measured_verdicts import judge_look
+from perfgate.measured_verdicts import judge_look, plan_verdict
 from perfgate.plain_reuse import find_reusable_plain, plain_reuse_key
 from perfgate.progress import SILENT, Reporter
 from perfgate.reference import (
@@ -63,6 +65,7 @@ from perfgate.reference import (
 )
 from perfgate.results import Measurement, ModeResult, RunContext, RunRecord
 from perfgate.spec.options import GateOptions
+from perfgate.spec.slowdown import refuse_in_gating_ci
 from perfgate.store import (
     comparable_runs,
     database_errors,
@@ -99,6 +102,16 @@ class GatePlan:
         for scenario in selected:  # refuse what SGLang would refuse, before anything starts
             check_scenario(scenario, self.config.path)
             require_embedded_extra_here(scenario, self.config.path)
+        self.require_baseline = requires_baseline(options.require_baseline, os.environ)
+        if options.gate and self.require_baseline:  # CI judges the code as it is
+            for scenario in selected:
+                refuse_in_gating_ci(
+                    scenario.name,
+                    os.environ,
+                    scenario.env,
+                    {key: getattr(scenario, key) for key in PASS_THROUGH},
+                    file=self.config.path,
+                )
         self.profile = options.profile or default_profile(detect_gpus())
         check_history_name(self.profile, field="runner profile (--profile, PERFGATE_PROFILE)")
         self.baselines_dir = (
@@ -108,7 +121,6 @@ class GatePlan:
         self.history_url = resolve_history_url(options.db, cwd=cwd, environ={}, config=self.config)
         # A history that is wrong, unreachable or refuses writes fails before measuring.
         probe_write(self.history_url)
-        self.require_baseline = requires_baseline(options.require_baseline, os.environ)
         self.baselines = self._reviewed_baselines() if options.gate else {}
         # The session's false-alarm level, split evenly among the gated scenarios (Bonferroni);
         # inside a scenario, Holm's procedure splits it among the gated metrics.
@@ -321,10 +333,11 @@ def reuse_key_for(scenario: Scenario, checked: Preflight) -> str:
 class ScenarioRun:
     """One scenario's runs in one session, and the verdicts judged after each.
 
-    While the gate finds a verdict inconclusive the scenario is measured again (a fresh
-    measurement of both servers, into its own folder), up to the scenario's ``max_runs``:
-    ``looks`` holds the verdicts after each run, so every run is recorded with the verdicts
-    it led to. A failure to measure is remembered in ``error`` and raised again on the next
+    The first look waits for the runs the baseline's spread asks for, and while the gate
+    finds a verdict inconclusive the scenario is measured again (a fresh measurement of both
+    servers, into its own folder), up to the plan's runs: ``looks`` holds, per run, the
+    verdicts of the look that judged it, so every run is recorded with the verdicts it led
+    to. A failure to measure is remembered in ``error`` and raised again on the next
     call.
     """
 
@@ -335,6 +348,7 @@ class ScenarioRun:
     verdicts: list[Verdict] | None = None  # the final ones, once judged
     reference: Reference | None = None  # what the verdicts were judged against
     looks: list[list[Verdict]] = field(default_factory=list)
+    plan: RunPlan | None = None  # the runs the verdict was planned to take, once judged
     _runs: list[Measurement] = field(default_factory=list)
 
     def remembering(self, measure: Callable[[], T]) -> T:
@@ -376,23 +390,51 @@ class ScenarioRun:
     def judge(self, baseline: Baseline, alpha: float, max_runs: int | None = None) -> list[Verdict]:
         """Judge against ``baseline``, measuring again while another run can change the outcome.
 
-        Each look says whether to measure again (perfgate.gate.looks): only while runs are
-        left of ``max_runs``, no metric is a regression already, and some inconclusive
+        The first look waits for the runs the baseline's spread asks for (perfgate.gate.
+        planning: ``plan``, within the scenario's ``max_runner_s`` at what the first run
+        took); each look after it judges as many more, and says whether to measure them
+        (perfgate.gate.looks): only
+        while runs are left, no metric is a regression already, and some inconclusive
         metric could still be settled. A run that fails while measuring again ends the loop:
-        the verdicts so far stand (inconclusive) and the failure is kept in ``error``.
-        ``max_runs`` overrides the scenario's budget.
+        the verdicts so far stand (inconclusive, or judged on the runs measured) and the
+        failure is kept in ``error``. ``max_runs`` overrides the scenario's.
         """
         budget = self.scenario.max_runs if max_runs is None else max_runs
+        self.plan = plan_verdict(
+            self.measurement(),
+            baseline,
+            alpha=alpha,
+            max_runs=budget,
+            budget_s=self.scenario.max_runner_s,
+        )
+        while len(self._runs) < self.plan.first_look and self._again():
+            pass
+        first = min(self.plan.first_look, len(self._runs))
         while True:
-            look = judge_look(self.measurements(), baseline, alpha=alpha, max_runs=budget)
-            self.looks.append(look.verdicts)
+            look = judge_look(
+                self.measurements(),
+                baseline,
+                alpha=alpha,
+                max_runs=self.plan.max_runs,
+                first_runs=first,
+            )
+            # Every run is recorded with the verdicts of the look that judged it: the first
+            # look's runs with the first look's.
+            self.looks += [look.verdicts] * (len(self._runs) - len(self.looks))
             if not look.another_run:
                 return look.verdicts
-            try:
-                self.measure_again()
-            except PerfgateError as error:
-                self.error = error
-                return look.verdicts
+            while len(self._runs) < look.next_runs:
+                if not self._again():
+                    return look.verdicts
+
+    def _again(self) -> bool:
+        """Measure once more; False (the failure kept in ``error``) if that fails."""
+        try:
+            self.measure_again()
+        except PerfgateError as error:
+            self.error = error
+            return False
+        return True
 
     def judge_against(self, reference: Reference, alpha: float) -> list[Verdict]:
         """Judge against `reference` at `alpha`: its baseline's verdicts (measuring again

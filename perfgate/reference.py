@@ -19,7 +19,7 @@ from perfgate import metrics
 from perfgate.baselines import DEFAULT_KEEP, Baseline, BaselineRun, load_baseline
 from perfgate.config import Scenario
 from perfgate.errors import ConfigError, ExitCode
-from perfgate.fingerprint import diff_fingerprints
+from perfgate.fingerprint import diff_fingerprints, injected
 from perfgate.gate import DEFAULT_TOLERANCE, Status, Verdict, incomparable
 from perfgate.results import Measurement, RunRecord
 
@@ -126,6 +126,14 @@ def choose_reference(
     else:
         why = f"no reviewed baseline for runner profile {measurement.profile}"
     records = list(earlier_runs())
+    slowed = injected(measurement.fingerprint)
+    if not records and slowed is not None:
+        return Reference(
+            f"first run of {measurement.scenario} on this machine ({why}), slowed on purpose "
+            f"({slowed}): judged against nothing, and never the local reference; record runs "
+            "without the slowdown first",
+            local=True,
+        )
     if not records:
         return Reference(
             f"first run of {measurement.scenario} on this machine ({why}): recorded as the "

@@ -70,13 +70,26 @@ class Measurement:
     config: Mapping[str, Any] = field(default_factory=dict)  # the scenario, as run
 
     def samples(self) -> dict[str, tuple[float, ...]]:
-        """The gate's metrics: the speculative server's, plus `speedup` over the plain twin."""
-        result = dict(self.spec.samples)
+        """The gate's metrics: the speculative server's, plus those derived from them."""
+        return {**self.spec.samples, **self.derived_samples()}
+
+    def derived_samples(self) -> dict[str, tuple[float, ...]]:
+        """Per repeat, the metrics derived from the measured ones (``metrics.DERIVED``):
+        ``speedup`` over the plain twin's tok/s, and ``decode_tok_s``, 1000 times the accept
+        length over the cycle's median ms (tokens per second of decode cycles, per
+        sequence); each where its inputs were measured."""
+        result = {}
         spec_tok_s = self.spec.samples.get("output_tok_s", ())
         plain_tok_s = self.plain.samples.get("output_tok_s", ())
         if spec_tok_s and plain_tok_s:
             result["speedup"] = tuple(
                 s / p for s, p in zip(spec_tok_s, plain_tok_s, strict=True) if p > 0
+            )
+        accept = self.spec.samples.get("accept_length", ())
+        cycle = self.spec.samples.get("cycle_ms", ())
+        if accept and len(accept) == len(cycle):
+            result["decode_tok_s"] = tuple(
+                1000.0 * a / c for a, c in zip(accept, cycle, strict=True) if c > 0
             )
         return result
 

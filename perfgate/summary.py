@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from perfgate.errors import ExitCode, PerfgateError
-from perfgate.gate.verdict import Status, Verdict
+from perfgate.gate.verdict import Status, Verdict, runs_phrase
 from perfgate.results import RunRecord
 
 
@@ -94,7 +94,7 @@ def _cells(v: Verdict) -> list[str]:
         _number(v.current, ".3f"),
         _number(v.change, "+.1%"),
         _interval(v),
-        "-" if v.tolerance is None else f"{v.tolerance:.0%}",
+        "-" if v.tolerance is None else _percent(v.tolerance),
         f"{v.runs}/{v.baseline_runs}" if v.runs is not None else "-",
     ]
 
@@ -103,6 +103,11 @@ def _row(width: int, metric: str, cells: Sequence[str], widths: Sequence[int], v
     columns = zip(_COLUMNS, cells, widths, strict=True)
     middle = "".join(f"{gap}{cell:{align}{w}}" for (_, align, _, gap), cell, w in columns)
     return f"  {metric:<{width}}{middle}  {verdict}"
+
+
+def _percent(fraction: float) -> str:
+    """A tolerance as the table shows it: 3%, or 4.5% where the tenth counts."""
+    return f"{fraction:.0%}" if round(fraction * 100, 1).is_integer() else f"{fraction:.1%}"
 
 
 # Where a clause of a verdict's message splits in two: the spread between runs (often the same
@@ -209,6 +214,8 @@ def render_record(record: RunRecord, plain_note: str | None = None) -> list[str]
     if record.verdicts:
         lines += wrap(record.judged_against) if record.judged_against else []
         lines += render_verdicts(record.verdicts)
+        cost = runs_phrase(record.verdicts)
+        lines += wrap(f"runs: {cost}") if cost else []
     else:
         lines += wrap(record.judged_against or "no verdicts")
     lines.append(f"  equivalence: {m.equivalence_line()}")

@@ -199,7 +199,7 @@ def test_the_config_accepts_the_keys_it_always_did() -> None:
     strs = {"engine", "model", "draft", "algorithm", "dtype", "device", "python", "equivalence"}
     lists = {"extra_args", "spec_extra_args", "plain_extra_args"}
     floats = {"startup_timeout_s", "request_timeout_s", "near_tie_margin", "plain_max_age_h"}
-    floats |= {"gpu_release_timeout_s"}
+    floats |= {"gpu_release_timeout_s", "max_runner_s"}
     tables = {"env", "tolerances", "serving"}
     others = {"prompts", "prompts_file", "gated", "max_near_tie_share", "engine_metrics"}
     assert ints | strs | lists | floats | tables | others == SCENARIO_KEYS

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 from perfgate.ci.pointer import SessionPointer
 from perfgate.errors import ExitCode
-from perfgate.gate.verdict import Status, Verdict
+from perfgate.gate.verdict import Status, Verdict, runs_phrase
 from perfgate.results import RunRecord
 
 SUMMARY_LIMIT_BYTES = 1_000_000  # under the 1 MiB (1024k) a step summary may hold
@@ -131,6 +131,8 @@ def scenario_section(record: RunRecord) -> str:
     elif not record.judged_against:
         lines += ["No verdicts.", ""]
     lines += _explanations(record.verdicts)
+    cost = runs_phrase(record.verdicts)
+    lines += [f"- runs: {cell(cost)}"] if cost else []
     lines.append(f"- equivalence: {'✅' if m.outputs_pass else '❌'} {cell(m.equivalence_line())}")
     lines.append(f"- plain twin: {_plain_line(record)}")
     return "\n".join(lines) + "\n"

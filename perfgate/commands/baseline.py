@@ -10,6 +10,8 @@ from typing import TYPE_CHECKING, Any
 
 from perfgate import metrics
 from perfgate.baselines import (
+    DEFAULT_KEEP,
+    MAX_RUNS,
     SCHEMA_VERSION,
     Baseline,
     approve_run,
@@ -19,16 +21,19 @@ from perfgate.baselines import (
 )
 from perfgate.commands import add_command
 from perfgate.commands.common import one_scenario
-from perfgate.config import Config, load_config
+from perfgate.config import Config, Scenario, load_config
 from perfgate.devices import detect_gpus
 from perfgate.errors import ConfigError
-from perfgate.fingerprint import default_profile, diff_fingerprints
+from perfgate.fingerprint import default_profile, diff_fingerprints, injected
+from perfgate.gate import DEFAULT_BETA, DEFAULT_TOLERANCE
 from perfgate.gate.attribution import cycle_profile
 from perfgate.gate.estimate import clean_runs
+from perfgate.gate.planning import run_sd, supported_tolerance
 from perfgate.gate.stats import median, pooled_pairwise_sd
 from perfgate.gate.verdict import Status
+from perfgate.measured_verdicts import RUN_OVERHEAD_S, runner_s
 from perfgate.reference import scenario_gating
-from perfgate.results import RunRecord
+from perfgate.results import Measurement, RunRecord
 from perfgate.settings import Settings, add_options
 
 if TYPE_CHECKING:
@@ -57,6 +62,14 @@ def register(commands: Any) -> None:
     update.add_argument("--approved-by", required=True, metavar="NAME")
     update.add_argument("--reason", required=True, metavar="TEXT")
     update.add_argument("--force", action="store_true", help="approve despite the refusals")
+    update.add_argument(
+        "--keep",
+        type=int,
+        metavar="K",
+        help=f"keep the last K approved runs (1 to {MAX_RUNS}; default: the file's, or "
+        f"{DEFAULT_KEEP}): the more runs, the better the spread between launches is known "
+        "and the fewer runs a verdict needs",
+    )
     _add_paths(update, db=True)
     update.set_defaults(handler=handle_update)
 
@@ -106,6 +119,21 @@ def _refusals(record: RunRecord, current_fingerprint: dict[str, str] | None) -> 
     return reasons
 
 
+def _refuse_injected(record: RunRecord) -> None:
+    """Refuse a run slowed on purpose (perfgate.spec.slowdown), whatever --force says: it
+    validates the gate, and as a baseline it would make the real code look fast."""
+    slowed = injected(record.measurement.fingerprint)
+    if slowed is not None:
+        raise ConfigError(
+            f"run {record.id} cannot be approved: it was slowed on purpose ({slowed}, "
+            "injected_slowdown in its fingerprint, set by --debug-slow-phase, "
+            "PERFGATE_DEBUG_SLOW_PHASE or the verify delay); no such run becomes a baseline, "
+            "--force or not",
+            field="--run",
+            fix="approve runs measured without the slowdown",
+        )
+
+
 def _load_records(settings: Settings, run_ids: list[int]) -> list[RunRecord]:
     from perfgate.store import history, load_run
 
@@ -127,11 +155,19 @@ def _gating(
 
 
 def handle_update(settings: Settings, args: argparse.Namespace) -> int:
-    return update_baseline(settings, args.run, args.approved_by, args.reason, force=args.force)
+    return update_baseline(
+        settings, args.run, args.approved_by, args.reason, force=args.force, keep=args.keep
+    )
 
 
 def update_baseline(
-    settings: Settings, run_ids: list[int], approved_by: str, reason: str, *, force: bool = False
+    settings: Settings,
+    run_ids: list[int],
+    approved_by: str,
+    reason: str,
+    *,
+    force: bool = False,
+    keep: int | None = None,
 ) -> int:
     """Append the runs `run_ids` to their scenario's baseline (`perfgate baseline update`)."""
     config = load_config(settings.config)
@@ -142,8 +178,13 @@ def update_baseline(
     )
     identity = {"profile": first.profile, "scenario": first.scenario}
     baseline = load_baseline(path, **identity) if path.exists() else None
+    if keep is not None:
+        if not 1 <= keep <= MAX_RUNS:
+            raise ConfigError(f"is {keep}", field="--keep", fix=f"keep 1 to {MAX_RUNS} runs")
+        baseline = replace(baseline, keep=keep) if baseline else _empty(first, keep)
     tolerances, gated = _gating(config, first.scenario, baseline)
     for record in records:
+        _refuse_injected(record)
         refusals = _refusals(record, dict(baseline.fingerprint) if baseline else None)
         if refusals and not force:
             raise ConfigError(
@@ -167,9 +208,56 @@ def update_baseline(
             reason=reason,
         )
     assert baseline is not None  # one --run at least: argparse requires it
+    scenario = config.scenarios.get(first.scenario)
+    if scenario is not None:
+        baseline, notes = derive_tolerances(baseline, scenario, records, config.alpha)
+        for note in notes:
+            print(note)
     write_baseline(baseline, path)
     print(f"wrote {path}: {len(baseline.runs)} approved run(s), newest #{records[-1].id}")
     return 0
+
+
+def _empty(first: Measurement, keep: int) -> Baseline:
+    """A baseline of no runs yet that keeps `keep` (its runs come from the approval)."""
+    return Baseline(first.profile, first.scenario, dict(first.fingerprint), {}, (), keep=keep)
+
+
+def derive_tolerances(
+    baseline: Baseline, scenario: Scenario, records: list[RunRecord], alpha: float
+) -> tuple[Baseline, list[str]]:
+    """The baseline with each gated metric's tolerance that the scenario does not set derived
+    from the approved runs' own spread: the default (3%), or wider where the spread between
+    launches allows no sharper verdict within the scenario's runner time
+    (perfgate.gate.planning.supported_tolerance). Returns the notes that say so.
+
+    A metric the scenario sets a tolerance for keeps it: that is the team's call.
+    """
+    runs = baseline.metric_runs()
+    took = sorted(runner_s([r.measurement]) for r in records)
+    run_s = took[len(took) // 2] + RUN_OVERHEAD_S if took else 0.0
+    budget = max(math.floor(scenario.max_runner_s / run_s), 1) if run_s > 0 else 1
+    tolerances = dict(baseline.tolerances)
+    notes = []
+    for metric in baseline.gated:
+        found = run_sd(runs.get(metric, ()))
+        if metric in scenario.tolerances or found is None:
+            continue
+        sd, count = found
+        supported = supported_tolerance(
+            sd, count, alpha=alpha, beta=DEFAULT_BETA, max_runs=min(scenario.max_runs, budget)
+        )
+        if supported > tolerances.get(metric, DEFAULT_TOLERANCE):
+            tolerances[metric] = supported
+            notes.append(
+                f"{metric}: tolerance {supported:.1%}, derived from the approved runs (their "
+                f"launches scatter {sd:.2%}, {count} runs): no sharper verdict fits "
+                f"{min(scenario.max_runs, budget)} runs (max_runs {scenario.max_runs}, and "
+                f"{run_s:.0f} s a run in max_runner_s = {scenario.max_runner_s:g}); "
+                f"the scenario sets none (set scenarios.{scenario.name}.tolerances.{metric} "
+                "to choose one)"
+            )
+    return replace(baseline, tolerances=tolerances), notes
 
 
 def handle_show(settings: Settings, args: argparse.Namespace) -> int:

@@ -65,11 +65,14 @@ def run(settings: Settings, args: argparse.Namespace) -> int:
     records = _records(settings, args)
     reference = _reference(settings, args, config, records)
     max_runs = reference.run_budget(_max_runs(config, records[-1]))
-    alpha = _alpha(args, config, records, max_runs)
+    first, budget = _recorded_plan(records[-1], max_runs)
+    alpha = _alpha(args, config, records, first, budget)
     measurements = [r.measurement for r in records]
     baseline = reference.baseline
     if baseline is not None:
-        verdicts = judge_measurements(measurements, baseline, alpha=alpha, max_runs=max_runs)
+        verdicts = judge_measurements(
+            measurements, baseline, alpha=alpha, max_runs=budget, first_runs=first
+        )
     else:
         verdicts = list(reference.verdicts)
     status = overall_status(verdicts, all(m.outputs_pass for m in measurements))
@@ -104,8 +107,23 @@ def _config(settings: Settings, args: argparse.Namespace) -> Config | None:
         return None
 
 
+def _recorded_plan(record: RunRecord, max_runs: int) -> tuple[int, int]:
+    """The runs of the run's first look and its budget, as its session planned them; one and
+    ``max_runs`` for a run recorded before verdicts said (or judged against local runs)."""
+    if max_runs <= 1:
+        return 1, 1
+    planned = next((v for v in record.verdicts if v.planned_runs and v.run_budget), None)
+    if planned is None or planned.planned_runs is None or planned.run_budget is None:
+        return 1, max_runs
+    return planned.planned_runs, planned.run_budget
+
+
 def _alpha(
-    args: argparse.Namespace, config: Config | None, records: list[RunRecord], max_runs: int
+    args: argparse.Namespace,
+    config: Config | None,
+    records: list[RunRecord],
+    first: int,
+    budget: int,
 ) -> float:
     """The scenario's alpha: --alpha, else the level its session judged the run at.
 
@@ -121,7 +139,8 @@ def _alpha(
         return float(args.alpha)
     configured = config.alpha if config else DEFAULT_ALPHA
     levels = [v.alpha for v in records[-1].verdicts if v.alpha is not None]
-    recorded = scenario_alpha(levels, len(records), max_runs)
+    looks = budget - first + 1
+    recorded = scenario_alpha(levels, len(records) - first + 1, looks)
     # A level recorded before looks spent alpha in shares reads as more than the config allows.
     return configured if recorded is None else min(recorded, configured)
 

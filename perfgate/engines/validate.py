@@ -32,6 +32,7 @@ PASS_THROUGH = ("extra_args", "spec_extra_args", "plain_extra_args")
 EMBEDDED_ONLY_FLAGS = (
     "--num-threads",
     "--debug-verify-delay-ms",
+    "--debug-slow-phase",
     "--debug-simulate-accept-rate",
     "--debug-eagle3-feature-layers",
     "--debug-rank-exit",

@@ -70,7 +70,7 @@ from perfgate.gate.interval import (
     p_regression,
     tolerance_bounds,
 )
-from perfgate.gate.looks import look_levels, min_settle_chance, settle_chance
+from perfgate.gate.looks import look_levels, looks_of, min_settle_chance, settle_chance
 from perfgate.gate.verdict import Status, Verdict
 from perfgate.metrics import METRICS
 from perfgate.spec.document import DEFAULT_ALPHA
@@ -125,8 +125,10 @@ def holm_levels(p_values: Mapping[str, float], alpha: float) -> dict[str, float]
 class Look:
     """The verdicts of one look at a scenario's runs, and whether to measure another run.
 
-    ``number`` is how many current runs were judged (the look's place in the loop) of at most
-    ``max_runs``. ``another_run`` is True only where another run can change the outcome:
+    ``number`` is how many current runs were judged, of at most ``max_runs``; the first look
+    judged ``first_runs`` of them, and each look after it ``first_runs`` more (the last one
+    what is left), so another look means measuring :attr:`next_runs` in all. ``another_run``
+    is True only where another run can change the outcome:
     runs are left, no metric is already a regression (that fixes the scenario's status),
     and some inconclusive metric could still be settled (see perfgate.gate.looks).
     """
@@ -135,6 +137,12 @@ class Look:
     number: int
     max_runs: int
     another_run: bool
+    first_runs: int = 1  # the runs of the first look (perfgate.gate.planning)
+
+    @property
+    def next_runs(self) -> int:
+        """The runs the next look judges: a group of ``first_runs`` more, within the budget."""
+        return min(self.number + self.first_runs, self.max_runs)
 
 
 def judge_look(
@@ -146,6 +154,7 @@ def judge_look(
     alpha: float = DEFAULT_ALPHA,
     beta: float = DEFAULT_BETA,
     max_runs: int = 1,
+    first_runs: int = 1,
 ) -> Look:
     """Judge every gated metric of a scenario, as one family, at one look.
 
@@ -165,8 +174,11 @@ def judge_look(
         The scenario's false-alarm level (over every look and metric) and the chance of
         passing a change at the tolerance (over every look), as in the module's description.
     max_runs
-        The run budget: ``alpha`` and ``beta`` are spent over this many looks. 1 judges the
-        runs given once and for all.
+        The run budget. 1 judges the runs given once and for all.
+    first_runs
+        The runs the first look judges (perfgate.gate.planning plans them); each later look
+        judges as many more (the last what is left of ``max_runs``), so ``alpha`` and
+        ``beta`` are spent over :func:`looks_of` looks. With 1, every run is a look.
 
     Returns
     -------
@@ -176,13 +188,16 @@ def judge_look(
         whether another run is worth measuring.
     """
     number = max([len(current.get(m, ())) for m in gated] + [1])
-    look_alpha, look_beta = look_levels(alpha, beta, number, max_runs)
-    last_alpha, last_beta = look_levels(alpha, beta, max_runs, max_runs)
+    first_runs = min(max(first_runs, 1), max(max_runs, 1))
+    looks = looks_of(max_runs, first_runs)
+    look = looks_of(number, first_runs)
+    look_alpha, look_beta = look_levels(alpha, beta, look, looks)
+    last_alpha, last_beta = look_levels(alpha, beta, looks, looks)
     verdicts: dict[str, Verdict] = {}
     evidence: dict[str, Evidence] = {}
     for metric in gated:
         tolerance = tolerances.get(metric, DEFAULT_TOLERANCE)
-        found = _unjudgeable(metric, baseline, current, tolerance, (number, max_runs))
+        found = _unjudgeable(metric, baseline, current, tolerance, (look, looks))
         if isinstance(found, Verdict):
             verdicts[metric] = found
         else:
@@ -192,13 +207,13 @@ def judge_look(
     for metric, level in levels.items():
         judgement = decide_evidence(evidence[metric], alpha=level, beta=look_beta)
         last = (level * last_alpha / look_alpha, last_beta)
-        judgement = _with_settle(judgement, evidence[metric], max_runs, last)
+        judgement = _with_settle(judgement, evidence[metric], max_runs, last, looks)
         worth_another = worth_another or _worth_another_run(judgement)
         verdicts[metric] = to_verdict(metric, judgement, evidence[metric].tolerance, max_runs)
-    ordered = [verdicts[metric] for metric in gated]
+    ordered = [replace(verdicts[metric], planned_runs=first_runs) for metric in gated]
     regression = any(v.status is Status.REGRESSION for v in ordered)
     another = number < max_runs and not regression and worth_another
-    return Look(ordered, number, max_runs, another)
+    return Look(ordered, number, max_runs, another, first_runs)
 
 
 def _unjudgeable(
@@ -250,17 +265,22 @@ def _missing(
 
 
 def _with_settle(
-    judgement: Judgement, evidence: Evidence, max_runs: int, last: tuple[float, float]
+    judgement: Judgement,
+    evidence: Evidence,
+    max_runs: int,
+    last: tuple[float, float],
+    looks: int,
 ) -> Judgement:
     """The judgement with the chance that the remaining runs settle it, if inconclusive.
 
-    ``last`` holds the metric's alpha and beta at the last look, where the test that decided
-    gets its share of that alpha as split at the last look (perfgate.gate.evidence).
+    ``last`` holds the metric's alpha and beta at the last look (the ``looks``-th, after
+    ``max_runs`` runs), where the test that decided gets its share of that alpha as split at
+    the last look (perfgate.gate.evidence).
     """
     if judgement.status is not Status.INCONCLUSIVE:
         return judgement
     worst, _ = tolerance_bounds(evidence.direction, evidence.tolerance)
-    last_mean = mean_share(max_runs, max_runs)
+    last_mean = mean_share(looks, looks)
     if judgement.estimate.centre == "mean":
         share = last_mean
     else:
@@ -317,6 +337,7 @@ def to_verdict(metric: str, judgement: Judgement, tolerance: float, max_runs: in
         baseline_runs=e.baseline_runs,
         p_value=judgement.p_regression,
         alpha=judgement.alpha,
+        run_budget=max_runs,
     )
 
 

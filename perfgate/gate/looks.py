@@ -63,6 +63,16 @@ def beta_share(look: int, max_runs: int) -> float:
     return FIRST_BETA if look == 1 else (1.0 - FIRST_BETA) / (max_runs - 1)
 
 
+def looks_of(runs: int, first_runs: int) -> int:
+    """How many looks judge ``runs`` runs whose looks come in groups of ``first_runs``.
+
+    >>> [looks_of(n, 3) for n in (1, 3, 4, 6, 7, 9)]
+    [1, 1, 2, 2, 3, 3]
+    """
+    first_runs = max(first_runs, 1)
+    return 1 + max(-(-(runs - first_runs) // first_runs), 0)
+
+
 def look_levels(alpha: float, beta: float, look: int, max_runs: int) -> tuple[float, float]:
     """The levels look ``look`` (1-based) of at most ``max_runs`` tests at: its alpha and beta.
 

@@ -44,6 +44,11 @@ class Verdict:
     alpha: float | None = None  # the level it was tested at: its look's share, after Holm
     attribution: Attribution | None = None  # why tok/s or speedup moved, phase by phase
     with_runs: tuple[int, ...] = ()  # ids of earlier recorded runs judged with this one
+    # The runs the verdict's first look waited for (planned from the baseline's spread:
+    # perfgate.gate.planning), the most it may take, and the runner time its runs took (s).
+    planned_runs: int | None = None
+    run_budget: int | None = None
+    runner_s: float | None = None
 
     @property
     def says_why(self) -> bool:
@@ -79,3 +84,23 @@ def overall_status(verdicts: Iterable[Verdict], equivalent: bool = True) -> Stat
         if status in statuses:
             return status
     return Status.PASS
+
+
+def runs_phrase(verdicts: Iterable[Verdict]) -> str | None:
+    """What a scenario's verdict cost: its runs, their plan and their runner time; None where
+    the verdicts do not say (judged before they did, or without a baseline).
+
+    >>> print(runs_phrase([Verdict("output_tok_s", Status.PASS, "", runs=4, planned_runs=2,
+    ...     run_budget=10, runner_s=208.4)]))  # doctest: +NORMALIZE_WHITESPACE
+    4 in 208 s of runner time (at most 10; the first look after 2 runs,
+    as the baseline's spread asks)
+    """
+    v = next((v for v in verdicts if v.runner_s is not None), None)
+    if v is None or v.runner_s is None:
+        return None
+    text = f"{v.runs or 1} in {v.runner_s:.0f} s of runner time"
+    if v.run_budget is not None:
+        first = v.planned_runs or 1
+        text += f" (at most {v.run_budget}; the first look after {first}"
+        text += " run)" if first == 1 else " runs, as the baseline's spread asks)"
+    return text

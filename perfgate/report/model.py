@@ -91,7 +91,15 @@ def _run_columns(
         "reused": [run.plain_reused_from for run in runs],
         "dirty": [int(run.dirty) for run in runs],
         "equivalent": [int(run.equivalent) for run in runs],
+        # The runner time each run took, launches and compiles included (s).
+        "seconds": [_seconds(run) for run in runs],
     }
+
+
+def _seconds(run: RunFacts) -> int | None:
+    if run.finished_at is None:
+        return None
+    return max(round((run.finished_at - run.started_at).total_seconds()), 0)
 
 
 def _short_ci(url: str | None, prefix: str | None) -> str | None:

@@ -58,8 +58,11 @@ class Scenario:
     startup_timeout_s: float = 120.0
     request_timeout_s: float = 600.0
     # The gate measures another run (a fresh server launch) while a verdict is inconclusive,
-    # up to this many runs in all.
+    # up to this many runs in all: the first look after the runs the baseline's spread asks
+    # for (perfgate.gate.planning), each later one as many more; all within max_runner_s of
+    # the runner's time, as the first run's time says.
     max_runs: int = 3
+    max_runner_s: float = 600.0
     # Equivalence: a divergence whose plain top-1/top-2 logprob gap is at most this (nats) is a
     # near tie, allowed for up to this share of the prompts.
     near_tie_margin: float = DEFAULT_NEAR_TIE_MARGIN
@@ -218,6 +221,7 @@ SCENARIO_FIELDS: Mapping[str, FieldSpec] = {
     "tolerances": FieldSpec(Shapes.NEITHER, parse=_tolerances),
     "gated": FieldSpec(Shapes.NEITHER, parse=_metric_list),
     "max_runs": FieldSpec(Shapes.NEITHER, parse=values.positive_int),
+    "max_runner_s": FieldSpec(Shapes.NEITHER, parse=values.positive_float),
     "near_tie_margin": FieldSpec(Shapes.NEITHER, parse=values.positive_float),
     "max_near_tie_share": FieldSpec(Shapes.NEITHER, parse=values.fraction),
     "equivalence": FieldSpec(Shapes.NEITHER, parse=values.string),

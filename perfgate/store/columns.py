@@ -52,6 +52,7 @@ class RunFacts:
     fingerprint: dict[str, Any]  # shared between runs with the same one: do not change it
     config: dict[str, Any]  # likewise
     plain_reused_from: int | None  # the run whose plain figures this run reused, if any
+    finished_at: datetime | None = None  # with started_at: the runner time the run took
 
 
 @dataclass(frozen=True)
@@ -147,6 +148,7 @@ def _run_columns(chosen: ScalarSelect[Any]) -> Select[*tuple[Any, ...]]:
             cast(RunRow.fingerprint, Text),
             cast(RunRow.config, Text),
             reused,
+            RunRow.finished_at,
         )
         .where(RunRow.id.in_(chosen))
         .order_by(RunRow.started_at, RunRow.id)
@@ -157,14 +159,14 @@ def _run_columns(chosen: ScalarSelect[Any]) -> Select[*tuple[Any, ...]]:
 def _facts(row: Any, parsed: dict[str, dict[str, Any]]) -> RunFacts:
     """A run's facts from its row; `parsed` remembers the JSON texts already parsed."""
     (run_id, scenario, profile, engine, status, started_at, commit, branch, pr, ci_url) = row[:10]
-    dirty, equivalent, fingerprint, config, reused = row[10:]
+    dirty, equivalent, fingerprint, config, reused, finished_at = row[10:]
     for text in (fingerprint, config):
         if text not in parsed:
             parsed[text] = json.loads(text) if text else {}
     return RunFacts(
         run_id, scenario, profile, engine, status, as_utc(started_at), commit, branch, pr,
         ci_url, bool(dirty), bool(equivalent), parsed[fingerprint], parsed[config],
-        _as_int(reused),
+        _as_int(reused), as_utc(finished_at) if finished_at is not None else None,
     )  # fmt: skip
 
 
@@ -203,7 +205,7 @@ def columns_from_records(records: Sequence[RunRecord]) -> HistoryColumns:
     for facts, record in zip(columns.runs, ordered, strict=True):
         m = record.measurement
         samples = [("plain", m.plain.samples), ("spec", m.spec.samples)]
-        for mode, by_metric in [*samples, ("spec", {"speedup": m.samples().get("speedup", ())})]:
+        for mode, by_metric in [*samples, ("spec", m.derived_samples())]:
             for metric, values in by_metric.items():
                 if values:
                     columns.values.setdefault((mode, metric), {})[facts.id] = central_value(values)
@@ -237,4 +239,5 @@ def _facts_of(index: int, record: RunRecord) -> RunFacts:
         fingerprint=dict(m.fingerprint),
         config=dict(m.config),
         plain_reused_from=getattr(m.plain, "reused_from", None),
+        finished_at=m.finished_at,
     )

@@ -17,6 +17,7 @@ from sqlalchemy.orm import Session, selectinload
 
 from perfgate.errors import ConfigError
 from perfgate.results import RunRecord
+from perfgate.spec.slowdown import FINGERPRINT_FIELD
 from perfgate.store.models import RunRow, SampleRow
 from perfgate.store.records import as_utc, to_record
 
@@ -133,7 +134,11 @@ def comparable_runs(
     before: int | None = None,
 ) -> list[RunRecord]:
     """The newest `k` runs of a scenario on a profile with exactly this fingerprint and one of
-    these statuses (recorded before run `before`, if given), oldest first."""
+    these statuses (recorded before run `before`, if given), oldest first.
+
+    An injected slowdown (perfgate.spec.slowdown) in `fingerprint` is left out of the match,
+    and no run that had one is chosen: a run slowed on purpose is judged against the runs that
+    were not, and never stands as a reference itself."""
     query = (
         RunFilter(scenario, profile)
         .apply(select(RunRow.id, RunRow.fingerprint))
@@ -142,7 +147,7 @@ def comparable_runs(
     )
     if before is not None:
         query = query.where(RunRow.id < before)
-    wanted = dict(fingerprint)
+    wanted = {k: v for k, v in fingerprint.items() if k != FINGERPRINT_FIELD}
     ids: list[int] = []
     for run_id, found in session.execute(query.limit(SCAN_LIMIT)):
         if found == wanted:

@@ -8,6 +8,7 @@ from typing import Any
 
 from sqlalchemy.orm import Session
 
+from perfgate import metrics
 from perfgate.equivalence import (
     DEFAULT_MAX_NEAR_TIE_SHARE,
     DEFAULT_NEAR_TIE_MARGIN,
@@ -52,7 +53,7 @@ def record_run(session: Session, record: RunRecord) -> int:
     for result in (m.plain, m.spec):
         row.samples += _sample_rows(result.mode, result.samples)
         row.phases += [PhaseRow(**vars(p)) for p in result.phases]
-    row.samples += _sample_rows("spec", {"speedup": m.samples().get("speedup", ())})
+    row.samples += _sample_rows("spec", m.derived_samples())
     row.outputs = [
         OutputRow(
             prompt_index=c.index,
@@ -146,7 +147,7 @@ def as_utc(moment: datetime) -> datetime:
 def _mode_result(row: RunRow, mode: str, server: dict[str, object]) -> ModeResult:
     samples: dict[str, list[float]] = {}
     for s in sorted(row.samples, key=lambda s: (s.metric, s.repeat)):
-        if s.mode == mode and s.metric != "speedup":
+        if s.mode == mode and s.metric not in metrics.DERIVED:
             samples.setdefault(s.metric, []).append(s.value)
     outputs = sorted(row.outputs, key=lambda o: o.prompt_index)
     return ModeResult(

@@ -86,6 +86,9 @@ VERDICT_FIELDS: tuple[VerdictField, ...] = (
     VerdictField("alpha", None),
     VerdictField("attribution", None, _attribution_dict, attribution_from_dict),
     VerdictField("with_runs", None, _run_ids, _run_id_tuple),
+    VerdictField("planned_runs", None),
+    VerdictField("run_budget", None),
+    VerdictField("runner_s", None),
 )
 _BY_ATTRIBUTE = {f.attribute: f for f in VERDICT_FIELDS}
 _REQUIRED = frozenset(

@@ -8,7 +8,7 @@ from perfgate.engines.server_commands import Mode
 from perfgate.measure import TimedLoop
 from perfgate.session import GateSession
 
-THROUGHPUT_METRICS = ("output_tok_s", "speedup", "accept_length", "ttft_ms")
+THROUGHPUT_METRICS = ("output_tok_s", "speedup", "decode_tok_s", "accept_length", "ttft_ms")
 
 
 @pytest.mark.parametrize("mode", ["plain", "spec"])

@@ -58,6 +58,7 @@ def test_runs_are_columns_with_short_commits_and_ci_urls() -> None:
     assert runs["commit"][1] == f"{1:040x}"[:12]
     assert runs["ciPrefix"] == f"{REPO}/actions/runs/" and runs["ci"][1] == "~1001"
     assert runs["reused"] == [None] * 6
+    assert runs["seconds"] == [30] * 6  # each run's runner time, start to end
 
 
 def test_sweeps_and_groups_of_other_scenarios() -> None:

@@ -44,6 +44,9 @@ FULL = Verdict(
     alpha=0.05,
     attribution=Attribution("output_tok_s", -0.1, SHIFT, (SHIFT,), (2.5, 2.4), None, "verify"),
     with_runs=(3, 4),
+    planned_runs=2,
+    run_budget=4,
+    runner_s=104.5,
 )
 
 
@@ -94,6 +97,9 @@ def test_a_row_keeps_the_status_by_name_and_the_rest_in_detail() -> None:
         "alpha",
         "attribution",
         "with_runs",
+        "planned_runs",
+        "run_budget",
+        "runner_s",
     }
 
 

@@ -26,6 +26,7 @@ from perfgate.engines.embedded.params import (
     resolve_spec_params,
 )
 from perfgate.errors import ConfigError, ExitCode
+from perfgate.spec import slowdown
 
 PROG = "python -m perfgate.engines.embedded.server"
 SPEC_ALGORITHMS = ("EAGLE3", "EAGLE", "STANDALONE")
@@ -194,6 +195,17 @@ def _add_debugging(parser: argparse.ArgumentParser) -> None:
         "so a test can slow verify down without changing the scenario",
     )
     add(
+        slowdown.FLAG,
+        default=None,
+        metavar="PHASE=FRACTION[,...]",
+        help="validating the gate: make each named phase of a speculative server take this "
+        "fraction of its own time longer (phases: " + ", ".join(slowdown.PHASES) + "; e.g. "
+        "verify=0.02 for a 2%% slower verify): a wait inside the phase, on CUDA a GPU "
+        f"busy-wait sized from the phase's measured time; default: ${slowdown.VARIABLE} or "
+        "off. Named in the run's fingerprint, so such a run is never approved as a baseline; "
+        "a gating run in CI refuses it",
+    )
+    add(
         "--debug-simulate-accept-rate",
         type=float,
         default=None,
@@ -274,14 +286,11 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
 def check_args(args: argparse.Namespace) -> SpecParams | None:
     """Check flag combinations and fill in resolved values; return the spec params, if any."""
     _check_values(args)
-    from_env = args.debug_verify_delay_ms is None
-    if from_env:
-        args.debug_verify_delay_ms = _delay_from_env()
-    if args.debug_verify_delay_ms < 0:
-        raise ConfigError("must be >= 0", field="--debug-verify-delay-ms")
+    debugging = _resolve_debugging(args)
     args.random_seed = 0 if args.random_seed is None else args.random_seed
     if args.speculative_algorithm is None:
-        _warn_ignored_spec_flags(args, from_env)
+        _warn_ignored_spec_flags(args, debugging)
+        args.debug_slow_phase = {}  # a plain server has no phase to slow: nothing is injected
         return None
     if args.speculative_draft_model_path is None:
         raise ConfigError(
@@ -326,6 +335,27 @@ def _check_values(args: argparse.Namespace) -> None:
         raise ConfigError(f"{rate} is not a probability", field="--debug-simulate-accept-rate")
 
 
+def _resolve_debugging(args: argparse.Namespace) -> list[str]:
+    """Fill in the verify delay and the slowed phases, from their flags or else their
+    variables; return the flags given on the command line (a variable reaches every server
+    perfgate launches, the plain twin's too; a flag was meant for this one)."""
+    flags = []
+    if args.debug_verify_delay_ms is None:
+        args.debug_verify_delay_ms = _delay_from_env()
+    elif args.debug_verify_delay_ms:
+        flags.append("--debug-verify-delay-ms")
+    if args.debug_verify_delay_ms < 0:
+        raise ConfigError("must be >= 0", field="--debug-verify-delay-ms")
+    if args.debug_slow_phase is None:
+        raw, where = os.environ.get(slowdown.VARIABLE), slowdown.VARIABLE
+    else:
+        raw, where = args.debug_slow_phase, slowdown.FLAG
+    args.debug_slow_phase = slowdown.parse_slow_phases(raw, field=where)
+    if where == slowdown.FLAG and args.debug_slow_phase:
+        flags.append(slowdown.FLAG)
+    return flags
+
+
 def _delay_from_env() -> float:
     raw = os.environ.get(DELAY_VARIABLE, "") or "0"
     try:
@@ -336,7 +366,7 @@ def _delay_from_env() -> float:
         ) from None
 
 
-def _warn_ignored_spec_flags(args: argparse.Namespace, from_env: bool) -> None:
+def _warn_ignored_spec_flags(args: argparse.Namespace, debugging: list[str]) -> None:
     spec_flags = {
         "--speculative-draft-model-path": args.speculative_draft_model_path,
         "--speculative-num-steps": args.speculative_num_steps,
@@ -345,11 +375,11 @@ def _warn_ignored_spec_flags(args: argparse.Namespace, from_env: bool) -> None:
         "--debug-simulate-accept-rate": args.debug_simulate_accept_rate,
         "--debug-eagle3-feature-layers": args.debug_eagle3_feature_layers,
     }
-    given = [flag for flag, value in spec_flags.items() if value is not None]
-    if given or (args.debug_verify_delay_ms and not from_env):
+    given = [flag for flag, value in spec_flags.items() if value is not None] + debugging
+    if given:
         logger.warning(
             "Ignoring %s: no --speculative-algorithm, so this is a plain server",
-            ", ".join(given or ["--debug-verify-delay-ms"]),
+            ", ".join(given),
         )
 
 

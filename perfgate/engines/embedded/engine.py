@@ -341,6 +341,7 @@ def build_worker(
             simulate_accept_rate=args.debug_simulate_accept_rate,
             seed=args.random_seed,
             graphs=graphs,
+            slow_phases=args.debug_slow_phase,
         )
     return worker, group
 

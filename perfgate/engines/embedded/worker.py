@@ -19,7 +19,7 @@ phase's work inside its method, and ``EagleWorker.cycle`` around exactly one cyc
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import NamedTuple
 
 import torch
@@ -31,6 +31,7 @@ from perfgate.engines.embedded.graphs import GraphRunner
 from perfgate.engines.embedded.model import Transformer, greedy
 from perfgate.engines.embedded.params import SpecParams
 from perfgate.engines.embedded.sampling import SamplingTensors, choose_tokens
+from perfgate.engines.embedded.slowdown import PhaseSlowdown, cuda_sleep_cycles_per_ms
 from perfgate.engines.embedded.tree import (
     DraftTree,
     TreeAcceptance,
@@ -39,6 +40,7 @@ from perfgate.engines.embedded.tree import (
     tree_attention,
     verify_greedy,
 )
+from perfgate.metrics import ACCEPT, CYCLE, DRAFT, DRAFT_EXTEND, VERIFY
 
 
 def _nothing(batch: Batch) -> None:
@@ -177,19 +179,6 @@ class VerifyDelay:
             time.sleep(self.delay_ms / 1000)
 
 
-def cuda_sleep_cycles_per_ms(device: torch.device, cycles: int = 10_000_000) -> float:
-    """Time torch.cuda._sleep on device; return the spin cycles that take one millisecond."""
-    with torch.cuda.device(device):
-        torch.cuda._sleep(cycles // 100)  # type: ignore[no-untyped-call]  # warm-up
-        start = torch.cuda.Event(enable_timing=True)  # type: ignore[no-untyped-call]
-        end = torch.cuda.Event(enable_timing=True)  # type: ignore[no-untyped-call]
-        start.record()
-        torch.cuda._sleep(cycles)  # type: ignore[no-untyped-call]
-        end.record()
-        end.synchronize()
-        return cycles / float(start.elapsed_time(end))
-
-
 class SimulatedAcceptance:
     """Accepts each draft with a fixed probability instead of asking the target.
 
@@ -229,6 +218,7 @@ class EagleWorker:
         simulate_accept_rate: float | None = None,
         seed: int = 0,
         graphs: GraphRunner | None = None,
+        slow_phases: Mapping[str, float] | None = None,
     ) -> None:
         self.target = target
         self.drafter = drafter
@@ -236,6 +226,8 @@ class EagleWorker:
         self.graphs = graphs or GraphRunner()
         self.device = target.output.weight.device
         self.verify_delay = VerifyDelay(verify_delay_ms, self.device)
+        # --debug-slow-phase: each named phase longer by a fraction of its own time.
+        self.slowdown = PhaseSlowdown(slow_phases or {}, self.device)
         self.simulate = (
             None
             if simulate_accept_rate is None
@@ -258,17 +250,19 @@ class EagleWorker:
 
     def cycle(self, batch: Batch) -> int:
         """Run one decode cycle; return the number of tokens committed."""
-        tree = self.draft(batch)
-        logits, features = self.verify(batch, tree)
-        accepted = self.accept(batch, tree, logits)
-        if not batch.done:  # like SGLang, no draft extend once every request is finished
-            self.draft_extend(batch, accepted, features)
-        return accepted.committed
+        with self.slowdown.inside(CYCLE):
+            tree = self.draft(batch)
+            logits, features = self.verify(batch, tree)
+            accepted = self.accept(batch, tree, logits)
+            if not batch.done:  # like SGLang, no draft extend once every request is finished
+                self.draft_extend(batch, accepted, features)
+            return accepted.committed
 
     def draft(self, batch: Batch) -> DraftTree:
         """Propose a draft tree (a chain for topk 1) under each sequence's last token."""
-        kv_len = batch.kv_len(self.lookahead)
-        return self.drafter.propose(batch.tokens, batch.lengths, self.params, kv_len)
+        with self.slowdown.inside(DRAFT):
+            kv_len = batch.kv_len(self.lookahead)
+            return self.drafter.propose(batch.tokens, batch.lengths, self.params, kv_len)
 
     def verify(self, batch: Batch, tree: DraftTree) -> tuple[Tensor, Tensor | None]:
         """Run ONE target forward over every tree node, with the tree attention mask.
@@ -276,54 +270,59 @@ class EagleWorker:
         Returns the logits [B, N, vocab] (row i: the target's distribution after node i) and
         the features [B, N, 3·dim] for the drafter's extend.
         """
-        kv_len = batch.kv_len(self.lookahead)
-        capture = self.drafter.feature_layers
+        with self.slowdown.inside(VERIFY):
+            kv_len = batch.kv_len(self.lookahead)
+            capture = self.drafter.feature_layers
 
-        def forward(lengths: Tensor, *tree_tensors: Tensor) -> tuple[Tensor, ...]:
-            nodes = DraftTree(*tree_tensors)
-            positions, view = tree_attention(nodes, lengths, kv_len, self.params.topk == 1)
-            logits, hidden = self.target(nodes.tokens, positions, view, capture)
-            return (logits, *hidden)
+            def forward(lengths: Tensor, *tree_tensors: Tensor) -> tuple[Tensor, ...]:
+                nodes = DraftTree(*tree_tensors)
+                positions, view = tree_attention(nodes, lengths, kv_len, self.params.topk == 1)
+                logits, hidden = self.target(nodes.tokens, positions, view, capture)
+                return (logits, *hidden)
 
-        logits, *hidden = self.graphs.run(("verify", kv_len), forward, batch.lengths, *tree)
-        self.verify_delay()
-        return logits, features_of(hidden)
+            logits, *hidden = self.graphs.run(("verify", kv_len), forward, batch.lengths, *tree)
+            self.verify_delay()
+            return logits, features_of(hidden)
 
     def accept(self, batch: Batch, tree: DraftTree, logits: Tensor) -> Accepted:
         """Keep the longest path of drafts the target agrees with, plus its bonus token."""
-        counts: tuple[Tensor, ...] = ()
-        if self.simulate is not None:
-            counts = (self.simulate.draw(tree.tokens.shape[0], self.path_len, self.device),)
-        sampled = sampling_inputs(batch, tree.size)
+        with self.slowdown.inside(ACCEPT):
+            counts: tuple[Tensor, ...] = ()
+            if self.simulate is not None:
+                counts = (self.simulate.draw(tree.tokens.shape[0], self.path_len, self.device),)
+            sampled = sampling_inputs(batch, tree.size)
 
-        def decide(logits: Tensor, *inputs: Tensor) -> tuple[Tensor, ...]:
-            # The target's own choice after each node (its argmax, or its sample: one coin per
-            # node): a draft is right when it is that choice after its parent, and the first
-            # wrong draft ends its path, since every later draft was conditioned on a wrong
-            # token. The bonus is the target's token after the last accepted node, so every
-            # verify pass yields at least one token.
-            nodes = DraftTree(*inputs[:4])
-            target_next = choose_in_graph(
-                logits, inputs[4 : 4 + len(sampled)], self.target
-            )  # [B, N]
-            if counts:
-                acceptance = simulate_path(nodes, target_next, inputs[-1], self.path_len)
-            else:
-                acceptance = verify_greedy(nodes, target_next, self.path_len)
-            vocab = logits.shape[-1]
-            path_logits = logits.gather(1, acceptance.path.unsqueeze(-1).expand(-1, -1, vocab))
-            return (*acceptance, path_logits)
+            def decide(logits: Tensor, *inputs: Tensor) -> tuple[Tensor, ...]:
+                # The target's own choice after each node (its argmax, or its sample: one coin per
+                # node): a draft is right when it is that choice after its parent, and the first
+                # wrong draft ends its path, since every later draft was conditioned on a wrong
+                # token. The bonus is the target's token after the last accepted node, so every
+                # verify pass yields at least one token.
+                nodes = DraftTree(*inputs[:4])
+                target_next = choose_in_graph(
+                    logits, inputs[4 : 4 + len(sampled)], self.target
+                )  # [B, N]
+                if counts:
+                    acceptance = simulate_path(nodes, target_next, inputs[-1], self.path_len)
+                else:
+                    acceptance = verify_greedy(nodes, target_next, self.path_len)
+                vocab = logits.shape[-1]
+                path_logits = logits.gather(1, acceptance.path.unsqueeze(-1).expand(-1, -1, vocab))
+                return (*acceptance, path_logits)
 
-        site = ("accept", bool(sampled))
-        *decided, path_logits = self.graphs.run(site, decide, logits, *tree, *sampled, *counts)
-        acceptance = TreeAcceptance(*decided)
-        starts = batch.lengths
-        if self.params.topk > 1:
-            self.compact_cache(starts, acceptance.path)
-        committed = batch.commit(
-            acceptance.committed, acceptance.num_correct + 1, path_logits, acceptance.num_correct
-        )
-        return Accepted(acceptance, starts, committed, *batch.verified)
+            site = ("accept", bool(sampled))
+            *decided, path_logits = self.graphs.run(site, decide, logits, *tree, *sampled, *counts)
+            acceptance = TreeAcceptance(*decided)
+            starts = batch.lengths
+            if self.params.topk > 1:
+                self.compact_cache(starts, acceptance.path)
+            committed = batch.commit(
+                acceptance.committed,
+                acceptance.num_correct + 1,
+                path_logits,
+                acceptance.num_correct,
+            )
+            return Accepted(acceptance, starts, committed, *batch.verified)
 
     def compact_cache(self, starts: Tensor, path: Tensor) -> None:
         """Move each accepted tree node's KV entries to the position it was accepted at.
@@ -338,19 +337,20 @@ class EagleWorker:
 
     def draft_extend(self, batch: Batch, accepted: Accepted, features: Tensor | None) -> None:
         """Run the drafter over the accepted tokens with the target's true features."""
-        path = accepted.tree.path
-        path_features = None
-        if features is not None:
-            path_features = features.gather(
-                1, path.unsqueeze(-1).expand(-1, -1, features.shape[-1])
+        with self.slowdown.inside(DRAFT_EXTEND):
+            path = accepted.tree.path
+            path_features = None
+            if features is not None:
+                path_features = features.gather(
+                    1, path.unsqueeze(-1).expand(-1, -1, features.shape[-1])
+                )
+            self.drafter.extend(
+                accepted.tree.committed,
+                path_features,
+                accepted.starts,
+                accepted.tree.num_correct,
+                batch.kv_len(self.lookahead),
             )
-        self.drafter.extend(
-            accepted.tree.committed,
-            path_features,
-            accepted.starts,
-            accepted.tree.num_correct,
-            batch.kv_len(self.lookahead),
-        )
 
     def check(self, request: Request) -> None:
         """Raise RequestError unless this request, drafts included, fits the models."""

@@ -297,6 +297,7 @@
     if (runs.pr[i]) panel.append(" · ", link(prHref(i), "PR #" + runs.pr[i]));
     if (runs.ci[i]) panel.append(" · ", link(ciHref(i), "CI run"));
     panel.append(" · status ", make("span", "status " + STATUS[runs.status[i]], STATUS[runs.status[i]]));
+    if (runs.seconds && runs.seconds[i] != null) panel.append(" · runner time " + runs.seconds[i] + " s");
     if (!runs.equivalent[i]) panel.append(" · ", make("span", "status regression", "outputs differ"));
     if (runs.reused[i] != null) panel.append(" · plain figures reused from run #" + runs.reused[i]);
     group.fingerprints.forEach(function (f) {

@@ -1,0 +1,380 @@
+#!/usr/bin/env bash
+# The gate on one H200: where the launch spread comes from, its launches, then verdicts of
+# unchanged code and of injected slowdowns of known size (tok/s -6%, verify +2%).
+#
+#   benchmarks/gpu_gate_proof.sh OUTDIR STAGE...            # CUDA, the GPU scenario
+#   benchmarks/gpu_gate_proof.sh --smoke OUTDIR STAGE...    # CPU: tiny models, every stage
+#
+# Stages, in the order a GPU session runs them (device time from the H200 record,
+# benchmarks/results/h200-real-weights.md):
+#   train     the large models' weights, once per machine (294 s);
+#   diagnose  benchmarks/launch_states.py: DIAG_LAUNCHES (8) fresh processes timing the decode
+#             step on the GPU and as the server's loop runs it, each with where it ran and how
+#             fast its host was, in turn as placed, pinned to the GPU's local CPUs, pinned to
+#             one CPU, and with PYTHONHASHSEED=0 (about 15 s a launch);
+#   launch    fresh `perfgate run --no-gate` of SCENARIO, each watched by
+#             benchmarks/server_placement.py (the CPUs and NUMA nodes of the servers' threads),
+#             up to SERIES (10) launches in all, LAUNCHES (all) a call; a series may span calls
+#             (49-56 s a launch, 75 s the first on a fresh machine);
+#   approve   once the series is complete: its noise (benchmarks/launch_noise.py: noise.md), its
+#             approval (`perfgate baseline update --keep SERIES`), and the plan of a verdict
+#             against it with the cycle slowdown that costs 6% of tok/s (benchmarks/
+#             gate_proof.py plan: plan.md);
+#   verdicts  `perfgate run` of SCENARIO judged against that baseline, in turn unchanged,
+#             with PERFGATE_DEBUG_SLOW_PHASE=cycle=F (tok/s -6%) and with verify=0.02, until
+#             VERDICTS (5) of each are judged; each verdict's exit, statuses, runs and runner
+#             time go to verdicts.jsonl; resumes where the last call stopped;
+#   record    proof.md from all of it (benchmarks/gate_proof.py record).
+# A call's steps keep within a device call's 10 minutes: none starts that may end after CALL_S
+# (540) seconds of the call (a launch at the longest so far, a verdict at the longest so far or
+# the plan's first look), none runs past CALL_END_S (590; a verdict stopped there is taken
+# again by the next call); "call again to go on" says where a call stopped.
+# CURE (as-placed, gpu-local or hash-seed; default as-placed) places every `perfgate run` of
+# `launch` and `verdicts` as benchmarks/launch_states.py placed that variant's launches (its
+# --run-as: the GPU's local CPUs, or PYTHONHASHSEED=0), which the servers inherit: when
+# `diagnose` shows a variant whose launches do not scatter, the series is launched with it,
+# and its noise is the spread after, against the committed record's ten launches (tok/s
+# 2.63%, speedup 3.95% between launches: h200-real-weights.md, its first section) before. A
+# series, its approval and its verdicts keep the CURE they began with (another exits 64).
+# MAX_RUNS caps the runs of a verdict (a copy of the config in STATE whose scenario differs in
+# max_runs alone, which shapes no figure: the runs' fingerprints are the shipped scenario's);
+# a series keeps the cap it began with (another exits 64).
+#
+# Device time. Everything lives on one machine (the trained weights, the state: a head
+# trained again is another model, so a new machine starts over), which a lease holds for 30
+# minutes at most and gives back 30 s after a call: make the calls back to back. At the
+# scenario's own settings (ten approved, up to 10 runs a verdict) a verdict takes 4.3 runs on
+# the committed noise (5.2 for the tok/s loss; benchmarks/gate_quality_gpu.py), so fifteen
+# verdicts take about 60 minutes, more than a lease; a CURE that calms the launches brings
+# that down, which `diagnose` is for. What fits:
+#
+# QUICK=1, the must-show in one lease, about 27 minutes with the start: 5 launches approved,
+# every verdict judged on its first run alone (MAX_RUNS=1), 5 verdicts of each kind:
+#   1. QUICK=1 benchmarks/gpu_gate_proof.sh OUT train launch            8 min: 3 launches
+#   2. QUICK=1 benchmarks/gpu_gate_proof.sh OUT launch approve verdicts 9 min: 2 more, the
+#                                                                        plan, ~7 verdicts
+#   3. QUICK=1 benchmarks/gpu_gate_proof.sh OUT verdicts record         7.5 min: the other 8
+#   The simulation's prediction for it (gate_quality_gpu.py, "chosen, 5 approved, max_runs 1"):
+#   unchanged code 30% inconclusive, 0.05% falsely flagged, the tok/s loss caught in 46%,
+#   verify +2% in 100%; the chosen settings' rates are the simulation's, on the launches
+#   measured: `python benchmarks/gate_quality_gpu.py --history OUT/history.db`.
+# About 15 minutes: QUICK=1 SERIES=3 with `train launch approve record` (10 min with the
+# start), then VERDICTS=1 with `verdicts record` (3.5 min: one verdict of each kind).
+# About 10 minutes: that first call alone (trained, 3 launches' noise, the plan).
+# The full proof, `train diagnose`, then `launch` and `launch approve` (ten launches, 18.5
+# minutes for the three with the start), then `verdicts` and `record`: the diagnosis, the
+# noise, the plan and two or three verdicts in a lease.
+# Expected exits: unchanged code 0 (75 is counted, and is what the proof measures); an injected
+# slowdown 1 (or 75 at one run a verdict). State (the history, the baseline, the tables) lives
+# in .cache/gpu-gate-proof/ of the checkout (STATE to move it); every step's command, exit
+# code and duration go to OUTDIR/summary.md whatever happens, and OUTDIR gets proof.md, the
+# tables, verdicts.jsonl and the history. APPROVE_FORCE=1 passes --force to the approval, for
+# a copy of the checkout whose git lags its files. perfgate's dependencies the H200 image
+# lacks (SQLAlchemy, greenlet, alembic, Mako) come from wheels in WHEELS (.whl/ of the
+# checkout; see below), and perfgate itself from the checkout (its pytest plugin named by
+# PYTEST_PLUGINS). Exit code: 0 when every step ended as expected, 1 otherwise, 64 on bad
+# settings, 69 without those dependencies.
+set -u -o pipefail
+
+smoke=0
+if [[ "${1:-}" == "--smoke" ]]; then
+  smoke=1
+  shift
+fi
+if [[ $# -lt 2 ]]; then
+  echo "usage: $0 [--smoke] OUTDIR STAGE... (train diagnose launch approve verdicts record)" >&2
+  exit 64
+fi
+out=$1
+shift
+# shellcheck source=stages.sh source-path=SCRIPTDIR
+source "$(dirname "$0")/stages.sh"
+check_stages "train diagnose launch approve verdicts record" "$@"
+repo=$(cd "$(dirname "$0")/.." && pwd)
+python=${PYTHON:-python3}
+state=${STATE:-$repo/.cache/gpu-gate-proof}
+mkdir -p "$out" "$state"
+out=$(cd "$out" && pwd)
+state=$(cd "$state" && pwd)
+export PYTHONPATH="$repo${PYTHONPATH:+:$PYTHONPATH}"
+export NCCL_NVLS_ENABLE=${NCCL_NVLS_ENABLE:-0}
+export PYTHONUNBUFFERED=1
+exec > >(tee -a "$out/run.log") 2>&1
+cd "$repo" || exit 1
+
+scenario=${SCENARIO:-embedded-large-gpu}
+config=$repo/perfgate.toml
+quick=${QUICK:-0}
+series=${SERIES:-10} per_call=${LAUNCHES:-10} verdicts=${VERDICTS:-5} max_runs=${MAX_RUNS:-}
+if [[ $quick == 1 ]]; then # the must-show at the least device time: see the top
+  series=${SERIES:-5} max_runs=${MAX_RUNS:-1}
+fi
+# No step starts that may end after call_s seconds of this call; none runs past call_end.
+call_s=${CALL_S:-540} call_end=${CALL_END_S:-590}
+cure=${CURE:-as-placed} device=cuda
+case $cure in
+  as-placed | gpu-local | hash-seed) ;;
+  *)
+    echo "$0: CURE=$cure: one of as-placed, gpu-local, hash-seed" >&2
+    exit 64
+    ;;
+esac
+train_args=(--size large --device cuda)
+diag_args=(--launches "${DIAG_LAUNCHES:-8}")
+run_limit=600 verify_slowdown=0.02
+if [[ $smoke -eq 1 ]]; then
+  # Every stage on the CPU with the tiny models; slowdowns large enough for a loaded CPU.
+  scenario=embedded-cpu-smoke
+  config=$state/perfgate.toml
+  cat > "$config" << EOF
+[scenarios.$scenario]
+engine = "embedded"
+model = "perfgate/llama-tiny"
+draft = "perfgate/eagle3-llama-tiny"
+steps = 3
+topk = 1
+draft_tokens = 4
+dtype = "float32"
+device = "cpu"
+prompts = ["Return the number of items in the", "Create a new instance of the class with"]
+max_new_tokens = 16
+repeats = 2
+warmup = 1
+max_runs = 1
+startup_timeout_s = 120
+extra_args = ["--num-threads", "1"]
+gated = ["output_tok_s", "verify_ms", "accept_length", "speedup", "decode_tok_s"]
+[scenarios.$scenario.tolerances]
+output_tok_s = 0.6
+speedup = 0.6
+accept_length = 0.05
+verify_ms = 0.6
+decode_tok_s = 0.6
+EOF
+  diag_args=(--launches 2 --device cpu --model perfgate/llama-tiny --replays 2 --blocks 2)
+  series=${SERIES:-3} per_call=${LAUNCHES:-3} verdicts=${VERDICTS:-1} verify_slowdown=9
+  device=cpu
+fi
+if [[ -f $state/cure && $(cat "$state/cure") != "$cure" ]]; then
+  echo "$0: CURE=$cure, but the series in $state was launched with CURE=$(cat "$state/cure"):" \
+    "a series, its approval and its verdicts keep one placement (STATE elsewhere for another)" >&2
+  exit 64
+fi
+if [[ -n $max_runs ]]; then
+  if ! [[ $max_runs =~ ^[1-9][0-9]*$ ]]; then
+    echo "$0: MAX_RUNS=$max_runs: a whole number of runs, 1 or more" >&2
+    exit 64
+  fi
+  if [[ -f $state/max-runs && $(cat "$state/max-runs") != "$max_runs" ]]; then
+    echo "$0: MAX_RUNS=$max_runs, but the verdicts in $state take at most" \
+      "$(cat "$state/max-runs") runs (STATE elsewhere for another)" >&2
+    exit 64
+  fi
+fi
+
+# perfgate's own dependencies beyond the H200 image's packages (SQLAlchemy, greenlet, alembic,
+# Mako): wheels for Python 3.12 in WHEELS (the checkout's .whl/, which git ignores once
+# .git/info/exclude names it; the device notes say how to download them), installed into
+# STATE/site for this call.
+wheels_dir=${WHEELS:-$repo/.whl}
+if ! "$python" -c 'import sqlalchemy, alembic, mako' 2> /dev/null; then
+  shopt -s nullglob
+  wheels=("$wheels_dir"/*.whl)
+  shopt -u nullglob
+  if ((${#wheels[@]} == 0)); then
+    echo "$0: $python cannot import sqlalchemy, alembic and mako, and $wheels_dir holds no" \
+      "wheels: download SQLAlchemy, greenlet, alembic and Mako for Python 3.12 into it" \
+      "(pip download --no-deps --only-binary=:all: --python-version 3.12 ...) and carry it" >&2
+    exit 69
+  fi
+  "$python" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+    --target "$state/site" "${wheels[@]}" || exit 69
+  export PYTHONPATH="$state/site:$PYTHONPATH"
+fi
+# perfgate from the checkout (PYTHONPATH) carries no entry point where it is not installed:
+# pytest (started with -P, as `perfgate run` starts it) then loads its plugin by name.
+if ! "$python" -P -c 'import importlib.metadata as m, sys
+sys.exit(not m.entry_points(group="pytest11", name="perfgate"))' 2> /dev/null; then
+  export PYTEST_PLUGINS=perfgate.plugin
+fi
+
+if [[ -n $max_runs ]]; then
+  # The scenario as shipped but for its max_runs, which shapes no figure (its digest stays).
+  "$python" benchmarks/gate_proof.py config --config "$config" --scenario "$scenario" \
+    --max-runs "$max_runs" --out "$state/perfgate-max-runs.toml" || exit $?
+  config=$state/perfgate-max-runs.toml
+  echo "$max_runs" > "$state/max-runs"
+fi
+# Every `perfgate run` of the series and the verdicts, placed as CURE says (as the OS
+# places it: no wrapper, whose torch import would cost every run a few seconds).
+placed=()
+[[ $cure != as-placed ]] && placed=("$python" benchmarks/launch_states.py --run-as "$cure" \
+  --device "$device" --)
+db=$state/history.db
+paths=(--config "$config" --db "sqlite:///$db" --baselines "$state/baselines")
+hidden=$state hidden_as=STATE
+summary=$out/summary.md
+failed=0
+[[ -f $summary ]] || {
+  echo "# The gate on an H200: summary"
+  echo
+  echo '```'
+  nvidia-smi -L 2> /dev/null || echo "no nvidia-smi"
+  "$python" -c 'import sys, torch; print("python", sys.version.split()[0], "torch", torch.__version__, "cuda", torch.version.cuda, "GPUs", torch.cuda.device_count())'
+  echo '```'
+  echo
+  echo "CURE=$cure (the placement of every perfgate run of the series and its verdicts);" \
+    "QUICK=$quick, SERIES=$series, MAX_RUNS=${max_runs:-as shipped}, VERDICTS=$verdicts" \
+    "of each kind; commit $(git -C "$repo" rev-parse --short HEAD 2> /dev/null || echo unknown)"
+  echo
+  echo "| step | exit | expected | seconds | command |"
+  echo "| --- | ---: | ---: | ---: | --- |"
+} > "$summary"
+
+launched() { # how many launches of the series were made
+  if [[ -f $state/launch-runs.txt ]]; then wc -l < "$state/launch-runs.txt"; else echo 0; fi
+}
+
+last_run_id() {
+  "$python" -c "import sqlite3,sys; print(sqlite3.connect(sys.argv[1]).execute('select coalesce(max(id), 0) from runs').fetchone()[0])" "$db" 2> /dev/null || echo 0
+}
+
+stage_train() {
+  [[ $smoke -eq 1 ]] && return 0 # the tiny models ship with perfgate
+  step "train" 0 560 "$python" -m perfgate embedded train "${train_args[@]}"
+}
+
+stage_diagnose() {
+  step "diagnose" 0 400 "$python" benchmarks/launch_states.py --out "$state/diagnose" \
+    "${diag_args[@]}" --variants as-placed,gpu-local,one-cpu,hash-seed
+  cp "$state/diagnose/results.md" "$out/diagnose.md" 2> /dev/null
+}
+
+stage_launch() {
+  [[ -f $state/baselines/approved ]] && return 0 # the series was approved: it is complete
+  local done_runs n stop sampler started took longest=90 # a machine's first launch: 75 s
+  done_runs=$(launched)
+  echo "$cure" > "$state/cure"
+  for ((n = done_runs + 1; n <= series && n <= done_runs + per_call; n++)); do
+    if ((SECONDS + longest > call_s)); then
+      echo "== launch $n of $series may pass this call's $call_s s: stopping; call again"
+      return 0
+    fi
+    started=$SECONDS
+    stop=$state/stop-$n
+    rm -f "$stop"
+    "$python" benchmarks/server_placement.py --out "$state/placement.jsonl" --label "$n" \
+      --stop "$stop" --timeout-s "$run_limit" &
+    sampler=$!
+    step "launch $n of $series" 0 "$run_limit" "${placed[@]}" "$python" -m perfgate run \
+      --scenario "$scenario" "${paths[@]}" --no-gate --report ''
+    touch "$stop"
+    wait "$sampler"
+    echo "$n $(last_run_id)" >> "$state/launch-runs.txt"
+    took=$((SECONDS - started))
+    ((took > longest)) && longest=$took
+  done
+}
+
+stage_approve() {
+  local ids approve=() fraction
+  if [[ -f $state/baselines/approved ]]; then
+    echo "== approve: the series was approved already"
+    return 0
+  fi
+  if (($(launched) < series)); then
+    echo "== approve: $(launched) of $series launches made; call \`launch approve\` again"
+    return 0
+  fi
+  step "noise table" 0 60 "$python" benchmarks/launch_noise.py "$db" "$scenario" \
+    --out "$state/noise.md"
+  mapfile -t ids < <("$python" -c "import sqlite3,sys; [print(i) for (i,) in sqlite3.connect(sys.argv[1]).execute('select id from runs where scenario = ? order by id', (sys.argv[2],))]" "$db" "$scenario")
+  for id in "${ids[@]}"; do approve+=(--run "$id"); done
+  [[ ${APPROVE_FORCE:-0} == 1 ]] && approve+=(--force)
+  step "approve ${#ids[@]} runs" 0 60 "$python" -m perfgate baseline update "${approve[@]}" \
+    --keep "$series" "${paths[@]}" --approved-by gpu_gate_proof.sh \
+    --reason "fresh launches on this machine"
+  local file
+  file=$(find "$state/baselines" -name "$scenario.json" | head -1)
+  fraction=$("$python" benchmarks/gate_proof.py plan --db "$db" --baseline "$file" \
+    --config "$config" --scenario "$scenario" --verify "$verify_slowdown" \
+    --estimate-out "$state/verdict-s")
+  echo "$fraction" > "$state/cycle-fraction"
+  cp "$(dirname "$file")/plan.md" "$state/baselines/plan.md" 2> /dev/null
+  echo "cycle slowdown for tok/s -6%: $fraction" | tee -a "$summary"
+  touch "$state/baselines/approved"
+  cp "$state/noise.md" "$out/noise.md"
+}
+
+judged_of() { # verdicts of a kind judged so far
+  local count
+  count=$(grep -c "\"kind\": \"$1\"" "$state/verdicts.jsonl" 2> /dev/null)
+  echo "${count:-0}"
+}
+
+one_verdict() { # one verdict of kind $1, with the environment it needs, within the call
+  local kind=$1 want=0 env=() started rc
+  case $kind in
+    tok_s_minus_6) env=("PERFGATE_DEBUG_SLOW_PHASE=cycle=$(cat "$state/cycle-fraction")") want=1 ;;
+    verify_plus_2) env=("PERFGATE_DEBUG_SLOW_PHASE=verify=$verify_slowdown") want=1 ;;
+    *) want="0|75" ;;
+  esac
+  # One run a verdict (QUICK) leaves some losses undecided, as the simulation predicts.
+  [[ $want == 1 && ${max_runs:-0} == 1 ]] && want="1|75"
+  [[ $smoke -eq 1 ]] && want="0|1|75" # a loaded 2-core CPU decides nothing about speed
+  started=$(date +%s)
+  step "verdict $kind" "$want" "$((call_end - SECONDS))" env "${env[@]}" "${placed[@]}" \
+    "$python" -m perfgate run --scenario "$scenario" "${paths[@]}" --report ''
+  rc=$?
+  if ((rc == 124 || rc == 137)); then # stopped at the call's end: not a verdict, taken again
+    echo "== verdict $kind stopped at this call's end ($call_end s); call again to take it"
+    return 1
+  fi
+  "$python" benchmarks/gate_proof.py verdict --db "$db" --kind "$kind" --exit "$rc" \
+    --wall-s $(($(date +%s) - started)) --out "$state/verdicts.jsonl" > /dev/null
+}
+
+stage_verdicts() {
+  local kind longest took started round
+  if [[ ! -f $state/baselines/approved ]]; then
+    echo "== verdicts: no approved series yet (stages launch, approve)"
+    failed=1
+    return 0
+  fi
+  # What a verdict's first look takes (the plan's runs at an approved run's seconds), until
+  # this call has timed one.
+  longest=$(cat "$state/verdict-s" 2> /dev/null || echo 60)
+  for ((round = 1; round <= verdicts; round++)); do
+    for kind in unchanged tok_s_minus_6 verify_plus_2; do
+      [[ $(judged_of "$kind") -ge $round ]] && continue
+      if ((SECONDS + longest > call_s)); then
+        echo "== the next verdict may pass this call's $call_s s: stopping; call again to go on"
+        return 0
+      fi
+      started=$SECONDS
+      one_verdict "$kind" || return 0
+      took=$((SECONDS - started))
+      ((took > longest)) && longest=$took
+    done
+  done
+}
+
+stage_record() {
+  "$python" benchmarks/gate_proof.py record --state "$state" --out "$out/proof.md" > /dev/null
+  cp "$state/verdicts.jsonl" "$out/" 2> /dev/null
+  cp "$db" "$out/history.db" 2> /dev/null
+}
+
+for stage_name in "$@"; do
+  echo "== $(date -u +%FT%TZ) stage $stage_name"
+  case $stage_name in
+    train) stage_train ;;
+    diagnose) stage_diagnose ;;
+    launch) stage_launch ;;
+    approve) stage_approve ;;
+    verdicts) stage_verdicts ;;
+    record) stage_record ;;
+  esac
+done
+echo "== $(date -u +%FT%TZ) done, exit $failed"
+exit $failed

@@ -1,0 +1,103 @@
+"""--debug-slow-phase: a phase longer by the stated fraction of its own time, as the probe sees it."""
+
+from __future__ import annotations
+
+import statistics
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from perfgate.config import Scenario
+from perfgate.engines.embedded import worker as worker_module
+from perfgate.engines.embedded.args import check_args, parse_args
+from perfgate.engines.embedded.engine import build_app
+from perfgate.engines.embedded.worker import EagleWorker
+from perfgate.errors import ConfigError
+from perfgate.fingerprint import collect_fingerprint
+from perfgate.probe import reader, runtime
+from perfgate.probe.targets import EMBEDDED_TARGETS
+from perfgate.spec import slowdown
+
+from .common import PROMPTS, SpecWorkerFactory, requests
+
+SPEC_TARGETS = [t for t in EMBEDDED_TARGETS if t.qualname == "EagleWorker"]
+
+
+@pytest.fixture
+def probe_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    """The probe on in this process, over the speculative worker's phases, for one test."""
+    monkeypatch.setattr(runtime, "_out_dir", tmp_path)
+    monkeypatch.setattr(runtime, "_probe", None)
+    runtime.patch_class(sys.modules[worker_module.__name__], SPEC_TARGETS)
+    yield tmp_path
+    runtime.unpatch_class(sys.modules[worker_module.__name__], SPEC_TARGETS)
+    if runtime._probe is not None:
+        runtime._probe.close()
+
+
+def test_verify_slowed_by_900_percent_takes_ten_times_as_long_in_the_same_run(
+    spec_worker: SpecWorkerFactory, probe_dir: Path
+) -> None:
+    plain = spec_worker("eagle3", 3)
+    slowed = EagleWorker(
+        plain.target, plain.drafter, plain.params, graphs=plain.graphs, slow_phases={"verify": 9.0}
+    )
+    windows: dict[str, list[tuple[float, float]]] = {"plain": [], "slowed": []}
+    for _ in range(3):  # interleaved, so the machine's load falls on both alike
+        for name, worker in (("plain", plain), ("slowed", slowed)):
+            began = time.time()
+            worker.generate(requests(PROMPTS[:1], 16))
+            windows[name].append((began, time.time()))
+    reader.wait_until_complete(probe_dir, time.time(), timeout_s=10)
+    cycles = [r for r in reader.read_records(probe_dir) if r.kind == "cycle"]
+
+    def median_ms(name: str, phase: str) -> float:
+        inside = [
+            r.ms[phase]
+            for r in cycles
+            if phase in r.ms and any(a <= r.started_at <= b for a, b in windows[name])
+        ]
+        assert len(inside) >= 6, (name, phase, len(inside))
+        return statistics.median(inside)
+
+    verify = median_ms("slowed", "verify") / median_ms("plain", "verify")
+    draft = median_ms("slowed", "draft") / median_ms("plain", "draft")
+    assert 5.0 < verify < 20.0, verify  # +900%: ten times as long
+    assert 1 / 3 < draft < 3.0, draft  # the other phases as they were
+
+
+def test_the_flag_or_its_variable_sets_the_phases_and_a_plain_server_ignores_them(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    spec = ["--model-path", "perfgate/llama-tiny", "--speculative-algorithm", "EAGLE3"]
+    spec += ["--speculative-draft-model-path", "perfgate/eagle3-llama-tiny"]
+    args = parse_args([*spec, "--debug-slow-phase", "verify=0.02,cycle=0.5"])
+    check_args(args)
+    assert args.debug_slow_phase == {"verify": 0.02, "cycle": 0.5}
+    monkeypatch.setenv(slowdown.VARIABLE, "draft_extend=0.1")
+    args = parse_args(spec)
+    check_args(args)
+    assert args.debug_slow_phase == {"draft_extend": 0.1}
+    plain = parse_args(["--model-path", "perfgate/llama-tiny"])
+    check_args(plain)
+    assert plain.debug_slow_phase == {}  # nothing injected, so the fingerprint names nothing
+    monkeypatch.setenv(slowdown.VARIABLE, "verify=2%")
+    with pytest.raises(ConfigError, match=f"^{slowdown.VARIABLE}: 'verify=2%'"):
+        check_args(parse_args(spec))
+
+
+def test_the_server_reports_its_slowdown_and_the_fingerprint_names_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv(slowdown.VARIABLE, "verify=0.02")
+    argv = ["--model-path", "perfgate/llama-tiny", "--speculative-algorithm", "EAGLE3"]
+    argv += ["--speculative-draft-model-path", "perfgate/eagle3-llama-tiny", "--num-threads", "1"]
+    args = parse_args(argv)
+    app = build_app(args, check_args(args))
+    scenario = Scenario("tiny", "embedded", "perfgate/llama-tiny", "perfgate/eagle3-llama-tiny")
+    fingerprint = collect_fingerprint(scenario, app.server_info(), None, environ={})
+    assert fingerprint[slowdown.FINGERPRINT_FIELD] == "verify +2.0%"
+    assert app.engine.worker.slowdown.fractions == {"verify": 0.02}

@@ -1,0 +1,190 @@
+"""benchmarks/gpu_gate_proof.sh and its helpers: usage, the injection it sizes, the tables it
+joins, the simulation it is planned on (run end to end on the CPU with --smoke, by hand)."""
+
+from __future__ import annotations
+
+import importlib
+import json
+import sqlite3
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from perfgate.config import load_config
+from perfgate.fingerprint import scenario_digest
+
+from .conftest import REPO
+
+BENCHMARKS = REPO / "benchmarks"
+sys.path.insert(0, str(BENCHMARKS))
+
+
+def test_an_unknown_stage_exits_64_naming_the_stages(tmp_path: Path) -> None:
+    done = subprocess.run(
+        ["bash", str(BENCHMARKS / "gpu_gate_proof.sh"), str(tmp_path / "out"), "verdict"],
+        capture_output=True,
+        text=True,
+        check=False,
+        env={"PATH": "/usr/bin:/bin", "STATE": str(tmp_path / "state")},
+    )
+    assert done.returncode == 64
+    assert "unknown stage 'verdict'; stages are train, diagnose, launch, approve, verdicts" in (
+        done.stderr
+    )
+
+
+def proof_script(
+    tmp_path: Path, cure: str, *stages: str, **env: str
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        ["bash", str(BENCHMARKS / "gpu_gate_proof.sh"), str(tmp_path / "out"), *stages],
+        capture_output=True,
+        text=True,
+        check=False,
+        env={"PATH": "/usr/bin:/bin", "STATE": str(tmp_path / "state"), "CURE": cure, **env},
+    )
+
+
+def test_a_cure_is_one_the_diagnosis_measures_and_a_series_keeps_its_own(tmp_path: Path) -> None:
+    done = proof_script(tmp_path, "one-cpu", "launch")
+    assert done.returncode == 64
+    assert "CURE=one-cpu: one of as-placed, gpu-local, hash-seed" in done.stdout + done.stderr
+    (tmp_path / "state").mkdir(exist_ok=True)
+    (tmp_path / "state" / "cure").write_text("gpu-local\n")
+    done = proof_script(tmp_path, "hash-seed", "verdicts")
+    assert done.returncode == 64
+    assert "launched with CURE=gpu-local" in done.stdout + done.stderr
+    assert not (tmp_path / "state" / "verdicts.jsonl").exists()  # nothing measured
+
+
+@pytest.mark.slow  # two interpreters importing torch (launch_states.py): seconds
+def test_a_run_placed_by_a_cure_inherits_its_cpus_and_environment() -> None:
+    probe = "import os; print(len(os.sched_getaffinity(0)), os.environ.get('PYTHONHASHSEED'))"
+    placed = [sys.executable, str(BENCHMARKS / "launch_states.py"), "--run-as"]
+    done = subprocess.run([*placed, "hash-seed", "--device", "cpu", "--", sys.executable, "-c",
+                           probe], capture_output=True, text=True, check=True)  # fmt: skip
+    assert done.stdout.split()[1] == "0"
+    refused = subprocess.run([*placed, "one-cpu", "--", "true"], capture_output=True, text=True,
+                             check=False)  # fmt: skip
+    assert refused.returncode == 64 and "as-placed, gpu-local, hash-seed" in refused.stderr
+
+
+def test_the_tok_s_injection_is_sized_from_the_baseline_s_own_figures() -> None:
+    proof = importlib.import_module("gate_proof")
+    # The record's GPU scenario: 2048 tokens at 11680 tok/s, 68 cycles of 2.086 ms.
+    run = {"samples": {"output_tok_s": [11680.0], "accept_length": [3.765]},
+           "phase_ms": {"spec": {"cycle": [2.086]}}}  # fmt: skip
+    fraction = proof.injection_fraction([run], 2048, 256)
+    repeat_ms, decode_ms = 2048 / 11680 * 1000, 256 / 3.765 * 2.086
+    assert abs(repeat_ms / (repeat_ms + fraction * decode_ms) - 0.94) < 1e-9  # tok/s -6%
+
+
+def test_the_verdict_table_counts_each_kind(tmp_path: Path) -> None:
+    proof = importlib.import_module("gate_proof")
+    rows = [
+        {"kind": kind, "run": n, "exit": code, "status": status, "metrics": {}, "runs": 2,
+         "planned_runs": 2, "run_budget": 6, "runner_s": 104.0, "wall_s": 110, "why": {}}
+        for n, (kind, code, status) in enumerate(
+            [("unchanged", 0, "pass"), ("verify_plus_2", 1, "regression")], 1
+        )
+    ]  # fmt: skip
+    (tmp_path / "verdicts.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    text = "\n".join(proof._verdicts(tmp_path / "verdicts.jsonl"))
+    assert "| unchanged | 1 | 0 | 1 | 0 | 2.00 | 104 s |" in text
+    assert "| verify_plus_2 | 1 | 1 | 0 | 0 | 2.00 | 104 s |" in text
+
+
+def test_the_gpu_simulation_catches_a_slower_verify_at_the_chosen_tolerances() -> None:
+    gpu = importlib.import_module("gate_quality_gpu")
+    (chosen,) = [s for s in gpu.gpu_settings() if s.name == "chosen, 10 approved"]
+    assert dict(chosen.tolerances) == gpu.CHOSEN
+    _, _, tally = gpu.run_gpu_cell((chosen, "verify +2%", 20, 1))
+    assert tally.trials == 20 and tally.regressions["verify_ms"] == 20
+    assert 1 <= tally.runs / 20 <= gpu.BUDGET_RUNS
+
+
+def test_without_perfgate_s_own_dependencies_or_their_wheels_it_exits_69(tmp_path: Path) -> None:
+    bare = tmp_path / "python3"  # an interpreter that imports nothing
+    bare.write_text("#!/bin/sh\nexit 1\n")
+    bare.chmod(0o755)
+    (tmp_path / "wheels").mkdir()
+    done = proof_script(
+        tmp_path, "as-placed", "launch", PYTHON=str(bare), WHEELS=str(tmp_path / "wheels")
+    )
+    assert done.returncode == 69
+    assert "cannot import sqlalchemy, alembic and mako" in done.stdout + done.stderr
+    assert not (tmp_path / "state" / "launch-runs.txt").exists()
+
+
+def test_a_capped_copy_of_the_config_is_the_shipped_scenario_but_for_its_runs(
+    tmp_path: Path,
+) -> None:
+    proof = importlib.import_module("gate_proof")
+    out = tmp_path / "capped.toml"
+    shipped = load_config(REPO / "perfgate.toml").scenarios["embedded-large-gpu"]
+    args = ["config", "--config", str(REPO / "perfgate.toml"), "--scenario"]
+    assert proof.main([*args, "embedded-large-gpu", "--max-runs", "1", "--out", str(out)]) == 0
+    capped = load_config(out).scenarios["embedded-large-gpu"]
+    assert (capped.max_runs, shipped.max_runs) == (1, 10)
+    assert scenario_digest(capped) == scenario_digest(shipped)  # the same runs' fingerprint
+    assert proof.main([*args, "embedded-large-gpux", "--max-runs", "1", "--out", str(out)]) == 64
+    # A scenario without max_runs gets one, and keeps everything else.
+    assert proof.main([*args, "embedded-default", "--max-runs", "2", "--out", str(out)]) == 0
+    assert load_config(out).scenarios["embedded-default"].max_runs == 2
+
+
+def test_quick_s_runs_a_verdict_are_checked_and_kept_by_its_series(tmp_path: Path) -> None:
+    done = proof_script(tmp_path, "as-placed", "verdicts", MAX_RUNS="none", PYTHON=sys.executable)
+    assert done.returncode == 64 and "MAX_RUNS=none: a whole number" in done.stdout + done.stderr
+    (tmp_path / "state").mkdir(exist_ok=True)
+    (tmp_path / "state" / "max-runs").write_text("1\n")
+    done = proof_script(tmp_path, "as-placed", "verdicts", MAX_RUNS="3", PYTHON=sys.executable)
+    assert done.returncode == 64 and "take at most 1 runs" in done.stdout + done.stderr
+    done = proof_script(tmp_path, "as-placed", "verdicts", QUICK="1", PYTHON=sys.executable)
+    assert done.returncode == 1  # QUICK's 1 run a verdict, but no series approved yet
+    assert "no approved series yet" in done.stdout
+    capped = load_config(tmp_path / "state" / "perfgate-max-runs.toml")
+    assert capped.scenarios["embedded-large-gpu"].max_runs == 1
+
+
+def _history(path: Path, runs: dict[int, tuple[bool, list[float]]]) -> Path:
+    """A history of the tables launch_noise.py reads: per run, judged or not, its tok/s."""
+    with sqlite3.connect(path) as db:
+        db.execute("CREATE TABLE runs (id INTEGER, scenario TEXT)")
+        db.execute("CREATE TABLE verdicts (run_id INTEGER)")
+        db.execute("CREATE TABLE samples (run_id, mode, metric, repeat, value)")
+        for run, (judged, values) in runs.items():
+            db.execute("INSERT INTO runs VALUES (?, 'gpu')", (run,))
+            if judged:
+                db.execute("INSERT INTO verdicts VALUES (?)", (run,))
+            for repeat, value in enumerate(values):
+                for metric in ("output_tok_s", "speedup", "verify_ms", "accept_length"):
+                    db.execute(
+                        "INSERT INTO samples VALUES (?, 'spec', ?, ?, ?)",
+                        (run, metric, repeat, value),
+                    )
+                db.execute(
+                    "INSERT INTO samples VALUES (?, 'spec', 'decode_tok_s', ?, 50.0)",
+                    (run, repeat),
+                )
+    return path
+
+
+def test_the_gpu_simulation_takes_its_noise_from_a_proof_s_launches(tmp_path: Path) -> None:
+    gpu = importlib.import_module("gate_quality_gpu")
+    history = _history(
+        tmp_path / "history.db",
+        {1: (False, [99.0, 100.0, 101.0]), 2: (False, [109.0, 110.0, 111.0]),
+         3: (True, [50.0, 50.0, 50.0])},  # a verdict's run (an injected slowdown): left out
+    )  # fmt: skip
+    noise = gpu.history_noise(history, "gpu")
+    assert noise["output_tok_s"].between_sd == pytest.approx((10 / 2**0.5) / 105)
+    assert noise["output_tok_s"].within_sd == pytest.approx(0.00955, abs=1e-4)
+    assert noise["decode_tok_s"].between_sd == 0.0
+    assert "2 launches of gpu (runs 1-2)" in noise["verify_ms"].source
+    (setting, *_) = gpu.gpu_settings(noise)
+    assert gpu.noise_of(setting)["output_tok_s"] == noise["output_tok_s"]
+    assert gpu.main(["--history", str(tmp_path / "none.db")]) == 64
+    assert gpu.main(["--history", str(history), "--scenario", "cpu"]) == 64
