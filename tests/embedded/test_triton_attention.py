@@ -16,20 +16,25 @@ from perfgate.engines.embedded import triton_attention
 from perfgate.engines.embedded.args import resolve_attention_backend
 from perfgate.errors import ConfigError
 
+from ..hang import HANG_S
 from .common import CPU, SERVER_MODULE, TARGET, server_env
 from .interpreted import CHECKS
 
 
-@pytest.mark.parametrize("check", sorted(CHECKS))
+@pytest.mark.parametrize(
+    "check",
+    [pytest.param(c, marks=[pytest.mark.slow] if "decoding" in c else []) for c in sorted(CHECKS)],
+)
 def test_the_kernel_under_tritons_interpreter(check: str) -> None:
-    """attends_as_sdpa, blind_query_gets_zeros, decoding_unchanged: see interpreted.py."""
+    """attends_as_sdpa, blind_query_gets_zeros, decoding_unchanged (a model decoding: slow):
+    see interpreted.py."""
     env = {**server_env(), "TRITON_INTERPRET": "1"}
     done = subprocess.run(
         [sys.executable, "-m", "tests.embedded.interpreted", check],
         env=env,
         capture_output=True,
         text=True,
-        timeout=300,
+        timeout=HANG_S,
     )
     assert done.returncode == 0, done.stderr[-3000:]
 
