@@ -21,13 +21,10 @@ from .common import CPU, SERVER_MODULE, TARGET, server_env
 from .interpreted import CHECKS
 
 
-@pytest.mark.parametrize(
-    "check",
-    [pytest.param(c, marks=[pytest.mark.slow] if "decoding" in c else []) for c in sorted(CHECKS)],
-)
+@pytest.mark.slow
+@pytest.mark.parametrize("check", sorted(CHECKS))
 def test_the_kernel_under_tritons_interpreter(check: str) -> None:
-    """attends_as_sdpa, blind_query_gets_zeros, decoding_unchanged (a model decoding: slow):
-    see interpreted.py."""
+    """attends_as_sdpa, blind_query_gets_zeros, decoding_unchanged: see interpreted.py."""
     env = {**server_env(), "TRITON_INTERPRET": "1"}
     done = subprocess.run(
         [sys.executable, "-m", "tests.embedded.interpreted", check],
@@ -48,6 +45,7 @@ def test_the_kernel_refuses_a_bool_mask_and_an_odd_head_size() -> None:
         triton_attention.attend(q, k, v, torch.zeros(1, 1, 1, 64))
 
 
+@pytest.mark.slow
 def test_a_compiled_layer_asks_whether_triton_is_installed_without_a_warning() -> None:
     import warnings
 
