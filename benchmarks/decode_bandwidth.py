@@ -83,6 +83,9 @@ def step_arguments(parser: argparse.ArgumentParser, interpreted_on_cpu: bool = F
     parser.add_argument("--verify-tokens", type=int, default=4)
     parser.add_argument("--replays", type=int, default=100)
     parser.add_argument("--blocks", type=int, default=7)
+    parser.add_argument(
+        "--warmups", type=int, default=3, help="calls before the timed ones (compiling: 1 at least)"
+    )
 
 
 def require_interpreter_on_cpu(parser: argparse.ArgumentParser, device: str) -> None:
@@ -123,15 +126,15 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 class Timer:
     """Median time of a callable, in ms per call: CUDA events on a GPU, the clock on a CPU."""
 
-    def __init__(self, device: torch.device, replays: int, blocks: int) -> None:
-        self.device, self.replays, self.blocks = device, replays, blocks
+    def __init__(self, device: torch.device, replays: int, blocks: int, warmups: int = 3) -> None:
+        self.device, self.replays, self.blocks, self.warmups = device, replays, blocks, warmups
 
     def __call__(self, fn: Callable[[], object]) -> float:
         return statistics.median(self.blocks_of(fn))
 
     def blocks_of(self, fn: Callable[[], object]) -> list[float]:
-        """The ms per call in each block, after 3 calls to warm up."""
-        for _ in range(3):
+        """The ms per call in each block, after `warmups` calls to warm up."""
+        for _ in range(self.warmups):
             fn()
         times = []
         for _ in range(self.blocks):
@@ -157,7 +160,7 @@ def copy_gb_s(device: torch.device, timer: Timer) -> float:
     size = 2**30 if device.type == "cuda" else 2**26
     source = torch.randn(size // 2, dtype=torch.bfloat16, device=device)
     dest = torch.empty_like(source)
-    ms = Timer(device, 10, timer.blocks)(lambda: dest.copy_(source))
+    ms = Timer(device, 10, timer.blocks, timer.warmups)(lambda: dest.copy_(source))
     return 2 * size / ms / 1e6
 
 
@@ -265,7 +268,7 @@ def matmuls_ms(model: Transformer, args: argparse.Namespace, timer: Timer) -> fl
 
 def measure(args: argparse.Namespace) -> dict[str, Any]:
     device = torch.device(args.device)
-    timer = Timer(device, args.replays, args.blocks)
+    timer = Timer(device, args.replays, args.blocks, args.warmups)
     results: dict[str, Any] = {
         "model": args.model,
         "device_name": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",

@@ -34,7 +34,7 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
     fold_norms(model)
     use_attention_backend(model, "triton")
     compile_layers(model)
-    timer = Timer(device, args.replays, args.blocks)
+    timer = Timer(device, args.replays, args.blocks, args.warmups)
     results: dict[str, Any] = {
         "model": args.model,
         "device_name": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",

@@ -296,7 +296,7 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
     fused = [FusedAttention(a) for a in attentions]
     for module in [*attentions, *fused]:
         module.compile()
-    timer = Timer(device, args.replays, args.blocks)
+    timer = Timer(device, args.replays, args.blocks, args.warmups)
     results: dict[str, Any] = {
         "model": args.model,
         "device_name": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",

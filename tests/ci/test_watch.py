@@ -148,6 +148,7 @@ def _issue_job(temp: Path, plan_file: Path, gh_env: dict[str, str]) -> str:
     return step.output
 
 
+@pytest.mark.slow
 def test_the_nightly_issue_job_opens_updates_and_closes_one_issue(
     project: Path, tmp_path: Path
 ) -> None:

@@ -49,6 +49,7 @@ def test_a_decode_steps_compiled_ends_are_one_kernel_each(tmp_path: Path) -> Non
     assert len(embedding) == len(rope) == len(mask) == len(argmax) == 1, kernels
 
 
+@pytest.mark.slow
 def test_the_embedding_is_compiled_with_combo_kernels_in_the_default_mode_only(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:

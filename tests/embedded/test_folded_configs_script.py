@@ -12,6 +12,7 @@ import pytest
 
 import perfgate
 
+from ..hang import HANG_S
 from .common import server_env
 
 SCRIPT = Path(perfgate.__file__).resolve().parents[1] / "benchmarks" / "folded_configs.py"
@@ -21,10 +22,12 @@ pytestmark = pytest.mark.slow
 
 def test_every_configuration_is_timed_for_decode_and_verify(tmp_path: Path) -> None:
     env = {**server_env(), "TRITON_INTERPRET": "1"}
+    # The interpreter takes about a second a forward: one sequence, a verify of 2 tokens, one
+    # call to warm up (the compile) and one timed, for each of the 7 configurations.
     command = [sys.executable, str(SCRIPT), "--out", str(tmp_path), "--device", "cpu",
-               "--model", "perfgate/llama-tiny", "--batch", "2", "--position", "10",
-               "--replays", "1", "--blocks", "1"]  # fmt: skip
-    done = subprocess.run(command, capture_output=True, text=True, timeout=300, env=env)
+               "--model", "perfgate/llama-tiny", "--batch", "1", "--position", "3",
+               "--verify-tokens", "2", "--replays", "1", "--blocks", "1", "--warmups", "1"]  # fmt: skip
+    done = subprocess.run(command, capture_output=True, text=True, timeout=HANG_S, env=env)
     assert done.returncode == 0, done.stdout + done.stderr
     timed = json.loads((tmp_path / "results.json").read_text())["ms"]
     assert "BLOCK_F 512, warps 4" in timed and len(timed) == 7
@@ -34,5 +37,5 @@ def test_every_configuration_is_timed_for_decode_and_verify(tmp_path: Path) -> N
 
 def test_the_cpu_needs_the_interpreter(tmp_path: Path) -> None:
     command = [sys.executable, str(SCRIPT), "--out", str(tmp_path), "--device", "cpu"]
-    done = subprocess.run(command, capture_output=True, text=True, timeout=300, env=server_env())
+    done = subprocess.run(command, capture_output=True, text=True, timeout=HANG_S, env=server_env())
     assert done.returncode == 2 and "TRITON_INTERPRET=1" in done.stderr

@@ -19,6 +19,7 @@ from perfgate.engines.embedded.loading import load_draft, load_target
 from perfgate.engines.embedded.model import Transformer, fold_norms, fuse_projections
 from perfgate.engines.embedded.parallel import shard_model
 
+from ..hang import HANG_S
 from .common import CPU, DRAFT, TARGET, server_env
 from .interpreted import FOLDED_CHECKS, _compare
 from .test_tp_shard import _groups
@@ -37,7 +38,7 @@ def test_the_kernels_under_tritons_interpreter(check: str) -> None:
     """The FOLDED_CHECKS of interpreted.py."""
     env = {**server_env(), "TRITON_INTERPRET": "1"}
     command = [sys.executable, "-m", "tests.embedded.interpreted", check]
-    done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300)
+    done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=HANG_S)
     assert done.returncode == 0, done.stderr[-3000:]
 
 

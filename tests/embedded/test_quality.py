@@ -77,6 +77,7 @@ def test_the_head_fed_the_wrong_layers_accepts_less(
     assert mean_accept_length(wrong_generations) <= 0.9 * right
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("topk", "num_draft_tokens"), [(1, STEPS + 1), (4, 8)])
 def test_spec_equals_plain_greedy_on_64_prompts(
     spec_worker: SpecWorkerFactory, plain: PlainWorker, topk: int, num_draft_tokens: int

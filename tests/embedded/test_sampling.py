@@ -69,6 +69,7 @@ def test_speculative_sampling_commits_the_targets_tokens(
         assert sum(s.spec_verify_ct for s in sampled) < 3 * 24  # drafts were accepted
 
 
+@pytest.mark.slow
 def test_speculative_sampling_matches_plain_sampling_in_distribution(
     plain: PlainWorker, spec_worker: SpecWorkerFactory
 ) -> None:

@@ -180,6 +180,7 @@ def test_a_response_with_a_body_is_not_held_back_by_the_tcp_stack(
     assert median_ms("/model_info") < 10 * median_ms("/health")
 
 
+@pytest.mark.slow
 def test_server_exits_when_its_parent_dies(tmp_path: Path) -> None:
     port = free_port()
     log = tmp_path / "stderr.log"

@@ -140,6 +140,7 @@ def test_the_same_recipe_gives_the_same_loss_curve_on_the_cpu(tmp_path: Path) ->
     assert weights[0] == weights[1]
 
 
+@pytest.mark.slow
 def test_training_autocasts_to_bfloat16_where_asked() -> None:
     config, _ = train.model_configs(LARGE, CONFIGS)
     spec = train.scaled(LARGE.phases, SCALE)[0]
@@ -244,6 +245,7 @@ def _without_weights(tmp_path: Path, *flags: str) -> subprocess.CompletedProcess
     )
 
 
+@pytest.mark.slow
 def test_the_server_refuses_missing_weights_naming_the_command(tmp_path: Path) -> None:
     done = _without_weights(tmp_path)
     assert done.returncode == 64, done.stderr
@@ -251,6 +253,7 @@ def test_the_server_refuses_missing_weights_naming_the_command(tmp_path: Path) -
     assert "perfgate embedded train --size large --device cuda" in done.stderr
 
 
+@pytest.mark.slow
 def test_a_dummy_server_serves_seeded_weights_and_says_so(tmp_path: Path) -> None:
     from perfgate.engines.embedded.model_dirs import model_identity
 

@@ -16,10 +16,12 @@ from perfgate.engines.embedded import triton_attention
 from perfgate.engines.embedded.args import resolve_attention_backend
 from perfgate.errors import ConfigError
 
+from ..hang import HANG_S
 from .common import CPU, SERVER_MODULE, TARGET, server_env
 from .interpreted import CHECKS
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("check", sorted(CHECKS))
 def test_the_kernel_under_tritons_interpreter(check: str) -> None:
     """attends_as_sdpa, blind_query_gets_zeros, decoding_unchanged: see interpreted.py."""
@@ -29,7 +31,7 @@ def test_the_kernel_under_tritons_interpreter(check: str) -> None:
         env=env,
         capture_output=True,
         text=True,
-        timeout=300,
+        timeout=HANG_S,
     )
     assert done.returncode == 0, done.stderr[-3000:]
 
@@ -43,6 +45,7 @@ def test_the_kernel_refuses_a_bool_mask_and_an_odd_head_size() -> None:
         triton_attention.attend(q, k, v, torch.zeros(1, 1, 1, 64))
 
 
+@pytest.mark.slow
 def test_a_compiled_layer_asks_whether_triton_is_installed_without_a_warning() -> None:
     import warnings
 

@@ -164,6 +164,7 @@ def test_ci_requires_a_reviewed_baseline(
     assert "baselines/laptop/tiny.json" in failed["fix"]
 
 
+@pytest.mark.slow
 def test_a_baseline_measured_on_another_cpu(tmp_path: Path) -> None:
     """An AMD EPYC baseline, on this machine made to show another CPU model."""
     baseline = _repo_config(tmp_path)
@@ -282,6 +283,7 @@ def test_an_immutable_history_file(tmp_path: Path) -> None:
     assert sorted(p.name for p in db.parent.iterdir()) == before
 
 
+@pytest.mark.slow
 def test_gpus_busy_for_a_gpu_scenario_are_an_infrastructure_failure(tmp_path: Path) -> None:
     write_config(tmp_path, ON_CUDA)
     smi = fake_smi.install(tmp_path / "bin", fake_smi.gpus(2, **{"1": {"memory.used": "9000"}}))

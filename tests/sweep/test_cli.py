@@ -14,6 +14,7 @@ from perfgate.results import RunRecord
 from perfgate.store import close_history, list_runs, open_history
 
 from ..conftest import REPO, TINY_SCENARIO, run_perfgate, write_config
+from ..in_process import perfgate_main
 
 
 @pytest.fixture
@@ -107,7 +108,7 @@ def test_each_environment_point_reaches_its_servers(tmp_path: Path) -> None:
 def test_bad_flags_are_refused_before_any_server_starts(
     repo_config: Path, flags: list[str], message: str
 ) -> None:
-    done = run_perfgate("sweep", *flags, cwd=repo_config.parent, timeout=60)
+    done = perfgate_main("sweep", *flags, cwd=repo_config.parent)
     assert done.returncode == 64, done.stdout + done.stderr
     assert message in done.stderr
     assert not (repo_config.parent / ".perfgate" / "runs").exists()
