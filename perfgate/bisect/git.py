@@ -199,8 +199,10 @@ class Worktrees:
         assert self.folder is not None, "use Worktrees in a with block"
         if sha not in self._trees:
             tree = self.folder / sha[:12]
-            git(self.repo, "worktree", "add", "--detach", "--quiet", str(tree), sha)
+            # Known before git starts: an add stopped half-way (Ctrl-C) leaves a worktree
+            # that git keeps locked, which the end of the block must still remove.
             self._trees[sha] = tree
+            git(self.repo, "worktree", "add", "--detach", "--quiet", str(tree), sha)
         return self._trees[sha]
 
     def remove(self, sha: str) -> None:
@@ -224,7 +226,11 @@ class Worktrees:
 
 
 def _remove_tree(repo: Path, tree: Path) -> None:
-    # Should git refuse, the folder is removed below and its bookkeeping pruned.
+    # Should git refuse, the folder is removed below and its bookkeeping pruned. A worktree
+    # whose `git worktree add` was stopped half-way is locked ("initializing"): unlocked
+    # first, or neither remove nor prune would touch it.
+    with contextlib.suppress(InfrastructureError):
+        git(repo, "worktree", "unlock", str(tree))
     with contextlib.suppress(InfrastructureError):
         git(repo, "worktree", "remove", "--force", str(tree))
     shutil.rmtree(tree, ignore_errors=True)

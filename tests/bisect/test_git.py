@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+import perfgate.bisect.git as git_module
 from perfgate.bisect.git import (
     OWNER_FILE,
     Worktrees,
@@ -45,6 +46,28 @@ def test_worktrees_are_removed_however_the_block_ends(tmp_path: Path) -> None:
         folder = trees.folder
         raise RuntimeError("a server failed")
     assert folder is not None and not folder.exists() and not tree.exists()
+    assert git(repo, "worktree", "list").count("\n") == 0  # only the repository itself
+
+
+def test_a_checkout_stopped_half_way_is_removed_with_the_rest(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Ctrl-C during `git worktree add` leaves a worktree that git keeps locked."""
+    repo = tmp_path / "repo"
+    ids = make_speed_repository(repo, [1.0, 2.0])
+    real_git = git_module.git
+
+    def interrupted(where: Path, *args: str, **kwargs: object) -> str:
+        out = real_git(where, *args)  # type: ignore[arg-type]
+        if args[:2] == ("worktree", "add"):
+            real_git(where, "worktree", "lock", "--reason", "initializing", args[-2])
+            raise KeyboardInterrupt
+        return out
+
+    monkeypatch.setattr(git_module, "git", interrupted)
+    with pytest.raises(KeyboardInterrupt), Worktrees(repo) as trees:
+        trees.checkout(ids[0])
+    monkeypatch.undo()
     assert git(repo, "worktree", "list").count("\n") == 0  # only the repository itself
 
 
