@@ -88,7 +88,8 @@ EOF
   train_args=(--size tiny --device cpu --scale 0.01 --skip-quality --out "$state/tiny")
   bandwidth_args=(--device cpu --model perfgate/llama-tiny --replays 5 --blocks 3)
   sweep_args=(--device cpu --steps 1-2 --repeats 1 --accept-rate -1 --max-new-tokens 16)
-  runs=${NOISE_RUNS:-3} train_limit=240 bandwidth_limit=240 sweep_limit=400 run_limit=240
+  # The limits here only guard against a hang: a loaded CPU may take several times as long.
+  runs=${NOISE_RUNS:-3} train_limit=1500 bandwidth_limit=1500 sweep_limit=1500 run_limit=1500
   judged=0 # acceptance on the CPU in float32 does not move from run to run
 fi
 db="sqlite:///$state/history.db"

@@ -21,6 +21,8 @@ from perfgate.engines.supervise import _processes
 from perfgate.fingerprint import default_profile
 from perfgate.gate.verdict import Status
 
+from .hang import HANG_S
+
 REPO = Path(__file__).resolve().parent.parent
 # This machine's runner profile, as a gate run names it (the tests run without a GPU).
 HERE_PROFILE = default_profile(None)
@@ -125,7 +127,7 @@ def run_perfgate_while(
             assert process.poll() is None and time.monotonic() < deadline, output.read_text()
             time.sleep(0.02)
         with during():
-            code = process.wait(timeout=300)
+            code = process.wait(timeout=HANG_S)
     finally:
         if process.poll() is None:
             process.kill()

@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from .conftest import REPO, VERDICT_CODES
+from .hang import HANG_S
 
 FOREIGN_CPU = "Intel(R) Xeon(R) Processor @ 2.80GHz"
 FOREIGN_PROFILE = f"cpu-intel-xeon-{os.cpu_count()}c"
@@ -80,7 +81,7 @@ def _command_1(clone: Path, cpuinfo: Path, **env: str) -> subprocess.CompletedPr
         env={**environ, **env},
         capture_output=True,
         text=True,
-        timeout=900,
+        timeout=HANG_S,
         check=False,
     )
 

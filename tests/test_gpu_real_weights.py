@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from .conftest import REPO
+from .hang import HANG_S
 
 SCRIPT = REPO / "benchmarks" / "gpu_real_weights.sh"
 FILES = [
@@ -65,7 +66,7 @@ def test_the_smoke_run_trains_measures_and_gates_on_the_cpu_over_two_calls(tmp_p
             ["bash", str(SCRIPT), "--smoke", str(out), *stages],
             capture_output=True,
             text=True,
-            timeout=900,
+            timeout=HANG_S,
             env={**_env(tmp_path), "NOISE_RUNS": runs},
             check=False,
         )

@@ -16,6 +16,7 @@ from perfgate.config import load_config
 from perfgate.measure import measure_mode
 
 from .conftest import REPO, TINY_SCENARIO, write_config
+from .hang import HANG_S
 
 SCRIPT = REPO / "benchmarks" / "gpu_stop_guessing.sh"
 FILES = [
@@ -39,7 +40,7 @@ def test_the_smoke_run_writes_every_table_and_the_trace(tmp_path: Path) -> None:
         ["bash", str(SCRIPT), "--smoke", str(out)],
         capture_output=True,
         text=True,
-        timeout=600,
+        timeout=HANG_S,
         env=env,
         check=False,
     )
@@ -99,7 +100,7 @@ def test_the_probe_s_cost_between_fresh_launches(tmp_path: Path) -> None:
         [sys.executable, str(REPO / "benchmarks" / "probe_overhead.py"), "--config", str(config),
          "--scenario", "tiny", "--how", "launches", "--pairs", "2", "--repeats", "2",
          "--out", str(tmp_path / "out")],
-        capture_output=True, text=True, timeout=300, check=False,
+        capture_output=True, text=True, timeout=HANG_S, check=False,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
     overhead = json.loads((tmp_path / "out" / "probe-overhead.json").read_text())

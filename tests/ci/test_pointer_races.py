@@ -13,6 +13,7 @@ import pytest
 from perfgate.ci.pointer import load_pointer, pointer_path
 
 from ..conftest import REPO
+from ..hang import HANG_S
 
 WRITERS, WRITES = 8, 100
 
@@ -63,11 +64,11 @@ def test_concurrent_writes_are_all_kept_and_never_read_torn(tmp_path: Path) -> N
     writers = [start(_WRITER, tmp_path, me, WRITES) for me in range(WRITERS)]
     lost = []
     for writer in writers:
-        out, err = writer.communicate(timeout=300)
+        out, err = writer.communicate(timeout=HANG_S)
         assert writer.returncode == 0, err
         lost.append(int(out))
     stop.touch()
-    out, err = reader.communicate(timeout=300)
+    out, err = reader.communicate(timeout=HANG_S)
     reads, torn = map(int, out.split())
     assert sum(lost) == 0, f"{sum(lost)} of {WRITERS * WRITES} writes lost"
     assert torn == 0, f"{torn} of {reads} reads torn: {err[:500]}"

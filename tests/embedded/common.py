@@ -21,6 +21,8 @@ from perfgate.engines.embedded.batch import Request
 from perfgate.engines.embedded.worker import EagleWorker
 from perfgate.engines.launch import free_port
 
+from ..hang import HANG_S
+
 CPU = torch.device("cpu")
 TARGET = "perfgate/llama-tiny"
 DRAFT = "perfgate/eagle3-llama-tiny"
@@ -120,7 +122,7 @@ def triton_kernels_written(
     """
     env = {**server_env(), "TRITON_INTERPRET": "1", "TORCHINDUCTOR_CACHE_DIR": str(cache)}
     command = [sys.executable, "-c", TRITON_ON_CPU + script, *args]
-    done = subprocess.run(command, capture_output=True, text=True, timeout=300, env=env)
+    done = subprocess.run(command, capture_output=True, text=True, timeout=HANG_S, env=env)
     code = "".join(p.read_text() for p in cache.rglob("*.py"))
     kernels = sorted(set(re.findall(r"def (triton_\w+)\(", code)))
     assert kernels, done.stdout + done.stderr

@@ -11,6 +11,7 @@ import pytest
 
 import perfgate
 
+from ..hang import HANG_S
 from .common import server_env
 
 SCRIPT = Path(perfgate.__file__).resolve().parents[1] / "benchmarks" / "gpu_engine.py"
@@ -20,7 +21,7 @@ pytestmark = pytest.mark.slow
 
 def test_the_smoke_run_measures_plain_spec_and_the_sweep(tmp_path: Path) -> None:
     command = [sys.executable, str(SCRIPT), "--out", str(tmp_path), "--smoke"]
-    done = subprocess.run(command, capture_output=True, text=True, timeout=300, env=server_env())
+    done = subprocess.run(command, capture_output=True, text=True, timeout=HANG_S, env=server_env())
     assert done.returncode == 0, done.stdout + done.stderr
     results = json.loads((tmp_path / "results.json").read_text())
     assert results["plan"]["device"] == "cpu" and results["plan"]["accept_rate"] == 0.7

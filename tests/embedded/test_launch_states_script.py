@@ -11,6 +11,7 @@ import pytest
 
 import perfgate
 
+from ..hang import HANG_S
 from .common import server_env
 
 SCRIPT = Path(perfgate.__file__).resolve().parents[1] / "benchmarks" / "launch_states.py"
@@ -22,7 +23,7 @@ def test_each_launch_is_a_process_of_its_own_with_both_ways_timed(tmp_path: Path
     command = [sys.executable, str(SCRIPT), "--out", str(tmp_path), "--device", "cpu",
                "--model", "perfgate/llama-tiny", "--launches", "2", "--replays", "2",
                "--blocks", "2"]  # fmt: skip
-    done = subprocess.run(command, capture_output=True, text=True, timeout=300, env=server_env())
+    done = subprocess.run(command, capture_output=True, text=True, timeout=HANG_S, env=server_env())
     assert done.returncode == 0, done.stdout + done.stderr
     launches = json.loads((tmp_path / "results.json").read_text())["launches"]
     assert len(launches) == 2 and launches[0]["pid"] != launches[1]["pid"]

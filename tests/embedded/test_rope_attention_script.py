@@ -12,6 +12,7 @@ import pytest
 
 import perfgate
 
+from ..hang import HANG_S
 from .common import server_env
 
 SCRIPT = Path(perfgate.__file__).resolve().parents[1] / "benchmarks" / "rope_attention.py"
@@ -22,7 +23,7 @@ pytestmark = pytest.mark.slow
 def _run(*args: str) -> subprocess.CompletedProcess[str]:
     env = {**server_env(), "TRITON_INTERPRET": "1"}
     command = [sys.executable, str(SCRIPT), *args]
-    return subprocess.run(command, capture_output=True, text=True, timeout=300, env=env)
+    return subprocess.run(command, capture_output=True, text=True, timeout=HANG_S, env=env)
 
 
 def test_the_fused_kernel_matches_the_engines_attention_and_cache() -> None:

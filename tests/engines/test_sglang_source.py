@@ -28,6 +28,7 @@ from perfgate.engines.server_commands import MODES, server_command
 from perfgate.engines.versions import parse_version
 from perfgate.probe.targets import SGLANG_TARGETS, ProbeTarget, select_targets
 
+from ..hang import HANG_S
 from . import sglang_source as source
 from . import sglang_wheels
 
@@ -263,7 +264,7 @@ def parse_with_sglang(root: Path, deps: Path, argvs: list[list[str]]) -> list[di
         [sys.executable, "-c", bootstrap + PARSE_SCRIPT, json.dumps(argvs)],
         capture_output=True,
         text=True,
-        timeout=300,
+        timeout=HANG_S,
         check=False,
         env={**os.environ, "PYTHONPATH": ""},
     )

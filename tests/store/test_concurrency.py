@@ -9,6 +9,7 @@ import pytest
 
 from perfgate.store import RunFilter, close_history, open_history, run_ids
 
+from ..hang import HANG_S
 from .test_migrations import engine_for
 from .workers import context, expected_rows, large_record, record_many, rows_per_run
 
@@ -28,7 +29,7 @@ def test_8_processes_record_400_runs_at_once(
         worker.start()
     began = time.perf_counter()
     go.set()  # all at once, on a history that does not exist yet: they race to create it too
-    reports = [results.get(timeout=300) for _ in workers]
+    reports = [results.get(timeout=HANG_S) for _ in workers]
     elapsed = time.perf_counter() - began
     for worker in workers:
         worker.join(timeout=30)
