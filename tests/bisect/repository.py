@@ -18,11 +18,11 @@ from pathlib import Path
 from ..conftest import REPO
 
 SLOW_VERIFY_S = 0.1
-VERIFY_CALL = "        self.verify_delay()\n        return logits, features_of(hidden)\n"
+VERIFY_CALL = "            self.verify_delay()\n            return logits, features_of(hidden)\n"
 PLANTED = (
-    "        self.verify_delay()\n"
-    f"        time.sleep({SLOW_VERIFY_S})  # the planted slowdown\n"
-    "        return logits, features_of(hidden)\n"
+    "            self.verify_delay()\n"
+    f"            time.sleep({SLOW_VERIFY_S})  # the planted slowdown\n"
+    "            return logits, features_of(hidden)\n"
 )
 WORKER = Path("perfgate/engines/embedded/worker.py")
 IDENTITY = {

@@ -65,8 +65,12 @@ def test_verify_slowed_by_900_percent_takes_ten_times_as_long_in_the_same_run(
 
     verify = median_ms("slowed", "verify") / median_ms("plain", "verify")
     draft = median_ms("slowed", "draft") / median_ms("plain", "draft")
-    assert 5.0 < verify < 20.0, verify  # +900%: ten times as long
+    # +900%: ten times as long. No upper bound: the wait is nine times the phase's own time in
+    # that call, which the machine's load stretches too (35 times was seen at a load of 3 on 2
+    # cores); what load cannot do is make an unslowed phase move as far.
+    assert verify > 5.0, verify
     assert 1 / 3 < draft < 3.0, draft  # the other phases as they were
+    assert verify > 3 * draft, (verify, draft)
 
 
 def test_the_flag_or_its_variable_sets_the_phases_and_a_plain_server_ignores_them(
