@@ -103,6 +103,24 @@ def test_a_refusal_before_launch_is_said_once_and_every_test_of_its_scenario_fai
     assert verdict.count(refusal) == 1 and verdict.strip().endswith("perfgate exit code: 64")
 
 
+def test_a_refusal_under_strict_warnings_is_the_only_news(tmp_path: Path) -> None:
+    """A project with `filterwarnings = error` (perfgate's own has it): the refused scenario's
+    throughput tests fail with the refusal, and pytest-benchmark's warning that its fixture
+    went unused is not turned into a second error under it."""
+    config = TINY_SCENARIO.replace(
+        'device = "cpu"\n', 'device = "cpu"\npython = "/no/such/python"\n'
+    )
+    write_config(tmp_path, config)
+    (tmp_path / "pyproject.toml").write_text(
+        '[tool.pytest.ini_options]\nfilterwarnings = ["error"]\n', encoding="utf-8"
+    )
+    done = run_perfgate("run", cwd=tmp_path)
+    assert done.returncode == 64, done.stdout + done.stderr
+    assert "configfile: pyproject.toml" in done.stdout, done.stdout
+    assert "PytestBenchmarkWarning" not in done.stdout, done.stdout
+    assert "6 failed in" in done.stdout and "error" not in done.stdout.split("= FAILURES =")[0]
+
+
 def test_plugin_is_inert_in_other_suites(pytester: pytest.Pytester) -> None:
     pytester.makepyfile("def test_ok():\n    assert True\n")
     result = pytester.runpytest_subprocess("-p", "no:cacheprovider")

@@ -8,12 +8,21 @@ import pytest
 from perfgate.measure import TimedLoop, run_rounds
 
 _MODULE_ORDER = ("test_throughput", "test_phases", "test_equivalence")
+_UNUSED_FIXTURE = "Benchmark fixture was not used at all in this test"
+_BENCHMARK_WARNING = "pytest_benchmark.logger.PytestBenchmarkWarning"
 
 
 def pytest_configure(config: pytest.Config) -> None:
     """pytest's slowest durations and pytest-benchmark's table only where the user asked for
     them (-v; --durations; a --benchmark-* flag): the verdict, printed after them, is what a
-    gate session is read for. The repeats are timed by pytest-benchmark all the same."""
+    gate session is read for. The repeats are timed by pytest-benchmark all the same.
+
+    A throughput test that a refusal ends before it times anything leaves pytest-benchmark's
+    fixture unused, and pytest-benchmark warns of that; under `filterwarnings = error` (a
+    common setting, and perfgate's own) the warning became a second error with a page of
+    pytest-benchmark's traceback under the refusal. The refusal is the news: that warning is
+    ignored in gate sessions."""
+    config.addinivalue_line("filterwarnings", f"ignore:{_UNUSED_FIXTURE}:{_BENCHMARK_WARNING}")
     if config.get_verbosity() > 0:
         return
     asked = [str(arg) for arg in config.invocation_params.args]
