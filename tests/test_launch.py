@@ -27,6 +27,14 @@ SERVER = textwrap.dedent(
     mode = sys.argv[3]
     if mode == "crash":
         print("loading weights failed: out of memory", flush=True); sys.exit(3)
+    if mode == "die":  # SGLang 0.5.16 loading a draft whose weights do not fit its config
+        print("[2026-12-02 05:18:43] Scheduler hit an exception: Traceback (most recent call last):")
+        print('  File "sglang/srt/model_loader/weight_utils.py", line 1355, in default_weight_loader')
+        print("    assert param.size() == loaded_weight.size(), (")
+        print("AssertionError: Attempted to load weight (torch.Size([128, 256])) into parameter")
+        print("Multi-thread loading shards:   0% Completed | 0/1 [00:00<?, ?it/s]")
+        print("[2026-12-02 05:18:43] Received sigquit from a child process.", flush=True)
+        os.kill(os.getpid(), 9)
     if mode == "refuse":
         print("--speculative-num-steps must be >= 1", flush=True); sys.exit(64)
     if mode == "hang":
@@ -94,6 +102,24 @@ def test_crash_before_health_gives_the_log_tail(tmp_path: Path) -> None:
     assert "exited with code 3 before it was healthy" in str(caught.value)
     assert "\n" not in str(caught.value), "the message is one line; the log tail is the detail"
     assert "out of memory" in caught.value.detail
+    _assert_all_gone(pids)
+
+
+def test_a_server_that_dies_loading_is_named_with_its_own_last_exception(
+    tmp_path: Path,
+) -> None:
+    """SGLang's scheduler logs its traceback behind a time stamp and the server kills itself
+    (137): the one-line message says what it raised, as a reader of the log would find it."""
+    command, pids = _command(tmp_path, "die")
+    with pytest.raises(InfrastructureError) as caught:
+        start_server(command, tmp_path / "log", startup_timeout_s=30)
+    message = str(caught.value)
+    assert "exited with code 137 before it was healthy" in message
+    assert (
+        "last raised AssertionError: Attempted to load weight (torch.Size([128, 256])) into "
+        "parameter" in message
+    ), message
+    assert "\n" not in message
     _assert_all_gone(pids)
 
 

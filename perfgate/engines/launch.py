@@ -421,11 +421,26 @@ def _exited_error(server: Server, code: int) -> ConfigError | InfrastructureErro
         )
         error.detail = server.log_tail()
         return error
+    log = server.log_tail(REFUSAL_SCAN_LINES)
+    raised = last_exception(log)
     return InfrastructureError(
-        f"{where} exited with code {code} before it was healthy; "
+        f"{where} exited with code {code} before it was healthy"
+        f"{f', last raised {raised}' if raised else ''}; "
         f"read its log {server.log_path} and fix the cause",
         detail=server.log_tail(),
     )
+
+
+def last_exception(log: str) -> str | None:
+    """The exception line of the last traceback in `log`, or None. SGLang's processes write
+    theirs behind a time stamp ("[...] Scheduler hit an exception: Traceback ..."), so the
+    traceback's first line is found by its end."""
+    lines = log.splitlines()
+    starts = [i for i, line in enumerate(lines) if line.rstrip().endswith(TRACEBACK)]
+    if not starts:
+        return None
+    raised = next((line for line in lines[starts[-1] + 1 :] if line[:1] not in " \t"), "")
+    return clean_line(raised) or None
 
 
 def refused_arguments(code: int, log: str, modules: Sequence[str] = ()) -> str | None:
