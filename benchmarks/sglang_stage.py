@@ -101,6 +101,13 @@ WHEELS = (
     "alembic==1.20.1",
     "mako==1.4.3",
     "greenlet==3.5.6",
+    # SGLang's own clients (sglang.bench_one_batch_server, sglang.benchmark.serving) import
+    # sglang.benchmark.datasets, which imports Hugging Face `datasets` at its top: the H200 run
+    # of 2026-12-02 stopped there ("No module named 'datasets'"). The image has what datasets
+    # 5.2.0 needs (pyarrow 25.0.1, pandas, fsspec 2026.7.0, xxhash, huggingface_hub 1.33.0)
+    # except multiprocess; dill 0.4.1 is staged above.
+    "datasets==5.2.0",
+    "multiprocess==0.70.19",
 )
 # sglang-kernel 0.4.5's files a Hopper GPU does not load (checked on an H200: without them
 # sgl_kernel imports against torch 2.11.0+cu130 and its rmsnorm matches a reference).
