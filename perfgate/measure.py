@@ -35,7 +35,7 @@ from perfgate.probe.reader import (
     wait_until_complete,
 )
 from perfgate.progress import SILENT, Reporter
-from perfgate.results import Measurement, ModeResult, PhaseSummary
+from perfgate.results import PROBE_OVER_ENGINE, Measurement, ModeResult, PhaseSummary
 from perfgate.serving.measure import measure_serving
 from perfgate.teacher import score_outputs
 
@@ -262,7 +262,7 @@ def engine_metrics_summary(
     for phase, category in CATEGORY_OF_PHASE.items():
         per_rank = [t[phase] for t in totals.values() if phase in t]
         if per_rank and seconds.get(category):
-            summary[f"probe_over_engine.{phase}"] = statistics.median(per_rank) / (
+            summary[f"{PROBE_OVER_ENGINE}{phase}"] = statistics.median(per_rank) / (
                 seconds[category] * 1e3
             )
     return summary

@@ -24,6 +24,11 @@ class PhaseSummary:
     p90_ms: float
 
 
+# The key prefix, in ModeResult.engine_metrics, of the probe's milliseconds of a phase over the
+# engine's own device timer's ("probe_over_engine.verify").
+PROBE_OVER_ENGINE = "probe_over_engine."
+
+
 @dataclass(frozen=True)
 class ModeResult:
     """Everything measured on one server (the speculative one, or its plain twin)."""

@@ -15,6 +15,7 @@ from perfgate.commands import add_command
 from perfgate.errors import ConfigError
 from perfgate.files import write_atomically
 from perfgate.gate.verdict import Status
+from perfgate.results import PROBE_OVER_ENGINE
 from perfgate.settings import HISTORY_OPTIONS, Settings, add_options
 
 if TYPE_CHECKING:
@@ -214,6 +215,7 @@ def render_run(run: RunRecord) -> list[str]:
         *_render_samples(run),
         "  phases (median ms over the cycles of each repeat):",
         *_render_phases(run),
+        *_render_engine_metrics(run),
     ]
     lines.append("  verdicts:" if run.verdicts else "  verdicts: none (not gated)")
     lines += [f"    {v.metric:<16} {v.status.value:<12} {v.message}" for v in run.verdicts]
@@ -240,6 +242,30 @@ def _render_phases(run: RunRecord) -> list[str]:
             shown = ", ".join(f"{ms:.3f}" for ms in medians)
             lines.append(f"    {result.mode:<5} {name:<16} [{shown}]")
     return lines
+
+
+def _render_engine_metrics(run: RunRecord) -> list[str]:
+    """What the engine's own counters said over the repeats (`engine_metrics = true`): the
+    probe's milliseconds over the engine's device timer per phase first, then each counter's
+    growth. Nothing where the run read no counters."""
+    lines = []
+    for result in (run.measurement.spec, run.measurement.plain):
+        found = result.engine_metrics
+        ratios = sorted(k for k in found if k.startswith(PROBE_OVER_ENGINE))
+        for key in ratios:
+            phase = key.removeprefix(PROBE_OVER_ENGINE)
+            lines.append(
+                f"    {result.mode:<5} {phase:<16} {found[key]:>10.4g}  "
+                "(the probe's ms over the engine's device timer)"
+            )
+        lines += [
+            f"    {result.mode:<5} {key} = {found[key]:.6g}"
+            for key in sorted(found)
+            if key not in ratios
+        ]
+    if not lines:
+        return []
+    return ["  engine's own counters over the repeats (engine_metrics):", *lines]
 
 
 def _median(values: Any) -> str:

@@ -107,3 +107,28 @@ def test_db_current_and_upgrade(db_url: str, capsys: pytest.CaptureFixture[str])
     assert main(["db", "upgrade", "--db", db_url]) == ExitCode.BAD_INPUT
     assert "newer perfgate" in capsys.readouterr().err
     assert inspect_history(db_url).current == "9999"
+
+
+def test_history_show_says_what_the_engines_own_counters_said() -> None:
+    """A run with `engine_metrics = true`: the probe's time over SGLang's device timer per
+    phase, then each counter's growth, as recorded; a run without them shows no such part."""
+    from perfgate.commands.history import render_run
+
+    counters = {
+        "probe_over_engine.verify": 1.042,
+        "probe_over_engine.draft": 1.31,
+        'sglang:spec_device_time_seconds_total{category="target_verify"}': 0.48,
+    }
+    plain = measurement()
+    with_counters = replace(plain, spec=replace(plain.spec, engine_metrics=counters))
+    lines = render_run(record(with_counters))
+    part = lines[lines.index("  engine's own counters over the repeats (engine_metrics):") :]
+    assert part[1].split() == ["spec", "draft", "1.31", *_TIMER_WORDS]
+    assert part[2].split() == ["spec", "verify", "1.042", *_TIMER_WORDS]
+    counter = 'sglang:spec_device_time_seconds_total{category="target_verify"} = 0.48'
+    assert part[3] == f"    spec  {counter}"
+    assert len(part) == 4 or part[4].startswith("  verdicts")
+    assert not any("engine's own counters" in line for line in render_run(record(plain)))
+
+
+_TIMER_WORDS = ["(the", "probe's", "ms", "over", "the", "engine's", "device", "timer)"]
