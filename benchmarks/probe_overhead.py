@@ -130,7 +130,10 @@ def measure_pairs(
     def launch(pair: int, probe: bool) -> float:
         folder = workdir / f"pair-{pair}-{'on' if probe else 'off'}"
         result = measure_mode(scenario, mode, folder, checked=checked, probe=probe)
-        device["name"] = result.server_info.get("device_name")
+        # The embedded engine names its device; SGLang's /server_info does not, so the GPUs
+        # the preflight found name it (the H200 run printed "on None").
+        found = ", ".join(sorted({gpu.name for gpu in checked.gpus})) or "cpu"
+        device["name"] = result.server_info.get("device_name") or found
         return statistics.median(result.samples["output_tok_s"])
 
     results = alternate(launch, pairs, budget_s)

@@ -163,3 +163,26 @@ def test_the_record_names_what_ran_and_what_did_not(tmp_path: Path) -> None:
         "## The probe's cost inside SGLang\n\nbenchmarks/probe_overhead.py, launches.\n\nNot run"
         in text
     )
+
+
+def test_the_probes_cost_names_the_gpu_an_sglang_server_ran_on(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """SGLang's /server_info has no device name (the H200's record said "on None"): the GPU
+    the preflight found names the device in the record."""
+    import probe_overhead
+
+    from perfgate.devices import Gpu
+    from perfgate.engines.validate import Preflight
+    from perfgate.results import ModeResult
+
+    h200 = Gpu(0, "GPU-0", "NVIDIA H200", "580.159.04", 0.0, 143771.0)
+    monkeypatch.setattr(probe_overhead, "preflight", lambda _: Preflight(None, None, (h200,)))
+
+    def measure(*_: object, probe: bool, **__: object) -> ModeResult:
+        tok_s = (1000.0,) if probe else (1010.0,)
+        return ModeResult("spec", "sglang", {"output_tok_s": tok_s}, (), (), {"version": "0.5.16"})
+
+    monkeypatch.setattr(probe_overhead, "measure_mode", measure)
+    rows = probe_overhead.measure_pairs(None, "spec", 2, tmp_path, None)  # type: ignore[arg-type]
+    assert [row["device_name"] for row in rows] == ["NVIDIA H200", "NVIDIA H200"]
