@@ -42,11 +42,12 @@
 #   2. benchmarks/sglang_live.sh OUT receive                  carry .cache/sglang-live/parts/02
 #   3. benchmarks/sglang_live.sh OUT receive install export reference judged
 #                                                             carry .cache/sglang-live/parts/03
-#      (492 s on an H200: each SGLang server 49-54 s to healthy, 2 min on a cold Triton cache)
-#   4. benchmarks/sglang_live.sh OUT overhead
-#   5. benchmarks/sglang_live.sh OUT metrics
-#   6. benchmarks/sglang_live.sh OUT clients
-#   7. benchmarks/sglang_live.sh OUT badinput
+#      (492-515 s on an H200: each SGLang server 44-62 s to healthy, 2 min on a cold Triton
+#      cache)
+#   4. benchmarks/sglang_live.sh OUT badinput                 (158 s)
+#   5. benchmarks/sglang_live.sh OUT clients                  (290 s when its clients failed)
+#   6. benchmarks/sglang_live.sh OUT overhead                 (234 s)
+#   7. benchmarks/sglang_live.sh OUT metrics                  (172 s)
 # (each step's time limit keeps a call inside the tool's 10 minutes). State kept between
 # calls (the staged parts, the install, the history, the pieces of the record) lives in
 # .cache/sglang-live/ of the checkout (STATE and STAGED move it); the exported models in
