@@ -37,7 +37,7 @@ from types import ModuleType
 from typing import Any, Protocol
 
 from perfgate.errors import ConfigError, InfrastructureError
-from perfgate.fingerprint import GpuInfo
+from perfgate.fingerprint import GpuInfo, default_profile
 
 READER_VARIABLE = "PERFGATE_GPU_READER"
 READERS = ("auto", "nvml", "nvidia-smi")
@@ -504,6 +504,22 @@ def detect_gpus() -> GpuInfo | None:
     first = report.gpus[0]
     cuda = reader.cuda_version(TIMEOUT_S) or "unknown"
     return GpuInfo(name=first.name, driver=first.driver, cuda=cuda, count=len(report.gpus))
+
+
+PROFILE_FIELD = "runner profile (--profile, PERFGATE_PROFILE)"
+
+
+def runner_profile(given: str | None, detect: Callable[[], GpuInfo | None] = detect_gpus) -> str:
+    """The runner profile a command uses: `given` (--profile, where Settings applied
+    $PERFGATE_PROFILE), checked as a name a history and a baseline file can hold, else the name
+    of this machine's hardware (`default_profile` of the GPUs `detect` finds). Every command
+    that names baselines or history series asks here."""
+    if given:
+        from perfgate.config import check_history_name
+
+        check_history_name(given, field=PROFILE_FIELD)
+        return given
+    return default_profile(detect())
 
 
 def reset_cache() -> None:

@@ -27,8 +27,8 @@ from typing import Protocol, TypeVar
 from sqlalchemy.orm import Session, sessionmaker
 
 from perfgate.baselines import Baseline, baseline_path
-from perfgate.config import Config, Scenario, check_history_name, load_config
-from perfgate.devices import detect_gpus
+from perfgate.config import Config, Scenario, load_config
+from perfgate.devices import detect_gpus, runner_profile
 from perfgate.engines.client import EngineClient
 from perfgate.engines.server_commands import Mode
 from perfgate.engines.validate import (
@@ -40,7 +40,7 @@ from perfgate.engines.validate import (
 )
 from perfgate.equivalence import TeacherScores
 from perfgate.errors import ExitCode, PerfgateError
-from perfgate.fingerprint import default_profile, perfgate_version
+from perfgate.fingerprint import perfgate_version
 from perfgate.gate.planning import RunPlan
 from perfgate.gate.verdict import Verdict, overall_status
 from perfgate.measure import (
@@ -112,13 +112,12 @@ class GatePlan:
                     {key: getattr(scenario, key) for key in PASS_THROUGH},
                     file=self.config.path,
                 )
-        self.profile = options.profile or default_profile(detect_gpus())
-        check_history_name(self.profile, field="runner profile (--profile, PERFGATE_PROFILE)")
+        self.profile = runner_profile(options.profile)
         self.baselines_dir = (
             Path(options.baselines).resolve() if options.baselines else self.config.baselines_dir
         )
         # options.db holds $PERFGATE_DB_URL already, where the caller read it.
-        self.history_url = resolve_history_url(options.db, cwd=cwd, environ={}, config=self.config)
+        self.history_url = resolve_history_url(options.db, cwd=cwd, config=self.config)
         # A history that is wrong, unreachable or refuses writes fails before measuring.
         probe_write(self.history_url)
         self.baselines = self._reviewed_baselines() if options.gate else {}

@@ -17,7 +17,6 @@ Only the standard library: the applying job runs this from a checkout without in
 from __future__ import annotations
 
 import json
-import os
 import re
 import subprocess
 import tempfile
@@ -26,6 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from perfgate.context import github_run
 from perfgate.errors import ConfigError, InfrastructureError
 
 LABEL = "perfgate-watch"
@@ -179,7 +179,7 @@ def apply_plan(plan: Mapping[str, Any], repo: str, gh: Gh = run_gh) -> list[str]
 
 def repository_from_environment(given: str | None) -> str:
     """OWNER/REPO: --repo, else $GITHUB_REPOSITORY."""
-    repo = given or os.environ.get("GITHUB_REPOSITORY", "")
+    repo = given or github_run().repository
     if not re.fullmatch(r"[\w.-]+/[\w.-]+", repo):
         raise ConfigError(
             f"{repo!r} is not OWNER/REPO",

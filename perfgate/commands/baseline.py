@@ -22,9 +22,9 @@ from perfgate.baselines import (
 from perfgate.commands import add_command
 from perfgate.commands.common import one_scenario
 from perfgate.config import Config, Scenario, load_config
-from perfgate.devices import detect_gpus
+from perfgate.devices import runner_profile
 from perfgate.errors import ConfigError
-from perfgate.fingerprint import default_profile, diff_fingerprints, injected
+from perfgate.fingerprint import diff_fingerprints, injected
 from perfgate.gate import DEFAULT_BETA, DEFAULT_TOLERANCE
 from perfgate.gate.attribution import cycle_profile
 from perfgate.gate.estimate import clean_runs
@@ -262,7 +262,7 @@ def derive_tolerances(
 
 def handle_show(settings: Settings, args: argparse.Namespace) -> int:
     config = load_config(settings.config)
-    profile = settings.profile or default_profile(detect_gpus())
+    profile = runner_profile(settings.profile)
     path = baseline_path(settings.baselines_dir(config.baselines_dir), profile, args.scenario)
     baseline = load_baseline(path, profile=profile, scenario=args.scenario)
     for line in render_baseline(baseline):

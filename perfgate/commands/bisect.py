@@ -72,8 +72,7 @@ def run(settings: Settings, args: argparse.Namespace) -> int:
     from perfgate.bisect.render import outcome_lines
     from perfgate.bisect.run import BisectRunner, BisectSpec
     from perfgate.context import detect_context
-    from perfgate.devices import detect_gpus
-    from perfgate.fingerprint import default_profile
+    from perfgate.devices import runner_profile
     from perfgate.folders import process_folder
     from perfgate.progress import stderr_reporter
     from perfgate.store import probe_write
@@ -98,8 +97,7 @@ def run(settings: Settings, args: argparse.Namespace) -> int:
     good = resolve_commit(repo, args.good, "--good")
     bad = resolve_commit(repo, args.bad, "--bad")
     commits = tuple(commit_range(repo, good, bad))
-    profile = settings.profile or default_profile(detect_gpus())
-    check_history_name(profile, field="runner profile (--profile, PERFGATE_PROFILE)")
+    profile = runner_profile(settings.profile)
     url = settings.history_url
     probe_write(url)  # a history that refuses writes fails before anything is measured
     changed = changed_dependency_files(repo, good, bad)

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -46,10 +45,10 @@ from perfgate.ci.settings import check_settings
 from perfgate.commands import add_command
 from perfgate.commands import baseline as baseline_command
 from perfgate.config import Config, load_config
-from perfgate.devices import detect_gpus
+from perfgate.context import github_run
+from perfgate.devices import runner_profile
 from perfgate.errors import ConfigError, ExitCode, PerfgateError
 from perfgate.files import write_text_atomically
-from perfgate.fingerprint import default_profile
 from perfgate.results import RunRecord
 from perfgate.settings import Settings, add_options
 
@@ -174,7 +173,7 @@ def handle_watch(settings: Settings, args: argparse.Namespace) -> int:
 
     config = load_config(settings.config)
     scenarios = config.select(list(settings.scenarios))
-    profile = settings.profile or default_profile(detect_gpus())
+    profile = runner_profile(settings.profile)
     series = []
     with history(settings.history_url, existing=True) as sessions, sessions() as session:
         for scenario in scenarios:
@@ -183,7 +182,7 @@ def handle_watch(settings: Settings, args: argparse.Namespace) -> int:
             series += trend_series(
                 history_columns(session, where), scenario.name, profile, tolerances
             )
-    repository = safe_url(args.repo_url) if args.repo_url else _repository_url(os.environ)
+    repository = safe_url(args.repo_url) if args.repo_url else github_run().repository_url
     plan = watch_plan(series, args.branch, repository, args.label)
     lines = watch_lines(plan, series)
     print("\n".join(lines))
@@ -191,13 +190,6 @@ def handle_watch(settings: Settings, args: argparse.Namespace) -> int:
     if args.summary:
         _write(args.summary, "## perfgate nightly watch\n\n" + "\n".join(lines) + "\n", True)
     return 0
-
-
-def _repository_url(environ: Mapping[str, str]) -> str | None:
-    if not environ.get("GITHUB_REPOSITORY"):
-        return None
-    server = environ.get("GITHUB_SERVER_URL", "https://github.com")
-    return f"{server}/{environ['GITHUB_REPOSITORY']}"
 
 
 def watch_lines(plan: Mapping[str, Any], series: list[Any]) -> list[str]:
@@ -227,13 +219,10 @@ def _session_args(parser: argparse.ArgumentParser) -> None:
     add_options(parser.add_argument, ("config", "db"), overrides={"db": pointer_db})
 
 
-def ci_links(environ: Mapping[str, str]) -> Links:
+def ci_links(environ: Mapping[str, str] | None = None) -> Links:
     """The run's page and commit, from the runner's variables."""
-    run_url = None
-    if environ.get("GITHUB_RUN_ID") and environ.get("GITHUB_REPOSITORY"):
-        server = environ.get("GITHUB_SERVER_URL", "https://github.com")
-        run_url = f"{server}/{environ['GITHUB_REPOSITORY']}/actions/runs/{environ['GITHUB_RUN_ID']}"
-    return Links(run_url, environ.get("GITHUB_SHA"))
+    github = github_run(environ)
+    return Links(github.run_url, github.sha or None)
 
 
 def load_session(
@@ -241,7 +230,8 @@ def load_session(
 ) -> tuple[SessionPointer | None, list[RunRecord], list[str]]:
     """The pointer, its scenarios' final runs, and notes on what could not be read.
 
-    The runs are read from `db` (else $PERFGATE_DB_URL, else the pointer's history).
+    The runs are read from `db` (--db, else $PERFGATE_DB_URL: Settings applied it), else the
+    pointer's history.
     """
     try:
         pointer = load_pointer(path)
@@ -249,7 +239,7 @@ def load_session(
         return None, [], [str(error)]
     if pointer is None or not pointer.final_runs:
         return pointer, [], []
-    if not (db or os.environ.get("PERFGATE_DB_URL") or pointer.history):
+    if not (db or pointer.history):
         return pointer, [], []
     try:
         from perfgate.store import history, load_runs, resolve_history_url
@@ -265,7 +255,7 @@ def load_session(
 
 def handle_summary(settings: Settings, args: argparse.Namespace) -> int:
     pointer, finals, notes = load_session(Path(args.session), settings.db)
-    links = ci_links(os.environ)
+    links = ci_links()
     if args.comment:
         text = render_markdown(pointer, finals, links, COMMENT_LIMIT_BYTES, notes, comment=True)
         return _write(args.out, text, append=False)
@@ -326,7 +316,7 @@ def _approval_targets(
     with history(settings.history_url, existing=True) as sessions, sessions() as session:
         if args.runs.strip() != LATEST:
             return load_runs(session, _run_ids(args.runs))
-        profile = settings.profile or default_profile(detect_gpus())
+        profile = runner_profile(settings.profile)
         scenarios = config.select(list(settings.scenarios))
         return [_latest(session, s.name, profile, args.branch) for s in scenarios]
 
@@ -423,7 +413,7 @@ def approval_body(
 
 
 def handle_settings(settings: Settings, args: argparse.Namespace) -> int:
-    repo = args.repo or os.environ.get("GITHUB_REPOSITORY")
+    repo = args.repo or github_run().repository
     if not repo or repo.count("/") != 1:
         raise ConfigError(
             f"is {repo!r}" if repo else "is not given and GITHUB_REPOSITORY is unset",

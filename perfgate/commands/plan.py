@@ -10,9 +10,8 @@ from typing import Any
 from perfgate.commands import add_command
 from perfgate.config import Config, Scenario, check_history_name, load_config
 from perfgate.context import detect_context
-from perfgate.devices import detect_gpus
+from perfgate.devices import runner_profile
 from perfgate.errors import ConfigError
-from perfgate.fingerprint import default_profile
 from perfgate.folders import process_folder
 from perfgate.plan import DEFAULT_CONFIRM, DEFAULT_STEPS
 from perfgate.progress import stderr_reporter
@@ -74,8 +73,7 @@ def run(settings: Settings, args: argparse.Namespace) -> int:
     if settings.engine:
         base = base.with_engine(settings.engine)
     spec = plan_spec(args, config, base)
-    profile = settings.profile or default_profile(detect_gpus())
-    check_history_name(profile, field="runner profile (--profile, PERFGATE_PROFILE)")
+    profile = runner_profile(settings.profile)
     probe_write(settings.history_url)  # a history that refuses writes fails before anything
     runner = PlanRunner(
         spec=spec,

@@ -7,18 +7,16 @@ import json
 import os
 import re
 import sys
-from collections.abc import Mapping
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from perfgate.commands import add_command
 from perfgate.config import Config, check_history_name, load_config
-from perfgate.context import detect_context
-from perfgate.devices import detect_gpus
+from perfgate.context import detect_context, github_run
+from perfgate.devices import runner_profile
 from perfgate.errors import ConfigError
 from perfgate.files import write_text_atomically
-from perfgate.fingerprint import default_profile
 from perfgate.folders import process_folder, stamp
 from perfgate.progress import stderr_reporter
 from perfgate.settings import Settings, add_options
@@ -96,7 +94,7 @@ def run(settings: Settings, args: argparse.Namespace) -> int:
     config = load_config(settings.config)
     spec = sweep_spec(args, config)
     shard = parse_shard(args.shard) if args.shard else Shard()
-    batch = batch_id(args.batch, shard, os.environ)
+    batch = batch_id(args.batch, shard, github_run().run_id)
     early_stop = spec.early_stop and not args.no_early_stop
     if shard.count > 1 and early_stop:
         print(
@@ -110,8 +108,7 @@ def run(settings: Settings, args: argparse.Namespace) -> int:
         base = base.with_engine(settings.engine)
     if args.budget_s is not None and args.budget_s <= 0:
         raise ConfigError("must be > 0", field="--budget-s", fix="give seconds, e.g. 450")
-    profile = settings.profile or default_profile(detect_gpus())
-    check_history_name(profile, field="runner profile (--profile, PERFGATE_PROFILE)")
+    profile = runner_profile(settings.profile)
     url = settings.history_url
     probe_write(url)  # a history that refuses writes fails before anything is measured
     runner = SweepRunner(
@@ -146,7 +143,7 @@ def _write(args: argparse.Namespace, markdown: str, document: dict[str, Any]) ->
         write_text_atomically(Path(args.json), json.dumps(document, indent=2) + "\n")
 
 
-def batch_id(given: str | None, shard: Shard, environ: Mapping[str, str]) -> str:
+def batch_id(given: str | None, shard: Shard, run_id: str = "") -> str:
     """The batch a sweep's points are recorded in: --batch, GitHub Actions' run, or (one
     shard only) a new one of its own."""
     if given is not None:
@@ -157,8 +154,8 @@ def batch_id(given: str | None, shard: Shard, environ: Mapping[str, str]) -> str
                 fix="use up to 100 letters, digits and . _ - (e.g. steps-20261130)",
             )
         return given
-    if environ.get("GITHUB_RUN_ID"):
-        return f"github-{environ['GITHUB_RUN_ID']}"
+    if run_id:  # GitHub Actions' run: every shard of one workflow run shares it
+        return f"github-{run_id}"
     if shard.count > 1:
         raise ConfigError(
             "the shards of a sweep must share a batch",

@@ -20,10 +20,10 @@ from typing import Any
 
 from perfgate.baselines import Baseline, baseline_path, load_baseline
 from perfgate.config import Config, Scenario, load_config
-from perfgate.devices import GpuReport, detect_gpus, read_gpus
+from perfgate.devices import GpuReport, detect_gpus, read_gpus, runner_profile
 from perfgate.engines.launch import free_port
 from perfgate.errors import ConfigError, ExitCode, PerfgateError
-from perfgate.fingerprint import GpuInfo, default_profile, perfgate_version
+from perfgate.fingerprint import GpuInfo, perfgate_version
 from perfgate.reference import fix_commands, missing_baseline, requires_baseline
 from perfgate.runner.gpu_health import GpuProblem, Limits, find_problems, select_visible
 from perfgate.runner.predict import PredictedServer, predict_fingerprint, predict_server
@@ -318,7 +318,7 @@ def check_ports(machine: Machine) -> list[Check]:
 def _history_url(machine: Machine) -> str:
     assert machine.options.db or machine.config is not None
     # options.db holds $PERFGATE_DB_URL already, where the command line read it.
-    return resolve_history_url(machine.options.db, environ={}, config=machine.config)
+    return resolve_history_url(machine.options.db, config=machine.config)
 
 
 def check_history_db(machine: Machine) -> list[Check]:
@@ -353,7 +353,7 @@ def check_baselines(machine: Machine) -> list[Check]:
     if machine.options.baselines:
         folder = Path(machine.options.baselines).resolve()
     gpus = machine.gpus or detect_gpus()
-    profile = machine.options.profile or default_profile(gpus)
+    profile = runner_profile(machine.options.profile, lambda: gpus)
     strict = requires_baseline(machine.options.require_baseline, machine.environ)
     checks = []
     for scenario in machine.scenarios:

@@ -31,6 +31,7 @@ from perfgate.runner.leftovers import (
     OWNER_VARIABLE,
     Leftover,
     find_leftovers,
+    runner_temp,
     work_folder,
 )
 from perfgate.runner.state import STATE_VARIABLE
@@ -169,7 +170,7 @@ def job_completed(options: HookOptions, environ: Mapping[str, str] | None = None
 
 def default_state_file(environ: Mapping[str, str]) -> Path:
     """Where job-started saves the machine's state: the job's temp folder when there is one."""
-    return Path(environ.get("RUNNER_TEMP") or tempfile.gettempdir()) / STATE_NAME
+    return (runner_temp(environ) or Path(tempfile.gettempdir())) / STATE_NAME
 
 
 def save_state(result: HookResult, path: Path, environ: Mapping[str, str]) -> Path:

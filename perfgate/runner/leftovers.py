@@ -78,13 +78,19 @@ class Leftover:
         return f"pid {self.process.pid} ({self.reason}): {command}"
 
 
+def runner_temp(environ: Mapping[str, str]) -> Path | None:
+    """The job's temporary folder, GitHub's runner's RUNNER_TEMP; None outside a job."""
+    temp = environ.get("RUNNER_TEMP")
+    return Path(temp) if temp else None
+
+
 def work_folder(environ: Mapping[str, str]) -> Path | None:
     """This runner's work folder, from the hook's RUNNER_TEMP (`<work>/_temp`); None when
     that is not a runner's layout (run by hand)."""
-    temp = environ.get("RUNNER_TEMP")
-    if not temp or Path(temp).name != TEMP_NAME:
+    temp = runner_temp(environ)
+    if temp is None or temp.name != TEMP_NAME:
         return None
-    return Path(temp).resolve().parent
+    return temp.resolve().parent
 
 
 def belongs_to(process: ProcessInfo, owner: str, work: Path | None) -> bool:

@@ -12,9 +12,7 @@ SQLAlchemy, which perfgate does not ship).
 
 from __future__ import annotations
 
-import os
 import time
-from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -192,11 +190,11 @@ def resolve_history_url(
     config_path: str | None = None,
     *,
     cwd: Path | None = None,
-    environ: Mapping[str, str] | None = None,
     config: Config | None = None,
     recorded: str | None = None,
 ) -> str:
-    """The history URL: `db` (--db), else $PERFGATE_DB_URL, else the config's, else the default.
+    """The history URL: `db` (--db, where $PERFGATE_DB_URL is already applied: Settings reads
+    it, the one place that does), else the config's, else the default.
 
     `recorded` (a session pointer's history) stands in for the config's where given. The
     config is `config` if given (its error, if it has none, is the caller's), else the file at
@@ -207,10 +205,8 @@ def resolve_history_url(
     from perfgate.config import DEFAULT_HISTORY, find_config, load_config, resolve_sqlite_url
 
     here = cwd or Path.cwd()
-    env = os.environ if environ is None else environ
-    given = db or env.get("PERFGATE_DB_URL")
-    if given:
-        return resolve_sqlite_url(given, here)
+    if db:
+        return resolve_sqlite_url(db, here)
     if recorded is not None:
         return recorded
     if config is not None:

@@ -1,0 +1,132 @@
+"""Each outside input is read in one place: every environment variable perfgate's package reads
+by name, and the runner profile's default. A second reader is how two commands come to
+disagree about one setting (the history URL was read in three places, the runner profile
+worked out in eight, GitHub's variables in four modules)."""
+
+from __future__ import annotations
+
+import ast
+from collections import defaultdict
+
+from .conftest import REPO
+
+PACKAGE = REPO / "perfgate"
+# The one variable still read in more than one place, and why: CUDA_VISIBLE_DEVICES is parsed
+# twice (engines/gpu_memory.py strictly, for where a server loads; runner/gpu_health.py
+# leniently, for the health checks of the doctor and the job hook).
+KNOWN = {"CUDA_VISIBLE_DEVICES": 3}
+ENV_NAMES = ("environ", "env", "environment")
+
+
+def _constants(tree: ast.Module) -> dict[str, str]:
+    """A module's top-level NAME = "STRING" assignments."""
+    found = {}
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and isinstance(node.value, ast.Constant):
+            for target in node.targets:
+                if isinstance(target, ast.Name) and isinstance(node.value.value, str):
+                    found[target.id] = node.value.value
+    return found
+
+
+def _name(node: ast.expr, constants: dict[str, str]) -> str | None:
+    if isinstance(node, ast.Constant) and isinstance(node.value, str):
+        return node.value
+    if isinstance(node, ast.Name):
+        return constants.get(node.id)
+    return None
+
+
+def _is_environment(node: ast.expr) -> bool:
+    if isinstance(node, ast.Attribute):
+        return node.attr == "environ"
+    return isinstance(node, ast.Name) and node.id in ENV_NAMES
+
+
+def environment_reads(source: str) -> list[tuple[str, int]]:
+    """(variable, line) of each read: `environ.get(NAME)`, `os.getenv(NAME)`,
+    `environ[NAME]`, and an `Option(..., env=NAME)` whose default the variable supplies."""
+    tree = ast.parse(source)
+    constants = _constants(tree)
+    reads = []
+    for node in ast.walk(tree):
+        name = None
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.args:
+            reader = node.func
+            if (reader.attr in ("get", "pop") and _is_environment(reader.value)) or (
+                reader.attr == "getenv"
+            ):
+                name = _name(node.args[0], constants)
+        if isinstance(node, ast.Call):
+            for keyword in node.keywords:
+                if keyword.arg == "env":
+                    name = _name(keyword.value, constants) or name
+        if (
+            isinstance(node, ast.Subscript)
+            and isinstance(node.ctx, ast.Load)
+            and _is_environment(node.value)
+        ):
+            name = _name(node.slice, constants)
+        if name and name.isupper():
+            reads.append((name, node.lineno))
+    return reads
+
+
+def _reads_by_variable() -> dict[str, list[str]]:
+    """variable -> the places that read it: a place is a top-level function or class of a
+    module (`model_cache_root` tests its variable, then reads it: one place), or the module's
+    own top level."""
+    where: dict[str, list[str]] = defaultdict(list)
+    for path in sorted(PACKAGE.rglob("*.py")):
+        tree = ast.parse(path.read_text("utf-8"))
+        spans = [
+            (n.lineno, n.end_lineno or n.lineno, n.name) for n in tree.body if hasattr(n, "name")
+        ]
+        for name, line in environment_reads(path.read_text("utf-8")):
+            owner = next((f for start, end, f in spans if start <= line <= end), "<module>")
+            place = f"{path.relative_to(REPO)}:{owner}"
+            if place not in where[name]:
+                where[name].append(place)
+    return where
+
+
+def test_every_environment_variable_is_read_in_one_place() -> None:
+    where = _reads_by_variable()
+    assert {"PERFGATE_DB_URL", "PERFGATE_PROFILE", "GITHUB_REPOSITORY"} <= set(where)
+    twice = {name: places for name, places in where.items() if len(places) > KNOWN.get(name, 1)}
+    assert not twice, twice
+    assert where["PERFGATE_DB_URL"] == ["perfgate/settings.py:<module>"]  # OPTIONS
+    job = ("SHA", "HEAD_REF", "REF_NAME", "REF", "RUN_ID", "REPOSITORY", "SERVER_URL")
+    for variable in (f"GITHUB_{name}" for name in job):  # the job's identity: context.GitHubRun
+        assert where[variable] == ["perfgate/context.py:github_run"], variable
+
+
+def test_the_counter_sees_a_second_reader() -> None:
+    """The scan finds each form a reader takes, a module constant's name included."""
+    source = (
+        "import os\n"
+        'VAR = "PERFGATE_DB_URL"\n'
+        "a = os.environ.get(VAR)\n"
+        'b = os.getenv("GITHUB_SHA")\n'
+        'c = environ["GITHUB_RUN_ID"]\n'
+        'd = Option("db", "help", env="PERFGATE_PROFILE")\n'
+        'e = {"NOT_A_READ": 1}.get("NOT_A_READ")\n'
+    )
+    assert sorted(environment_reads(source)) == [
+        ("GITHUB_RUN_ID", 5),
+        ("GITHUB_SHA", 4),
+        ("PERFGATE_DB_URL", 3),
+        ("PERFGATE_PROFILE", 6),
+    ]
+
+
+def test_the_runner_profile_is_worked_out_in_one_place() -> None:
+    """`default_profile` (the name from the hardware) is called by `runner_profile` alone,
+    which every command asks; none checks or defaults --profile on its own."""
+    callers = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        tree = ast.parse(path.read_text("utf-8"))
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Call) and getattr(node.func, "id", "") == "default_profile":
+                callers.append(f"{path.relative_to(REPO)}:{node.lineno}")
+    assert len(callers) == 1 and callers[0].startswith("perfgate/devices.py:"), callers
