@@ -382,9 +382,12 @@ def main() -> int:
             "repeats, each phase's mean ms per cycle (the plan predicts means). Error: "
             "predicted over measured, less one.",
             "",
-            "Re-run it with the same command, on a quiet machine: timings on a shared one "
-            "move with its load, and a prediction from one launch carries that launch's level "
-            "into every step count.",
+            "Timings on a shared machine move with its load (the load averages above say "
+            "how busy this one was), and a prediction from one launch carries that launch's "
+            "level into every step count. The sweep's figures are one launch each too: where "
+            "one point measured twice (the sweep's row and the plan's confirmation, the last "
+            "column) differs by more than a goal's margin, that goal cannot be shown at this "
+            "noise, whatever the model.",
             "",
             "## Goals",
             "",

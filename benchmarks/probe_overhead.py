@@ -42,9 +42,9 @@ from typing import Any
 
 from perfgate.config import Scenario, load_config
 from perfgate.engines.server_commands import Mode, server_command
-from perfgate.engines.validate import preflight
 from perfgate.errors import ConfigError, ExitCode, InfrastructureError, PerfgateError
 from perfgate.measure import measure_mode
+from perfgate.preflight import preflight
 from perfgate.profile.overhead import paired_ratio
 
 SERVER_MODULE = "perfgate.engines.embedded.server"

@@ -25,10 +25,10 @@ from perfgate.config import Scenario, load_config
 from perfgate.engines.client import EngineClient
 from perfgate.engines.launch import free_port
 from perfgate.engines.server_commands import server_command
-from perfgate.engines.validate import preflight
 from perfgate.equivalence import EquivalenceReport, compare_outputs
 from perfgate.errors import PerfgateError
 from perfgate.measure import server_and_client
+from perfgate.preflight import preflight
 from perfgate.probe import DIR_VARIABLE
 from perfgate.teacher import score_outputs
 

@@ -40,7 +40,7 @@ class _Version(argparse.Action):
         super().__init__(option_strings, dest, nargs=0, help="show perfgate's version and exit")
 
     def __call__(self, parser: argparse.ArgumentParser, *_: Any) -> NoReturn:
-        from perfgate.fingerprint import perfgate_version
+        from perfgate.version import perfgate_version
 
         print(f"perfgate {perfgate_version()}")
         parser.exit()

@@ -37,7 +37,7 @@ from types import ModuleType
 from typing import Any, Protocol
 
 from perfgate.errors import ConfigError, InfrastructureError
-from perfgate.fingerprint import GpuInfo, default_profile
+from perfgate.hardware import GpuInfo, default_profile
 
 READER_VARIABLE = "PERFGATE_GPU_READER"
 READERS = ("auto", "nvml", "nvidia-smi")

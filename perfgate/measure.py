@@ -22,10 +22,10 @@ from perfgate.engines.prometheus import (
     parse_metrics,
 )
 from perfgate.engines.server_commands import Mode, ServerCommand, server_command
-from perfgate.engines.validate import Preflight, preflight
 from perfgate.equivalence import ForcedToken, TeacherScores, compare_outputs
 from perfgate.fingerprint import collect_fingerprint
 from perfgate.folders import new_folder
+from perfgate.preflight import Preflight, preflight
 from perfgate.probe import DIR_VARIABLE, probe_env
 from perfgate.probe.reader import (
     CycleRecord,
@@ -82,7 +82,7 @@ def measure_mode(
 ) -> ModeResult:
     """Launch `scenario`'s server in `mode`, warm it up, time its repeats, and stop it.
 
-    `checked` is the scenario's preflight (perfgate.engines.validate), run here if not given:
+    `checked` is the scenario's preflight (perfgate.preflight), run here if not given:
     it names the SGLang release (flags, probe targets) and the GPUs whose memory must be
     released before the next server starts. With `probe` False the server runs without the
     probe (its variable set empty, so an inherited one cannot turn it on either): the result

@@ -31,16 +31,8 @@ from perfgate.config import Config, Scenario, load_config
 from perfgate.devices import detect_gpus, runner_profile
 from perfgate.engines.client import EngineClient
 from perfgate.engines.server_commands import Mode
-from perfgate.engines.validate import (
-    PASS_THROUGH,
-    Preflight,
-    check_scenario,
-    preflight,
-    require_embedded_extra_here,
-)
 from perfgate.equivalence import TeacherScores
 from perfgate.errors import ExitCode, PerfgateError
-from perfgate.fingerprint import perfgate_version
 from perfgate.gate.planning import RunPlan
 from perfgate.gate.verdict import Verdict, overall_status
 from perfgate.measure import (
@@ -54,6 +46,13 @@ from perfgate.measure import (
 )
 from perfgate.measured_verdicts import judge_look, plan_verdict
 from perfgate.plain_reuse import find_reusable_plain, plain_reuse_key
+from perfgate.preflight import (
+    PASS_THROUGH,
+    Preflight,
+    check_scenario,
+    preflight,
+    require_embedded_extra_here,
+)
 from perfgate.progress import SILENT, Reporter
 from perfgate.reference import (
     LOCAL_KEEP,
@@ -75,6 +74,7 @@ from perfgate.store import (
 )
 from perfgate.store import history as store_history
 from perfgate.unrecorded import not_recorded
+from perfgate.version import perfgate_version
 
 T = TypeVar("T")
 

@@ -24,7 +24,8 @@ from datetime import UTC, datetime, timedelta
 from sqlalchemy.orm import Session, sessionmaker
 
 from perfgate.config import Scenario
-from perfgate.fingerprint import GpuInfo, collect_fingerprint
+from perfgate.fingerprint import collect_fingerprint
+from perfgate.hardware import GpuInfo
 from perfgate.results import ModeResult
 from perfgate.spec.scenario import plain_side
 from perfgate.store.reuse import latest_plain_result

@@ -18,8 +18,8 @@ import pytest
 
 from perfgate import devices
 from perfgate.engines.supervise import _processes
-from perfgate.fingerprint import default_profile
 from perfgate.gate.verdict import Status
+from perfgate.hardware import default_profile
 
 from .hang import HANG_S
 

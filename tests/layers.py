@@ -42,6 +42,10 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     (
         "adapters",  # one door per outside thing: servers, GPUs, the history, files for CI
         (
+            "perfgate.version",
+            "perfgate.hardware",
+            "perfgate.sglang",
+            "perfgate.machine_state",
             "perfgate.devices",
             "perfgate.fingerprint",
             "perfgate.reference",
@@ -49,6 +53,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "perfgate.unrecorded",
             "perfgate.teacher",
             "perfgate.engines",
+            "perfgate.preflight",
             "perfgate.probe",
             "perfgate.serving",
             "perfgate.store",
@@ -160,6 +165,22 @@ class Graph:
         return sorted(groups)
 
 
+def unit(module: str) -> str:
+    """The package a module belongs to, for the package rule: `perfgate.engines.launch` ->
+    `perfgate.engines`; a module at the top (`perfgate.pipeline`) is a unit of its own."""
+    return ".".join(module.split(".")[:2])
+
+
+def package_graph(graph: Graph) -> Graph:
+    """The graph between units: one edge where any module of one imports any of the other."""
+    units = Graph({unit(m): path for m, path in graph.modules.items()})
+    for source, targets in graph.edges.items():
+        for target in targets:
+            if unit(source) != unit(target):
+                units.edges.setdefault(unit(source), set()).add(unit(target))
+    return units
+
+
 def module_name(path: Path, package: Path = PACKAGE) -> str:
     parts = path.relative_to(package.parent).with_suffix("").parts
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
@@ -246,6 +267,9 @@ def report(graph: Graph) -> str:
     cycles = graph.cycles()
     lines.append(f"import cycles: {len(cycles)}")
     lines += [f"  {' <-> '.join(group)}" for group in cycles]
+    between = package_graph(graph).cycles()
+    lines.append(f"cycles between packages: {len(between)}")
+    lines += [f"  {' <-> '.join(group)}" for group in between]
     return "\n".join(lines)
 
 

@@ -20,7 +20,8 @@ from perfgate.devices import (
 )
 from perfgate.engines.gpu_memory import GpuWatch, check_gpus_for, query_gpus
 from perfgate.errors import ConfigError, InfrastructureError
-from perfgate.fingerprint import GpuInfo, collect_fingerprint
+from perfgate.fingerprint import collect_fingerprint
+from perfgate.hardware import GpuInfo
 from perfgate.runner.gpu_health import fingerprint_fields
 
 from . import fake_nvml, fake_smi

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.layers import LAYER_NAMES, core_imports_forbidden, read_graph
+from tests.layers import LAYER_NAMES, core_imports_forbidden, package_graph, read_graph
 
 
 @pytest.fixture(scope="module")
@@ -38,6 +38,30 @@ def test_engines_import_no_command(graph):
 
 def test_no_import_cycles(graph):
     assert graph.cycles() == []
+
+
+def test_no_two_packages_import_each_other(graph):
+    """Between packages too (engines <-> probe, engines <-> serving, fingerprint <-> runner
+    did, through modules that formed no cycle of their own): a package is a unit a reader
+    can understand from below."""
+    assert package_graph(graph).cycles() == []
+
+
+def test_the_package_rule_sees_a_cycle_no_module_forms(tmp_path):
+    """engines.launch imports probe.reader, and probe.targets imports engines.facts: no
+    module imports its own importer, yet the two packages lean on each other."""
+    package = tmp_path / "perfgate"
+    for folder in ("engines", "probe"):
+        (package / folder).mkdir(parents=True)
+        (package / folder / "__init__.py").write_text("")
+    (package / "__init__.py").write_text("")
+    (package / "engines" / "launch.py").write_text("from perfgate.probe import reader\n")
+    (package / "engines" / "facts.py").write_text("")
+    (package / "probe" / "reader.py").write_text("")
+    (package / "probe" / "targets.py").write_text("from perfgate.engines.facts import X\n")
+    graph = read_graph(package)
+    assert graph.cycles() == []
+    assert package_graph(graph).cycles() == [["perfgate.engines", "perfgate.probe"]]
 
 
 def test_the_graph_sees_an_upward_import_and_a_cycle(tmp_path):

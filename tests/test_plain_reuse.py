@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from perfgate.config import Scenario
-from perfgate.fingerprint import GpuInfo
+from perfgate.hardware import GpuInfo
 from perfgate.plain_reuse import find_reusable_plain, plain_reuse_key, refresh_reason
 from perfgate.store import open_history, record_run
 

@@ -11,8 +11,8 @@ import pytest
 from perfgate.baselines import approve_run
 from perfgate.config import Scenario
 from perfgate.context import detect_context
-from perfgate.fingerprint import cpu_slug, default_profile
 from perfgate.gate import Status, Verdict
+from perfgate.hardware import cpu_slug, default_profile
 from perfgate.reference import choose_reference, fix_commands, requires_baseline
 from perfgate.results import RunContext, RunRecord
 

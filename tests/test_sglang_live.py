@@ -173,7 +173,7 @@ def test_the_probes_cost_names_the_gpu_an_sglang_server_ran_on(
     import probe_overhead
 
     from perfgate.devices import Gpu
-    from perfgate.engines.validate import Preflight
+    from perfgate.preflight import Preflight
     from perfgate.results import ModeResult
 
     h200 = Gpu(0, "GPU-0", "NVIDIA H200", "580.159.04", 0.0, 143771.0)

@@ -15,11 +15,11 @@ import pytest
 
 from perfgate.config import load_config
 from perfgate.engines.server_commands import OWNED_ROLES
-from perfgate.engines.sglang import PINNED as PINNED_SGLANG
-from perfgate.engines.sglang import release
 from perfgate.fingerprint import collect_fingerprint, scenario_digest
 from perfgate.plain_reuse import plain_reuse_key
 from perfgate.serving.sglang_bench import FIGURES
+from perfgate.sglang.facts import PINNED as PINNED_SGLANG
+from perfgate.sglang.facts import release
 from perfgate.spec.scenario import (
     SCENARIO_FIELDS,
     SCENARIO_KEYS,

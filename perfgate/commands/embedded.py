@@ -80,7 +80,7 @@ def run(settings: Settings, args: argparse.Namespace) -> int:
 def require_extra(command: str) -> None:
     """Refuse `command` (exit 64, naming the extra) where this interpreter lacks torch or
     safetensors, before anything is written."""
-    from perfgate.engines.validate import EMBEDDED_NEEDS, refuse_without_embedded_extra
+    from perfgate.preflight import EMBEDDED_NEEDS, refuse_without_embedded_extra
 
     missing = [name for name in EMBEDDED_NEEDS if importlib.util.find_spec(name) is None]
     refuse_without_embedded_extra(missing, sys.executable, command)

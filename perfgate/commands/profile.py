@@ -15,9 +15,9 @@ from perfgate import metrics
 from perfgate.commands import add_command
 from perfgate.config import Scenario, load_config
 from perfgate.engines.server_commands import MODES
-from perfgate.engines.validate import check_scenario, preflight
 from perfgate.errors import ConfigError
 from perfgate.folders import new_folder, process_folder, stamp
+from perfgate.preflight import check_scenario, preflight
 from perfgate.profile.trace import GPU_KERNELS
 from perfgate.progress import stderr_reporter
 from perfgate.settings import Settings, add_options

@@ -11,14 +11,14 @@ from typing import Any
 
 from perfgate.commands import add_command
 from perfgate.config import Scenario, load_config
-from perfgate.engines import sglang as sglang_facts
 from perfgate.engines.server_commands import MODES, Mode, server_command
-from perfgate.engines.validate import check_scenario, preflight, refuse_embedded_only
 from perfgate.errors import ConfigError
 from perfgate.folders import new_folder, process_folder_name
+from perfgate.preflight import check_scenario, preflight, refuse_embedded_only
 from perfgate.probe import probe_env
 from perfgate.progress import stderr_reporter
 from perfgate.settings import Settings, add_options
+from perfgate.sglang import facts as sglang_facts
 
 SERVERS = Path(".perfgate") / "servers"
 

@@ -1,7 +1,7 @@
 """A client for SGLang's native HTTP API, spoken by SGLang and by the embedded engine alike.
 
 `meta_info` is read across SGLang releases: each value perfgate uses is looked up under every
-name it has had (perfgate.engines.sglang.FACTS, newest first), so one client reads them all.
+name it has had (perfgate.sglang.facts.FACTS, newest first), so one client reads them all.
 """
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ from typing import Any
 
 import httpx
 
-from perfgate.engines.sglang import all_names
 from perfgate.errors import InfrastructureError
+from perfgate.sglang.facts import all_names
 
 # How long SGLang may wait for an idle scheduler to flush its cache: what its own benchmark
 # gives (`_DEFAULT_SGLANG_FLUSH_CACHE_TIMEOUT`, sglang/benchmark/serving.py in 0.5.20).

@@ -24,9 +24,9 @@ from perfgate.engines.client import RequestRefused
 from perfgate.engines.gpu_memory import GpuWatch
 from perfgate.engines.listener import foreign_listeners
 from perfgate.engines.server_commands import ServerCommand
-from perfgate.engines.sglang import ARGUMENT_CHECKS
 from perfgate.errors import ConfigError, ExitCode, InfrastructureError, PerfgateError
 from perfgate.progress import SILENT, Reporter, Step, clean_line, format_duration
+from perfgate.sglang.facts import ARGUMENT_CHECKS
 
 LOG_TAIL_LINES = 20
 REFUSAL_SCAN_LINES = 400  # enough for a traceback through SGLang's argument checks

@@ -13,13 +13,13 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 
-from perfgate.engines.sglang import all_names
+from perfgate.sglang.facts import all_names
 
 # `name{label="value",...} value [timestamp]`; labels optional.
 _SAMPLE = re.compile(r"^(?P<name>[A-Za-z_:][\w:]*)(?:\{(?P<labels>.*)\})?\s+(?P<value>\S+)")
 _LABEL = re.compile(r'(\w+)="((?:[^"\\]|\\.)*)"')
 
-# The counters perfgate keeps, by role in perfgate.engines.sglang.FACTS.
+# The counters perfgate keeps, by role in perfgate.sglang.facts.FACTS.
 COUNTER_ROLES = ("device_time", "verify_calls")
 # Probe phase -> the device-timer category that times the same work (CUDA-graph replays).
 CATEGORY_OF_PHASE = {

@@ -10,8 +10,8 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from perfgate.config import Scenario
-from perfgate.engines.sglang import PINNED, SglangRelease, release
 from perfgate.env_names import is_env_name
+from perfgate.sglang.facts import PINNED, SglangRelease, release
 from perfgate.spec.scenario import OWNED_FIELDS, SPECULATIVE_FLAGS, flag_role
 
 Mode = Literal["spec", "plain"]
@@ -116,7 +116,7 @@ def server_command(
 ) -> ServerCommand:
     """Return the command that launches `scenario`'s server in `mode` ("spec" or "plain").
 
-    `sglang` is the knowledge for the installed SGLang release (perfgate.engines.sglang); it
+    `sglang` is the knowledge for the installed SGLang release (perfgate.sglang.facts); it
     names the flags. The fairness knobs (`--max-running-requests`, dtype, tp, pass-through
     `extra_args`, the environment) are the same on both servers, and so is the scheduling:
     where SGLang runs the speculative server without its overlap scheduler (see

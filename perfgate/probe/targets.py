@@ -49,9 +49,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from perfgate import metrics
-from perfgate.engines.sglang import SPEC_V1_RELEASES, SUPPORTED
-from perfgate.engines.versions import VersionRange
 from perfgate.metrics import ACCEPT, CYCLE, DRAFT, DRAFT_EXTEND, VERIFY
+from perfgate.sglang.facts import SPEC_V1_RELEASES, SUPPORTED
+from perfgate.sglang.versions import VersionRange
 
 Mode = str  # "spec" or "plain" (perfgate.engines.server_commands.Mode)
 BOTH_MODES: tuple[Mode, ...] = ("plain", "spec")

@@ -23,7 +23,6 @@ from perfgate.config import Scenario
 from perfgate.engines.client import EngineClient
 from perfgate.engines.launch import free_port
 from perfgate.engines.server_commands import Mode, ServerCommand, server_command
-from perfgate.engines.validate import Preflight, preflight
 from perfgate.errors import InfrastructureError
 from perfgate.measure import (
     Repeat,
@@ -33,6 +32,7 @@ from perfgate.measure import (
     timed_repeat,
     warm_up,
 )
+from perfgate.preflight import Preflight, preflight
 from perfgate.probe import RANGES_VARIABLE, probe_env
 from perfgate.probe.reader import CycleRecord, read_records, wait_until_complete
 from perfgate.profile.trace import ProfileResult, load_trace, parse_spans, phase_breakdown

@@ -23,11 +23,11 @@ from perfgate.config import Config, Scenario, load_config
 from perfgate.devices import GpuReport, detect_gpus, read_gpus, runner_profile
 from perfgate.engines.launch import free_port
 from perfgate.errors import ConfigError, ExitCode, PerfgateError
-from perfgate.fingerprint import GpuInfo, perfgate_version
+from perfgate.hardware import GpuInfo
+from perfgate.machine_state import STATE_VARIABLE
 from perfgate.reference import fix_commands, missing_baseline, requires_baseline
 from perfgate.runner.gpu_health import GpuProblem, Limits, find_problems, select_visible
 from perfgate.runner.predict import PredictedServer, predict_fingerprint, predict_server
-from perfgate.runner.state import STATE_VARIABLE
 from perfgate.spec.options import GateOptions
 from perfgate.store import probe_write
 from perfgate.store.database import (
@@ -36,6 +36,7 @@ from perfgate.store.database import (
     resolve_history_url,
     sqlite_path,
 )
+from perfgate.version import perfgate_version
 
 SGLANG_DEFAULT_PORT = 30000  # where a hand-started SGLang server listens
 FAIL, WARN, OK = "fail", "warn", "ok"
@@ -99,7 +100,7 @@ def check_config(machine: Machine) -> list[Check]:
 
 
 def check_python(machine: Machine) -> list[Check]:
-    from perfgate.engines.validate import EMBEDDED_INSTALL, EMBEDDED_NEEDS
+    from perfgate.preflight import EMBEDDED_INSTALL, EMBEDDED_NEEDS
 
     missing = [name for name in EMBEDDED_NEEDS if not _installed(name)]
     embedded = [s.name for s in machine.scenarios if s.engine == "embedded"]

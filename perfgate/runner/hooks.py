@@ -25,6 +25,7 @@ from perfgate.devices import GpuReport, read_gpus
 from perfgate.engines.processes import end_processes, read_process
 from perfgate.errors import ExitCode
 from perfgate.files import write_text_atomically
+from perfgate.machine_state import STATE_VARIABLE
 from perfgate.runner.gpu_health import Limits, find_problems, fingerprint_fields
 from perfgate.runner.gpu_health import select_visible as visible
 from perfgate.runner.leftovers import (
@@ -34,7 +35,6 @@ from perfgate.runner.leftovers import (
     runner_temp,
     work_folder,
 )
-from perfgate.runner.state import STATE_VARIABLE
 
 STATE_NAME = "perfgate-machine-state.json"
 POLL_S = 2.0

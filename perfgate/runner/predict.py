@@ -18,9 +18,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from perfgate.config import Scenario
-from perfgate.engines import sglang as sglang_facts
-from perfgate.engines.sglang import InstalledVersions
-from perfgate.fingerprint import GpuInfo, collect_fingerprint, diff_fingerprints, perfgate_version
+from perfgate.fingerprint import collect_fingerprint, diff_fingerprints
+from perfgate.hardware import GpuInfo
+from perfgate.sglang import facts as sglang_facts
+from perfgate.sglang.facts import InstalledVersions
+from perfgate.version import perfgate_version
 
 # A model folder whose weights are larger is not hashed before the run (the server hashes it).
 MAX_HASHED_WEIGHTS_BYTES = 512 * 2**20

@@ -9,13 +9,13 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from perfgate.engines.sglang import installed_versions
 from perfgate.errors import ConfigError
 from perfgate.progress import SILENT, Reporter
 from perfgate.serving.generator import run_load
 from perfgate.serving.load import build_requests
 from perfgate.serving.sglang_bench import bench_command, run_bench
 from perfgate.serving.summary import SERVING_METRICS, summarize_load
+from perfgate.sglang.facts import installed_versions
 
 if TYPE_CHECKING:
     from perfgate.config import Scenario

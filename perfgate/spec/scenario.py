@@ -2,7 +2,7 @@
 
 `SCENARIO_FIELDS` says, for every field of `Scenario`: the TOML keys that set it, the
 validator of its value, which server(s) it shapes, the SGLang flag (by role, as
-perfgate.engines.sglang names them) it becomes, and whether it joins the fingerprint's
+perfgate.sglang.facts names them) it becomes, and whether it joins the fingerprint's
 scenario digest and the plain twin's reuse key. Everything that used to list fields by hand
 derives from it: the keys the config accepts (`SCENARIO_KEYS`), the digest's fields
 (`digest_fields`), the plain side of the reuse key (`plain_side`), and the flags perfgate sets
@@ -128,7 +128,7 @@ class FieldSpec:
     shapes: Shapes
     digest: Digest = Digest.NO
     plain_reuse: bool = False  # part of the plain side of the plain twin's reuse key
-    flag: str | None = None  # the SGLang flag's role (perfgate.engines.sglang), set by perfgate
+    flag: str | None = None  # the SGLang flag's role (perfgate.sglang.facts), set by perfgate
     # Validates the field's TOML value; None where perfgate.config reads the field itself.
     parse: Parser | None = None
     keys: tuple[str, ...] | None = None  # the TOML keys that set it; None: its own name
@@ -287,7 +287,7 @@ def parse_fields(path: Path, where: str, raw: Mapping[str, Any]) -> dict[str, An
 
 
 def flag_role(name: str) -> str:
-    """The role of the SGLang flag that field `name` becomes (perfgate.engines.sglang)."""
+    """The role of the SGLang flag that field `name` becomes (perfgate.sglang.facts)."""
     role = SCENARIO_FIELDS[name].flag
     if role is None:
         raise LookupError(f"the scenario field {name!r} becomes no flag")

@@ -34,11 +34,11 @@ from typing import Any
 from sqlalchemy.orm import Session, sessionmaker
 
 from perfgate.config import Scenario
-from perfgate.engines.validate import check_scenario
 from perfgate.errors import PerfgateError
 from perfgate.gate.judge import DEFAULT_TOLERANCE
 from perfgate.measure import assemble_measurement, measure_mode
 from perfgate.pipeline import MeasureMode, ServerPair, record_runs, unjudged_record
+from perfgate.preflight import check_scenario
 from perfgate.progress import SILENT, Reporter
 from perfgate.results import Measurement, ModeResult, RunContext
 from perfgate.store import history

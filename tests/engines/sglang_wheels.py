@@ -2,7 +2,7 @@
 
     python tests/engines/sglang_wheels.py [--parser-deps] [--client] [RELEASE ...]
 
-With no release, the ones perfgate's tests check (perfgate.engines.sglang.CHECKED_RELEASES).
+With no release, the ones perfgate's tests check (perfgate.sglang.facts.CHECKED_RELEASES).
 `--parser-deps` also installs what importing SGLang's `server_args` needs beyond torch and
 numpy (for the test that parses perfgate's command lines with SGLang's own parser). CI runs
 this before the tests (.ci/run); the tests call the same functions when the cache is cold.
@@ -163,7 +163,7 @@ def install_client(release: str) -> Path:
 
 def main(argv: list[str] | None = None) -> int:
     sys.path.insert(0, str(REPO))
-    from perfgate.engines.sglang import CHECKED_RELEASES, PINNED
+    from perfgate.sglang.facts import CHECKED_RELEASES, PINNED
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("releases", nargs="*", default=[*CHECKED_RELEASES, PINNED])

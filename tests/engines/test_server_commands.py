@@ -8,9 +8,9 @@ from dataclasses import replace
 import pytest
 
 from perfgate.config import Scenario
-from perfgate.engines import sglang as facts
 from perfgate.engines.server_commands import server_command
 from perfgate.errors import ConfigError
+from perfgate.sglang import facts as facts
 
 SCENARIO = Scenario(
     name="tp8",

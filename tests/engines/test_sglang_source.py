@@ -4,10 +4,10 @@ For each checked release, the wheel is installed without dependencies and read w
 every probe target (module, class, method) of the table for that release exists, the targets
 of other releases do not (so the ranges are right at the checked releases), every flag
 perfgate's command lines carry is one SGLang's argument definitions declare, and every fact of
-perfgate.engines.sglang holds exactly where it says. For the pinned release, the command lines
+perfgate.sglang.facts holds exactly where it says. For the pinned release, the command lines
 are also parsed by SGLang's own argument parser.
 
-Checked releases: perfgate.engines.sglang.CHECKED_RELEASES, or `PERFGATE_SGLANG_RELEASES`
+Checked releases: perfgate.sglang.facts.CHECKED_RELEASES, or `PERFGATE_SGLANG_RELEASES`
 (a comma-separated list, or `all` for every release of the supported range in the cache).
 """
 
@@ -23,10 +23,10 @@ from pathlib import Path
 import pytest
 
 from perfgate.config import Scenario
-from perfgate.engines import sglang as facts
 from perfgate.engines.server_commands import MODES, server_command
-from perfgate.engines.versions import parse_version
 from perfgate.probe.targets import SGLANG_TARGETS, ProbeTarget, select_targets
+from perfgate.sglang import facts as facts
+from perfgate.sglang.versions import parse_version
 
 from ..hang import HANG_S
 from . import sglang_source as source
@@ -298,7 +298,7 @@ def test_sglang_parses_perfgate_command_lines() -> None:
 
 def test_the_embedded_only_flags_are_exactly_those_sglang_lacks(tree: tuple[str, Path]) -> None:
     from perfgate.engines.embedded.args import build_parser
-    from perfgate.engines.validate import EMBEDDED_ONLY_FLAGS
+    from perfgate.preflight import EMBEDDED_ONLY_FLAGS
 
     release, root = tree
     embedded = {
@@ -475,7 +475,7 @@ def test_the_exported_configs_hold_every_key_sglang_reads(
 def test_sglangs_llama_target_captures_aux_states_at_the_input_of_layer_id_plus_1(
     tree: tuple[str, Path],
 ) -> None:
-    # What perfgate.engines.sglang.capturable_aux_layer_ids and the export's pass-through
+    # What perfgate.sglang.facts.capturable_aux_layer_ids and the export's pass-through
     # layer rely on: id i is captured inside the loop over the layers, before layer i + 1, so
     # the last layer's output never is.
     release, root = tree

@@ -13,8 +13,8 @@ import pytest
 
 from perfgate.config import Scenario, load_config
 from perfgate.engines.embedded.export import export_model
-from perfgate.engines.validate import preflight
 from perfgate.errors import ConfigError
+from perfgate.preflight import preflight
 
 from ..conftest import REPO
 from ..in_process import perfgate_main

@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 
 from perfgate.config import Scenario
-from perfgate.engines import sglang as facts
-from perfgate.engines.validate import check_scenario, preflight
 from perfgate.errors import ConfigError, InfrastructureError
+from perfgate.preflight import check_scenario, preflight
+from perfgate.sglang import facts as facts
 
 from .conftest import SetGpus
 
@@ -195,7 +195,7 @@ EMBEDDED = replace(SCENARIO, engine="embedded", model="perfgate/llama-tiny", tp=
 def test_an_embedded_scenario_without_the_engines_extra_is_refused_naming_it(
     torch: str | None, safetensors: str | None, missing: str
 ) -> None:
-    from perfgate.engines.validate import require_embedded_extra
+    from perfgate.preflight import require_embedded_extra
 
     installed = facts.InstalledVersions("/venv/bin/python", None, torch, safetensors)
     with pytest.raises(ConfigError) as caught:
@@ -213,7 +213,7 @@ def test_an_embedded_scenario_without_the_engines_extra_is_refused_naming_it(
 def test_the_gate_refuses_up_front_what_this_interpreter_cannot_serve(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    from perfgate.engines import validate
+    from perfgate import preflight as validate
 
     validate.require_embedded_extra_here(EMBEDDED, FILE)  # this venv has the extra
     monkeypatch.setattr(validate, "_distribution_here", lambda name: name != "torch")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from perfgate.engines.versions import VersionRange, parse_version
+from perfgate.sglang.versions import VersionRange, parse_version
 
 ORDERED = [
     "0.5.4.dev12+gabc",

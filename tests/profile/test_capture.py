@@ -11,12 +11,12 @@ import pytest
 
 from perfgate import measure
 from perfgate.config import load_config
-from perfgate.engines import sglang
-from perfgate.engines.validate import Preflight
 from perfgate.errors import InfrastructureError
+from perfgate.preflight import Preflight
 from perfgate.probe import DIR_VARIABLE, RANGES_VARIABLE
 from perfgate.profile import capture
 from perfgate.profile.trace import load_trace
+from perfgate.sglang import facts as sglang
 
 from ..conftest import write_config
 

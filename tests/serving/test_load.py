@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 
 from perfgate.config import load_config
-from perfgate.engines.validate import probe_notes
 from perfgate.errors import ConfigError, ExitCode
+from perfgate.preflight import probe_notes
 from perfgate.probe.targets import untimed_reason
 from perfgate.serving.generator import LoadRun, RequestTiming
 from perfgate.serving.load import ServingLoad, arrival_gaps_s, build_requests

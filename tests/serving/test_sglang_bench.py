@@ -16,7 +16,6 @@ import httpx
 import pytest
 
 from perfgate.config import load_config
-from perfgate.engines.sglang import PINNED
 from perfgate.serving.load import ServingLoad, build_requests
 from perfgate.serving.measure import measure_serving
 from perfgate.serving.sglang_bench import (
@@ -27,6 +26,7 @@ from perfgate.serving.sglang_bench import (
     run_bench,
 )
 from perfgate.serving.summary import SERVING_METRICS
+from perfgate.sglang.facts import PINNED
 
 from ..conftest import TINY_SCENARIO, write_config
 from ..engines.sglang_wheels import client_python

@@ -17,7 +17,7 @@ loads its LM head from the draft's file; the embedding SGLang replaces by the ta
 same numbers). The draft vocabulary is the target's, so there is no ``d2t``/``t2d`` mapping.
 
 The hidden states. SGLang's Llama target captures aux hidden state ``id`` at the input of
-decoder layer ``id + 1`` (``perfgate.engines.sglang.capturable_aux_layer_ids``): the embedded
+decoder layer ``id + 1`` (``perfgate.sglang.facts.capturable_aux_layer_ids``): the embedded
 head's feature layer ``f`` (the residual stream after ``f`` layers) is id ``f - 1``, and the last
 layer's output (``f = n_layer``) is never captured. A target whose shipped head reads its last
 layer's output (``perfgate/llama-tiny``: feature layers 1, 2, 4 of 4) is therefore exported with
@@ -66,8 +66,8 @@ from perfgate.engines.embedded.loading import (
     target_config,
 )
 from perfgate.engines.embedded.model import BYTE_VOCAB, DraftConfig, TargetConfig
-from perfgate.engines.sglang import capturable_aux_layer_ids
 from perfgate.errors import ConfigError
+from perfgate.sglang.facts import capturable_aux_layer_ids
 
 MANIFEST_FILE = "perfgate-export.json"
 MANIFEST_FORMAT = 1
@@ -412,7 +412,7 @@ def _dtype_name(tensors: Mapping[str, Tensor]) -> str:
 
 
 def _manifest(model: ModelDir, kind: str, architecture: str) -> dict[str, Any]:
-    from perfgate.fingerprint import perfgate_version
+    from perfgate.version import perfgate_version
 
     return {
         "format": MANIFEST_FORMAT,

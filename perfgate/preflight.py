@@ -20,11 +20,11 @@ from pathlib import Path
 from perfgate.config import Scenario
 from perfgate.devices import Gpu
 from perfgate.engines import embedded
-from perfgate.engines import sglang as sglang_facts
 from perfgate.engines.gpu_memory import check_gpus_for, query_gpus
 from perfgate.engines.server_commands import OWNED_ROLES, flag_names
-from perfgate.engines.sglang import InstalledVersions, SglangRelease
 from perfgate.errors import ConfigError
+from perfgate.sglang import facts as sglang_facts
+from perfgate.sglang.facts import InstalledVersions, SglangRelease
 
 PASS_THROUGH = ("extra_args", "spec_extra_args", "plain_extra_args")
 # The embedded engine's flags that no SGLang release declares (the others are SGLang's own);
@@ -387,7 +387,7 @@ def _local_config(value: str, name: str = "config.json") -> tuple[Path, dict[str
 def _check_draft_fits_target(scenario: Scenario, file: Path | None) -> None:
     """Refuse, from the two local config.json files, an EAGLE-3 draft that cannot read its
     target: another hidden size or vocabulary, or aux hidden states SGLang's Llama target never
-    captures (perfgate.engines.sglang.capturable_aux_layer_ids)."""
+    captures (perfgate.sglang.facts.capturable_aux_layer_ids)."""
     target, draft = _local_config(scenario.model), _local_config(scenario.draft)
     if target is None or draft is None or scenario.algorithm.upper() != "EAGLE3":
         return

@@ -19,8 +19,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Literal
 
-from perfgate.engines.versions import VersionRange, parse_version
 from perfgate.errors import ConfigError
+from perfgate.sglang.versions import VersionRange, parse_version
 
 # The releases perfgate runs against: a version outside this range is refused before launch.
 SUPPORTED = VersionRange(">=0.5.6,<0.5.24")
@@ -214,9 +214,7 @@ class SglangRelease:
         """The name of `role` in this release (the newest, where there are aliases)."""
         names = self.names(role)
         if not names:
-            raise LookupError(
-                f"SGLang {self.version} has no {role!r} (see perfgate.engines.sglang)"
-            )
+            raise LookupError(f"SGLang {self.version} has no {role!r} (see perfgate.sglang.facts)")
         return names[0]
 
     def has(self, role: str) -> bool:
