@@ -39,6 +39,7 @@ from typing import Any, Protocol
 from perfgate.errors import ConfigError, InfrastructureError
 from perfgate.hardware import GpuInfo, default_profile
 
+VISIBLE_VARIABLE = "CUDA_VISIBLE_DEVICES"  # which GPUs a process sees (CUDA's own variable)
 READER_VARIABLE = "PERFGATE_GPU_READER"
 READERS = ("auto", "nvml", "nvidia-smi")
 TIMEOUT_S = 30.0
@@ -504,6 +505,52 @@ def detect_gpus() -> GpuInfo | None:
     first = report.gpus[0]
     cuda = reader.cuda_version(TIMEOUT_S) or "unknown"
     return GpuInfo(name=first.name, driver=first.driver, cuda=cuda, count=len(report.gpus))
+
+
+def listed_devices(environ: Mapping[str, str]) -> str | None:
+    """CUDA_VISIBLE_DEVICES of `environ`, the one place perfgate reads it; None when unset."""
+    return environ.get(VISIBLE_VARIABLE)
+
+
+def visible_gpus(
+    gpus: Sequence[Gpu],
+    cuda_visible_devices: str | None,
+    where: str = VISIBLE_VARIABLE,
+    *,
+    strict: bool = True,
+) -> list[Gpu]:
+    """The GPUs CUDA_VISIBLE_DEVICES selects (indices or UUIDs), in its order; all if unset.
+
+    Indices are read in nvidia-smi's (PCI bus) order, as with CUDA_DEVICE_ORDER=PCI_BUS_ID.
+    MIG devices cannot be matched to a GPU here and are left out. An entry that names no GPU
+    of this machine is refused (ConfigError naming `where`), or with `strict=False` (a health
+    check, which reports on what is there) left out.
+    """
+    if cuda_visible_devices is None:
+        return list(gpus)
+    chosen = []
+    for entry in (e.strip() for e in cuda_visible_devices.split(",")):
+        if not entry or entry.startswith("MIG-"):
+            continue
+        gpu = _match(gpus, entry)
+        if gpu is None and not strict:
+            continue
+        if gpu is None:
+            shown = ", ".join(f"{g.index} ({g.uuid})" for g in gpus) or "none"
+            raise ConfigError(
+                f"names GPU {entry!r}, which this machine does not have",
+                field=where,
+                fix=f"use indices or UUIDs of the GPUs nvidia-smi shows: {shown}",
+            )
+        chosen.append(gpu)
+    return chosen
+
+
+def _match(gpus: Sequence[Gpu], entry: str) -> Gpu | None:
+    if entry.isdigit():
+        return next((g for g in gpus if g.index == int(entry)), None)
+    matches = [g for g in gpus if g.uuid.startswith(entry)]  # CUDA accepts a unique prefix
+    return matches[0] if len(matches) == 1 else None
 
 
 PROFILE_FIELD = "runner profile (--profile, PERFGATE_PROFILE)"

@@ -11,7 +11,7 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from perfgate.devices import Gpu, read_gpus
+from perfgate.devices import Gpu, listed_devices, read_gpus, visible_gpus
 from perfgate.errors import ConfigError, InfrastructureError
 
 BUSY_FRACTION = 0.2  # memory already in use on a GPU a server is about to load onto
@@ -24,39 +24,6 @@ def query_gpus(timeout_s: float = 30.0) -> list[Gpu] | None:
     way to read them (no NVML, no nvidia-smi)."""
     report = read_gpus(apps=False, timeout_s=timeout_s)
     return None if report is None else list(report.gpus)
-
-
-def visible_gpus(
-    gpus: Sequence[Gpu], cuda_visible_devices: str | None, where: str = "CUDA_VISIBLE_DEVICES"
-) -> list[Gpu]:
-    """The GPUs CUDA_VISIBLE_DEVICES selects (indices or UUIDs), in its order; all if unset.
-
-    Indices are read in nvidia-smi's (PCI bus) order, as with CUDA_DEVICE_ORDER=PCI_BUS_ID.
-    MIG devices cannot be matched to a GPU here and are left out.
-    """
-    if cuda_visible_devices is None:
-        return list(gpus)
-    chosen = []
-    for entry in (e.strip() for e in cuda_visible_devices.split(",")):
-        if not entry or entry.startswith("MIG-"):
-            continue
-        gpu = _match(gpus, entry)
-        if gpu is None:
-            shown = ", ".join(f"{g.index} ({g.uuid})" for g in gpus) or "none"
-            raise ConfigError(
-                f"names GPU {entry!r}, which this machine does not have",
-                field=where,
-                fix=f"use indices or UUIDs of the GPUs nvidia-smi shows: {shown}",
-            )
-        chosen.append(gpu)
-    return chosen
-
-
-def _match(gpus: Sequence[Gpu], entry: str) -> Gpu | None:
-    if entry.isdigit():
-        return next((g for g in gpus if g.index == int(entry)), None)
-    matches = [g for g in gpus if g.uuid.startswith(entry)]  # CUDA accepts a unique prefix
-    return matches[0] if len(matches) == 1 else None
 
 
 def check_gpus_for(
@@ -76,7 +43,7 @@ def check_gpus_for(
             "no GPU is visible: nvidia-smi is not installed or not on PATH; "
             'SGLang needs NVIDIA GPUs (or set the scenario\'s device = "cpu")'
         )
-    listed = environ.get("CUDA_VISIBLE_DEVICES")
+    listed = listed_devices(environ)
     chosen = visible_gpus(gpus, listed, where)
     if len(chosen) < tp and listed is not None:
         raise ConfigError(

@@ -20,13 +20,20 @@ from typing import Any
 
 from perfgate.baselines import Baseline, baseline_path, load_baseline
 from perfgate.config import Config, Scenario, load_config
-from perfgate.devices import GpuReport, detect_gpus, read_gpus, runner_profile
+from perfgate.devices import (
+    GpuReport,
+    detect_gpus,
+    listed_devices,
+    read_gpus,
+    runner_profile,
+    visible_gpus,
+)
 from perfgate.engines.launch import free_port
 from perfgate.errors import ConfigError, ExitCode, PerfgateError
 from perfgate.hardware import GpuInfo
 from perfgate.machine_state import STATE_VARIABLE
 from perfgate.reference import fix_commands, missing_baseline, requires_baseline
-from perfgate.runner.gpu_health import GpuProblem, Limits, find_problems, select_visible
+from perfgate.runner.gpu_health import GpuProblem, Limits, find_problems
 from perfgate.runner.predict import PredictedServer, predict_fingerprint, predict_server
 from perfgate.spec.options import GateOptions
 from perfgate.store import probe_write
@@ -286,7 +293,7 @@ def _gpu_fix(problem: GpuProblem) -> str:
 
 def _check_gpu_count(machine: Machine, scenario: Scenario, report: GpuReport) -> list[Check]:
     env = {**machine.environ, **scenario.env}
-    visible = select_visible(report.gpus, env.get("CUDA_VISIBLE_DEVICES"))
+    visible = visible_gpus(report.gpus, listed_devices(env), strict=False)
     if scenario.tp <= len(visible):
         return []
     detail = f"{scenario.name} needs tp = {scenario.tp} GPUs; {len(visible)} visible"

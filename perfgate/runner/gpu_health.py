@@ -25,18 +25,6 @@ class Limits:
     max_utilization_pct: float = DEFAULT_MAX_UTILIZATION
 
 
-def select_visible(gpus: Sequence[Gpu], cuda_visible_devices: str | None) -> list[Gpu]:
-    """The GPUs `CUDA_VISIBLE_DEVICES` names (indices or UUID prefixes); all when unset."""
-    if not cuda_visible_devices:
-        return list(gpus)
-    wanted = [entry.strip() for entry in cuda_visible_devices.split(",") if entry.strip()]
-    return [
-        g
-        for g in gpus
-        if any(w == str(g.index) or (not w.isdigit() and g.uuid.startswith(w)) for w in wanted)
-    ]
-
-
 def unhealthy_reasons(gpu: Gpu) -> list[str]:
     """Why timings taken on this GPU now could not be trusted; [] for a healthy one."""
     problems = []

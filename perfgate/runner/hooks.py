@@ -21,13 +21,12 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from perfgate.ci.workflow_commands import Annotation
-from perfgate.devices import GpuReport, read_gpus
+from perfgate.devices import GpuReport, listed_devices, read_gpus, visible_gpus
 from perfgate.engines.processes import end_processes, read_process
 from perfgate.errors import ExitCode
 from perfgate.files import write_text_atomically
 from perfgate.machine_state import STATE_VARIABLE
 from perfgate.runner.gpu_health import Limits, find_problems, fingerprint_fields
-from perfgate.runner.gpu_health import select_visible as visible
 from perfgate.runner.leftovers import (
     OWNER_VARIABLE,
     Leftover,
@@ -102,7 +101,7 @@ def _visible_report(environ: Mapping[str, str]) -> GpuReport | None:
     report = read_gpus()
     if report is None:
         return None
-    gpus = tuple(visible(report.gpus, environ.get("CUDA_VISIBLE_DEVICES")))
+    gpus = tuple(visible_gpus(report.gpus, listed_devices(environ), strict=False))
     return GpuReport(gpus, report.apps, report.not_queried)
 
 

@@ -7,7 +7,8 @@ import time
 
 import pytest
 
-from perfgate.engines.gpu_memory import GpuWatch, check_gpus_for, query_gpus, visible_gpus
+from perfgate.devices import visible_gpus
+from perfgate.engines.gpu_memory import GpuWatch, check_gpus_for, query_gpus
 from perfgate.errors import ConfigError, InfrastructureError
 
 from .conftest import SetGpus

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from perfgate.devices import GpuReport, parse_gpu_row, read_gpus
-from perfgate.runner.gpu_health import Limits, find_problems, fingerprint_fields, select_visible
+from perfgate.devices import GpuReport, parse_gpu_row, read_gpus, visible_gpus
+from perfgate.runner.gpu_health import Limits, find_problems, fingerprint_fields
 
 from .. import fake_smi
 
@@ -98,5 +98,7 @@ def test_cuda_visible_devices_selects_by_index_or_uuid(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     gpus = _report(monkeypatch, tmp_path, fake_smi.gpus(4)).gpus
-    assert [g.index for g in select_visible(gpus, "2,GPU-00000000")] == [0, 2]
-    assert len(select_visible(gpus, None)) == 4
+    assert [g.index for g in visible_gpus(gpus, "2,GPU-00000000")] == [2, 0]  # CUDA's order
+    assert len(visible_gpus(gpus, None)) == 4
+    # A health check reports on the GPUs there are: an entry naming none is left out.
+    assert [g.index for g in visible_gpus(gpus, "1,7", strict=False)] == [1]
