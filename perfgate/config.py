@@ -62,8 +62,12 @@ class Config:
     alpha: float = DEFAULT_ALPHA
     sweeps: Mapping[str, SweepSpec] = field(default_factory=dict)  # `perfgate sweep --sweep`
 
-    def select(self, names: tuple[str, ...] | list[str] = ()) -> list[Scenario]:
-        """Return the named scenarios (or the defaults), refusing unknown names."""
+    def select(
+        self, names: tuple[str, ...] | list[str] = (), engine: str | None = None
+    ) -> list[Scenario]:
+        """Return the named scenarios (or the defaults), refusing unknown names; on `engine`
+        (the --engine override) where one is given. Every command chooses its scenarios
+        here."""
         chosen = list(names) or list(self.default_scenarios)
         unknown = [n for n in chosen if n not in self.scenarios]
         if unknown:
@@ -72,7 +76,8 @@ class Config:
                 file=self.path,
                 fix=f"choose one of: {', '.join(sorted(self.scenarios))}",
             )
-        return [self.scenarios[n] for n in chosen]
+        chosen_scenarios = [self.scenarios[n] for n in chosen]
+        return [s.with_engine(engine) for s in chosen_scenarios] if engine else chosen_scenarios
 
 
 def find_config(start: Path | None = None) -> Path:

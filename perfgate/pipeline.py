@@ -95,9 +95,7 @@ class GatePlan:
         self.options = options
         cwd = cwd or Path.cwd()
         self.config: Config = load_config(options.config)
-        selected = self.config.select(options.scenarios)
-        if options.engine:
-            selected = [s.with_engine(options.engine) for s in selected]
+        selected = self.config.select(options.scenarios, options.engine)
         self.scenarios = {s.name: s for s in selected}
         for scenario in selected:  # refuse what SGLang would refuse, before anything starts
             check_scenario(scenario, self.config.path)

@@ -126,3 +126,15 @@ def test_the_runner_profile_is_worked_out_in_one_place() -> None:
             if isinstance(node, ast.Call) and getattr(node.func, "id", "") == "default_profile":
                 callers.append(f"{path.relative_to(REPO)}:{node.lineno}")
     assert len(callers) == 1 and callers[0].startswith("perfgate/devices.py:"), callers
+
+
+def test_the_engine_override_is_applied_in_one_place() -> None:
+    """--engine reaches a scenario through `Config.select` alone; the seven commands that
+    each applied it themselves now ask there."""
+    callers = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        tree = ast.parse(path.read_text("utf-8"))
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Call) and getattr(node.func, "attr", "") == "with_engine":
+                callers.append(f"{path.relative_to(REPO)}:{node.lineno}")
+    assert len(callers) == 1 and callers[0].startswith("perfgate/config.py:"), callers

@@ -82,9 +82,7 @@ def run(settings: Settings, args: argparse.Namespace) -> int:
         raise ConfigError(
             "bisect measures one scenario", field="--scenario", fix="name it: --scenario NAME"
         )
-    (scenario,) = config.select(list(settings.scenarios))
-    if settings.engine:
-        scenario = scenario.with_engine(settings.engine)
+    (scenario,) = config.select(list(settings.scenarios), settings.engine)
     name = bisect_name(args.name, scenario.name, set(config.scenarios))
     if args.good_runs < 2:
         raise ConfigError(

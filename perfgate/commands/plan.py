@@ -69,9 +69,7 @@ def run(settings: Settings, args: argparse.Namespace) -> int:
     from perfgate.store import probe_write
 
     config = load_config(settings.config)
-    base = _scenario(args, config)
-    if settings.engine:
-        base = base.with_engine(settings.engine)
+    base = _scenario(args, config, settings.engine)
     spec = plan_spec(args, config, base)
     profile = runner_profile(settings.profile)
     probe_write(settings.history_url)  # a history that refuses writes fails before anything
@@ -96,8 +94,9 @@ def run(settings: Settings, args: argparse.Namespace) -> int:
     return int(result.exit_code())
 
 
-def _scenario(args: argparse.Namespace, config: Config) -> Scenario:
-    (base,) = config.select([args.scenario] if args.scenario else [config.default_scenarios[0]])
+def _scenario(args: argparse.Namespace, config: Config, engine: str | None) -> Scenario:
+    named = [args.scenario] if args.scenario else [config.default_scenarios[0]]
+    (base,) = config.select(named, engine)
     return base
 
 

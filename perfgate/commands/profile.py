@@ -66,7 +66,7 @@ def run(settings: Settings, args: argparse.Namespace) -> int:
     from perfgate.profile.render import profile_json, render_markdown
 
     config = load_config(settings.config)
-    scenario = _scenario(args, config.select(settings.scenarios))
+    scenario = _scenario(args, config.select(settings.scenarios, settings.engine))
     activities = _activities(args.activities)
     if args.cycles < 1:
         raise ConfigError("must be >= 1", field="--cycles", fix="profile a few cycles, e.g. 5")
@@ -105,7 +105,7 @@ def run(settings: Settings, args: argparse.Namespace) -> int:
 
 
 def _scenario(args: argparse.Namespace, selected: list[Scenario]) -> Scenario:
-    scenario = selected[0].with_engine(args.engine) if args.engine else selected[0]
+    scenario = selected[0]
     if args.repeats is not None:
         if args.repeats < 1:
             raise ConfigError("must be >= 1", field="--repeats", fix="time at least one repeat")

@@ -40,9 +40,7 @@ def register(commands: Any) -> None:
 
 def run(settings: Settings, args: argparse.Namespace) -> int:
     config = load_config(settings.config)
-    scenarios = config.select(settings.scenarios)
-    if settings.engine:
-        scenarios = [s.with_engine(settings.engine) for s in scenarios]
+    scenarios = config.select(settings.scenarios, settings.engine)
     # A folder of its own per invocation, as a session's: two at once never share a log.
     servers = config.path.parent / SERVERS
     if args.dry_run:  # named as a launch would name it, not made

@@ -103,9 +103,7 @@ def run(settings: Settings, args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         early_stop = False
-    (base,) = config.select([spec.scenario])
-    if settings.engine:
-        base = base.with_engine(settings.engine)
+    (base,) = config.select([spec.scenario], settings.engine)
     if args.budget_s is not None and args.budget_s <= 0:
         raise ConfigError("must be > 0", field="--budget-s", fix="give seconds, e.g. 450")
     profile = runner_profile(settings.profile)

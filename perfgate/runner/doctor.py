@@ -100,8 +100,7 @@ def _fail(name: str, error: PerfgateError, fix: str) -> Check:
 def check_config(machine: Machine) -> list[Check]:
     options = machine.options
     machine.config = load_config(options.config)
-    chosen = machine.config.select(options.scenarios)
-    machine.scenarios = [s.with_engine(options.engine) if options.engine else s for s in chosen]
+    machine.scenarios = machine.config.select(options.scenarios, options.engine)
     names = ", ".join(s.name for s in machine.scenarios)
     return [Check("config", OK, f"{machine.config.path}: checking {names}")]
 
@@ -262,11 +261,8 @@ def _no_gpu(machine: Machine, scenario: Scenario, why: str) -> Check:
     detail = f"scenario {scenario.name} needs a GPU ({needs}), and this machine has none ({why})"
     assert machine.config is not None
     engine = machine.options.engine
-    on_cpu = [
-        name
-        for name, other in machine.config.scenarios.items()
-        if not _needs_gpu(other.with_engine(engine) if engine else other)
-    ]
+    every = machine.config.select(list(machine.config.scenarios), engine)
+    on_cpu = [other.name for other in every if not _needs_gpu(other)]
     if on_cpu:
         fix = "run it on a GPU machine, or select a CPU scenario with `--scenario NAME` "
         fix += f"({', '.join(on_cpu)} in {machine.config.path.name})"
