@@ -14,19 +14,18 @@ from perfgate import metrics
 from perfgate.config import Scenario
 from perfgate.devices import detect_gpus
 from perfgate.engines.client import Completion, EngineClient, RequestRefused
-from perfgate.engines.launch import Server, free_port, running_server
+from perfgate.engines.launch import Server, probed_command, running_server
 from perfgate.engines.prometheus import (
     CATEGORY_OF_PHASE,
     counter_deltas,
     device_seconds_by_category,
     parse_metrics,
 )
-from perfgate.engines.server_commands import Mode, ServerCommand, server_command
+from perfgate.engines.server_commands import Mode, ServerCommand
 from perfgate.equivalence import ForcedToken, TeacherScores, compare_outputs
 from perfgate.fingerprint import collect_fingerprint
 from perfgate.folders import new_folder
 from perfgate.preflight import Preflight, preflight
-from perfgate.probe import DIR_VARIABLE, probe_env
 from perfgate.probe.reader import (
     CycleRecord,
     phase_totals_by_pid,
@@ -98,18 +97,7 @@ def measure_mode(
     workdir.mkdir(parents=True, exist_ok=True)
     # This server's probe files, and no other's; none at all without the probe.
     probe_dir = new_folder(workdir, f"probe-{mode}") if probe else None
-    env = (
-        probe_env(
-            probe_dir,
-            scenario.engine,
-            engine_version=checked.engine_version,
-            mode=mode,
-            scenario_env=scenario.env,
-        )
-        if probe_dir is not None
-        else {DIR_VARIABLE: ""}
-    )
-    command = server_command(scenario, mode, port=free_port(), extra_env=env, sglang=checked.sglang)
+    command = probed_command(scenario, mode, probe_dir, checked.sglang)
     log_path = workdir / f"server-{mode}.log"
     with server_and_client(scenario, command, log_path, checked, progress) as (server, client):
         info = client.server_info()
@@ -396,9 +384,7 @@ def teacher_force(
     if not to_score(scenario, spec.outputs, plain.outputs):
         return None
     checked = checked or preflight(scenario)
-    command = server_command(
-        scenario, "plain", port=free_port(), extra_env={DIR_VARIABLE: ""}, sglang=checked.sglang
-    )
+    command = probed_command(scenario, "plain", None, checked.sglang)  # the probe off
     workdir.mkdir(parents=True, exist_ok=True)
     log = workdir / "server-teacher.log"
     with server_and_client(scenario, command, log, checked, progress) as (_, client):

@@ -138,3 +138,20 @@ def test_the_engine_override_is_applied_in_one_place() -> None:
             if isinstance(node, ast.Call) and getattr(node.func, "attr", "") == "with_engine":
                 callers.append(f"{path.relative_to(REPO)}:{node.lineno}")
     assert len(callers) == 1 and callers[0].startswith("perfgate/config.py:"), callers
+
+
+def test_a_servers_command_line_is_built_in_one_place() -> None:
+    """Probe variables, then the server's command line: `engines.launch.probed_command` alone
+    (the gate's measuring, the teacher's server, a profile and `perfgate servers` each built
+    them themselves)."""
+    found = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        tree = ast.parse(path.read_text("utf-8"))
+        for node in ast.walk(tree):
+            called = getattr(getattr(node, "func", None), "id", "")
+            if isinstance(node, ast.Call) and called in ("server_command", "probe_env"):
+                found.append(f"{path.relative_to(REPO)}:{called}")
+    assert sorted(set(found)) == [
+        "perfgate/engines/launch.py:probe_env",
+        "perfgate/engines/launch.py:server_command",
+    ], found

@@ -11,11 +11,10 @@ from typing import Any
 
 from perfgate.commands import add_command
 from perfgate.config import Scenario, load_config
-from perfgate.engines.server_commands import MODES, Mode, server_command
+from perfgate.engines.server_commands import MODES, Mode
 from perfgate.errors import ConfigError
 from perfgate.folders import new_folder, process_folder_name
 from perfgate.preflight import check_scenario, preflight, refuse_embedded_only
-from perfgate.probe import probe_env
 from perfgate.progress import stderr_reporter
 from perfgate.settings import Settings, add_options
 from perfgate.sglang import facts as sglang_facts
@@ -52,19 +51,16 @@ def run(settings: Settings, args: argparse.Namespace) -> int:
 
 
 def _print_commands(scenario: Scenario, file: Path, probe_root: Path) -> None:
-    from perfgate.engines.launch import free_port
+    from perfgate.engines.launch import probed_command
 
     refuse_embedded_only(scenario, file)  # before any note on the installed release
     release = _installed_or_pinned(scenario) if scenario.engine == "sglang" else None
     for note in check_scenario(scenario, file, release):
         print(f"# {note}", file=sys.stderr)
-    version = release.version if release else None
     for mode in MODES:
-        probe = probe_root / scenario.name / f"probe-{mode}"
-        env = probe_env(
-            probe, scenario.engine, engine_version=version, mode=mode, scenario_env=scenario.env
+        command = probed_command(
+            scenario, mode, probe_root / scenario.name / f"probe-{mode}", release
         )
-        command = server_command(scenario, mode, port=free_port(), extra_env=env, sglang=release)
         print(command.shell())
 
 
@@ -84,25 +80,13 @@ def _installed_or_pinned(scenario: Scenario) -> sglang_facts.SglangRelease:
 
 
 def _serve(scenario: Scenario, mode: Mode, file: Path, probe_root: Path) -> int:
-    from perfgate.engines.launch import free_port, running_server
+    from perfgate.engines.launch import probed_command, running_server
 
     checked = preflight(scenario, file)
     for note in checked.notes:
         print(f"# {note}", file=sys.stderr)
-    probe = probe_root / scenario.name / f"probe-{mode}"
-    env = probe_env(
-        probe,
-        scenario.engine,
-        engine_version=checked.engine_version,
-        mode=mode,
-        scenario_env=scenario.env,
-    )
-    command = server_command(
-        scenario,
-        mode,
-        port=free_port(),
-        extra_env=env,
-        sglang=checked.sglang,
+    command = probed_command(
+        scenario, mode, probe_root / scenario.name / f"probe-{mode}", checked.sglang
     )
     log = probe_root / scenario.name / f"server-{mode}.log"
     with running_server(

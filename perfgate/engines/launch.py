@@ -12,21 +12,23 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import IO
 
 import httpx
 
+from perfgate.config import Scenario
 from perfgate.devices import Gpu
 from perfgate.engines import processes, supervise
 from perfgate.engines.client import RequestRefused
 from perfgate.engines.gpu_memory import GpuWatch
 from perfgate.engines.listener import foreign_listeners
-from perfgate.engines.server_commands import ServerCommand
+from perfgate.engines.server_commands import Mode, ServerCommand, server_command
 from perfgate.errors import ConfigError, ExitCode, InfrastructureError, PerfgateError
+from perfgate.probe import DIR_VARIABLE, probe_env
 from perfgate.progress import SILENT, Reporter, Step, clean_line, format_duration
-from perfgate.sglang.facts import ARGUMENT_CHECKS
+from perfgate.sglang.facts import ARGUMENT_CHECKS, SglangRelease
 
 LOG_TAIL_LINES = 20
 REFUSAL_SCAN_LINES = 400  # enough for a traceback through SGLang's argument checks
@@ -52,6 +54,28 @@ def free_port(host: str = "127.0.0.1") -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind((host, 0))
         return int(sock.getsockname()[1])
+
+
+def probed_command(
+    scenario: Scenario,
+    mode: Mode,
+    probe_dir: Path | None,
+    sglang: SglangRelease | None,
+    extra_env: Mapping[str, str] | None = None,
+) -> ServerCommand:
+    """The command line of one of a scenario's servers on a free port, with the probe writing
+    into `probe_dir` (the probe off where it is None) for SGLang release `sglang` (the
+    preflight's; None for the embedded engine), and `extra_env` on top. Every path that starts
+    a server (a gate run, a profile, `perfgate servers`) builds its command here."""
+    if probe_dir is None:
+        env = {DIR_VARIABLE: ""}
+    else:
+        version = sglang.version if sglang else None
+        env = probe_env(
+            probe_dir, scenario.engine, engine_version=version, mode=mode, scenario_env=scenario.env
+        )
+    env.update(extra_env or {})
+    return server_command(scenario, mode, port=free_port(), extra_env=env, sglang=sglang)
 
 
 def check_port_free(host: str, port: int) -> None:

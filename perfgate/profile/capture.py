@@ -21,8 +21,8 @@ from typing import Any
 from perfgate import metrics
 from perfgate.config import Scenario
 from perfgate.engines.client import EngineClient
-from perfgate.engines.launch import free_port
-from perfgate.engines.server_commands import Mode, ServerCommand, server_command
+from perfgate.engines.launch import probed_command
+from perfgate.engines.server_commands import Mode, ServerCommand
 from perfgate.errors import InfrastructureError
 from perfgate.measure import (
     Repeat,
@@ -33,7 +33,7 @@ from perfgate.measure import (
     warm_up,
 )
 from perfgate.preflight import Preflight, preflight
-from perfgate.probe import RANGES_VARIABLE, probe_env
+from perfgate.probe import RANGES_VARIABLE
 from perfgate.probe.reader import CycleRecord, read_records, wait_until_complete
 from perfgate.profile.trace import ProfileResult, load_trace, parse_spans, phase_breakdown
 from perfgate.progress import SILENT, Reporter
@@ -114,17 +114,10 @@ def profiled_server(
     embedded engine turns the marks on for its profile only: the unprofiled cycles the
     profiled ones are compared with then carry none of their cost.
     """
-    env = probe_env(
-        probe_dir,
-        scenario.engine,
-        engine_version=checked.engine_version,
-        mode=mode,
-        scenario_env=scenario.env,
-    )
-    env[EVERY_VARIABLE] = "1"  # every cycle timed: the profiled ones and those compared with them
+    env = {EVERY_VARIABLE: "1"}  # every cycle timed: the profiled ones and those compared with them
     if scenario.engine != "embedded":
         env[RANGES_VARIABLE] = "1"
-    return server_command(scenario, mode, port=free_port(), extra_env=env, sglang=checked.sglang)
+    return probed_command(scenario, mode, probe_dir, checked.sglang, env)
 
 
 def _repeats_then_profile(
