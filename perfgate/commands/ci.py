@@ -41,7 +41,7 @@ from perfgate.ci.markdown import (
     scenario_section,
 )
 from perfgate.ci.pointer import POINTER, SessionPointer, load_pointer
-from perfgate.ci.settings import check_settings
+from perfgate.ci.repo_settings import check_settings
 from perfgate.commands import add_command
 from perfgate.commands import baseline as baseline_command
 from perfgate.config import Config, load_config

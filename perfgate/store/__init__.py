@@ -31,7 +31,6 @@ from perfgate.store.database import (
     resolve_history_url,
     sqlite_path,
 )
-from perfgate.store.probe import probe_file, probe_folder, write_and_roll_back, write_error
 from perfgate.store.queries import (
     MetricPoint,
     RunFilter,
@@ -54,6 +53,7 @@ from perfgate.store.schema import (
     stamp_schema,
     upgrade_schema,
 )
+from perfgate.store.write_check import probe_file, probe_folder, write_and_roll_back, write_error
 
 __all__ = [
     "HistoryColumns",
@@ -230,7 +230,7 @@ def probe_write(url: str) -> str:
     A SQLite file is opened for writing and a temporary file is made in its folder (for a file
     that does not exist yet, in the folder it would be created in: nothing more is tried).
     Then a real write transaction is rolled back: on SQLite it begins IMMEDIATE, taking the
-    write lock (see perfgate.store.probe.write_and_roll_back for the statement).
+    write lock (see perfgate.store.write_check.write_and_roll_back for the statement).
 
     Raises ConfigError (exit 64) for a file, folder or database user that refuses writing and
     for a history perfgate must not touch; InfrastructureError (exit 69) for a server that

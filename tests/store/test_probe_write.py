@@ -16,7 +16,7 @@ from sqlalchemy import create_engine, inspect, text
 from perfgate.errors import ConfigError, ExitCode, InfrastructureError
 from perfgate.store import close_history, open_history, probe_write
 from perfgate.store.database import parse_history_url
-from perfgate.store.probe import PROBE_TABLE
+from perfgate.store.write_check import PROBE_TABLE
 
 from ..conftest import REPO
 from ..lockdown import immutable, require_unshare, with_mounts
