@@ -107,10 +107,14 @@ class FakeStream(io.StringIO):
 
 
 def run_perfgate_while(
-    cwd: Path, argv: list[str], line: str, during: Callable[[], AbstractContextManager[object]]
+    cwd: Path,
+    argv: list[str],
+    line: str,
+    during: Callable[[subprocess.Popen[bytes]], AbstractContextManager[object]],
 ) -> tuple[int, str]:
-    """Run `perfgate ARGV`; once `line` shows in its output, enter `during()` and hold it till
-    perfgate ends. Returns perfgate's exit code and output."""
+    """Run `perfgate ARGV`; once `line` shows in its output, enter `during(process)` (which
+    may signal the process, as Ctrl-C does) and hold it till perfgate ends. Returns perfgate's
+    exit code and output. The line is waited for under the hang guard (tests/hang.py)."""
     output = cwd / "output.txt"
     env = {k: v for k, v in os.environ.items() if k not in ("PERFGATE_DB_URL", "CI")}
     with output.open("wb") as out:
@@ -122,11 +126,11 @@ def run_perfgate_while(
             stderr=subprocess.STDOUT,
         )
     try:
-        deadline = time.monotonic() + 120
+        deadline = time.monotonic() + HANG_S
         while line not in output.read_text(errors="replace"):
             assert process.poll() is None and time.monotonic() < deadline, output.read_text()
             time.sleep(0.02)
-        with during():
+        with during(process):
             code = process.wait(timeout=HANG_S)
     finally:
         if process.poll() is None:

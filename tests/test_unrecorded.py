@@ -102,7 +102,7 @@ def test_a_scenario_name_longer_than_the_history_column_is_refused_at_load(
 
 def _make_immutable_while_measuring(folder: Path, argv: list[str], line: str) -> tuple[int, str]:
     """Run perfgate; once `line` shows it measuring, make its history immutable till it ends."""
-    return run_perfgate_while(folder, argv, line, lambda: immutable(folder / "history.db"))
+    return run_perfgate_while(folder, argv, line, lambda _: immutable(folder / "history.db"))
 
 
 def _import_twice(folder: Path, kept: Path) -> None:

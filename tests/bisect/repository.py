@@ -15,7 +15,7 @@ import shutil
 import subprocess
 from pathlib import Path
 
-from ..conftest import REPO
+from ..conftest import REPO, TINY_SCENARIO
 
 SLOW_VERIFY_S = 0.1
 VERIFY_CALL = "            self.verify_delay()\n            return logits, features_of(hidden)\n"
@@ -32,34 +32,22 @@ IDENTITY = {
     "GIT_COMMITTER_EMAIL": "tests@perfgate.invalid",
 }
 
+
+def _bisect_scenario() -> str:
+    """tests/conftest.py's tiny scenario, 16 new tokens instead of 24 and no baselines folder:
+    cheap to measure at every commit. It fails loudly if the tiny scenario moves."""
+    text = TINY_SCENARIO
+    for old, new in (
+        ('baselines = "baselines"\n', ""),
+        ("max_new_tokens = 24", "max_new_tokens = 16"),
+    ):
+        assert old in text, f"tests/conftest.py's TINY_SCENARIO no longer has {old!r}"
+        text = text.replace(old, new)
+    return text
+
+
 # A scenario cheap to measure: one short prompt each of two kinds, three repeats.
-BISECT_SCENARIO = """
-[perfgate]
-default_scenarios = ["tiny"]
-history = "sqlite:///history.db"
-
-[scenarios.tiny]
-engine = "embedded"
-model = "perfgate/llama-tiny"
-draft = "perfgate/eagle3-llama-tiny"
-steps = 3
-topk = 1
-draft_tokens = 4
-dtype = "float32"
-device = "cpu"
-prompts = ["Return the number of items", "Create a new instance of"]
-max_new_tokens = 16
-repeats = 3
-warmup = 1
-startup_timeout_s = 60
-extra_args = ["--num-threads", "1"]
-
-[scenarios.tiny.tolerances]
-output_tok_s = 0.6
-speedup = 0.6
-accept_length = 0.05
-verify_ms = 0.6
-"""
+BISECT_SCENARIO = _bisect_scenario()
 
 
 def git(repo: Path, *args: str) -> str:

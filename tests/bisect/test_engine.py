@@ -10,13 +10,12 @@ refused; the report shows both. One module: about ten measured runs of the tiny 
 from __future__ import annotations
 
 import json
-import os
 import re
 import signal
 import statistics
 import subprocess
-import sys
-import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -25,7 +24,7 @@ from perfgate.config import load_config
 from perfgate.errors import ExitCode
 from perfgate.store import close_history, list_runs, open_history
 
-from ..conftest import write_config
+from ..conftest import run_perfgate_while, write_config
 from ..in_process import perfgate_main
 from .repository import BISECT_SCENARIO, git, make_repository
 
@@ -34,30 +33,15 @@ pytestmark = pytest.mark.slow
 SLOW_AT = 5
 
 
+@contextmanager
+def _ctrl_c(process: subprocess.Popen[bytes]) -> Iterator[None]:
+    process.send_signal(signal.SIGINT)  # as a terminal's Ctrl-C
+    yield
+
+
 def _interrupted_at(project: Path, argv: list[str], line: str) -> tuple[int, str]:
     """Run `perfgate ARGV`; send SIGINT once `line` shows in its output."""
-    output = project / "interrupted.txt"
-    env = {k: v for k, v in os.environ.items() if k not in ("PERFGATE_DB_URL", "CI")}
-    with output.open("wb") as out:
-        process = subprocess.Popen(
-            [sys.executable, "-m", "perfgate", *argv],
-            cwd=project,
-            env=env,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-        )
-    try:
-        deadline = time.monotonic() + 240
-        while line not in output.read_text(errors="replace"):
-            assert process.poll() is None and time.monotonic() < deadline, output.read_text()
-            time.sleep(0.05)
-        process.send_signal(signal.SIGINT)
-        code = process.wait(timeout=60)
-    finally:
-        if process.poll() is None:
-            process.kill()
-            process.wait()
-    return code, output.read_text(errors="replace")
+    return run_perfgate_while(project, argv, line, _ctrl_c)
 
 
 def test_the_planted_slowdown_is_found_resumed_and_told_from_noise(tmp_path: Path) -> None:

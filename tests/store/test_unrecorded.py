@@ -59,7 +59,7 @@ def test_a_sweep_point_whose_record_fails_is_kept_and_imported_once(
     write_config(tmp_path)
     close_history(open_history(db_url))
     argv = ["sweep", "--scenario", "tiny", "--steps", "2", "--repeats", "1", "--db", db_url]
-    code, text = run_perfgate_while(tmp_path, argv, SPEC_MEASURING, lambda: _failover(db_url))
+    code, text = run_perfgate_while(tmp_path, argv, SPEC_MEASURING, lambda _: _failover(db_url))
     assert code == 64, text
     assert "can be read but not written" in text
     (kept,) = sorted((tmp_path / ".perfgate" / "unrecorded").glob("*.jsonl"))
