@@ -116,42 +116,39 @@ def test_the_counter_sees_a_second_reader() -> None:
     ]
 
 
+def callers(name: str) -> list[str]:
+    """`file:function` of every call of `name` in the package, as `name(...)` or
+    `something.name(...)`."""
+    found = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        tree = ast.parse(path.read_text("utf-8"))
+        spans = [(n.lineno, n.end_lineno or n.lineno, n.name) for n in ast.walk(tree)
+                 if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))]  # fmt: skip
+        for node in ast.walk(tree):
+            if not isinstance(node, ast.Call):
+                continue
+            called = getattr(node.func, "id", None) or getattr(node.func, "attr", "")
+            if called == name:
+                inner = [f for a, b, f in spans if a <= node.lineno <= b]
+                found.append(f"{path.relative_to(REPO)}:{inner[-1] if inner else '<module>'}")
+    return found
+
+
 def test_the_runner_profile_is_worked_out_in_one_place() -> None:
     """`default_profile` (the name from the hardware) is called by `runner_profile` alone,
     which every command asks; none checks or defaults --profile on its own."""
-    callers = []
-    for path in sorted(PACKAGE.rglob("*.py")):
-        tree = ast.parse(path.read_text("utf-8"))
-        for node in ast.walk(tree):
-            if isinstance(node, ast.Call) and getattr(node.func, "id", "") == "default_profile":
-                callers.append(f"{path.relative_to(REPO)}:{node.lineno}")
-    assert len(callers) == 1 and callers[0].startswith("perfgate/devices.py:"), callers
+    assert callers("default_profile") == ["perfgate/devices.py:runner_profile"]
 
 
 def test_the_engine_override_is_applied_in_one_place() -> None:
     """--engine reaches a scenario through `Config.select` alone; the seven commands that
     each applied it themselves now ask there."""
-    callers = []
-    for path in sorted(PACKAGE.rglob("*.py")):
-        tree = ast.parse(path.read_text("utf-8"))
-        for node in ast.walk(tree):
-            if isinstance(node, ast.Call) and getattr(node.func, "attr", "") == "with_engine":
-                callers.append(f"{path.relative_to(REPO)}:{node.lineno}")
-    assert len(callers) == 1 and callers[0].startswith("perfgate/config.py:"), callers
+    assert callers("with_engine") == ["perfgate/config.py:select"]
 
 
 def test_a_servers_command_line_is_built_in_one_place() -> None:
     """Probe variables, then the server's command line: `engines.launch.probed_command` alone
     (the gate's measuring, the teacher's server, a profile and `perfgate servers` each built
     them themselves)."""
-    found = []
-    for path in sorted(PACKAGE.rglob("*.py")):
-        tree = ast.parse(path.read_text("utf-8"))
-        for node in ast.walk(tree):
-            called = getattr(getattr(node, "func", None), "id", "")
-            if isinstance(node, ast.Call) and called in ("server_command", "probe_env"):
-                found.append(f"{path.relative_to(REPO)}:{called}")
-    assert sorted(set(found)) == [
-        "perfgate/engines/launch.py:probe_env",
-        "perfgate/engines/launch.py:server_command",
-    ], found
+    assert callers("probe_env") == ["perfgate/engines/launch.py:probed_command"]
+    assert callers("server_command") == ["perfgate/engines/launch.py:probed_command"]
