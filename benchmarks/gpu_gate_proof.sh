@@ -89,17 +89,14 @@ out=$1
 shift
 # shellcheck source=stages.sh source-path=SCRIPTDIR
 source "$(dirname "$0")/stages.sh"
+# shellcheck source=record.sh source-path=SCRIPTDIR
+source "$(dirname "$0")/record.sh"
 check_stages "train diagnose launch approve verdicts record" "$@"
-repo=$(cd "$(dirname "$0")/.." && pwd)
-python=${PYTHON:-python3}
+record_start "$out" append # one run.log over the calls of a proof
+use_checkout
 state=${STATE:-$repo/.cache/gpu-gate-proof}
-mkdir -p "$out" "$state"
-out=$(cd "$out" && pwd)
+mkdir -p "$state"
 state=$(cd "$state" && pwd)
-export PYTHONPATH="$repo${PYTHONPATH:+:$PYTHONPATH}"
-export NCCL_NVLS_ENABLE=${NCCL_NVLS_ENABLE:-0}
-export PYTHONUNBUFFERED=1
-exec > >(tee -a "$out/run.log") 2>&1
 cd "$repo" || exit 1
 
 scenario=${SCENARIO:-embedded-large-gpu}
@@ -126,20 +123,8 @@ if [[ $smoke -eq 1 ]]; then
   # Every stage on the CPU with the tiny models; slowdowns large enough for a loaded CPU.
   scenario=embedded-cpu-smoke
   config=$state/perfgate.toml
-  cat > "$config" << EOF
-[scenarios.$scenario]
-engine = "embedded"
-model = "perfgate/llama-tiny"
-draft = "perfgate/eagle3-llama-tiny"
-steps = 3
-topk = 1
-draft_tokens = 4
-dtype = "float32"
-device = "cpu"
-prompts = ["Return the number of items in the", "Create a new instance of the class with"]
-max_new_tokens = 16
-repeats = 2
-warmup = 1
+  smoke_scenario "$scenario" > "$config"
+  cat >> "$config" << EOF
 max_runs = 1
 startup_timeout_s = 120
 extra_args = ["--num-threads", "1"]

@@ -42,13 +42,10 @@ if [[ $# -lt 1 ]]; then
 fi
 out=$1
 rounds=${2:-3}
-repo=$(cd "$(dirname "$0")/.." && pwd)
-python=${PYTHON:-python3}
-mkdir -p "$out"
-out=$(cd "$out" && pwd)
-export PYTHONPATH="$repo${PYTHONPATH:+:$PYTHONPATH}"
-export NCCL_NVLS_ENABLE=${NCCL_NVLS_ENABLE:-0}
-export PYTHONUNBUFFERED=1
+# shellcheck source=record.sh source-path=SCRIPTDIR
+source "$(dirname "$0")/record.sh"
+record_start "$out"
+use_checkout
 cd "$repo" || exit 1
 
 if [[ $smoke -eq 1 ]]; then
@@ -69,9 +66,8 @@ if [[ $gpus -ge 2 || $smoke -eq 1 ]]; then
   cases+=,tp2-repeat-sigkill,tp2-repeat-sigkill0,tp2-repeat-kill,tp2-between-exit
 fi
 if [[ $smoke -eq 0 ]]; then
-  nvidia-smi --query-gpu=index,name,driver_version,memory.used,memory.total --format=csv \
-    > "$out/run.log" 2>&1 || true
+  nvidia-smi --query-gpu=index,name,driver_version,memory.used,memory.total --format=csv || true
 fi
 "$python" benchmarks/rank_failures.py --out "$out" --rounds "$rounds" --cases "$cases" \
-  "${flags[@]}" 2>&1 | tee -a "$out/run.log"
-exit "${PIPESTATUS[0]}"
+  "${flags[@]}"
+record_finish $?

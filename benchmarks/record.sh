@@ -2,9 +2,11 @@
 # shellcheck disable=SC2034  # repo, python, out, tee_pid: set here for the caller
 # The setup the GPU record scripts (gpu_*.sh) share: source it once their arguments are read.
 #
-#   record_start OUTDIR       the checkout (repo), the interpreter (python: $PYTHON, default
+#   record_start OUTDIR [append]
+#                             the checkout (repo), the interpreter (python: $PYTHON, default
 #                             python3), OUTDIR made and absolute (out), and from then on the
-#                             whole output teed into OUTDIR/run.log (tee_pid: the tee)
+#                             whole output teed into OUTDIR/run.log (tee_pid: the tee), after
+#                             what earlier calls wrote there with `append`
 #   use_checkout              perfgate from this checkout first on PYTHONPATH (an existing one
 #                             kept after it), NVLink multicast off unless NCCL_NVLS_ENABLE is set
 #                             (the shared hosts require it), Python's output unbuffered
@@ -22,7 +24,11 @@ record_start() {
   python=${PYTHON:-python3}
   mkdir -p "$1"
   out=$(cd "$1" && pwd)
-  exec > >(tee "$out/run.log") 2>&1
+  if [[ ${2:-} == append ]]; then
+    exec > >(tee -a "$out/run.log") 2>&1
+  else
+    exec > >(tee "$out/run.log") 2>&1
+  fi
   tee_pid=$!
 }
 
