@@ -22,6 +22,7 @@ from perfgate.gate.verdict import Status
 from perfgate.hardware import default_profile
 
 from .hang import HANG_S
+from .store.postgres import REQUIRE_ENV, PostgresServer, PostgresUnavailable, running_postgres
 
 REPO = Path(__file__).resolve().parent.parent
 # This machine's runner profile, as a gate run names it (the tests run without a GPU).
@@ -264,3 +265,17 @@ def wait_until_gone(pids: list[int]) -> list[int]:
     while living(pids) and time.monotonic() < deadline:
         time.sleep(0.1)
     return living(pids)
+
+
+@pytest.fixture(scope="session")
+def postgres_server() -> Iterator[PostgresServer]:
+    """A real PostgreSQL server for the session (tests/store/postgres.py starts it with
+    Debian's initdb and pg_ctl); without its binaries the test skips and says why, or fails
+    where PERFGATE_REQUIRE_POSTGRES=1 (CI sets it)."""
+    try:
+        with running_postgres() as server:
+            yield server
+    except PostgresUnavailable as why:
+        if os.environ.get(REQUIRE_ENV) == "1":
+            pytest.fail(f"{REQUIRE_ENV}=1 but PostgreSQL cannot start: {why}")
+        pytest.skip(f"PostgreSQL cases skipped: {why}")

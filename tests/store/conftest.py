@@ -6,7 +6,6 @@ PERFGATE_REQUIRE_POSTGRES=1 (CI sets it), when they fail instead: CI cannot skip
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -16,25 +15,10 @@ from sqlalchemy.orm import Session, sessionmaker
 from perfgate.store import close_history, open_history
 
 from .postgres import (
-    REQUIRE_ENV,
-    PostgresServer,
-    PostgresUnavailable,
     fresh_database,
-    running_postgres,
 )
 
 BACKENDS = ["sqlite", "postgresql"]
-
-
-@pytest.fixture(scope="session")
-def postgres_server() -> Iterator[PostgresServer]:
-    try:
-        with running_postgres() as server:
-            yield server
-    except PostgresUnavailable as why:
-        if os.environ.get(REQUIRE_ENV) == "1":
-            pytest.fail(f"{REQUIRE_ENV}=1 but PostgreSQL cannot start: {why}")
-        pytest.skip(f"PostgreSQL cases skipped: {why}")
 
 
 @pytest.fixture(params=BACKENDS)

@@ -100,7 +100,7 @@ def test_the_models_declare_every_table() -> None:
 
 
 POSTGRES_CASE = """
-from tests.store.conftest import postgres_server
+from tests.conftest import postgres_server
 
 def test_needs_postgres(postgres_server):
     pass

@@ -14,7 +14,6 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
 
@@ -37,11 +36,8 @@ from ..conftest import write_config
 from ..factories import measurement, record
 from ..in_process import perfgate_main
 from ..store.postgres import (
-    REQUIRE_ENV,
     PostgresServer,
-    PostgresUnavailable,
     fresh_database,
-    running_postgres,
 )
 
 WORKER = Path(__file__).resolve().parent / "shard_worker.py"
@@ -66,17 +62,6 @@ def test_a_bad_shard_is_refused(text: str) -> None:
     with pytest.raises(ConfigError, match="--shard"):
         parse_shard(text)
     assert parse_shard(" 2/ 3") == Shard(2, 3)
-
-
-@pytest.fixture(scope="module")
-def postgres() -> Iterator[PostgresServer]:
-    try:
-        with running_postgres() as server:
-            yield server
-    except PostgresUnavailable as why:
-        if os.environ.get(REQUIRE_ENV) == "1":
-            pytest.fail(f"{REQUIRE_ENV}=1 but PostgreSQL cannot start: {why}")
-        pytest.skip(f"PostgreSQL cases skipped: {why}")
 
 
 def _start(project: Path, url: str, *flags: str, env: dict[str, str] | None = None):  # type: ignore[no-untyped-def]
@@ -107,11 +92,11 @@ def _points(document: dict) -> list[tuple]:  # type: ignore[type-arg]
 
 @pytest.mark.slow
 def test_shards_against_one_postgresql_history_collect_to_the_unsharded_sweep(
-    postgres: PostgresServer, tmp_path: Path
+    postgres_server: PostgresServer, tmp_path: Path
 ) -> None:
     write_config(tmp_path)
     marker = tmp_path / "hanging"
-    with fresh_database(postgres) as url:
+    with fresh_database(postgres_server) as url:
         whole = _start(tmp_path, url, "--batch", "whole")
         hang = {"HANG_AT": "steps=3 NCCL_PROTO=Simple", "HANG_MARKER": str(marker)}
         shards = [
