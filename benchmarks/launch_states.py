@@ -53,6 +53,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from argv import without_flag
 from decode_bandwidth import Timer, write_results
 from host_probes import gpu_placement, host_probes
 from launch_noise import cv
@@ -270,15 +271,7 @@ def _pinned(cpus: set[int]) -> Callable[[], None]:
 
 def _without_variants(argv: list[str]) -> list[str]:
     """The arguments a child gets: the parent's, less --variants (the parent places it)."""
-    kept, skip = [], False
-    for arg in argv:
-        if skip:
-            skip = False
-        elif arg == "--variants":
-            skip = True
-        elif not arg.startswith("--variants="):
-            kept.append(arg)
-    return kept
+    return without_flag(argv, "--variants")
 
 
 # The placements a whole `perfgate run` can be given (--run-as): one CPU for its client and

@@ -44,7 +44,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from portable_paths import default_names, portable  # the script's own folder is on sys.path
+from argv import without_flag  # the script's own folder is on sys.path
+from portable_paths import default_names, portable
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -326,15 +327,7 @@ def goals(found: list[dict[str, Any]]) -> list[str]:
 
 def _without_note(argv: list[str]) -> list[str]:
     """The command's arguments as a reader would re-run them: the note (said apart) left out."""
-    kept, skip = [], False
-    for arg in argv:
-        if skip:
-            skip = False
-        elif arg == "--note":
-            skip = True
-        elif not arg.startswith("--note="):
-            kept.append(arg)
-    return kept
+    return without_flag(argv, "--note")
 
 
 def main() -> int:
