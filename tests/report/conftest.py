@@ -1,7 +1,8 @@
-"""The report's tests that read a history run on both backends, with the store's fixtures."""
+"""The report's tests that read a history run on both backends, with the store's fixtures
+(the PostgreSQL server itself is tests/conftest.py's, for every test)."""
 
 from __future__ import annotations
 
-from ..store.conftest import backend, db_url, postgres_server, sessions
+from ..store.conftest import backend, db_url, sessions
 
-__all__ = ["backend", "db_url", "postgres_server", "sessions"]
+__all__ = ["backend", "db_url", "sessions"]
