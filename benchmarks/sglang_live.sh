@@ -303,7 +303,12 @@ stage_record() {
   [[ $work == "$repo" ]] || hides+=(--hide "$work=WORK")
   run "record" 0 120 "${live[@]}" record "$state" "$out/sglang-live.md" "${hides[@]}" \
     --hide "$repo=."
-  [[ $dry -eq 1 ]] || cp "$record/closure.json" "$out/" 2> /dev/null
+  # The closure names every imported file by its path: written with names, as the record is.
+  local replaces=(--replace "$state=STATE")
+  [[ $work == "$repo" ]] || replaces+=(--replace "$work=WORK")
+  [[ $dry -eq 1 ]] || { cp "$record/closure.json" "$out/" 2> /dev/null &&
+    run "closure paths" 0 60 "$python" "$repo/benchmarks/portable_paths.py" "${replaces[@]}" \
+      "$out/closure.json"; }
 }
 
 for stage_name in "$@"; do

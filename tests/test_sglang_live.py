@@ -186,3 +186,20 @@ def test_the_probes_cost_names_the_gpu_an_sglang_server_ran_on(
     monkeypatch.setattr(probe_overhead, "measure_mode", measure)
     rows = probe_overhead.measure_pairs(None, "spec", 2, tmp_path, None)  # type: ignore[arg-type]
     assert [row["device_name"] for row in rows] == ["NVIDIA H200", "NVIDIA H200"]
+
+
+def test_the_record_stage_writes_the_closure_with_names_not_this_machines_paths(
+    tmp_path: Path,
+) -> None:
+    """The closure names every imported file by its path; OUT's copy, which is committed,
+    says `.` for the checkout and STATE for the state folder (it once held /work/main/...)."""
+    record = tmp_path / "state" / "record"
+    record.mkdir(parents=True)
+    closure = {
+        "files": [f"perfgate {REPO}/perfgate/__init__.py", f"site {record.parent}/site/x.py"]
+    }
+    (record / "closure.json").write_text(json.dumps(closure))
+    done = _script(tmp_path, str(tmp_path / "out"), "record")
+    assert done.returncode == 0, done.stdout + done.stderr
+    written = json.loads((tmp_path / "out" / "closure.json").read_text())
+    assert written == {"files": ["perfgate ./perfgate/__init__.py", "site STATE/site/x.py"]}
