@@ -21,14 +21,15 @@ from perfgate.ci.pointer import (
     session_pointer,
     write_pointer,
 )
-from perfgate.errors import ExitCode, PerfgateError
-from perfgate.pipeline import ScenarioRun, severest
+from perfgate.errors import ConfigError, ExitCode, PerfgateError
+from perfgate.pipeline import GatePlan, ScenarioRun, severest
 from perfgate.progress import reporter_for_pytest
 from perfgate.session import GateSession
 from perfgate.settings import add_options, resolve_settings
 from perfgate.summary import render_terminal_summary
 
 GATE_SESSION = pytest.StashKey[GateSession | PerfgateError]()
+HANDED_PLAN = pytest.StashKey[GatePlan]()  # the plan `perfgate run` built, handed to pytest
 FINISH_ERROR = pytest.StashKey[PerfgateError]()
 EARLIER_POINTER = pytest.StashKey[str | None]()  # the text of the pointer this session removed
 # The errors a test has failed with so far, by id, with the name of the first test they failed.
@@ -44,13 +45,44 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     add_options(group.addoption, flag_prefix="--perfgate-", dest_prefix="perfgate_")
 
 
+class HandedPlan:
+    """Hands pytest the plan `perfgate run` built and checked, so that the session measures and
+    judges by that plan rather than by one built again from pytest's options."""
+
+    def __init__(self, plan: GatePlan) -> None:
+        self.plan = plan
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_configure(self, config: pytest.Config) -> None:
+        config.stash[HANDED_PLAN] = self.plan
+
+
+def _new_session(config: pytest.Config) -> GateSession:
+    """The session over the handed plan, or (pytest run alone) over one built from options."""
+    progress = reporter_for_pytest(config)
+    handed = config.stash.get(HANDED_PLAN, None)
+
+    def given(dest: str) -> object:
+        return config.getoption(f"perfgate_{dest}")
+
+    if handed is None:
+        return GateSession(resolve_settings(given), progress=progress)
+    if resolve_settings(given, environ={}) != resolve_settings(lambda dest: None, environ={}):
+        raise ConfigError(
+            "perfgate's options were given to pytest after `--`",
+            field="--perfgate-*",
+            fix="give them to `perfgate run` itself, before `--` (e.g. `perfgate run "
+            "--scenario S`); what follows `--` goes to pytest",
+        )
+    return GateSession(handed.options, progress=progress, plan=handed)
+
+
 def gate_session(config: pytest.Config) -> GateSession:
     """The session's GateSession, created on first use; raises the config's error if any."""
     value = config.stash.get(GATE_SESSION, None)
     if value is None:
         try:
-            settings = resolve_settings(lambda dest: config.getoption(f"perfgate_{dest}"))
-            value = GateSession(settings, progress=reporter_for_pytest(config))
+            value = _new_session(config)
         except PerfgateError as error:
             value = error
         # An older session's must not pass for this one's.

@@ -44,9 +44,14 @@ class GateSession:
     fails before any server starts): each scenario's runs, then the records and the report."""
 
     def __init__(
-        self, options: GateOptions, cwd: Path | None = None, progress: Reporter = SILENT
+        self,
+        options: GateOptions,
+        cwd: Path | None = None,
+        progress: Reporter = SILENT,
+        plan: GatePlan | None = None,
     ) -> None:
-        self.plan = GatePlan(options, cwd)
+        # `perfgate run` hands over the plan it built and checked; pytest alone builds it here.
+        self.plan = plan if plan is not None else GatePlan(options, cwd)
         self.options = options
         self.progress = progress
         self.config = self.plan.config

@@ -172,27 +172,3 @@ def resolve_settings(
 def settings_from(args: Any, environ: Mapping[str, str] | None = None) -> Settings:
     """Settings from a parsed command line; an option the command does not declare is unset."""
     return resolve_settings(lambda dest: getattr(args, dest, None), environ)
-
-
-def option_flags(settings: GateOptions, flag_prefix: str = "--perfgate-") -> list[str]:
-    """Turn settings back into command-line flags (for `perfgate run` calling pytest)."""
-    flags: list[str] = []
-    singles = {
-        "config": settings.config,
-        "engine": settings.engine,
-        "db": settings.db,
-        "baselines": settings.baselines,
-        "profile": settings.profile,
-        "report": settings.report,
-    }
-    for name, given in singles.items():
-        if given is not None:
-            flags.append(f"{flag_prefix}{name}={given}")
-    flags += [f"{flag_prefix}scenario={name}" for name in settings.scenarios]
-    if not settings.gate:
-        flags.append(f"{flag_prefix}no-gate")
-    if settings.refresh_plain:
-        flags.append(f"{flag_prefix}refresh-plain")
-    if settings.require_baseline:
-        flags.append(f"{flag_prefix}require-baseline")
-    return flags

@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
 import sqlite3
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -20,6 +23,7 @@ from .conftest import (
     verdict_table,
     write_config,
 )
+from .hang import HANG_S
 
 pytestmark = pytest.mark.slow
 
@@ -155,6 +159,57 @@ def test_unknown_scenario_and_flag(tmp_path: Path) -> None:
     assert result.returncode == 64
     assert "unknown scenario 'huge'; choose one of: tiny" in result.stderr
     assert run_perfgate("run", "--no-such-flag", cwd=tmp_path).returncode == 64
+
+
+_COUNTING_PLANS = """
+import sys
+from perfgate import pipeline, session
+from perfgate.cli import main
+
+built = []
+class Counted(pipeline.GatePlan):
+    def __init__(self, *args, **kwargs):
+        built.append(self)
+        super().__init__(*args, **kwargs)
+
+pipeline.GatePlan = Counted
+session.GatePlan = Counted
+sessions = []
+original = session.GateSession.__init__
+def init(self, *args, **kwargs):
+    original(self, *args, **kwargs)
+    sessions.append(self)
+session.GateSession.__init__ = init
+code = main(sys.argv[1:])
+print("plans built:", len(built), file=sys.stderr)
+print("sessions over the plan built:", [s.plan is built[0] for s in sessions], file=sys.stderr)
+sys.exit(code)
+"""
+
+
+def test_perfgate_run_builds_its_plan_once_and_hands_it_to_the_session(tmp_path: Path) -> None:
+    """The plan `perfgate run` checks before pytest starts is the one the session measures
+    by: not turned back into flags and built again from them."""
+    write_config(tmp_path)
+    script = tmp_path / "counting.py"
+    script.write_text(_COUNTING_PLANS)
+    result = subprocess.run(
+        [sys.executable, str(script), "run", "--no-gate", "--report="],
+        cwd=tmp_path, capture_output=True, text=True, timeout=HANG_S, check=False,
+        env={k: v for k, v in os.environ.items() if k != "PERFGATE_DB_URL"},
+    )  # fmt: skip
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert f"tiny on {HERE_PROFILE}: run #1 PASS" in result.stdout
+    assert "sessions over the plan built: [True]" in result.stderr
+    assert "plans built: 1" in result.stderr
+
+
+def test_perfgate_options_after_the_double_dash_are_refused(tmp_path: Path) -> None:
+    write_config(tmp_path)
+    result = run_perfgate("run", "--", "--perfgate-scenario=tiny", cwd=tmp_path)
+    assert result.returncode == 64, result.stdout + result.stderr
+    assert "perfgate's options were given to pytest after `--`" in result.stdout
+    assert "give them to `perfgate run` itself, before `--`" in result.stdout
 
 
 def test_a_copy_of_perfgate_in_the_current_folder_is_never_imported(tmp_path: Path) -> None:

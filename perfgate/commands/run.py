@@ -3,14 +3,12 @@
 from __future__ import annotations
 
 import argparse
-import os
-import sys
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any
 
 from perfgate.commands import add_command
-from perfgate.errors import ConfigError, InfrastructureError
-from perfgate.settings import Settings, add_options, option_flags
+from perfgate.errors import ConfigError
+from perfgate.settings import Settings, add_options
 
 SUITES = Path(__file__).resolve().parent.parent / "suites"
 SUITES_PACKAGE = "perfgate.suites"
@@ -35,29 +33,16 @@ def run(settings: Settings, args: argparse.Namespace) -> int:
             field=pytest_args[0],
             fix="see `perfgate run --help`; pytest's own flags go after `--`",
         )
+    import pytest
+
     from perfgate.pipeline import GatePlan
+    from perfgate.plugin import HandedPlan
 
-    GatePlan(settings)  # refuse bad config or baselines before pytest starts
-    extra = pytest_args[1:]
-    # A fresh interpreter, as `pytest perfgate/suites` would be: pytest must import (and
-    # assertion-rewrite) the suites itself. Its exit code is the gate's. -P: the current
-    # folder is not put on sys.path, so a copy of perfgate there never shadows this one; the
-    # suites are named as a package, so pytest collects the copy it imports, whichever copy
-    # ran this command.
-    command = [sys.executable, "-P", "-m", "pytest", "--pyargs", SUITES_PACKAGE]
-    command += [*option_flags(settings), *extra]
-    exec_pytest(command)
-
-
-def exec_pytest(command: list[str]) -> NoReturn:
-    """Become pytest (same process): a signal to `perfgate run` then reaches the run itself.
-
-    A child would outlive a SIGTERM or SIGKILL sent to this process alone and go on to record
-    its run after the caller saw it end.
-    """
-    sys.stdout.flush()
-    sys.stderr.flush()
-    try:
-        os.execv(command[0], command)
-    except OSError as error:
-        raise InfrastructureError(f"cannot start {command[0]}: {error.strerror}") from None
+    # Built and checked once, before pytest starts (bad config or baselines are refused
+    # here), then handed to the session pytest runs: nothing is read twice. pytest runs in
+    # this process, so a signal to `perfgate run` reaches the run itself (a child would
+    # outlive a SIGTERM or SIGKILL sent to this process alone, and record its run after the
+    # caller saw it end). The suites are named as a package: pytest collects the copy of
+    # perfgate that runs this command, never a copy in the current folder.
+    plan = GatePlan(settings)
+    return int(pytest.main(["--pyargs", SUITES_PACKAGE, *pytest_args[1:]], [HandedPlan(plan)]))
