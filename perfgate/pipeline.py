@@ -27,8 +27,8 @@ from typing import Protocol, TypeVar
 from sqlalchemy.orm import Session, sessionmaker
 
 from perfgate.baselines import Baseline, baseline_path
-from perfgate.config import Config, Scenario, load_config
-from perfgate.devices import detect_gpus, runner_profile
+from perfgate.config import Config, Scenario
+from perfgate.devices import detect_gpus
 from perfgate.engines.client import EngineClient
 from perfgate.engines.server_commands import Mode
 from perfgate.equivalence import TeacherScores
@@ -63,14 +63,13 @@ from perfgate.reference import (
     requires_baseline,
 )
 from perfgate.results import Measurement, ModeResult, RunContext, RunRecord
+from perfgate.selection import selection_from
 from perfgate.spec.options import GateOptions
 from perfgate.spec.slowdown import refuse_in_gating_ci
 from perfgate.store import (
     comparable_runs,
     database_errors,
-    probe_write,
     record_run,
-    resolve_history_url,
 )
 from perfgate.store import history as store_history
 from perfgate.unrecorded import not_recorded
@@ -93,9 +92,11 @@ class GatePlan:
 
     def __init__(self, options: GateOptions, cwd: Path | None = None) -> None:
         self.options = options
-        cwd = cwd or Path.cwd()
-        self.config: Config = load_config(options.config)
-        selected = self.config.select(options.scenarios, options.engine)
+        # The config, scenarios, runner profile and history, as every command chooses them; a
+        # history that is wrong, unreachable or refuses writes fails before measuring.
+        self.selection = selection_from(options, writes=True, cwd=cwd or Path.cwd())
+        self.config: Config = self.selection.config
+        selected = self.selection.scenarios
         self.scenarios = {s.name: s for s in selected}
         for scenario in selected:  # refuse what SGLang would refuse, before anything starts
             check_scenario(scenario, self.config.path)
@@ -110,14 +111,9 @@ class GatePlan:
                     {key: getattr(scenario, key) for key in PASS_THROUGH},
                     file=self.config.path,
                 )
-        self.profile = runner_profile(options.profile)
-        self.baselines_dir = (
-            Path(options.baselines).resolve() if options.baselines else self.config.baselines_dir
-        )
-        # options.db holds $PERFGATE_DB_URL already, where the caller read it.
-        self.history_url = resolve_history_url(options.db, cwd=cwd, config=self.config)
-        # A history that is wrong, unreachable or refuses writes fails before measuring.
-        probe_write(self.history_url)
+        self.profile = self.selection.profile
+        self.baselines_dir = self.selection.baselines_dir
+        self.history_url = self.selection.history_url
         self.baselines = self._reviewed_baselines() if options.gate else {}
         # The session's false-alarm level, split evenly among the gated scenarios (Bonferroni);
         # inside a scenario, Holm's procedure splits it among the gated metrics.

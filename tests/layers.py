@@ -50,6 +50,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "perfgate.fingerprint",
             "perfgate.reference",
             "perfgate.plain_reuse",
+            "perfgate.selection",
             "perfgate.unrecorded",
             "perfgate.teacher",
             "perfgate.engines",
