@@ -17,6 +17,7 @@ from perfgate.selection import selection_from
 from perfgate.spec.options import GateOptions
 
 from .conftest import TINY_SCENARIO, write_config
+from .in_process import perfgate_main
 
 # tiny, and a copy of it named second.
 TWO_SCENARIOS = TINY_SCENARIO + TINY_SCENARIO[TINY_SCENARIO.index("[scenarios.tiny]") :].replace(
@@ -138,3 +139,24 @@ def test_a_relative_db_is_taken_from_the_folder_given(tmp_path: Path) -> None:
     plan = GatePlan(_options(config, db="sqlite:///h.db", profile="laptop"), cwd=tmp_path)
     assert plan.history_url == chosen.history_url and plan.profile == "laptop"
     assert plan.baselines_dir == tmp_path / "baselines"
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        ("sweep", "--steps", "2,3"),
+        ("plan",),
+        ("bisect", "--scenario", "tiny", "--good", "HEAD~1", "--bad", "HEAD"),
+    ],
+    ids=lambda command: command[0],
+)
+def test_every_command_that_records_refuses_a_history_it_cannot_write(
+    tmp_path: Path, command: tuple[str, ...]
+) -> None:
+    write_config(tmp_path)
+    (tmp_path / "file").write_text("not a folder")
+    db = f"sqlite:///{tmp_path / 'file' / 'history.db'}"
+    result = perfgate_main(*command, "--db", db, "--profile", "laptop", cwd=tmp_path)
+    assert result.returncode == 64, result
+    assert "is a file, so the history" in result.stderr
+    assert not (tmp_path / ".perfgate").exists()  # nothing launched, no run folder made

@@ -13,7 +13,7 @@ from types import FrameType
 from typing import Any
 
 from perfgate.commands import add_command
-from perfgate.config import check_history_name, load_config
+from perfgate.config import check_history_name
 from perfgate.errors import ConfigError
 from perfgate.files import write_text_atomically
 from perfgate.settings import Settings, add_options
@@ -72,17 +72,18 @@ def run(settings: Settings, args: argparse.Namespace) -> int:
     from perfgate.bisect.render import outcome_lines
     from perfgate.bisect.run import BisectRunner, BisectSpec
     from perfgate.context import detect_context
-    from perfgate.devices import runner_profile
     from perfgate.folders import process_folder
     from perfgate.progress import stderr_reporter
-    from perfgate.store import probe_write
+    from perfgate.selection import selection_from
 
-    config = load_config(settings.config)
-    if len(settings.scenarios) != 1:
-        raise ConfigError(
-            "bisect measures one scenario", field="--scenario", fix="name it: --scenario NAME"
-        )
-    (scenario,) = config.select(list(settings.scenarios), settings.engine)
+    # A history that refuses writes fails before anything is measured.
+    chosen = selection_from(settings, writes=True, one="bisect measures one scenario")
+    config, scenario, profile, url = (
+        chosen.config,
+        chosen.scenario,
+        chosen.profile,
+        chosen.history_url,
+    )
     name = bisect_name(args.name, scenario.name, set(config.scenarios))
     if args.good_runs < 2:
         raise ConfigError(
@@ -95,9 +96,6 @@ def run(settings: Settings, args: argparse.Namespace) -> int:
     good = resolve_commit(repo, args.good, "--good")
     bad = resolve_commit(repo, args.bad, "--bad")
     commits = tuple(commit_range(repo, good, bad))
-    profile = runner_profile(settings.profile)
-    url = settings.history_url
-    probe_write(url)  # a history that refuses writes fails before anything is measured
     changed = changed_dependency_files(repo, good, bad)
     if changed:
         print(

@@ -4,17 +4,18 @@ from __future__ import annotations
 
 import argparse
 import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from perfgate.commands import add_command
-from perfgate.config import Config, Scenario, check_history_name, load_config
+from perfgate.config import Config, Scenario, check_history_name
 from perfgate.context import detect_context
-from perfgate.devices import runner_profile
 from perfgate.errors import ConfigError
 from perfgate.folders import process_folder
 from perfgate.plan import DEFAULT_CONFIRM, DEFAULT_STEPS
 from perfgate.progress import stderr_reporter
+from perfgate.selection import selection_from
 from perfgate.settings import Settings, add_options
 from perfgate.sweep.grid import parse_env_flag
 
@@ -66,18 +67,16 @@ def register(commands: Any) -> None:
 def run(settings: Settings, args: argparse.Namespace) -> int:
     from perfgate.plan.render import plan_json, render_markdown
     from perfgate.plan.run import PlanRunner
-    from perfgate.store import probe_write
 
-    config = load_config(settings.config)
-    base = _scenario(args, config, settings.engine)
+    # A history that refuses writes fails before anything is launched.
+    chosen = selection_from(settings, writes=True, names=_scenario_name(args))
+    config, base, profile = chosen.config, chosen.scenario, chosen.profile
     spec = plan_spec(args, config, base)
-    profile = runner_profile(settings.profile)
-    probe_write(settings.history_url)  # a history that refuses writes fails before anything
     runner = PlanRunner(
         spec=spec,
         base=base,
         profile=profile,
-        history_url=settings.history_url,
+        history_url=chosen.history_url,
         workdir=process_folder(config.path.parent) / f"plan-{spec.name}",
         context=detect_context(config.path.parent, clean_paths=[config.baselines_dir]),
         config_file=config.path,
@@ -94,10 +93,9 @@ def run(settings: Settings, args: argparse.Namespace) -> int:
     return int(result.exit_code())
 
 
-def _scenario(args: argparse.Namespace, config: Config, engine: str | None) -> Scenario:
-    named = [args.scenario] if args.scenario else [config.default_scenarios[0]]
-    (base,) = config.select(named, engine)
-    return base
+def _scenario_name(args: argparse.Namespace) -> Callable[[Config], list[str]]:
+    """--scenario, else the config's first default scenario."""
+    return lambda config: [args.scenario or config.default_scenarios[0]]
 
 
 def plan_spec(args: argparse.Namespace, config: Config, base: Scenario) -> Any:

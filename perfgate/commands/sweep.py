@@ -12,13 +12,13 @@ from pathlib import Path
 from typing import Any
 
 from perfgate.commands import add_command
-from perfgate.config import Config, check_history_name, load_config
+from perfgate.config import Config, check_history_name
 from perfgate.context import detect_context, github_run
-from perfgate.devices import runner_profile
 from perfgate.errors import ConfigError
 from perfgate.files import write_text_atomically
 from perfgate.folders import process_folder, stamp
 from perfgate.progress import stderr_reporter
+from perfgate.selection import selection_from
 from perfgate.settings import Settings, add_options
 from perfgate.sweep.collected import render_collected
 from perfgate.sweep.grid import SweepSpec, parse_env_flag, parse_int_list
@@ -86,13 +86,19 @@ def register(commands: Any) -> None:
 
 
 def run(settings: Settings, args: argparse.Namespace) -> int:
-    from perfgate.store import probe_write
     from perfgate.sweep.run import SweepRunner
 
     if args.collect:
         return collect_sweep(settings, args)
-    config = load_config(settings.config)
-    spec = sweep_spec(args, config)
+    specs: list[SweepSpec] = []
+
+    def sweep_scenario(config: Config) -> list[str]:
+        specs.append(sweep_spec(args, config))
+        return [specs[0].scenario]
+
+    # A history that refuses writes fails before anything is measured.
+    chosen = selection_from(settings, writes=True, names=sweep_scenario)
+    config, spec, base = chosen.config, specs[0], chosen.scenario
     shard = parse_shard(args.shard) if args.shard else Shard()
     batch = batch_id(args.batch, shard, github_run().run_id)
     early_stop = spec.early_stop and not args.no_early_stop
@@ -103,12 +109,9 @@ def run(settings: Settings, args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         early_stop = False
-    (base,) = config.select([spec.scenario], settings.engine)
     if args.budget_s is not None and args.budget_s <= 0:
         raise ConfigError("must be > 0", field="--budget-s", fix="give seconds, e.g. 450")
-    profile = runner_profile(settings.profile)
-    url = settings.history_url
-    probe_write(url)  # a history that refuses writes fails before anything is measured
+    profile, url = chosen.profile, chosen.history_url
     runner = SweepRunner(
         spec=spec,
         base=base,
