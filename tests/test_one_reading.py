@@ -7,6 +7,9 @@ from __future__ import annotations
 
 import ast
 from collections import defaultdict
+from pathlib import Path
+
+import pytest
 
 from .conftest import REPO
 
@@ -116,9 +119,9 @@ def test_the_counter_sees_a_second_reader() -> None:
     ]
 
 
-def callers(name: str) -> list[str]:
+def callers(name: str, *, method: bool = False) -> list[str]:
     """`file:function` of every call of `name` in the package, as `name(...)` or
-    `something.name(...)`."""
+    `something.name(...)` (with `method`, only the latter)."""
     found = []
     for path in sorted(PACKAGE.rglob("*.py")):
         tree = ast.parse(path.read_text("utf-8"))
@@ -127,7 +130,9 @@ def callers(name: str) -> list[str]:
         for node in ast.walk(tree):
             if not isinstance(node, ast.Call):
                 continue
-            called = getattr(node.func, "id", None) or getattr(node.func, "attr", "")
+            called = getattr(node.func, "attr", "")
+            if not method:
+                called = getattr(node.func, "id", None) or called
             if called == name:
                 inner = [f for a, b, f in spans if a <= node.lineno <= b]
                 found.append(f"{path.relative_to(REPO)}:{inner[-1] if inner else '<module>'}")
@@ -152,3 +157,46 @@ def test_a_servers_command_line_is_built_in_one_place() -> None:
     them themselves)."""
     assert callers("probe_env") == ["perfgate/engines/launch.py:probed_command"]
     assert callers("server_command") == ["perfgate/engines/launch.py:probed_command"]
+
+
+def test_what_a_command_measures_is_chosen_in_one_place() -> None:
+    """The config's scenarios (`Config.select`, on --engine), the runner profile and the
+    history's write check: `selection.selection_from` alone, which run, gate, sweep, plan,
+    bisect, profile, servers, doctor and ci ask (each had its own copy, some checking less).
+    The doctor lists every scenario besides, for the fix of a GPU scenario on a machine
+    without one; `perfgate baseline show` names the profile of a baseline file it reads."""
+    assert callers("select", method=True) == [
+        "perfgate/runner/doctor.py:_no_gpu",
+        "perfgate/selection.py:selection_from",
+    ]
+    assert callers("runner_profile") == [
+        "perfgate/commands/baseline.py:handle_show",
+        "perfgate/selection.py:profile",
+        "perfgate/selection.py:selection_from",
+    ]
+    # The doctor writes nothing: it reports the history's write check as a check of its own.
+    assert callers("probe_write") == [
+        "perfgate/runner/doctor.py:check_history_db",
+        "perfgate/selection.py:selection_from",
+    ]
+
+
+def test_the_caller_finder_sees_a_second_selection(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A command that chose its scenarios itself again would be found, by its function."""
+    import tests.test_one_reading as reading
+
+    folder = tmp_path / "perfgate" / "commands"
+    folder.mkdir(parents=True)
+    (folder / "new.py").write_text(
+        "from sqlalchemy import select\n"
+        "def run(settings):\n"
+        "    config = load_config(settings.config)\n"
+        "    query = select(1)\n"
+        "    return config.select(settings.scenarios, settings.engine)\n"
+    )
+    monkeypatch.setattr(reading, "PACKAGE", tmp_path / "perfgate")
+    monkeypatch.setattr(reading, "REPO", tmp_path)
+    assert callers("select", method=True) == ["perfgate/commands/new.py:run"]
+    assert callers("select") == ["perfgate/commands/new.py:run"] * 2  # SQLAlchemy's too

@@ -160,3 +160,26 @@ def test_every_command_that_records_refuses_a_history_it_cannot_write(
     assert result.returncode == 64, result
     assert "is a file, so the history" in result.stderr
     assert not (tmp_path / ".perfgate").exists()  # nothing launched, no run folder made
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        ("sweep", "--steps", "2,3"),
+        ("plan",),
+        ("bisect", "--good", "HEAD~1", "--bad", "HEAD"),
+        ("profile",),
+        ("servers", "--dry-run"),
+        ("doctor",),
+    ],
+    ids=lambda command: command[0],
+)
+def test_every_command_refuses_an_unknown_scenario_alike(
+    tmp_path: Path, command: tuple[str, ...]
+) -> None:
+    config = write_config(tmp_path)
+    env = {"PERFGATE_PROFILE": "laptop"}
+    result = perfgate_main(*command, "--scenario", "nope", cwd=tmp_path, env=env)
+    assert result.returncode == 64, result
+    assert f"{config}: unknown scenario 'nope'" in result.stdout + result.stderr
+    assert "choose one of: tiny" in result.stdout + result.stderr

@@ -44,12 +44,12 @@ from perfgate.ci.pointer import POINTER, SessionPointer, load_pointer
 from perfgate.ci.repo_settings import check_settings
 from perfgate.commands import add_command
 from perfgate.commands import baseline as baseline_command
-from perfgate.config import Config, load_config
+from perfgate.config import load_config
 from perfgate.context import github_run
-from perfgate.devices import runner_profile
 from perfgate.errors import ConfigError, ExitCode, PerfgateError
 from perfgate.files import write_text_atomically
 from perfgate.results import RunRecord
+from perfgate.selection import Selection, selection_from
 from perfgate.settings import Settings, add_options
 
 LATEST = "latest"
@@ -171,12 +171,11 @@ def handle_watch(settings: Settings, args: argparse.Namespace) -> int:
     from perfgate.report.links import safe_url
     from perfgate.store import RunFilter, history, history_columns
 
-    config = load_config(settings.config)
-    scenarios = config.select(list(settings.scenarios))
-    profile = runner_profile(settings.profile)
+    chosen = selection_from(settings, writes=False)  # the watch only reads the history
+    profile = chosen.profile
     series = []
-    with history(settings.history_url, existing=True) as sessions, sessions() as session:
-        for scenario in scenarios:
+    with history(chosen.history_url, existing=True) as sessions, sessions() as session:
+        for scenario in chosen.scenarios:
             where = RunFilter(scenario=scenario.name, profile=profile, branch=args.branch)
             tolerances, _ = scenario_gating(scenario)
             series += trend_series(
@@ -307,18 +306,15 @@ def handle_annotations(settings: Settings, args: argparse.Namespace) -> int:
     return 0
 
 
-def _approval_targets(
-    settings: Settings, args: argparse.Namespace, config: Config
-) -> list[RunRecord]:
+def _approval_targets(chosen: Selection, args: argparse.Namespace) -> list[RunRecord]:
     """The runs to approve: those named, or the newest pushed run of each scenario."""
     from perfgate.store import history, load_runs
 
-    with history(settings.history_url, existing=True) as sessions, sessions() as session:
+    with history(chosen.history_url, existing=True) as sessions, sessions() as session:
         if args.runs.strip() != LATEST:
             return load_runs(session, _run_ids(args.runs))
-        profile = runner_profile(settings.profile)
-        scenarios = config.select(list(settings.scenarios))
-        return [_latest(session, s.name, profile, args.branch) for s in scenarios]
+        profile = chosen.profile
+        return [_latest(session, s.name, profile, args.branch) for s in chosen.scenarios]
 
 
 def _run_ids(text: str) -> list[int]:
@@ -369,8 +365,7 @@ def _approved_by(args: argparse.Namespace) -> str:
 
 def handle_approve(settings: Settings, args: argparse.Namespace) -> int:
     approved_by = _approved_by(args)
-    config = load_config(settings.config)
-    records = _approval_targets(settings, args, config)
+    records = _approval_targets(selection_from(settings, writes=False), args)
     if not records:
         raise ConfigError(
             f"names no recorded run ({args.runs})",

@@ -13,13 +13,14 @@ from typing import Any
 
 from perfgate import metrics
 from perfgate.commands import add_command
-from perfgate.config import Scenario, load_config
+from perfgate.config import Scenario
 from perfgate.engines.server_commands import MODES
 from perfgate.errors import ConfigError
 from perfgate.folders import new_folder, process_folder, stamp
 from perfgate.preflight import check_scenario, preflight
 from perfgate.profile.trace import GPU_KERNELS
 from perfgate.progress import stderr_reporter
+from perfgate.selection import selection_from
 from perfgate.settings import Settings, add_options
 
 ACTIVITIES = ("CPU", "GPU")
@@ -65,8 +66,8 @@ def run(settings: Settings, args: argparse.Namespace) -> int:
     from perfgate.profile.capture import capture_profile
     from perfgate.profile.render import profile_json, render_markdown
 
-    config = load_config(settings.config)
-    scenario = _scenario(args, config.select(settings.scenarios, settings.engine))
+    chosen = selection_from(settings, writes=False)  # a profile records nothing
+    config, scenario = chosen.config, _scenario(args, chosen.scenario)
     activities = _activities(args.activities)
     if args.cycles < 1:
         raise ConfigError("must be >= 1", field="--cycles", fix="profile a few cycles, e.g. 5")
@@ -104,8 +105,7 @@ def run(settings: Settings, args: argparse.Namespace) -> int:
     return 0
 
 
-def _scenario(args: argparse.Namespace, selected: list[Scenario]) -> Scenario:
-    scenario = selected[0]
+def _scenario(args: argparse.Namespace, scenario: Scenario) -> Scenario:
     if args.repeats is not None:
         if args.repeats < 1:
             raise ConfigError("must be >= 1", field="--repeats", fix="time at least one repeat")

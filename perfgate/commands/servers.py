@@ -10,12 +10,13 @@ from pathlib import Path
 from typing import Any
 
 from perfgate.commands import add_command
-from perfgate.config import Scenario, load_config
+from perfgate.config import Scenario
 from perfgate.engines.server_commands import MODES, Mode
 from perfgate.errors import ConfigError
 from perfgate.folders import new_folder, process_folder_name
 from perfgate.preflight import check_scenario, preflight, refuse_embedded_only
 from perfgate.progress import stderr_reporter
+from perfgate.selection import selection_from
 from perfgate.settings import Settings, add_options
 from perfgate.sglang import facts as sglang_facts
 
@@ -38,8 +39,8 @@ def register(commands: Any) -> None:
 
 
 def run(settings: Settings, args: argparse.Namespace) -> int:
-    config = load_config(settings.config)
-    scenarios = config.select(settings.scenarios, settings.engine)
+    chosen = selection_from(settings, writes=False)  # nothing is recorded
+    config, scenarios = chosen.config, chosen.scenarios
     # A folder of its own per invocation, as a session's: two at once never share a log.
     servers = config.path.parent / SERVERS
     if args.dry_run:  # named as a launch would name it, not made

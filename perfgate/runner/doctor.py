@@ -19,13 +19,12 @@ from pathlib import Path
 from typing import Any
 
 from perfgate.baselines import Baseline, baseline_path, load_baseline
-from perfgate.config import Config, Scenario, load_config
+from perfgate.config import Config, Scenario
 from perfgate.devices import (
     GpuReport,
     detect_gpus,
     listed_devices,
     read_gpus,
-    runner_profile,
     visible_gpus,
 )
 from perfgate.engines.launch import free_port
@@ -35,14 +34,10 @@ from perfgate.machine_state import STATE_VARIABLE
 from perfgate.reference import fix_commands, missing_baseline, requires_baseline
 from perfgate.runner.gpu_health import GpuProblem, Limits, find_problems
 from perfgate.runner.predict import PredictedServer, predict_fingerprint, predict_server
+from perfgate.selection import Selection, selection_from
 from perfgate.spec.options import GateOptions
 from perfgate.store import probe_write
-from perfgate.store.database import (
-    describe,
-    parse_history_url,
-    resolve_history_url,
-    sqlite_path,
-)
+from perfgate.store.database import describe, parse_history_url, sqlite_path
 from perfgate.version import perfgate_version
 
 SGLANG_DEFAULT_PORT = 30000  # where a hand-started SGLang server listens
@@ -68,6 +63,7 @@ class Machine:
 
     options: GateOptions
     environ: Mapping[str, str]
+    selection: Selection | None = None  # the config, its scenarios, the profile, the history
     config: Config | None = None
     scenarios: list[Scenario] = field(default_factory=list)
     gpus: GpuInfo | None = None
@@ -98,9 +94,10 @@ def _fail(name: str, error: PerfgateError, fix: str) -> Check:
 
 
 def check_config(machine: Machine) -> list[Check]:
-    options = machine.options
-    machine.config = load_config(options.config)
-    machine.scenarios = machine.config.select(options.scenarios, options.engine)
+    # As a run chooses them; the history's writes are a check of their own (check_history_db).
+    machine.selection = selection_from(machine.options, writes=False)
+    machine.config = machine.selection.config
+    machine.scenarios = list(machine.selection.scenarios)
     names = ", ".join(s.name for s in machine.scenarios)
     return [Check("config", OK, f"{machine.config.path}: checking {names}")]
 
@@ -319,15 +316,10 @@ def check_ports(machine: Machine) -> list[Check]:
     return checks
 
 
-def _history_url(machine: Machine) -> str:
-    assert machine.options.db or machine.config is not None
-    # options.db holds $PERFGATE_DB_URL already, where the command line read it.
-    return resolve_history_url(machine.options.db, config=machine.config)
-
-
 def check_history_db(machine: Machine) -> list[Check]:
     """The history must take a run's writes: proven by a write that is rolled back."""
-    url = _history_url(machine)
+    assert machine.selection is not None
+    url = machine.selection.history_url
     parsed = parse_history_url(url)
     path = sqlite_path(parsed)
     try:
@@ -352,12 +344,9 @@ def check_baselines(machine: Machine) -> list[Check]:
     """What each scenario's run will be judged against here, as `perfgate.reference` decides."""
     if not machine.options.gate:
         return [Check("baselines", OK, "not needed (--no-gate: runs are recorded, not judged)")]
-    assert machine.config is not None
-    folder = machine.config.baselines_dir
-    if machine.options.baselines:
-        folder = Path(machine.options.baselines).resolve()
+    assert machine.selection is not None
+    folder, profile = machine.selection.baselines_dir, machine.selection.profile
     gpus = machine.gpus or detect_gpus()
-    profile = runner_profile(machine.options.profile, lambda: gpus)
     strict = requires_baseline(machine.options.require_baseline, machine.environ)
     checks = []
     for scenario in machine.scenarios:
