@@ -3,7 +3,7 @@
 #
 #   benchmarks/gpu_real_weights.sh OUTDIR [STAGE...]          # CUDA; stages (default: all):
 #                                                            #   train bandwidth sweep gate
-#   benchmarks/gpu_real_weights.sh --smoke OUTDIR [STAGE...]  # CPU: tiny models (~4 min)
+#   benchmarks/gpu_real_weights.sh --smoke OUTDIR [STAGE...]  # CPU: tiny models (~7 min)
 #
 # Stages:
 #   train      `perfgate embedded train --size large --device cuda`: trains perfgate/llama-large
@@ -87,7 +87,9 @@ EOF
   } > "$config"
   train_args=(--size tiny --device cpu --scale 0.01 --skip-quality --out "$state/tiny")
   bandwidth_args=(--device cpu --model perfgate/llama-tiny --replays 5 --blocks 3)
-  sweep_args=(--device cpu --steps 1-2 --repeats 1 --accept-rate -1 --max-new-tokens 16)
+  # One point of the sweep: each point is a server of its own, compiled (~40 s on the CPU),
+  # and tests/embedded/test_gpu_engine_script.py runs a sweep of several.
+  sweep_args=(--device cpu --steps 2 --repeats 1 --accept-rate -1 --max-new-tokens 16)
   # The limits here only guard against a hang: a loaded CPU may take several times as long.
   runs=${NOISE_RUNS:-3} train_limit=1500 bandwidth_limit=1500 sweep_limit=1500 run_limit=1500
   judged=0 # acceptance on the CPU in float32 does not move from run to run
