@@ -2,6 +2,11 @@
 
 Users import from here; the modules behind these names may move. Imports are lazy, so that
 `import perfgate` stays cheap (it runs inside every probed server process too).
+
+PYTEST_DONT_REWRITE: `perfgate run` starts pytest in its own process, where this package is
+imported already; pytest, which marks a plugin's package for assertion rewriting, then warns
+that it cannot rewrite it (an error under `filterwarnings = error`). Its modules assert
+nothing a test reads; the gate suites, test files, are rewritten as ever.
 """
 
 from __future__ import annotations

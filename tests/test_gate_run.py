@@ -212,6 +212,45 @@ def test_perfgate_options_after_the_double_dash_are_refused(tmp_path: Path) -> N
     assert "give them to `perfgate run` itself, before `--`" in result.stdout
 
 
+def test_perfgate_run_of_an_installed_wheel_under_strict_warnings(tmp_path: Path) -> None:
+    """perfgate as `pip install perfgate` gives it (a wheel, not editable), in a project whose
+    pytest turns warnings into errors: pytest, started inside `perfgate run`, finds perfgate
+    imported already, and must not make a warning (an error here) of that."""
+    source, site, project = tmp_path / "source", tmp_path / "site", tmp_path / "project"
+    listed = subprocess.run(
+        ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+        cwd=REPO, capture_output=True, text=True, check=True,
+    )  # fmt: skip
+    for name in filter(None, listed.stdout.split("\0")):
+        if (REPO / name).is_file():
+            (source / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(REPO / name, source / name)
+    pip = [sys.executable, "-m", "pip", "--disable-pip-version-check", "-q"]
+    wheel = ["wheel", "--no-deps", "--no-build-isolation", "-w", str(tmp_path / "w"), str(source)]
+    subprocess.run([*pip, *wheel], check=True, timeout=HANG_S)
+    (built,) = (tmp_path / "w").glob("perfgate-*.whl")
+    install = ["install", "--no-deps", "--target", str(site), str(built)]
+    subprocess.run([*pip, *install], check=True, timeout=HANG_S)
+    project.mkdir()
+    write_config(project)
+    (project / "pyproject.toml").write_text(
+        '[tool.pytest.ini_options]\nfilterwarnings = ["error"]\n'
+    )
+    env = {k: v for k, v in os.environ.items() if k != "PERFGATE_DB_URL"}
+    env["PYTHONPATH"] = str(site)  # before the checkout's editable install
+    where = [sys.executable, "-c", "import perfgate; print(perfgate.__file__)"]
+    found = subprocess.run(where, cwd=project, env=env, capture_output=True, text=True)
+    assert found.stdout.startswith(str(site)), found.stdout + found.stderr
+    result = subprocess.run(
+        [sys.executable, "-m", "perfgate", "run", "--no-gate", "--report="],
+        cwd=project, env=env, capture_output=True, text=True, timeout=HANG_S, check=False,
+    )  # fmt: skip
+    out = result.stdout + result.stderr
+    assert result.returncode == 0, out
+    assert f"tiny on {HERE_PROFILE}: run #1 PASS" in result.stdout
+    assert "cannot be rewritten" not in out
+
+
 def test_a_copy_of_perfgate_in_the_current_folder_is_never_imported(tmp_path: Path) -> None:
     # A checkout of another perfgate version, say, in the folder the gate is run from.
     decoy = tmp_path / "perfgate"
