@@ -192,7 +192,7 @@ def test_the_record_stage_writes_the_closure_with_names_not_this_machines_paths(
     tmp_path: Path,
 ) -> None:
     """The closure names every imported file by its path; OUT's copy, which is committed,
-    says `.` for the checkout and STATE for the state folder (it once held /work/main/...)."""
+    says `.` for the checkout and STATE for the state folder (it once held the checkout's absolute paths)."""
     record = tmp_path / "state" / "record"
     record.mkdir(parents=True)
     closure = {
