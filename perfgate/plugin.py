@@ -2,6 +2,9 @@
 
 Inert until a test asks for a perfgate fixture: installing perfgate changes nothing in other
 test suites. The session's state lives in `config.stash[GATE_SESSION]`.
+
+PYTEST_DONT_REWRITE: named in PYTEST_PLUGINS, pytest marks this module for rewriting, and
+under `perfgate run` it is imported already (see the package's docstring).
 """
 
 from __future__ import annotations

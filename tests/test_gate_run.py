@@ -251,6 +251,32 @@ def test_perfgate_run_of_an_installed_wheel_under_strict_warnings(tmp_path: Path
     assert "cannot be rewritten" not in out
 
 
+def test_perfgate_run_with_the_plugin_named_in_pytest_plugins_under_strict_warnings(
+    tmp_path: Path,
+) -> None:
+    """perfgate on PYTHONPATH, not installed (so no entry point), its plugin named in
+    PYTEST_PLUGINS as a GPU machine's scripts do, in a project whose pytest turns warnings into
+    errors: pytest marks the named plugin for rewriting and finds it imported already by
+    `perfgate run`; that must not be a warning (an error here)."""
+    site, project = tmp_path / "site", tmp_path / "project"
+    shutil.copytree(
+        REPO / "perfgate", site / "perfgate", ignore=shutil.ignore_patterns("__pycache__")
+    )
+    project.mkdir()
+    write_config(project)
+    (project / "pyproject.toml").write_text(
+        '[tool.pytest.ini_options]\nfilterwarnings = ["error"]\n'
+    )
+    env = {"PYTHONPATH": str(site), "PYTEST_PLUGINS": "perfgate.plugin"}
+    # As if not installed: the checkout's own install registers the plugin by its entry point.
+    env["PYTEST_ADDOPTS"] = "-p no:perfgate"
+    result = run_perfgate("run", "--no-gate", "--report=", cwd=project, env=env)
+    out = result.stdout + result.stderr
+    assert result.returncode == 0, out
+    assert f"tiny on {HERE_PROFILE}: run #1 PASS" in result.stdout
+    assert "cannot be rewritten" not in out
+
+
 def test_a_copy_of_perfgate_in_the_current_folder_is_never_imported(tmp_path: Path) -> None:
     # A checkout of another perfgate version, say, in the folder the gate is run from.
     decoy = tmp_path / "perfgate"
