@@ -69,7 +69,9 @@ def test_verify_slowed_by_900_percent_takes_ten_times_as_long_in_the_same_run(
     # that call, which the machine's load stretches too (35 times was seen at a load of 3 on 2
     # cores); what load cannot do is make an unslowed phase move as far.
     assert verify > 5.0, verify
-    assert 1 / 3 < draft < 3.0, draft  # the other phases as they were
+    # The other phases as they were, against verify in the same calls: load stretches the
+    # slowed calls' draft and verify alike (draft alone moved 3.25 times with three test
+    # workers on 2 cores), so no bound on draft by itself.
     assert verify > 3 * draft, (verify, draft)
 
 
