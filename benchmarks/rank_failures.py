@@ -8,7 +8,7 @@ rank and leave nothing behind? Measured over many runs.
         --extra-arg=dummy --max-new-tokens 256                          # one GPU: see below
 
 Each case is one `perfgate run --no-gate` of a scenario of its own (the tiny models by
-default, one torch thread), whose plain server (the first one measured) loses a rank:
+default, one torch thread), whose plain server (measured after the speculative one) loses a rank:
 
 - WHEN: ``warmup`` (during perfgate's warm-up request), ``repeat`` (during repeat 2 of 3) or
   ``between`` (once repeat 1 is done, before repeat 2 reaches the rank);
@@ -68,6 +68,7 @@ EXIT_CODE = 134  # what a process that aborts (SIGABRT) reports through a shell
 TAG = "PERFGATE_SOAK_TAG"
 RANK_MODULE = "perfgate.engines.embedded.rank"
 SERVER_MODULE = "perfgate.engines.embedded.server"
+SPECULATIVE_FLAG = "--speculative-algorithm"  # on the speculative server's command lines only
 # Batches of the plain server, as the embedded engine counts them (--debug-rank-exit): 1 is
 # its own warm-up, 2 perfgate's warm-up request, 3 and 4 repeats 1 and 2.
 FAULTS = {"warmup": "2:in", "repeat": "4:in", "between": "3:after"}
@@ -172,11 +173,15 @@ def config_text(case: Case, args: argparse.Namespace) -> str:
 
 
 def _rank_process(case: Case, tagged: list[ProcessInfo]) -> ProcessInfo | None:
-    """The process of the case's rank among the run's, once the plain server started it."""
+    """The process of the case's rank in the plain server, once that server started it. The
+    speculative server's processes (measured first, each rank given the server's flags) are
+    told apart by the speculative flag on their command lines."""
     for process in tagged:
         if "supervise.py" in process.cmdline:  # the supervisor's command line holds the server's
             continue
         words = process.cmdline.split()
+        if SPECULATIVE_FLAG in words:
+            continue
         if case.rank == 0 and SERVER_MODULE in words:
             return process
         if RANK_MODULE in words and words[words.index(RANK_MODULE) + 1] == str(case.rank):

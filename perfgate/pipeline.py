@@ -81,6 +81,10 @@ MeasureMode = Callable[..., ModeResult]  # perfgate.measure.measure_mode's signa
 TeacherForce = Callable[..., TeacherScores | None]  # perfgate.measure.teacher_force
 # Where reused plain figures come from: the scenario and its preflight in, a result or None.
 PlainSource = Callable[[Scenario, Preflight], ModeResult | None]
+# The order a run's servers are measured in, whatever asks for them first: the speculative
+# server, then the plain twin, which scores the speculative outputs that part from its own
+# before it stops (no plain server launched again to score them).
+MEASURE_ORDER: tuple[Mode, ...] = ("spec", "plain")
 
 
 class GatePlan:
@@ -212,8 +216,8 @@ class ServerPair:
     def measure(self, scenario: Scenario, folder: Path) -> Measurement:
         """Measure the speculative server, then the plain twin (which scores the speculative
         outputs that part from its own before it stops), and join them."""
-        spec = self.server(scenario, "spec", folder)
-        plain = self.server(scenario, "plain", folder)
+        results = {mode: self.server(scenario, mode, folder) for mode in MEASURE_ORDER}
+        spec, plain = results["spec"], results["plain"]
         started = self._started[folder]
         return assemble_measurement(
             scenario, self.profile, plain, spec, started, self.scored(scenario, plain, spec, folder)

@@ -19,6 +19,7 @@ from perfgate.folders import session_folder
 from perfgate.gate.verdict import Verdict
 from perfgate.measure import TimedLoop, run_rounds
 from perfgate.pipeline import (
+    MEASURE_ORDER,
     GatePlan,
     PlainSource,
     ScenarioRun,
@@ -101,9 +102,14 @@ class GateSession:
     def server_result(
         self, name: str, mode: Mode, timed_loop: TimedLoop = run_rounds
     ) -> ModeResult:
-        """The first run's `mode` server: measured now, timed by `timed_loop`, unless it was."""
+        """The first run's `mode` server: measured now, timed by `timed_loop`, unless it was.
+
+        The servers before it in MEASURE_ORDER are measured first (by the default loop), so
+        the order is the plan's, not the one a test asks in."""
         run = self.run_for(name)
         servers = self.servers[name]
+        for earlier in MEASURE_ORDER[: MEASURE_ORDER.index(mode)]:
+            run.remembering(lambda: servers.server(run.scenario, earlier, run.workdir))  # noqa: B023
         return run.remembering(lambda: servers.server(run.scenario, mode, run.workdir, timed_loop))
 
     def measured(self, name: str, mode: Mode) -> bool:

@@ -43,7 +43,8 @@ def test_both_servers_are_timed_whatever_order_pytest_collects_the_tests_in(
     pytester: pytest.Pytester, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Some pytest releases group a session-scoped parameter's tests so that the verdicts
-    come between the plain and the speculative measurement; the suites put them back."""
+    come between the two measurements; the suites put them back. The servers start in the
+    plan's order (speculative, then plain) even where pytest asks for the plain one first."""
     config = write_config(tmp_path, TINY_SCENARIO.replace("repeats = 3", "repeats = 2"))
     pytester.makepyfile(
         reorder="""
@@ -54,7 +55,11 @@ def pytest_collection_modifyitems(items):
     verdicts = [i for i in items if i.originalname == "test_throughput_verdicts"]
     for item in verdicts:
         items.remove(item)
-        items.insert(1, item)  # between plain and spec
+        items.insert(1, item)  # between the two servers' tests
+    plain = [i for i in items if i.name == "test_throughput[tiny-plain]"]
+    for item in plain:
+        items.remove(item)
+        items.insert(0, item)  # the plain server asked for first
 """
     )
     monkeypatch.setenv("PYTHONPATH", str(pytester.path))
@@ -64,6 +69,9 @@ def pytest_collection_modifyitems(items):
         f"--benchmark-json={bench}", "-p", "no:cacheprovider", "-p", "reorder", "-v",
     )  # fmt: skip
     result.stdout.fnmatch_lines(["*test_throughput_verdicts*"])
+    out = result.stdout.str()
+    starts = [line for line in out.splitlines() if line.endswith("server") and "starting" in line]
+    assert starts == ["tiny: starting spec server", "tiny: starting plain server"], out
     result.assert_outcomes(passed=6)
     names = sorted(b["name"] for b in json.loads(bench.read_text())["benchmarks"])
     assert names == ["test_throughput[tiny-plain]", "test_throughput[tiny-spec]"]
@@ -96,7 +104,7 @@ def test_a_refusal_before_launch_is_said_once_and_every_test_of_its_scenario_fai
     refusal = "scenarios.tiny.python: /no/such/python is not an executable file"
     failures = done.stdout.split("= FAILURES =")[1].split("short test summary info")[0]
     assert failures.count(refusal) == 1 and "During handling" not in failures, done.stdout
-    later = "perfgate: scenario 'tiny' was not measured: see test_throughput[tiny-plain] above"
+    later = "perfgate: scenario 'tiny' was not measured: see test_throughput[tiny-spec] above"
     assert failures.count(later) == 5, done.stdout
     assert "6 failed" in done.stdout
     verdict = done.stdout.split("= perfgate =")[1]

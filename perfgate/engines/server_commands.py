@@ -15,7 +15,7 @@ from perfgate.sglang.facts import PINNED, SglangRelease, release
 from perfgate.spec.scenario import OWNED_FIELDS, SPECULATIVE_FLAGS, flag_role
 
 Mode = Literal["spec", "plain"]
-MODES: tuple[Mode, ...] = ("plain", "spec")  # the order a run measures them in
+MODES: tuple[Mode, ...] = ("plain", "spec")  # measured in perfgate.pipeline.MEASURE_ORDER
 
 ENGINE_MODULES = {
     "embedded": "perfgate.engines.embedded.server",

@@ -1,4 +1,4 @@
-"""Order the suites so each server starts once: throughput (plain, then spec) measures first;
+"""Order the suites so each server starts once: throughput (in the pipeline's MEASURE_ORDER) first;
 keep the session's ending to the verdict unless the user asks pytest for more."""
 
 from __future__ import annotations
@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 
 from perfgate.measure import TimedLoop, run_rounds
+from perfgate.pipeline import MEASURE_ORDER
 
 _MODULE_ORDER = ("test_throughput", "test_phases", "test_equivalence")
 _UNUSED_FIXTURE = "Benchmark fixture was not used at all in this test"
@@ -37,15 +38,19 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    def rank(item: pytest.Item) -> tuple[int, int]:
+    def rank(item: pytest.Item) -> tuple[int, int]:  # the timed servers in MEASURE_ORDER first
         module = item.module.__name__.rsplit(".", 1)[-1] if item.module else ""  # type: ignore[attr-defined]
         order = _MODULE_ORDER.index(module) if module in _MODULE_ORDER else len(_MODULE_ORDER)
         # The timed measurements before anything that judges them: pytest may group a
         # session-scoped parameter's tests so that the verdicts come between plain and spec.
         timed = getattr(item, "originalname", "") == "test_throughput"
-        return order, 0 if timed else 1
+        if not timed:
+            return order, len(MEASURE_ORDER)
+        callspec = getattr(item, "callspec", None)
+        mode = callspec.params.get("mode") if callspec else None
+        return order, MEASURE_ORDER.index(mode) if mode in MEASURE_ORDER else 0
 
-    items.sort(key=rank)  # stable: keeps pytest's order (plain, then spec) among equals
+    items.sort(key=rank)  # stable: keeps pytest's order among equals
 
 
 @pytest.fixture

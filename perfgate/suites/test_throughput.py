@@ -6,12 +6,13 @@ import pytest
 
 from perfgate.engines.server_commands import Mode
 from perfgate.measure import TimedLoop
+from perfgate.pipeline import MEASURE_ORDER
 from perfgate.session import GateSession
 
 THROUGHPUT_METRICS = ("output_tok_s", "speedup", "decode_tok_s", "accept_length", "ttft_ms")
 
 
-@pytest.mark.parametrize("mode", ["plain", "spec"])
+@pytest.mark.parametrize("mode", MEASURE_ORDER)  # each server timed in its own test
 def test_throughput(
     perfgate_session: GateSession, perfgate_scenario: str, mode: Mode, timed_loop: TimedLoop
 ) -> None:
