@@ -1,7 +1,7 @@
 """Stage SGLang for a machine that reaches no network: download on this host, carry in parts.
 
-    python benchmarks/sglang_stage.py download [--dest DIR]   # here: wheels from PyPI, trimmed
-    python benchmarks/sglang_stage.py pack [--dest DIR]       # here: tar, split into parts
+    python benchmarks/sglang_stage.py download [--set S] [--dest DIR]  # here: wheels, trimmed
+    python benchmarks/sglang_stage.py pack [--set S] [--dest DIR]      # here: tar, in parts
     python benchmarks/sglang_stage.py check PART              # there: one part arrived whole
     python benchmarks/sglang_stage.py assemble SITE [--dest DIR]  # there: join, install
 
@@ -16,7 +16,9 @@ working tree travels too: 64 MiB a call in all). The device keeps ignored files 
 calls: after the last part, `assemble` checks every chunk, joins them, checks every wheel and
 installs them with `pip install --no-index --no-deps --target SITE`.
 
-DIR defaults to `.cache/sglang-live` in the checkout (git-ignored). What was downloaded, and
+S is `live` (WHEELS, the default) or `graphs` (GRAPH_WHEELS: what CUDA graphs add). DIR
+defaults to the set's folder in the checkout, `.cache/sglang-live` or `.cache/sglang-graphs`
+(git-ignored). What was downloaded, and
 the sizes, go to DIR/stage.json and are printed.
 """
 
@@ -109,6 +111,23 @@ WHEELS = (
     "datasets==5.2.0",
     "multiprocess==0.70.19",
 )
+# What SGLang 0.5.16 imports beyond WHEELS once CUDA graphs are on: EagleDraftWorker's
+# _capture_cuda_graphs imports the attention backends of srt/layers/attention (dsa_backend
+# needs `deep_gemm`; dsa_indexer imports cutedsl, which needs `cutlass` and `cutlass.cute`),
+# read in its source; cutlass-dsl wants protobuf < 7 (the image has 7.36.2) and
+# nvidia-cuda-nvdisasm, which the image lacks. deep_gemm needs apache-tvm-ffi, in WHEELS.
+# Staged apart (`download --set graphs`, into .cache/sglang-graphs), to travel after WHEELS.
+GRAPH_WHEELS = (
+    "sgl-deep-gemm==0.1.4.post1",
+    "nvidia-cutlass-dsl==4.6.0",
+    "nvidia-cutlass-dsl-libs-base==4.6.0",
+    "nvidia-cutlass-dsl-libs-core==4.6.0",
+    "nvidia-cutlass-dsl-libs-cu13==4.6.0",
+    "protobuf==6.33.6",
+    "nvidia-cuda-nvdisasm==13.5.37",
+)
+SETS = {"live": WHEELS, "graphs": GRAPH_WHEELS}
+SET_DEST = {"live": DEFAULT_DEST, "graphs": REPO / ".cache" / "sglang-graphs"}
 # sglang-kernel 0.4.5's files a Hopper GPU does not load (checked on an H200: without them
 # sgl_kernel imports against torch 2.11.0+cu130 and its rmsnorm matches a reference).
 KERNEL_DROPPED = ("sgl_kernel/flash_ops", "sgl_kernel/infllm_ops", "sgl_kernel/flashmla_ops",
@@ -183,19 +202,24 @@ class Staged:
         return sum(w.bytes for w in self.wheels)
 
 
-def download(dest: Path) -> Staged:
-    """Every wheel of WHEELS into dest/wheels (the kernel trimmed); what came, with sizes."""
+def download(dest: Path, requirements: tuple[str, ...] = WHEELS) -> Staged:
+    """Every wheel of `requirements` into dest/wheels (the kernel, where listed, trimmed);
+    what came, with sizes."""
     wheels, raw = dest / "wheels", dest / "raw"
     shutil.rmtree(wheels, ignore_errors=True)
     wheels.mkdir(parents=True)
-    kernel_raw = pip_download(KERNEL, raw)
-    kernel = wheels / kernel_raw.name
-    left_out = trim_kernel(kernel_raw, kernel)
-    for requirement in WHEELS:
+    kernel_bytes = trimmed_bytes = 0
+    left_out: list[str] = []
+    if KERNEL in requirements:
+        kernel_raw = pip_download(KERNEL, raw)
+        kernel = wheels / kernel_raw.name
+        left_out = trim_kernel(kernel_raw, kernel)
+        kernel_bytes, trimmed_bytes = kernel_raw.stat().st_size, kernel.stat().st_size
+    for requirement in requirements:
         if requirement != KERNEL:
             pip_download(requirement, wheels)
     found = [Wheel(p.name, p.stat().st_size, sha256(p)) for p in sorted(wheels.glob("*.whl"))]
-    staged = Staged(found, kernel_raw.stat().st_size, kernel.stat().st_size, left_out)
+    staged = Staged(found, kernel_bytes, trimmed_bytes, left_out)
     report = asdict(staged) | {"total_bytes": staged.total_bytes}
     (dest / "stage.json").write_text(json.dumps(report, indent=1) + "\n")
     return staged
@@ -279,7 +303,8 @@ def main(argv: list[str] | None = None) -> int:
     actions = parser.add_subparsers(dest="action", required=True)
     for name in ("download", "pack"):
         action = actions.add_parser(name)
-        action.add_argument("--dest", type=Path, default=DEFAULT_DEST)
+        action.add_argument("--dest", type=Path, default=None, help="default: the set's folder")
+        action.add_argument("--set", choices=sorted(SETS), default="live", dest="wheel_set")
         if name == "pack":
             action.add_argument("--part-mib", type=int, default=PART_MIB)
     actions.add_parser("check").add_argument("part", type=Path)
@@ -287,15 +312,19 @@ def main(argv: list[str] | None = None) -> int:
     assemble_parser.add_argument("site", type=Path)
     assemble_parser.add_argument("--dest", type=Path, default=DEFAULT_DEST)
     args = parser.parse_args(argv)
+    if args.action in ("download", "pack") and args.dest is None:
+        args.dest = SET_DEST[args.wheel_set]
     if args.action == "download":
-        staged = download(args.dest)
+        staged = download(args.dest, SETS[args.wheel_set])
         for wheel in staged.wheels:
             print(f"{wheel.bytes / 2**20:8.2f} MiB  {wheel.file}")
-        print(
-            f"{staged.total_bytes / 2**20:8.2f} MiB in all; sglang-kernel "
-            f"{staged.kernel_wheel_bytes / 2**20:.1f} MiB -> "
+        kernel = (
+            f"; sglang-kernel {staged.kernel_wheel_bytes / 2**20:.1f} MiB -> "
             f"{staged.kernel_trimmed_bytes / 2**20:.1f} MiB trimmed"
+            if staged.kernel_wheel_bytes
+            else ""
         )
+        print(f"{staged.total_bytes / 2**20:8.2f} MiB in all{kernel}")
     elif args.action == "pack":
         manifest = pack(args.dest, args.part_mib * 2**20)
         for part in manifest["parts"]:

@@ -83,6 +83,27 @@ def test_the_kernel_wheel_loses_only_what_hopper_never_loads(tmp_path: Path) -> 
     assert not kept & set(left_out) and not any(name in record for name in left_out)
 
 
+def test_the_cuda_graph_set_stages_apart_without_the_kernel(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    asked: list[str] = []
+
+    def fake_download(requirement: str, into: Path) -> Path:  # pip, without the network
+        asked.append(requirement)
+        name, version = requirement.split("==")
+        into.mkdir(parents=True, exist_ok=True)
+        return _wheel(into, name.replace("-", "_"), {f"{name}.txt": version})
+
+    monkeypatch.setattr(sglang_stage, "pip_download", fake_download)
+    sglang_stage.main(["download", "--set", "graphs", "--dest", str(tmp_path / "graphs")])
+    assert asked == list(sglang_stage.GRAPH_WHEELS)
+    assert not set(asked) & set(sglang_stage.WHEELS)  # only what the live set lacks
+    report = json.loads((tmp_path / "graphs" / "stage.json").read_text())
+    assert len(report["wheels"]) == len(asked) and report["kernel_wheel_bytes"] == 0
+    with pytest.raises(SystemExit):
+        sglang_stage.main(["download", "--set", "nope"])
+
+
 def test_the_wheels_travel_in_parts_and_install_back(tmp_path: Path) -> None:
     dest = tmp_path / "staged"
     (dest / "wheels").mkdir(parents=True)
