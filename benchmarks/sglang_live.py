@@ -1,8 +1,8 @@
 """The pieces of benchmarks/sglang_live.sh that are easier in Python than in the shell.
 
     python benchmarks/sglang_live.py capture FILE -- COMMAND...  # its output also to FILE
-    python benchmarks/sglang_live.py versions FILE.json          # what imports, which version
-    python benchmarks/sglang_live.py variants CONFIG OUT --bad-draft DIR  # + three variants
+    python benchmarks/sglang_live.py versions FILE.json [--graphs]  # what imports, which version
+    python benchmarks/sglang_live.py variants CONFIG OUT --bad-draft DIR  # + five variants
     python benchmarks/sglang_live.py bad-draft SRC OUT           # the draft, 256 wide in config
     python benchmarks/sglang_live.py broken-draft SRC OUT        # its fc weight cut in width
     python benchmarks/sglang_live.py history DB SCENARIO FILE    # `perfgate history show`
@@ -31,7 +31,12 @@ SCENARIO = "sglang-tiny-eagle3"
 MODULES = ("sglang", "sgl_kernel", "flashinfer", "torch", "transformers", "tokenizers",
            "triton", "xgrammar", "perfgate")  # fmt: skip
 REQUIRED = MODULES[:3]
-DISTRIBUTIONS = {"sgl_kernel": "sglang-kernel", "flashinfer": "flashinfer-python"}
+# What CUDA graphs add (benchmarks/sglang_stage.py GRAPH_WHEELS), checked once they are staged.
+GRAPH_MODULES = ("deep_gemm", "cutlass", "google.protobuf")
+EAGER_FLAG = "--disable-cuda-graph"
+DISTRIBUTIONS = {"sgl_kernel": "sglang-kernel", "flashinfer": "flashinfer-python",
+                 "deep_gemm": "sgl-deep-gemm", "cutlass": "nvidia-cutlass-dsl",
+                 "google.protobuf": "protobuf"}  # fmt: skip
 
 
 def capture(path: Path, command: Sequence[str]) -> int:
@@ -50,12 +55,12 @@ def capture(path: Path, command: Sequence[str]) -> int:
         return process.wait()
 
 
-def versions() -> dict[str, str]:
+def versions(modules: Sequence[str] = MODULES) -> dict[str, str]:
     """Each module's version, or the exception that stopped its import."""
     from importlib import metadata
 
     found: dict[str, str] = {}
-    for name in MODULES:
+    for name in modules:
         try:
             module = importlib.import_module(name)
         except Exception as error:  # the record names whatever stopped it
@@ -98,11 +103,15 @@ def _table(name: str, raw: Mapping[str, Any]) -> list[str]:
 
 
 def variants(config: Path, out: Path, bad_draft: Path, broken_draft: Path) -> list[str]:
-    """Write config's text to out with four variants of the scenario after it: with SGLang's
+    """Write config's text to out with five variants of the scenario after it: with SGLang's
     device timer (-metrics), under a serving load that SGLang's benchmark cross-checks
-    (-serving), with a draft whose config does not fit the target (-bad), and with a draft
-    whose config fits but whose weights do not (-broken); return their names."""
+    (-serving), with a draft whose config does not fit the target (-bad), with a draft
+    whose config fits but whose weights do not (-broken), and with CUDA graphs on both twins
+    (-graphs: `--disable-cuda-graph` left out); return their names."""
     raw = tomllib.loads(config.read_text())["scenarios"][SCENARIO]
+    eager = raw.get("extra_args", [])
+    if EAGER_FLAG not in eager:
+        raise SystemExit(f"{config}: [scenarios.{SCENARIO}] extra_args lacks {EAGER_FLAG}")
     serving = {"request_rate": "inf", "max_concurrency": 8, "num_prompts": 32, "input_len": 64,
                "output_len": 128, "cross_check": "sglang"}  # fmt: skip
     tables = {
@@ -110,6 +119,7 @@ def variants(config: Path, out: Path, bad_draft: Path, broken_draft: Path) -> li
         f"{SCENARIO}-serving": raw | {"serving": serving},
         f"{SCENARIO}-bad": raw | {"draft": str(bad_draft)},
         f"{SCENARIO}-broken": raw | {"draft": str(broken_draft)},
+        f"{SCENARIO}-graphs": raw | {"extra_args": [a for a in eager if a != EAGER_FLAG]},
     }
     lines = [config.read_text().rstrip("\n"), ""]
     for name, table in tables.items():
@@ -188,6 +198,10 @@ SECTIONS = (
     ("bad-sglang.txt", "Bad input: the same draft given to SGLang itself", "its own message"),
     ("bad-loading.txt", "Bad input: a draft SGLang dies loading, under perfgate",
      "exit 64 or 69 with SGLang's message, nothing recorded"),
+    ("graphs-versions.json", "CUDA graphs: what the graph set added",
+     "the versions that imported, from the staged graph wheels"),
+    ("graphs.txt", "CUDA graphs on both twins", "`perfgate run --no-gate`, exit 0 expected"),
+    ("graphs-run.txt", "CUDA graphs, as recorded", "phases, equivalence, accept length, tok/s"),
     ("closure.md", "The import closure of the launch", "benchmarks/sglang_closure.py"),
 )  # fmt: skip
 TAIL_LINES = 80  # of a long output, the record keeps the end
@@ -229,7 +243,9 @@ def main(argv: list[str] | None = None) -> int:
         return capture(Path(argv[1]), argv[3:])
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     actions = parser.add_subparsers(dest="action", required=True)
-    actions.add_parser("versions").add_argument("out", type=Path)
+    checked = actions.add_parser("versions")
+    checked.add_argument("out", type=Path)
+    checked.add_argument("--graphs", action="store_true", help="what CUDA graphs add")
     variant = actions.add_parser("variants")
     variant.add_argument("config", type=Path)
     variant.add_argument("out", type=Path)
@@ -250,12 +266,13 @@ def main(argv: list[str] | None = None) -> int:
     writer.add_argument("--hide", action="append", default=[], metavar="FOLDER=NAME")
     args = parser.parse_args(argv)
     if args.action == "versions":
-        found = versions()
+        modules, required = (GRAPH_MODULES, GRAPH_MODULES) if args.graphs else (MODULES, REQUIRED)
+        found = versions(modules)
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(json.dumps(found, indent=1) + "\n")
         for name, version in found.items():
             print(f"{name}: {version}")
-        return 1 if any(found[m].startswith("import failed") for m in REQUIRED) else 0
+        return 1 if any(found[m].startswith("import failed") for m in required) else 0
     if args.action == "variants":
         print("\n".join(variants(args.config, args.out, args.bad_draft, args.broken_draft)))
     elif args.action == "bad-draft":

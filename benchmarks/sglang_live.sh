@@ -8,8 +8,9 @@
 #   benchmarks/sglang_live.sh --dry-run OUTDIR [STAGE...]  # print each step, run none
 #
 # Stages:
-#   receive    check the staged parts that have arrived (.cache/sglang-live/parts/NN, one
-#              carried per call: a call carries 64 MiB with the working tree);
+#   receive    check the staged parts that have arrived (.cache/sglang-live/parts/NN, and
+#              .cache/sglang-graphs/parts/NN where the graph set travels; one or two carried
+#              per call: a call carries 64 MiB with the working tree);
 #   install    join the parts, check them and install every wheel into STATE/site (pip
 #              --no-index --no-deps --target), then import sglang, sgl_kernel and flashinfer
 #              and record their versions (versions.json; a failed import is named there);
@@ -30,6 +31,10 @@
 #              nothing recorded), and SGLang given it directly says why in its own words; a
 #              draft whose weights do not fit its config: SGLang dies loading it, and perfgate
 #              says so with SGLang's message (64 or 69), recording nothing;
+#   graphs     install the graph set (sglang_stage.py --set graphs: deep_gemm, cutlass-dsl,
+#              protobuf 6) over the staged install and record what imports, then a run of
+#              the scenario with CUDA graphs on both twins (-graphs: no --disable-cuda-graph),
+#              not gated, into its own history;
 #   record     OUTDIR/sglang-live.md: every step's command and exit code so far, the
 #              versions, the twin command lines, both runs' phases, equivalence, accept
 #              length and tok/s, the probe's cost, the device-timer cross-check, SGLang's own
@@ -48,6 +53,9 @@
 #   5. benchmarks/sglang_live.sh OUT clients                  (290 s when its clients failed)
 #   6. benchmarks/sglang_live.sh OUT overhead                 (234 s)
 #   7. benchmarks/sglang_live.sh OUT metrics                  (172 s)
+#   CUDA graphs: `download --set graphs` and `pack --set graphs` here, then before call 3
+#   calls with `receive` carrying .cache/sglang-graphs/parts/01, then parts/02 and 03 in one,
+#   and after call 3: benchmarks/sglang_live.sh OUT graphs
 # (each step's time limit keeps a call inside the tool's 10 minutes). State kept between
 # calls (the staged parts, the install, the history, the pieces of the record) lives in
 # .cache/sglang-live/ of the checkout (STATE and STAGED move it); the exported models in
@@ -65,12 +73,12 @@ if [[ "${1:-}" == "--dry-run" ]]; then
 fi
 if [[ $# -lt 1 ]]; then
   echo "usage: $0 [--dry-run] OUTDIR [receive] [install] [export] [reference] [judged]" \
-    "[overhead] [metrics] [clients] [badinput] [record]" >&2
+    "[overhead] [metrics] [clients] [badinput] [graphs] [record]" >&2
   exit 64
 fi
 out=$1
 shift
-all="receive install export reference judged overhead metrics clients badinput record"
+all="receive install export reference judged overhead metrics clients badinput graphs record"
 if [[ $# -eq 0 ]]; then
   read -ra every <<< "${all#receive }"
   set -- "${every[@]}"
@@ -81,6 +89,7 @@ check_stages "$all" "$@"
 repo=$(cd "$(dirname "$0")/.." && pwd)
 python=${PYTHON:-python3}
 staged=${STAGED:-$repo/.cache/sglang-live}
+graph_staged=${GRAPH_STAGED:-$repo/.cache/sglang-graphs}
 state=${STATE:-$staged/state}
 site=$state/site
 record=$state/record
@@ -150,10 +159,11 @@ capture() {
 
 stage_receive() {
   local part found=0
-  for part in "$staged"/parts/*/; do
+  for part in "$staged"/parts/*/ "$graph_staged"/parts/*/; do
     [[ -d $part ]] || continue
     found=1
-    run "receive $(basename "$part")" 0 120 "${stage[@]}" check "$part"
+    run "receive $(basename "$(dirname "$(dirname "$part")")") $(basename "$part")" 0 120 \
+      "${stage[@]}" check "$part"
   done
   [[ $found -eq 1 || $dry -eq 1 ]] || { echo "no staged part under $staged/parts"; failed=1; }
 }
@@ -298,6 +308,16 @@ stage_badinput() {
     >> "$record/bad-runs.txt"
 }
 
+stage_graphs() {
+  run "install graph set" 0 300 "${stage[@]}" assemble "$site" --dest "$graph_staged"
+  run "graph versions" 0 300 "${live[@]}" versions --graphs "$record/graphs-versions.json"
+  variant_config
+  capture graphs.txt "CUDA graphs run" 0 540 "${pg[@]}" run --no-gate --config "$variants" \
+    --scenario "$scenario-graphs" "${paths[@]}"
+  run "graphs as recorded" 0 120 "${live[@]}" history "$db_file" "$scenario-graphs" \
+    "$record/graphs-run.txt"
+}
+
 stage_record() {
   local hides=(--hide "$state=STATE")
   [[ $work == "$repo" ]] || hides+=(--hide "$work=WORK")
@@ -324,6 +344,7 @@ for stage_name in "$@"; do
     metrics) stage_metrics ;;
     clients) stage_clients ;;
     badinput) stage_badinput ;;
+    graphs) stage_graphs ;;
   esac
 done
 # Every call ends with the record so far: a session whose device time runs out keeps what ran.

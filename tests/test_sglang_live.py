@@ -100,6 +100,12 @@ def test_the_cuda_graph_set_stages_apart_without_the_kernel(
     assert not set(asked) & set(sglang_stage.WHEELS)  # only what the live set lacks
     report = json.loads((tmp_path / "graphs" / "stage.json").read_text())
     assert len(report["wheels"]) == len(asked) and report["kernel_wheel_bytes"] == 0
+    # Without --dest, the set's own folder.
+    assert sglang_stage.SETS["graphs"].dest == REPO / ".cache" / "sglang-graphs"
+    own = sglang_stage.WheelSet(sglang_stage.GRAPH_WHEELS, tmp_path / "own")
+    monkeypatch.setitem(sglang_stage.SETS, "graphs", own)
+    sglang_stage.main(["download", "--set", "graphs"])
+    assert (tmp_path / "own" / "stage.json").is_file()
     with pytest.raises(SystemExit):
         sglang_stage.main(["download", "--set", "nope"])
 
@@ -160,13 +166,17 @@ def test_the_variants_add_metrics_serving_and_a_bad_draft(tmp_path: Path) -> Non
     names = sglang_live.variants(REPO / "perfgate.toml", out, tmp_path / "bad", tmp_path / "b2")
     config = load_config(out)
     base = config.scenarios["sglang-tiny-eagle3"]
-    assert names == [f"{base.name}-{v}" for v in ("metrics", "serving", "bad", "broken")]
+    kinds = ("metrics", "serving", "bad", "broken", "graphs")
+    assert names == [f"{base.name}-{v}" for v in kinds]
     assert config.scenarios[names[0]].engine_metrics and not base.engine_metrics
     serving = config.scenarios[names[1]].serving
     assert serving is not None and serving.cross_check == "sglang"
     assert config.scenarios[names[2]].draft == str(tmp_path / "bad")
     assert config.scenarios[names[3]].draft == str(tmp_path / "b2")
     assert config.scenarios[names[2]].tolerances == base.tolerances
+    graphs = config.scenarios[names[4]]
+    assert "--disable-cuda-graph" in base.extra_args
+    assert graphs.extra_args == tuple(a for a in base.extra_args if a != "--disable-cuda-graph")
 
 
 def test_the_record_names_what_ran_and_what_did_not(tmp_path: Path) -> None:
