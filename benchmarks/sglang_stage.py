@@ -126,8 +126,20 @@ GRAPH_WHEELS = (
     "protobuf==6.33.6",
     "nvidia-cuda-nvdisasm==13.5.37",
 )
-SETS = {"live": WHEELS, "graphs": GRAPH_WHEELS}
-SET_DEST = {"live": DEFAULT_DEST, "graphs": REPO / ".cache" / "sglang-graphs"}
+
+
+@dataclass(frozen=True)
+class WheelSet:
+    """A set `--set` names: its wheels, and the folder it stages into by default."""
+
+    wheels: tuple[str, ...]
+    dest: Path  # git-ignored
+
+
+SETS = {
+    "live": WheelSet(WHEELS, DEFAULT_DEST),
+    "graphs": WheelSet(GRAPH_WHEELS, REPO / ".cache" / "sglang-graphs"),
+}
 # sglang-kernel 0.4.5's files a Hopper GPU does not load (checked on an H200: without them
 # sgl_kernel imports against torch 2.11.0+cu130 and its rmsnorm matches a reference).
 KERNEL_DROPPED = ("sgl_kernel/flash_ops", "sgl_kernel/infllm_ops", "sgl_kernel/flashmla_ops",
@@ -313,9 +325,9 @@ def main(argv: list[str] | None = None) -> int:
     assemble_parser.add_argument("--dest", type=Path, default=DEFAULT_DEST)
     args = parser.parse_args(argv)
     if args.action in ("download", "pack") and args.dest is None:
-        args.dest = SET_DEST[args.wheel_set]
+        args.dest = SETS[args.wheel_set].dest
     if args.action == "download":
-        staged = download(args.dest, SETS[args.wheel_set])
+        staged = download(args.dest, SETS[args.wheel_set].wheels)
         for wheel in staged.wheels:
             print(f"{wheel.bytes / 2**20:8.2f} MiB  {wheel.file}")
         kernel = (
