@@ -312,7 +312,7 @@ stage_graphs() {
   run "install graph set" 0 300 "${stage[@]}" assemble "$site" --dest "$graph_staged"
   run "graph versions" 0 300 "${live[@]}" versions --graphs "$record/graphs-versions.json"
   variant_config
-  capture graphs.txt "CUDA graphs run" 0 540 "${pg[@]}" run --no-gate --config "$variants" \
+  capture graphs.txt "CUDA graphs run" 0 450 "${pg[@]}" run --no-gate --config "$variants" \
     --scenario "$scenario-graphs" "${paths[@]}"
   run "graphs as recorded" 0 120 "${live[@]}" history "$db_file" "$scenario-graphs" \
     "$record/graphs-run.txt"
