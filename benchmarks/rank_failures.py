@@ -59,6 +59,8 @@ from typing import Any
 from perfgate.devices import read_gpus
 from perfgate.engines.gpu_memory import RELEASE_SLACK_MIB
 from perfgate.engines.processes import ProcessInfo, iter_processes, read_process, send
+from perfgate.sglang.facts import all_names
+from perfgate.spec.scenario import SPECULATIVE_FLAGS
 
 REPO = Path(__file__).resolve().parents[1]
 WHENS = ("warmup", "repeat", "between")
@@ -68,7 +70,8 @@ EXIT_CODE = 134  # what a process that aborts (SIGABRT) reports through a shell
 TAG = "PERFGATE_SOAK_TAG"
 RANK_MODULE = "perfgate.engines.embedded.rank"
 SERVER_MODULE = "perfgate.engines.embedded.server"
-SPECULATIVE_FLAG = "--speculative-algorithm"  # on the speculative server's command lines only
+# The speculative server's own flags, every name each has had: on its command lines only.
+SPECULATIVE_NAMES = frozenset(name for _, role in SPECULATIVE_FLAGS for name in all_names(role))
 # Batches of the plain server, as the embedded engine counts them (--debug-rank-exit): 1 is
 # its own warm-up, 2 perfgate's warm-up request, 3 and 4 repeats 1 and 2.
 FAULTS = {"warmup": "2:in", "repeat": "4:in", "between": "3:after"}
@@ -175,12 +178,12 @@ def config_text(case: Case, args: argparse.Namespace) -> str:
 def _rank_process(case: Case, tagged: list[ProcessInfo]) -> ProcessInfo | None:
     """The process of the case's rank in the plain server, once that server started it. The
     speculative server's processes (measured first, each rank given the server's flags) are
-    told apart by the speculative flag on their command lines."""
+    told apart by the speculative flags on their command lines (perfgate.spec.scenario)."""
     for process in tagged:
         if "supervise.py" in process.cmdline:  # the supervisor's command line holds the server's
             continue
         words = process.cmdline.split()
-        if SPECULATIVE_FLAG in words:
+        if SPECULATIVE_NAMES & {word.split("=", 1)[0] for word in words}:
             continue
         if case.rank == 0 and SERVER_MODULE in words:
             return process
