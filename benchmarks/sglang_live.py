@@ -202,6 +202,8 @@ SECTIONS = (
      "the versions that imported, from the staged graph wheels"),
     ("graphs.txt", "CUDA graphs on both twins", "`perfgate run --no-gate`, exit 0 expected"),
     ("graphs-run.txt", "CUDA graphs, as recorded", "phases, equivalence, accept length, tok/s"),
+    ("graphs-closure.md", "CUDA graphs: the import closure of the launch",
+     "benchmarks/sglang_closure.py, with the graph set installed"),
     ("closure.md", "The import closure of the launch", "benchmarks/sglang_closure.py"),
 )  # fmt: skip
 TAIL_LINES = 80  # of a long output, the record keeps the end
