@@ -176,12 +176,6 @@ if ! "$python" -c 'import sqlalchemy, alembic, mako' 2> /dev/null; then
     --target "$state/site" "${wheels[@]}" || exit 69
   export PYTHONPATH="$state/site:$PYTHONPATH"
 fi
-# perfgate from the checkout (PYTHONPATH) carries no entry point where it is not installed:
-# pytest (started with -P, as `perfgate run` starts it) then loads its plugin by name.
-if ! "$python" -P -c 'import importlib.metadata as m, sys
-sys.exit(not m.entry_points(group="pytest11", name="perfgate"))' 2> /dev/null; then
-  export PYTEST_PLUGINS=perfgate.plugin
-fi
 
 if [[ -n $max_runs ]]; then
   # The scenario as shipped but for its max_runs, which shapes no figure (its digest stays).

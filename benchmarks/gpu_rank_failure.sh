@@ -24,10 +24,12 @@
 # with perfgate's output of any case that failed.
 #
 # Needs perfgate's dependencies importable (an existing PYTHONPATH is kept: a folder of
-# SQLAlchemy, alembic, Mako and greenlet, as benchmarks/results/tp2-h200x2.md used) and
-# PYTHON (default python3) with a CUDA torch. NCCL_NVLS_ENABLE stays 0. Its time on a GPU has
-# not been measured: the device tool gives a command 10 minutes, so a first call should run one
-# round (ROUNDS=1) and time it. On the CPU (--smoke, 1 round) it took 30 s on 2 cores.
+# SQLAlchemy, alembic, Mako and greenlet, as benchmarks/results/tp2-h200x2.md used, or the
+# staged SGLang install of benchmarks/sglang_live.sh, which holds them) and PYTHON (default
+# python3) with a CUDA torch; perfgate's pytest plugin is named in PYTEST_PLUGINS where
+# perfgate is not installed (record.sh). NCCL_NVLS_ENABLE stays 0. On one H200 a round took
+# 30-41 s (5 rounds in 151.5 s: benchmarks/results/rank-failures-h200.md); on the CPU
+# (--smoke, 1 round) 30 s on 2 cores.
 # Exit code: that of rank_failures.py (0 when every case ended as required, 1 otherwise).
 set -u -o pipefail
 

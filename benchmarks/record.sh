@@ -8,8 +8,11 @@
 #                             whole output teed into OUTDIR/run.log (tee_pid: the tee), after
 #                             what earlier calls wrote there with `append`
 #   use_checkout              perfgate from this checkout first on PYTHONPATH (an existing one
-#                             kept after it), NVLink multicast off unless NCCL_NVLS_ENABLE is set
-#                             (the shared hosts require it), Python's output unbuffered
+#                             kept after it), its pytest plugin named in PYTEST_PLUGINS where
+#                             perfgate is not installed (no entry point registers it there, and
+#                             `perfgate run` would find none of its fixtures), NVLink multicast
+#                             off unless NCCL_NVLS_ENABLE is set (the shared hosts require it),
+#                             Python's output unbuffered
 #   describe_machine          the GPUs (nvidia-smi -L) and python, torch, CUDA, GPU count
 #   smoke_scenario NAME       a scenario table of the shipped tiny models on the CPU, the shape
 #                             every --smoke config starts from; its caller adds the keys its
@@ -34,6 +37,11 @@ record_start() {
 
 use_checkout() {
   export PYTHONPATH="$repo${PYTHONPATH:+:$PYTHONPATH}"
+  # pytest is started with -P (as `perfgate run` starts it): the entry point, or the name.
+  if ! "$python" -P -c 'import importlib.metadata as m, sys
+sys.exit(not m.entry_points(group="pytest11", name="perfgate"))' 2> /dev/null; then
+    export PYTEST_PLUGINS=perfgate.plugin
+  fi
   export NCCL_NVLS_ENABLE=${NCCL_NVLS_ENABLE:-0}
   export PYTHONUNBUFFERED=1
 }
