@@ -10,7 +10,7 @@ import subprocess
 import sys
 import textwrap
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager
 from pathlib import Path
 
@@ -110,12 +110,14 @@ class FakeStream(io.StringIO):
 def run_perfgate_while(
     cwd: Path,
     argv: list[str],
-    line: str,
+    line: str | Sequence[str],
     during: Callable[[subprocess.Popen[bytes]], AbstractContextManager[object]],
 ) -> tuple[int, str]:
-    """Run `perfgate ARGV`; once `line` shows in its output, enter `during(process)` (which
-    may signal the process, as Ctrl-C does) and hold it till perfgate ends. Returns perfgate's
-    exit code and output. The line is waited for under the hang guard (tests/hang.py)."""
+    """Run `perfgate ARGV`; once `line` shows in its output (several lines: each after the
+    one before), enter `during(process)` (which may signal the process, as Ctrl-C does) and
+    hold it till perfgate ends. Returns perfgate's exit code and output. The line is waited
+    for under the hang guard (tests/hang.py); perfgate ending first fails, saying so."""
+    lines = (line,) if isinstance(line, str) else tuple(line)
     output = cwd / "output.txt"
     env = {k: v for k, v in os.environ.items() if k not in ("PERFGATE_DB_URL", "CI")}
     with output.open("wb") as out:
@@ -128,8 +130,17 @@ def run_perfgate_while(
         )
     try:
         deadline = time.monotonic() + HANG_S
-        while line not in output.read_text(errors="replace"):
-            assert process.poll() is None and time.monotonic() < deadline, output.read_text()
+        while not _shown_in_order(output.read_text(errors="replace"), lines):
+            ended = process.poll()
+            if ended is not None and _shown_in_order(output.read_text(errors="replace"), lines):
+                break  # written just before it ended: `during` sees it has ended
+            assert ended is None, (
+                f"perfgate ended (exit code {ended}) before {lines!r} showed in its "
+                f"output:\n{output.read_text(errors='replace')}"
+            )
+            assert time.monotonic() < deadline, (
+                f"{lines!r} did not show in {HANG_S} s:\n{output.read_text(errors='replace')}"
+            )
             time.sleep(0.02)
         with during(process):
             code = process.wait(timeout=HANG_S)
@@ -138,6 +149,17 @@ def run_perfgate_while(
             process.kill()
             process.wait()
     return code, output.read_text(errors="replace")
+
+
+def _shown_in_order(text: str, lines: Sequence[str]) -> bool:
+    """Whether each of `lines` shows in `text`, each after the one before."""
+    at = 0
+    for line in lines:
+        found = text.find(line, at)
+        if found < 0:
+            return False
+        at = found + len(line)
+    return True
 
 
 def write_config(folder: Path, text: str = TINY_SCENARIO) -> Path:

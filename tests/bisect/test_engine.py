@@ -1,10 +1,17 @@
 """`perfgate bisect` on the embedded engine, over a real git history with a planted slowdown.
 
 The repository (tests/bisect/repository.py) is a copy of perfgate's package whose commit 5
-of 8 makes verify sleep 100 ms a cycle: its servers are the commit's own code, reached by
+of 8 makes verify sleep 200 ms a cycle: its servers are the commit's own code, reached by
 the bisect's rule (the commit's top first on the servers' path). The bisect is interrupted
-with Ctrl-C during its second step and resumed, then a range without the slowdown is
-refused; the report shows both. One module: about ten measured runs of the tiny model.
+with Ctrl-C while its first commit between the ends is measured, and resumed; then a range
+without the slowdown is refused; the report shows both. One module: about ten measured
+runs of the tiny model.
+
+The load of a shared machine (its speed swings up to fivefold) must not decide the test: the
+Ctrl-C comes while a measurement is under way that every bisect of this range makes (the
+first step's), never as perfgate may be ending; the scenario's timing tolerances are the
+widest the gate takes, the slowdown far beyond them (tests/bisect/repository.py); where the
+runs of the same code scatter all the same, an undecided outcome passes, never a wrong commit.
 """
 
 from __future__ import annotations
@@ -33,15 +40,34 @@ pytestmark = pytest.mark.slow
 SLOW_AT = 5
 
 
-@contextmanager
-def _ctrl_c(process: subprocess.Popen[bytes]) -> Iterator[None]:
-    process.send_signal(signal.SIGINT)  # as a terminal's Ctrl-C
-    yield
+def _interrupted_at(project: Path, argv: list[str], *lines: str) -> tuple[int, str]:
+    """Run `perfgate ARGV`; send SIGINT (as a terminal's Ctrl-C) once `lines` show in its
+    output, each after the one before. The last must be printed while perfgate has work
+    ahead of it: a Ctrl-C that comes too late fails the test, saying so."""
+    ended: list[int] = []
 
+    @contextmanager
+    def ctrl_c(process: subprocess.Popen[bytes]) -> Iterator[None]:
+        code = process.poll()
+        if code is None:
+            process.send_signal(signal.SIGINT)
+        else:
+            ended.append(code)
+        yield
 
-def _interrupted_at(project: Path, argv: list[str], line: str) -> tuple[int, str]:
-    """Run `perfgate ARGV`; send SIGINT once `line` shows in its output."""
-    return run_perfgate_while(project, argv, line, _ctrl_c)
+    code, output = run_perfgate_while(project, argv, lines, ctrl_c)
+    if ended:
+        pytest.fail(
+            f"perfgate had ended (exit code {ended[0]}) before Ctrl-C could be sent, once "
+            f"{lines!r} showed: the Ctrl-C must come while a measurement is under way\n{output}"
+        )
+    if code == -signal.SIGINT:
+        pytest.fail(
+            "Ctrl-C reached perfgate as it was ending, after its command had returned (so "
+            f"the signal itself ended it, exit code {code}), once {lines!r} showed: the "
+            f"Ctrl-C must come while a measurement is under way\n{output}"
+        )
+    return code, output
 
 
 def test_the_planted_slowdown_is_found_resumed_and_told_from_noise(tmp_path: Path) -> None:
@@ -51,18 +77,21 @@ def test_the_planted_slowdown_is_found_resumed_and_told_from_noise(tmp_path: Pat
     write_config(project, BISECT_SCENARIO)
     argv = ["bisect", "--scenario", "tiny", "--repo", str(repo), "--good", ids[0], "--bad", ids[8]]
 
-    # Ctrl-C while the second commit between the ends is measured: nothing is left behind.
-    code, output = _interrupted_at(project, argv, "step 1/3")
-    assert code == 130 or (code == 75 and _scattered(project, ids[0])), output
+    # Ctrl-C while the first commit between the ends (4) is measured: once the bad end is
+    # judged (its line said), its spec server measures. Whatever the load, every bisect of
+    # this range measures commit 4, and for seconds after that line (its repeats, then its
+    # plain twin's launch): perfgate is surely still at work. Nothing is left behind.
+    measuring_4 = (f"bad   {ids[8][:10]} ", "tiny-bisect spec: repeat 1 of")
+    code, output = _interrupted_at(project, argv, *measuring_4)
+    assert code == 130, output
     assert git(repo, "worktree", "list", "--porcelain").count("worktree ") == 1
     assert git(repo, "status", "--porcelain") == "" and git(repo, "rev-parse", "HEAD") == ids[8]
     before = _runs(project)
-    # The good end's 3 runs, the bad end's, commit 4's: one each, or more where the gate
-    # asked for another (a verdict inconclusive while this machine's load swings).
+    # The good end's 3 runs, the bad end's: one, or more where the gate asked for another
+    # (a verdict inconclusive while this machine's load swings); none of commit 4's.
     recorded = [r.context.commit for r in before]
-    assert recorded[:3] == [ids[0]] * 3
-    assert recorded[3:] == sorted(recorded[3:], key=[ids[8], ids[4]].index)
-    assert set(recorded[3:]) == {ids[8], ids[4]}
+    assert recorded[:3] == [ids[0]] * 3, output
+    assert recorded[3:] == [ids[8]] * len(recorded[3:]) and 1 <= len(recorded[3:]) <= 3, output
 
     # The same command resumes: the runs recorded are reused, the commit is found.
     done = perfgate_main(*argv, "--json", "bisect.json", cwd=project)
@@ -70,25 +99,28 @@ def test_the_planted_slowdown_is_found_resumed_and_told_from_noise(tmp_path: Pat
     runs = _runs(project)
     assert [r.id for r in runs[: len(before)]] == [r.id for r in before]  # nothing lost
     _check_extra_runs_only_where_asked(runs, ids[0])
-    if done.returncode == ExitCode.INCONCLUSIVE and _scattered(project, ids[0]):
-        # This machine's load scattered the good end's own runs beyond what the tolerance
-        # lets the gate call like good: it says so, and names no commit, never a wrong one.
+    measured = {m["index"]: m for m in found["measured"]}
+    assert [measured[i]["reused"] for i in (0, 8)] == [3, recorded.count(ids[8])]
+    if done.returncode == ExitCode.INCONCLUSIVE and _load_swung(project, ids[:SLOW_AT]):
+        # This machine's load scattered the runs of the same code (the commits before the
+        # slowdown) beyond what the tolerance lets the gate call like good: it says so, and
+        # names no commit, never a wrong one.
         assert found["outcome"] == "undecided" and found["named"] is None, done.stdout
         low, high = (ids.index(sha) for sha in found["range"])
         assert low < SLOW_AT <= high and "Cannot be told apart: " in done.stdout
-        return
-    assert done.returncode == ExitCode.PASS, done.stdout + done.stderr
-    assert found["named"] == ids[SLOW_AT], done.stdout
-    assert f"Found: {ids[SLOW_AT][:10]} 'change 5: verify sleeps'" in done.stdout
-    assert "verify_ms regression" in done.stdout.split("Found: ")[1]  # the phase that moved
-    measured = {m["index"]: m for m in found["measured"]}
-    # ceil(log2(8)) = 3 commits between the ends, plus the two ends.
-    assert sorted(measured) == [0, 4, 5, 6, 8]
-    reused = [measured[i]["reused"] for i in (0, 8, 4)]
-    assert reused == [3, recorded.count(ids[8]), recorded.count(ids[4])]
-    assert [measured[i]["likeness"] for i in (8, 4, 6, 5)] == ["like-bad", "like-good"] + [
-        "like-bad"
-    ] * 2
+        named = None
+    else:
+        assert done.returncode == ExitCode.PASS, done.stdout + done.stderr
+        assert found["named"] == ids[SLOW_AT], done.stdout
+        assert f"Found: {ids[SLOW_AT][:10]} 'change 5: verify sleeps'" in done.stdout
+        assert "verify_ms regression" in done.stdout.split("Found: ")[1]  # the phase that moved
+        # ceil(log2(8)) = 3 commits between the ends, plus the two ends.
+        assert sorted(measured) == [0, 4, 5, 6, 8]
+        assert [measured[i]["reused"] for i in (4, 6, 5)] == [0, 0, 0]
+        assert [measured[i]["likeness"] for i in (8, 4, 6, 5)] == ["like-bad", "like-good"] + [
+            "like-bad"
+        ] * 2
+        named = ids[SLOW_AT]
 
     # A range without the slowdown: the ends are not told apart, the figures say why.
     quiet = ["bisect", "--scenario", "tiny", "--repo", str(repo), "--good", ids[0]]
@@ -103,12 +135,15 @@ def test_the_planted_slowdown_is_found_resumed_and_told_from_noise(tmp_path: Pat
     )
     assert "3 reused from the history" in refused.stdout  # the good end's runs
 
-    # The report shows both bisects, with the named commit.
+    # The report shows both bisects, with the named commit (or where the first one stopped).
     report = perfgate_main("report", "--out", "report.html", cwd=project)
     assert report.returncode == 0, report.stderr
     html = (project / "report.html").read_text()
     assert html.count("bisect-state") == 2
-    assert f"named {ids[SLOW_AT][:10]}: the first commit like bad" in html
+    if named is not None:
+        assert f"named {named[:10]}: the first commit like bad" in html
+    else:
+        assert "is undecided" in html
     assert "refused: the bad end" in html
 
 
@@ -121,15 +156,17 @@ def _runs(project: Path) -> list:  # type: ignore[type-arg]
         close_history(sessions)
 
 
-def _scattered(project: Path, good: str) -> bool:
-    """Whether the good end's runs lie more than 30% apart in tok/s (15% on a quiet machine):
-    the load of a machine shared with other work swung between its launches."""
-    medians = [
-        statistics.median(r.measurement.spec.samples["output_tok_s"])
-        for r in _runs(project)
-        if r.context.commit == good
-    ]
-    return len(medians) > 1 and max(medians) > 1.3 * min(medians)
+def _load_swung(project: Path, same_code: list[str]) -> bool:
+    """Whether the runs of `same_code` (commits whose engine code is the good end's) lie more
+    than 30% apart in tok/s or in verify_ms, run median against run median (within 15% on a
+    quiet machine): the load of a machine shared with other work swung between launches.
+    verify_ms, a few ms a cycle, swings most: twofold while tok/s moves 10%."""
+    runs = [r for r in _runs(project) if r.context.commit in same_code]
+    for metric in ("output_tok_s", "verify_ms"):
+        medians = [statistics.median(r.measurement.spec.samples[metric]) for r in runs]
+        if len(medians) > 1 and max(medians) > 1.3 * min(medians):
+            return True
+    return False
 
 
 def _check_extra_runs_only_where_asked(runs: list, good: str) -> None:  # type: ignore[type-arg]
