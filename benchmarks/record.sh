@@ -1,6 +1,7 @@
 # shellcheck shell=bash
 # shellcheck disable=SC2034  # repo, python, out, tee_pid: set here for the caller
-# The setup the GPU record scripts (gpu_*.sh) share: source it once their arguments are read.
+# The setup the GPU record scripts (gpu_*.sh, sglang_live.sh) share: source it once their
+# arguments are read.
 #
 #   record_start OUTDIR [append]
 #                             the checkout (repo), the interpreter (python: $PYTHON, default

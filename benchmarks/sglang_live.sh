@@ -85,6 +85,8 @@ if [[ $# -eq 0 ]]; then
 fi
 # shellcheck source=stages.sh source-path=SCRIPTDIR
 source "$(dirname "$0")/stages.sh"
+# shellcheck source=record.sh source-path=SCRIPTDIR
+source "$(dirname "$0")/record.sh"
 check_stages "$all" "$@"
 repo=$(cd "$(dirname "$0")/.." && pwd)
 python=${PYTHON:-python3}
@@ -96,13 +98,12 @@ record=$state/record
 mkdir -p "$out" "$state" "$record"
 out=$(cd "$out" && pwd)
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
-export PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1
-# The staged install ahead of the image's packages (SGLang's transformers 5.12.1 before the
-# image's 5.17), then perfgate from the checkout.
-export PYTHONPATH="$site:$repo${PYTHONPATH:+:$PYTHONPATH}"
-if ! "$python" -c 'import importlib.metadata as m; m.distribution("perfgate")' 2> /dev/null; then
-  export PYTEST_PLUGINS=perfgate.plugin # not installed: no entry point registers the plugin
-fi
+export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1
+# perfgate from the checkout, its pytest plugin named where perfgate is not installed
+# (record.sh), and the staged install ahead of it (SGLang's transformers 5.12.1 before the
+# image's 5.17).
+use_checkout
+export PYTHONPATH="$site:$PYTHONPATH"
 work=${WORK:-$repo}
 mkdir -p "$work"
 work=$(cd "$work" && pwd)
