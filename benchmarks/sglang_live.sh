@@ -311,10 +311,10 @@ stage_badinput() {
 
 stage_graphs() {
   run "install graph set" 0 300 "${stage[@]}" assemble "$site" --dest "$graph_staged"
-  # What imports, recorded, not required: the run below says whether SGLang needed it
-  # (cutlass's .pth is not read from a PYTHONPATH folder, and on 2026-12-03 the run passed
-  # without it).
-  run "graph versions" '[01]' 300 "${live[@]}" versions --graphs "$record/graphs-versions.json"
+  # What imports, recorded, not required (exit 0 whatever fails to): the run below says
+  # whether SGLang needed it (cutlass's .pth is not read from a PYTHONPATH folder, and on
+  # 2026-12-03 the run passed without it).
+  run "graph versions" 0 300 "${live[@]}" versions --graphs "$record/graphs-versions.json"
   variant_config
   run "closure hook" 0 60 "${closure[@]}" hook "$state/hook"
   capture graphs.txt "CUDA graphs run" 0 450 env IMPORT_CLOSURE_LOG="$state/graph-imports" \

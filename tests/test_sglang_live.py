@@ -159,6 +159,26 @@ def test_the_hook_records_the_imports_of_every_process(tmp_path: Path) -> None:
     assert any(u.startswith("child_only ") for u in found.unowned)  # no distribution holds it
 
 
+def test_versions_requires_the_base_set_and_records_the_graph_set(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`versions` exits 1 when sglang, sgl_kernel or flashinfer fails to import; `versions
+    --graphs` exits 0 whatever of the graph set fails to (cutlass did on the H200, and the
+    graphs run passed): its imports are written down, the stage expects 0."""
+    for name in (*sglang_live.MODULES, *sglang_live.GRAPH_MODULES):
+        if name != "perfgate":  # imported here already, and this process's plugin
+            monkeypatch.setitem(sys.modules, name, None)  # its import fails
+    out = tmp_path / "versions.json"
+    assert sglang_live.main(["versions", str(out)]) == 1
+    assert json.loads(out.read_text())["sglang"].startswith("import failed: ")
+    assert sglang_live.main(["versions", "--graphs", str(out)]) == 0
+    found = json.loads(out.read_text())
+    assert [name for name in found if name != "cuda"] == list(sglang_live.GRAPH_MODULES)
+    assert all(found[name].startswith("import failed") for name in sglang_live.GRAPH_MODULES)
+    stage = SCRIPT.read_text().split("stage_graphs() {")[1]
+    assert 'run "graph versions" 0 300' in stage
+
+
 def test_the_variants_add_metrics_serving_and_a_bad_draft(tmp_path: Path) -> None:
     from perfgate.config import load_config
 
