@@ -2,8 +2,12 @@
 
 Each request streams (``"stream": true``, greedy, EOS ignored); its time to first token is
 when the first chunk with text arrives, and each later chunk's gap is spread evenly over the
-tokens it brought, as ``sglang.benchmark.serving`` computes inter-token latency (0.5.23,
-``async_request_sglang_generate``). A load is bounded: ``num_prompts`` requests, and the
+tokens it brought, as ``sglang.benchmark.serving`` computes inter-token latency (0.5.16 and
+0.5.23, ``async_request_sglang_generate``): a chunk that brings no new token is skipped, so
+the next gap runs from the last chunk that brought one. A request's output tokens are the
+``meta_info.completion_tokens`` of its last chunk with text, SGLang's ``output_len``; a load's
+window runs from just before its first request is sent to the end of its last stream (see
+docs/serving.md for SGLang's). A load is bounded: ``num_prompts`` requests, and the
 scenario's request timeout for the whole of it.
 """
 
@@ -107,7 +111,9 @@ async def stream_request(client: httpx.AsyncClient, request: LoadRequest) -> Req
                 now, tokens = time.perf_counter(), int(chunk["meta_info"]["completion_tokens"])
                 if not ttft_s:
                     ttft_s = now - sent
-                elif tokens > last_tokens:
+                elif tokens <= last_tokens:
+                    continue  # no new token: the next gap runs from the chunk that brought one
+                else:
                     itl_s += [(now - last_at) / (tokens - last_tokens)] * (tokens - last_tokens)
                 last_at, last_tokens = now, tokens
     except httpx.HTTPError as error:
