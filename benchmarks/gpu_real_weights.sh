@@ -3,7 +3,7 @@
 #
 #   benchmarks/gpu_real_weights.sh OUTDIR [STAGE...]          # CUDA; stages (default: all):
 #                                                            #   train bandwidth sweep gate
-#   benchmarks/gpu_real_weights.sh --smoke OUTDIR [STAGE...]  # CPU: tiny models (~7 min)
+#   benchmarks/gpu_real_weights.sh --smoke OUTDIR [STAGE...]  # CPU: tiny models (~3 min)
 #
 # Stages:
 #   train      `perfgate embedded train --size large --device cuda`: trains perfgate/llama-large
@@ -72,7 +72,9 @@ train_args=(--size large --device cuda)
 bandwidth_args=()
 sweep_args=(--steps "$steps" --repeats 3 --accept-rate -1 --budget-s 300)
 if [[ $smoke -eq 1 ]]; then
-  # The same stages on the CPU with the tiny models; training at a hundredth of its steps.
+  # The same stages on the CPU with the tiny models; training at a five-hundredth of its steps
+  # (2, 1 and 2 steps of its phases: each phase runs and writes its losses, in about 20 s
+  # where a hundredth took 40-50 s; tests/embedded/test_train.py checks what training learns).
   scenario=embedded-cpu-smoke
   config=$state/perfgate.toml
   {
@@ -85,10 +87,10 @@ extra_args = ["--num-threads", "1", "--enable-torch-compile"]
 gated = ["accept_length"]
 EOF
   } > "$config"
-  train_args=(--size tiny --device cpu --scale 0.01 --skip-quality --out "$state/tiny")
+  train_args=(--size tiny --device cpu --scale 0.002 --skip-quality --out "$state/tiny")
   bandwidth_args=(--device cpu --model perfgate/llama-tiny --replays 5 --blocks 3)
-  # One point of the sweep: each point is a server of its own, compiled (~40 s on the CPU),
-  # and tests/embedded/test_gpu_engine_script.py runs a sweep of several.
+  # One point of the sweep: each point is a server of its own, and
+  # tests/embedded/test_gpu_engine_script.py runs a sweep of several.
   sweep_args=(--device cpu --steps 2 --repeats 1 --accept-rate -1 --max-new-tokens 16)
   # The limits here only guard against a hang: a loaded CPU may take several times as long.
   runs=${NOISE_RUNS:-3} train_limit=1500 bandwidth_limit=1500 sweep_limit=1500 run_limit=1500
@@ -141,7 +143,16 @@ steps = json.load(open(sys.argv[1]))["steps"]
 fused, compiled = steps["fused"]["decode_ms"], steps["fused + compiled"]["decode_ms"]
 print("on" if compiled < 0.95 * fused else "off")
 EOF
-  echo "compile: $(cat "$state/compile")" | tee -a "$summary"
+  if [[ $smoke -eq 1 ]]; then
+    # A shared CPU's timings move with its load, so the rule above picked either way from one
+    # smoke to the next, and a compiled server pair on it takes minutes against seconds eager:
+    # the smoke's later stages run eager whatever it measured. (The compiled servers' own
+    # test: tests/embedded/test_fusion.py.)
+    echo "compile: $(cat "$state/compile") by the rule; off for the smoke" | tee -a "$summary"
+    echo off > "$state/compile"
+  else
+    echo "compile: $(cat "$state/compile")" | tee -a "$summary"
+  fi
 }
 
 stage_sweep() {

@@ -4,6 +4,7 @@ usage checked, and every stage run end to end on the CPU (--smoke)."""
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -59,8 +60,8 @@ def test_an_unknown_stage_exits_64_naming_the_stages(tmp_path: Path) -> None:
 @pytest.mark.slow
 def test_the_smoke_run_trains_measures_and_gates_on_the_cpu_over_two_calls(tmp_path: Path) -> None:
     # As on a device whose calls last ten minutes: the launches of one series span two calls.
-    # A launch each: every launch is a compiled server pair (35-90 s on a shared 2-core CPU),
-    # and one on each side of the calls' boundary is what a series spanning them needs.
+    # A launch each: every launch is a server pair, and one on each side of the calls'
+    # boundary is what a series spanning them needs.
     first, second = tmp_path / "first", tmp_path / "second"
     calls = ((first, ["train", "bandwidth", "sweep", "launch"], "1"), (second, ["gate"], "1"))
     for out, stages, runs in calls:
@@ -97,6 +98,17 @@ def test_the_smoke_run_trains_measures_and_gates_on_the_cpu_over_two_calls(tmp_p
     rows = [line for line in per_launch if line.startswith("| ") and line[2].isdigit()]
     assert len(rows) == 2 and "output_tok_s (spec)" in noise, noise
     assert "decode, fused + compiled" in (first / "bandwidth.md").read_text()
+    # The compile rule is applied to what the bandwidth stage measured, and the smoke's servers
+    # then run eager: its scenario less --enable-torch-compile, on both calls.
+    said = (first / "summary.md").read_text()
+    assert re.search(r"^compile: (on|off) by the rule; off for the smoke$", said, re.M), said
+    for out in (first, second):
+        launches = [
+            row
+            for row in (out / "summary.md").read_text().splitlines()
+            if row.startswith("| launch ")
+        ]
+        assert launches and all("--config STATE/perfgate-eager.toml" in row for row in launches)
 
 
 def _steps(out: Path) -> list[str]:
