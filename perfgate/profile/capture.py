@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import re
+import statistics
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -74,7 +75,8 @@ def capture_profile(
         info = client.server_info()
         repeats, trace = _repeats_then_profile(client, scenario, mode, request, probe_dir, progress)
     window = read_window(trace)
-    outside, inside = profiler_cost_cycles(read_records(probe_dir), window, repeats)
+    records = read_records(probe_dir)
+    outside, inside = profiler_cost_cycles(records, window, repeats)
     return ProfileResult(
         scenario=scenario.name,
         mode=mode,
@@ -86,6 +88,7 @@ def capture_profile(
         tok_s=tuple(_tok_s(r) for r in repeats),
         cycle_ms_outside=outside,
         cycle_ms_inside=inside,
+        phase_ms_outside=probe_phase_ms(records, repeats, len(inside)),
     )
 
 
@@ -98,10 +101,30 @@ def profiler_cost_cycles(
     Rank 0's only, as the trace is: on a tensor-parallel server every rank writes its own
     records of the same cycles, and another rank's would be counted again, or first.
     """
-    cycles = [r for r in records if r.kind == metrics.CYCLE and r.rank == 0]
+    cycles = _rank_0_cycles(records)
     inside = _in_window(cycles, window)
     outside = _first_cycles(cycles, repeats, len(inside))
-    return outside, tuple(r.ms[metrics.CYCLE] for r in inside)
+    return tuple(r.ms[metrics.CYCLE] for r in outside), tuple(r.ms[metrics.CYCLE] for r in inside)
+
+
+def probe_phase_ms(
+    records: Sequence[CycleRecord], repeats: Sequence[Repeat], count: int
+) -> dict[str, float]:
+    """Per phase, the probe's median milliseconds over the cycles the profiler's cost compares
+    with (the first `count` of each unprofiled repeat): each phase's window, timed unprofiled.
+
+    Beside the trace's work in the same phase it says how busy the device was inside the
+    window: a phase whose kernels fill little of its window waits on the host.
+    """
+    cycles = _first_cycles(_rank_0_cycles(records), repeats, count)
+    phases = sorted({phase for r in cycles for phase in r.ms})
+    return {
+        phase: statistics.median(r.ms[phase] for r in cycles if phase in r.ms) for phase in phases
+    }
+
+
+def _rank_0_cycles(records: Sequence[CycleRecord]) -> list[CycleRecord]:
+    return [r for r in records if r.kind == metrics.CYCLE and r.rank == 0]
 
 
 def profiled_server(
@@ -206,13 +229,13 @@ def _in_window(records: Sequence[CycleRecord], window: dict[str, Any]) -> list[C
 
 def _first_cycles(
     records: Sequence[CycleRecord], repeats: Sequence[Repeat], count: int
-) -> tuple[float, ...]:
-    """The cycle times of the first `count` cycles of each repeat."""
-    times: list[float] = []
+) -> list[CycleRecord]:
+    """The first `count` cycles of each repeat."""
+    first: list[CycleRecord] = []
     for repeat in repeats:
         window = [r for r in records if repeat.started_at <= r.started_at <= repeat.finished_at]
-        times += [r.ms[metrics.CYCLE] for r in window[:count]]
-    return tuple(times)
+        first += window[:count]
+    return first
 
 
 def _tok_s(repeat: Repeat) -> float:

@@ -48,6 +48,7 @@ def profile_json(result: ProfileResult, trace_name: str) -> dict[str, Any]:
         "phases": phases,
         "unattributed_ms": result.breakdown.unattributed_us / 1e3,
         "coverage": coverage(phases, result.cycle_ms_inside),
+        "busy": busy(phases, result.phase_ms_outside),
         "overhead": {
             "cycle_ms_outside": _median(result.cycle_ms_outside),
             "cycle_ms_inside": _median(result.cycle_ms_inside),
@@ -74,6 +75,20 @@ def coverage(phases: dict[str, dict[str, Any]], cycle_ms: tuple[float, ...]) -> 
     return float(work) / statistics.median(cycle_ms)
 
 
+def busy(phases: dict[str, dict[str, Any]], window_ms: dict[str, float]) -> dict[str, Any]:
+    """Per phase the probe timed: its window (ms, unprofiled) and the trace's work over it.
+
+    On a GPU, a share well below 1 is a phase that waits on the host: its kernels are launched
+    (or replayed) after the window opens, and the device idles between them.
+    """
+    shown = {}
+    for phase, window in window_ms.items():
+        if phase in phases and window > 0:
+            work = phases[phase]["total_ms_per_cycle"]
+            shown[phase] = {"window_ms": window, "share": work / window}
+    return shown
+
+
 def render_markdown(report: dict[str, Any], focus: str = metrics.VERIFY) -> str:
     """The profile's tables: work per phase and category, the focus phase's split, the cost."""
     unit = "kernel" if report["source"].startswith("GPU") else "op"
@@ -83,17 +98,29 @@ def render_markdown(report: dict[str, Any], focus: str = metrics.VERIFY) -> str:
         f"{report['cycles']} decode cycles profiled; {report['source']} per phase and category, "
         "in ms per cycle; trace: `" + report["trace"] + "`.",
         "",
-        f"| phase | {' | '.join(report['categories'])} | total | {unit}s in all |",
-        "| --- |" + " ---: |" * (len(report["categories"]) + 2),
+        f"| phase | {' | '.join(report['categories'])} | total | {unit}s in all "
+        "| window (probe) | busy |",
+        "| --- |" + " ---: |" * (len(report["categories"]) + 4),
     ]
+    shares = report.get("busy") or {}
     for phase, row in report["phases"].items():
         cells = [
             _ms_share(row["ms_per_cycle"][c], row["total_ms_per_cycle"])
             for c in row["ms_per_cycle"]
         ]
+        seen = shares.get(phase)
+        window = f"{seen['window_ms']:.3f} | {seen['share']:.0%}" if seen else "- | -"
         lines.append(
-            f"| {phase} | {' | '.join(cells)} | {row['total_ms_per_cycle']:.3f} | {row['count']} |"
+            f"| {phase} | {' | '.join(cells)} | {row['total_ms_per_cycle']:.3f} | {row['count']} "
+            f"| {window} |"
         )
+    if shares:
+        lines += [
+            "",
+            f"window (probe): each phase's ms per cycle as the probe timed it, unprofiled; busy: "
+            f"the {unit}s' time inside it over the window (well below 100%: the phase waits on "
+            "the host).",
+        ]
     lines += ["", _focus_line(report, focus), *_top_lines(report, focus, unit)]
     lines += ["", _overhead_line(report["overhead"])]
     if report["coverage"] is not None:

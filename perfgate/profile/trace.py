@@ -247,6 +247,9 @@ class ProfileResult:
     tok_s: tuple[float, ...]  # the unprofiled repeats
     cycle_ms_outside: tuple[float, ...]  # the same cycles of the unprofiled repeats
     cycle_ms_inside: tuple[float, ...]  # the profiled cycles, as the probe timed them
+    # Per phase, the probe's median ms over the cycles compared with (unprofiled): each
+    # phase's window, beside the trace's work inside it.
+    phase_ms_outside: dict[str, float] = field(default_factory=dict)
 
     @property
     def overhead(self) -> float | None:

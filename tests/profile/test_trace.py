@@ -165,3 +165,28 @@ def test_an_unreadable_trace_is_an_infrastructure_error(
         path.write_text(content)
     with pytest.raises(InfrastructureError, match=str(path)):
         load_trace(path)
+
+
+def test_the_table_says_how_busy_the_device_was_inside_each_probed_phase() -> None:
+    from perfgate.profile.render import busy, render_markdown
+
+    phases = {
+        "draft": {"ms_per_cycle": {"matmul": 0.2, "other": 0.1}, "total_ms_per_cycle": 0.3,
+                  "count": 4, "top": []},
+        "draft_extend": {"ms_per_cycle": {"matmul": 0.1, "other": 0.1},
+                         "total_ms_per_cycle": 0.2, "count": 2, "top": []},
+        "other": {"ms_per_cycle": {"matmul": 0.0, "other": 0.05}, "total_ms_per_cycle": 0.05,
+                  "count": 1, "top": []},
+    }  # fmt: skip
+    shares = busy(phases, {"cycle": 2.0, "draft": 0.3125, "draft_extend": 0.8})
+    assert shares == {"draft": {"window_ms": 0.3125, "share": 0.96},
+                      "draft_extend": {"window_ms": 0.8, "share": 0.25}}  # fmt: skip
+    report = {
+        "scenario": "s", "mode": "spec", "device_name": "GPU", "source": GPU_KERNELS,
+        "cycles": 1, "categories": ["matmul", "other"], "phases": phases, "busy": shares,
+        "unattributed_ms": 0.0, "coverage": None, "trace": "t.json.gz", "command": "server",
+        "overhead": {"change": None},
+    }  # fmt: skip
+    rows = {line.split(" |")[0]: line for line in render_markdown(report).splitlines()}
+    assert rows["| draft_extend"].endswith("| 0.200 | 2 | 0.800 | 25% |")
+    assert rows["| other"].endswith("| 0.050 | 1 | - | - |")
