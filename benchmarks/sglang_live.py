@@ -212,6 +212,14 @@ SECTIONS = (
     ("graphs-run.txt", "CUDA graphs, as recorded", "phases, equivalence, accept length, tok/s"),
     ("graphs-closure.md", "CUDA graphs: the import closure of the launch",
      "benchmarks/sglang_closure.py, with the graph set installed"),
+    ("series.txt", "CUDA graphs: the latest of the series of launches",
+     "`perfgate run --no-gate` of the graphs variant, exit 0 expected"),
+    ("graphs-noise.md", "CUDA graphs: the spread between launches",
+     "benchmarks/launch_noise.py over every graphs launch"),
+    ("gap-spec.txt", "Serving clients side by side, EAGLE-3 server with graphs",
+     "benchmarks/serving_client_gap.py --base-url: each client's tok/s over SGLang's"),
+    ("gap-plain.txt", "Serving clients side by side, plain server with graphs",
+     "benchmarks/serving_client_gap.py --base-url: each client's tok/s over SGLang's"),
     ("closure.md", "The import closure of the launch", "benchmarks/sglang_closure.py"),
 )  # fmt: skip
 TAIL_LINES = 80  # of a long output, the record keeps the end

@@ -35,6 +35,14 @@
 #              protobuf 6) over the staged install and record what imports, then a run of
 #              the scenario with CUDA graphs on both twins (-graphs: no --disable-cuda-graph),
 #              not gated, into its own history;
+#   series     one more fresh launch of the graphs variant (`perfgate run --no-gate`; name the
+#              stage once per launch wanted), then benchmarks/launch_noise.py over every
+#              graphs launch so far: how far tok/s, speedup and the phases scatter between
+#              launches with graphs on (graphs-noise.md);
+#   gap        perfgate's serving client beside SGLang's sglang.benchmark.serving against one
+#              graphs server (`perfgate servers --mode spec`, then --mode plain):
+#              benchmarks/serving_client_gap.py --base-url, GAP_ROUNDS (3) rounds each, which
+#              says where perfgate's serving tok/s parts from SGLang's on the GPU;
 #   record     OUTDIR/sglang-live.md: every step's command and exit code so far, the
 #              versions, the twin command lines, both runs' phases, equivalence, accept
 #              length and tok/s, the probe's cost, the device-timer cross-check, SGLang's own
@@ -73,12 +81,12 @@ if [[ "${1:-}" == "--dry-run" ]]; then
 fi
 if [[ $# -lt 1 ]]; then
   echo "usage: $0 [--dry-run] OUTDIR [receive] [install] [export] [reference] [judged]" \
-    "[overhead] [metrics] [clients] [badinput] [graphs] [record]" >&2
+    "[overhead] [metrics] [clients] [badinput] [graphs] [series] [gap] [record]" >&2
   exit 64
 fi
 out=$1
 shift
-all="receive install export reference judged overhead metrics clients badinput graphs record"
+all="receive install export reference judged overhead metrics clients badinput graphs series gap record"
 if [[ $# -eq 0 ]]; then
   read -ra every <<< "${all#receive }"
   set -- "${every[@]}"
@@ -241,29 +249,39 @@ stop_server() {
   wait "$pid" 2> /dev/null
 }
 
-# serve_and_bench MODE: one server of the scenario up (`perfgate servers`), SGLang's own
-# clients against it, then the server stopped.
-serve_and_bench() {
-  local mode=$1 log=$record/server-$1.txt pid url="" waited=0
+# serve MODE SCENARIO CONFIG: one server of the scenario up (`perfgate servers`, in the
+# background: its pid in server_pid, its address in url, empty when it did not come up).
+serve() {
+  local mode=$1 scenario_name=$2 config_file=$3 log=$record/server-$1-$2.txt waited=0
+  url="" server_pid=""
   if [[ $dry -eq 1 ]]; then
-    echo "== would start: ${pg[*]} servers --config $config --scenario $scenario --mode $mode"
+    echo "== would start: ${pg[*]} servers --config $config_file --scenario $scenario_name --mode $mode"
     url=http://127.0.0.1:PORT
-  else
-    "${pg[@]}" servers --config "$config" --scenario "$scenario" --mode "$mode" > "$log" 2>&1 &
-    pid=$!
-    while [[ -z $url && $waited -lt 600 ]] && kill -0 "$pid" 2> /dev/null; do
-      sleep 2
-      waited=$((waited + 2))
-      url=$(sed -n 's/.* is up at \(http[^;]*\);.*/\1/p' "$log" | head -1)
-    done
-    echo "| $mode server for SGLang's clients | ${url:+up} | up | $waited | \`perfgate servers --scenario $scenario --mode $mode\` |" >> "$summary"
-    if [[ -z $url ]]; then
-      echo "== the $mode server did not come up; its log:" && tail -40 "$log"
-      failed=1
-      stop_server "$pid"
-      return
-    fi
+    return
   fi
+  "${pg[@]}" servers --config "$config_file" --scenario "$scenario_name" --mode "$mode" \
+    > "$log" 2>&1 &
+  server_pid=$!
+  while [[ -z $url && $waited -lt 600 ]] && kill -0 "$server_pid" 2> /dev/null; do
+    sleep 2
+    waited=$((waited + 2))
+    url=$(sed -n 's/.* is up at \(http[^;]*\);.*/\1/p' "$log" | head -1)
+  done
+  echo "| $mode server of $scenario_name | ${url:+up} | up | $waited | \`perfgate servers --scenario $scenario_name --mode $mode\` |" >> "$summary"
+  if [[ -z $url ]]; then
+    echo "== the $mode server did not come up; its log:" && tail -40 "$log"
+    failed=1
+    stop_server "$server_pid"
+    server_pid=""
+  fi
+}
+
+# serve_and_bench MODE: one server of the scenario up, SGLang's own clients against it, then
+# the server stopped.
+serve_and_bench() {
+  local mode=$1
+  serve "$mode" "$scenario" "$config"
+  [[ -n $url ]] || return
   capture "one-batch-$mode.txt" "bench_one_batch_server ($mode)" 0 300 "$python" -m \
     sglang.bench_one_batch_server --model-path .perfgate/export/llama-tiny --base-url "$url" \
     --batch-size 1 8 --input-len 64 --output-len 128 --dataset-name random-ids \
@@ -273,7 +291,7 @@ serve_and_bench() {
     --random-input-len 64 --random-output-len 128 --random-range-ratio 1 --num-prompts 64 \
     --max-concurrency 8 --request-rate inf --seed 1 --tokenizer .perfgate/export/llama-tiny \
     --output-file "$record/serving-$mode.jsonl"
-  [[ $dry -eq 1 ]] || stop_server "$pid"
+  [[ -z $server_pid ]] || stop_server "$server_pid"
 }
 
 stage_clients() {
@@ -326,6 +344,27 @@ stage_graphs() {
     --site "$site" --json "$record/graphs-closure.json" --md "$record/graphs-closure.md"
 }
 
+stage_series() {
+  [[ -f $variants || $dry -eq 1 ]] || variant_config
+  capture series.txt "graphs launch" 0 450 "${pg[@]}" run --no-gate --config "$variants" \
+    --scenario "$scenario-graphs" "${paths[@]}"
+  capture graphs-noise.md "graphs launches' noise" 0 120 "$python" \
+    "$repo/benchmarks/launch_noise.py" "$db_file" "$scenario-graphs"
+}
+
+stage_gap() {
+  [[ -f $variants || $dry -eq 1 ]] || variant_config
+  local mode
+  for mode in spec plain; do
+    serve "$mode" "$scenario-graphs" "$variants"
+    [[ -n $url ]] || continue
+    capture "gap-$mode.txt" "serving clients side by side ($mode)" 0 420 "$python" \
+      "$repo/benchmarks/serving_client_gap.py" --base-url "$url" --mode "$mode" \
+      --sglang-python "$python" --rounds "${GAP_ROUNDS:-3}" --out "$record/gap-$mode.json"
+    [[ -z $server_pid ]] || stop_server "$server_pid"
+  done
+}
+
 stage_record() {
   local hides=(--hide "$state=STATE")
   [[ $work == "$repo" ]] || hides+=(--hide "$work=WORK")
@@ -353,6 +392,8 @@ for stage_name in "$@"; do
     clients) stage_clients ;;
     badinput) stage_badinput ;;
     graphs) stage_graphs ;;
+    series) stage_series ;;
+    gap) stage_gap ;;
   esac
 done
 # Every call ends with the record so far: a session whose device time runs out keeps what ran.

@@ -45,7 +45,10 @@ def test_a_dry_run_says_every_step_and_runs_none(tmp_path: Path) -> None:
     assert names[:3] == ["install", "versions", "export llama-tiny"]  # receive: not by default
     for name in ("reference run", "judged run", "probe overhead", "engine metrics run",
                  "bench_one_batch_server (spec)", "benchmark.serving (plain)",
-                 "bad input: perfgate's preflight", "bad input: SGLang itself", "record"):  # fmt: skip
+                 "bad input: perfgate's preflight", "bad input: SGLang itself",
+                 "graphs launch", "graphs launches' noise",
+                 "serving clients side by side (spec)", "serving clients side by side (plain)",
+                 "record"):  # fmt: skip
         assert name in names, name
     assert "--scenario sglang-tiny-eagle3" in done.stdout
     assert not (tmp_path / "state" / "history.db").exists()
