@@ -49,7 +49,8 @@ def register(commands: Any) -> None:
     parser.add_argument(
         "--activities",
         default="CPU,GPU",
-        help="what to record: CPU, GPU or both (default; GPU is ignored on a CPU server)",
+        help="what to record: CPU, GPU or both (default; on a CPU server GPU means its CPU "
+        "operators, the device's work there)",
     )
     parser.add_argument("--phase", default=metrics.VERIFY, help="phase to sum up (default verify)")
     parser.add_argument("--repeats", type=int, help="unprofiled repeats (default: the scenario's)")

@@ -72,6 +72,18 @@ def files(folder: Path) -> tuple[list[Path], list[dict[str, object]]]:
     return traces, windows
 
 
+def test_gpu_alone_on_a_cpu_server_profiles_its_cpu_operators(
+    spec_worker: SpecWorkerFactory, tmp_path: Path
+) -> None:
+    engine = Engine(spec_worker("eagle3", 2))
+    body = {"output_dir": str(tmp_path), "num_steps": 1, "activities": ["GPU"]}
+    engine.profiler.start(parse_profile_request(body, {}))
+    generate(engine)
+    traces, windows = files(tmp_path)
+    assert windows[0]["activities"] == ["CPU"]
+    assert any(e.get("cat") == "cpu_op" for e in load_trace(traces[0]))
+
+
 def test_a_window_covers_num_steps_decode_cycles(
     spec_worker: SpecWorkerFactory, tmp_path: Path
 ) -> None:

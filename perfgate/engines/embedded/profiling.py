@@ -178,8 +178,9 @@ class _Window:
 
     @classmethod
     def open(cls, request: ProfileRequest, device: torch.device) -> _Window:
-        # "GPU" means nothing on a CPU server: its ops are the CPU ones.
-        activities = tuple(a for a in request.activities if a == "CPU" or device.type == "cuda")
+        # On a CPU server the device's work is the CPU's operators: "GPU" profiles those.
+        on_gpu = device.type == "cuda"
+        activities = tuple(dict.fromkeys(a if on_gpu else "CPU" for a in request.activities))
         kinds = {"CPU": torch.profiler.ProfilerActivity.CPU}
         if device.type == "cuda":
             kinds["GPU"] = torch.profiler.ProfilerActivity.CUDA
