@@ -56,6 +56,10 @@ speedup = 0.6
 accept_length = 0.05
 verify_ms = 0.6
 """
+# The same judged on its first run alone: three launches on a loaded CPU scatter wide, and the
+# plan's first look would wait for three runs, each a server pair, before a verdict (measuring
+# again while one is inconclusive: tests/test_judging.py).
+ONE_RUN_SCENARIO = TINY_SCENARIO.replace("warmup = 1", "warmup = 1\nmax_runs = 1")
 
 
 # The exit codes of a run that measured and judged: pass, regression, inconclusive. On a shared

@@ -15,6 +15,7 @@ import pytest
 
 from .conftest import (
     HERE_PROFILE,
+    ONE_RUN_SCENARIO,
     REPO,
     SLOW_VERIFY_MS,
     TINY_SCENARIO,
@@ -38,10 +39,7 @@ def _runs(db: Path) -> list[tuple[int, str]]:
 
 
 def test_record_approve_pass_then_catch_a_slower_verify(tmp_path: Path) -> None:
-    # A verdict of one run: three launches on a loaded CPU scatter wide, and the plan's first
-    # look then waits for three runs, each a server pair, where a 30-fold slower verify shows in
-    # one. Measuring again while a verdict is inconclusive: tests/test_judging.py.
-    write_config(tmp_path, TINY_SCENARIO.replace("warmup = 1", "warmup = 1\nmax_runs = 1"))
+    write_config(tmp_path, ONE_RUN_SCENARIO)  # a verdict of one run
     db = tmp_path / "history.db"
 
     first = run_perfgate("run", "--no-gate", cwd=tmp_path)

@@ -21,9 +21,9 @@ import pytest
 
 from ..conftest import (
     HERE_PROFILE,
+    ONE_RUN_SCENARIO,
     REPO,
     SLOW_VERIFY_MS,
-    TINY_SCENARIO,
     VERDICT_CODES,
     run_perfgate,
     write_config,
@@ -69,10 +69,7 @@ def workspace(tmp_path_factory: pytest.TempPathFactory) -> Path:
     claim nothing from a single run against it.
     """
     folder = _make_workspace(tmp_path_factory.mktemp("workspace"))
-    # A verdict of one run: three launches on a loaded CPU scatter wide, and the plan's first
-    # look would wait for three runs, each a server pair, where the slower verify shows in one
-    # (measuring again while a verdict is inconclusive: tests/test_judging.py).
-    write_config(folder, TINY_SCENARIO.replace("warmup = 1", "warmup = 1\nmax_runs = 1"))
+    write_config(folder, ONE_RUN_SCENARIO)  # a verdict of one run
     for _ in range(3):
         recorded = run_perfgate("run", "--no-gate", cwd=folder)
         assert recorded.returncode == 0, recorded.stdout + recorded.stderr
