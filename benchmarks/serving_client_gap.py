@@ -41,10 +41,7 @@ import argparse
 import asyncio
 import json
 import os
-import socket
 import statistics
-import subprocess
-import sys
 import tempfile
 import time
 from collections.abc import Callable, Sequence
@@ -54,16 +51,25 @@ from typing import Any
 
 import httpx
 
+from perfgate.config import Scenario
+from perfgate.engines.launch import Server, probed_command, start_server
+from perfgate.engines.server_commands import Mode
+from perfgate.errors import PerfgateError
 from perfgate.prompts import load_prompt_set
 from perfgate.serving.generator import LoadRun, RequestTiming, run_load, stream_request
 from perfgate.serving.load import LoadRequest, ServingLoad, build_requests
 from perfgate.serving.sglang_bench import bench_command, run_bench
 from perfgate.serving.summary import summarize_load
 
-SPEC_FLAGS = (
-    *("--speculative-algorithm", "EAGLE3", "--speculative-draft-model-path"),
-    *("perfgate/eagle3-llama-tiny", "--speculative-num-steps", "3"),
-    *("--speculative-eagle-topk", "1", "--speculative-num-draft-tokens", "4"),
+# perfgate/llama-tiny and its EAGLE-3 head (steps 3, topk 1, 4 draft tokens), at most 8
+# running requests, one torch thread.
+SCENARIO = Scenario(
+    name="serving-client-gap",
+    engine="embedded",
+    model="perfgate/llama-tiny",
+    draft="perfgate/eagle3-llama-tiny",
+    max_running_requests=8,
+    extra_args=("--num-threads", "1"),
 )
 TIMEOUT_S = 600.0
 
@@ -71,32 +77,14 @@ Figures = dict[str, float]
 Variant = Callable[[str, ServingLoad, Sequence[LoadRequest]], Figures]
 
 
-def start_server(mode: str, workdir: Path) -> tuple[subprocess.Popen[bytes], str]:
-    log = workdir / "server.log"
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    flags = ["--model-path", "perfgate/llama-tiny", "--port", str(port), "--num-threads", "1"]
-    flags += ["--max-running-requests", "8", *(SPEC_FLAGS if mode == "spec" else ())]
-    with log.open("wb") as out:
-        server = subprocess.Popen(
-            [sys.executable, "-m", "perfgate.engines.embedded.server", *flags],
-            stdout=out,
-            stderr=subprocess.STDOUT,
-        )
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + TIMEOUT_S
-    while time.monotonic() < deadline:
-        if server.poll() is not None:
-            raise SystemExit(f"the server exited {server.returncode}: {log}")
-        try:
-            if httpx.get(url + "/health", timeout=5).status_code == 200:
-                return server, url
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.5)
-    server.terminate()
-    raise SystemExit(f"the server did not answer /health in {TIMEOUT_S:g} s: {log}")
+def embedded_server(mode: Mode, workdir: Path) -> Server:
+    """The embedded server of SCENARIO in `mode` on a free port, the probe off, as a gate run
+    launches it; its log in `workdir`."""
+    command = probed_command(SCENARIO, mode, None, None)
+    try:
+        return start_server(command, workdir / "server.log", TIMEOUT_S)
+    except PerfgateError as error:  # it did not start: why, and its log
+        raise SystemExit(f"serving_client_gap: {error}") from None
 
 
 def _figures(run: LoadRun, extra_s: float = 0.0) -> Figures:
@@ -237,7 +225,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         f"perfgate-repeats-{args.repeats}": perfgate_repeats(args.repeats),
     }
     names = list(variants)
-    server, url = (None, args.base_url) if args.base_url else start_server(args.mode, workdir)
+    server = None if args.base_url else embedded_server(args.mode, workdir)
+    url = server.base_url if server is not None else args.base_url
     rounds: list[dict[str, Figures]] = []
     try:
         run_load(url, load, requests, TIMEOUT_S)  # one untimed load: the server warms up
@@ -250,8 +239,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             args.out.write_text(json.dumps({"rounds": rounds}, indent=1) + "\n")  # so far
     finally:
         if server is not None:
-            server.terminate()
-            server.wait(timeout=60)
+            server.stop()
     ratios = median_ratios(rounds)
     window = median_ratios(
         [{**r, "perfgate": {"tok_s": r["perfgate"]["window_sglang_tok_s"]}} for r in rounds]
