@@ -19,9 +19,9 @@ difference between the clients at a time:
 - ``perfgate``: perfgate's client, as ``measure_serving`` runs it (one repeat).
 - ``perfgate-warmup``: perfgate's client after SGLang's prelude, outside the window: one
   request of the first prompt (at most 32 tokens), then a pause of 1 s.
-- ``perfgate-fresh``: perfgate's per-request code (``stream_request``) on a new TCP connection
-  for every request (a pool that keeps none alive), as SGLang's client opens an aiohttp
-  session, and so a connection, per request.
+- ``perfgate-fresh``: perfgate's client on a new TCP connection for every request
+  (``run_load(..., keepalive=False)``), as SGLang's client opens an aiohttp session, and so a
+  connection, per request.
 - ``perfgate-repeats-N``: measure_serving's procedure, N loads back to back, their median (the
   figure a run records; each load's is kept too): SGLang's one run follows them in a run.
 
@@ -38,14 +38,12 @@ ratios. perfgate from the checkout (run from its root); SGLang's benchmark from
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
 import os
 import statistics
 import tempfile
 import time
 from collections.abc import Callable, Sequence
-from contextlib import AbstractAsyncContextManager, nullcontext
 from pathlib import Path
 from typing import Any
 
@@ -56,7 +54,7 @@ from perfgate.engines.launch import Server, probed_command, start_server
 from perfgate.engines.server_commands import Mode
 from perfgate.errors import PerfgateError
 from perfgate.prompts import load_prompt_set
-from perfgate.serving.generator import LoadRun, RequestTiming, run_load, stream_request
+from perfgate.serving.generator import LoadRun, run_load
 from perfgate.serving.load import LoadRequest, ServingLoad, build_requests
 from perfgate.serving.sglang_bench import bench_command, run_bench
 from perfgate.serving.summary import summarize_load
@@ -135,27 +133,8 @@ def perfgate_repeats(count: int) -> Variant:
 
 def perfgate_fresh(url: str, load: ServingLoad, requests: Sequence[LoadRequest]) -> Figures:
     """perfgate's load on a new TCP connection for every request (SGLang's client opens an
-    aiohttp session, and so a connection, per request): perfgate's code, no keep-alive."""
-    run = asyncio.run(asyncio.wait_for(_no_keepalive(url, load, requests), TIMEOUT_S))
-    return _figures(run)
-
-
-async def _no_keepalive(url: str, load: ServingLoad, requests: Sequence[LoadRequest]) -> LoadRun:
-    # perfgate.serving.generator._run (request rate inf), its pool keeping no connection alive.
-    limit: AbstractAsyncContextManager[object] = (
-        asyncio.Semaphore(load.max_concurrency) if load.max_concurrency else nullcontext()
-    )
-    limits = httpx.Limits(max_connections=load.max_concurrency, max_keepalive_connections=0)
-
-    async def one(client: httpx.AsyncClient, request: LoadRequest) -> RequestTiming:
-        async with limit:
-            return await stream_request(client, request)
-
-    async with httpx.AsyncClient(base_url=url, timeout=None, limits=limits) as client:
-        started = time.perf_counter()
-        tasks = [asyncio.create_task(one(client, request)) for request in requests]
-        timings = await asyncio.gather(*tasks)
-        return LoadRun(tuple(timings), time.perf_counter() - started)
+    aiohttp session, and so a connection, per request): perfgate's client, no keep-alive."""
+    return _figures(run_load(url, load, requests, TIMEOUT_S, keepalive=False))
 
 
 def sglang_variant(python: str, workdir: Path, random_ids: bool) -> Variant:

@@ -45,22 +45,37 @@ class LoadRun:
 
 
 def run_load(
-    base_url: str, load: ServingLoad, requests: Sequence[LoadRequest], timeout_s: float
+    base_url: str,
+    load: ServingLoad,
+    requests: Sequence[LoadRequest],
+    timeout_s: float,
+    *,
+    keepalive: bool = True,
 ) -> LoadRun:
-    """Send the load to the server at `base_url`; an InfrastructureError if any request fails."""
+    """Send the load to the server at `base_url`; an InfrastructureError if any request fails.
+
+    Connections are kept alive between requests; with `keepalive` false each request opens a
+    new one, closed when it ends (as SGLang's client does, an aiohttp session per request).
+    """
     try:
-        return asyncio.run(asyncio.wait_for(_run(base_url, load, requests), timeout_s))
+        run = _run(base_url, load, requests, keepalive)
+        return asyncio.run(asyncio.wait_for(run, timeout_s))
     except TimeoutError:
         raise InfrastructureError(
             f"{base_url}: the serving load of {len(requests)} requests took over {timeout_s:g} s"
         ) from None
 
 
-async def _run(base_url: str, load: ServingLoad, requests: Sequence[LoadRequest]) -> LoadRun:
+async def _run(
+    base_url: str, load: ServingLoad, requests: Sequence[LoadRequest], keepalive: bool
+) -> LoadRun:
     limit: AbstractAsyncContextManager[object] = (
         asyncio.Semaphore(load.max_concurrency) if load.max_concurrency else nullcontext()
     )
-    connections = httpx.Limits(max_connections=load.max_concurrency or len(requests))
+    connections = httpx.Limits(
+        max_connections=load.max_concurrency or len(requests),
+        max_keepalive_connections=None if keepalive else 0,
+    )
     async with httpx.AsyncClient(base_url=base_url, timeout=None, limits=connections) as client:
         started = time.perf_counter()
         tasks = []

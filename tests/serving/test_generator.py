@@ -1,10 +1,13 @@
-"""perfgate's load generator reads a stream as sglang.benchmark.serving does. No server: a
-mock transport streams SGLang's chunks, each at a time the test sets."""
+"""perfgate's load generator reads a stream as sglang.benchmark.serving does (a mock transport
+streams SGLang's chunks, each at a time the test sets), and keeps its connections alive or not
+(a small server on 127.0.0.1 that notes each request's client port)."""
 
 from __future__ import annotations
 
 import asyncio
+import http.server
 import json
+import threading
 from collections.abc import AsyncIterator
 from types import SimpleNamespace
 
@@ -12,8 +15,8 @@ import httpx
 import pytest
 
 from perfgate.serving import generator
-from perfgate.serving.generator import RequestTiming, stream_request
-from perfgate.serving.load import LoadRequest
+from perfgate.serving.generator import RequestTiming, run_load, stream_request
+from perfgate.serving.load import LoadRequest, ServingLoad
 
 
 def _stream(monkeypatch: pytest.MonkeyPatch, chunks: list[tuple[float, int]]) -> RequestTiming:
@@ -57,3 +60,46 @@ def test_a_chunk_of_several_tokens_spreads_its_gap_over_them(
     timing = _stream(monkeypatch, [(0.010, 1), (0.040, 4), (0.050, 5)])
     assert timing.itl_s == pytest.approx((0.010, 0.010, 0.010, 0.010))
     assert (timing.output_tokens, timing.latency_s) == (5, pytest.approx(0.050))
+
+
+def _client_ports(**options: bool) -> list[int]:
+    """Send 4 requests, one at a time (run_load with `options`), to a server that keeps
+    connections alive (HTTP/1.1); return the client port each arrived from."""
+    ports: list[int] = []
+    chunk = {"text": "x", "meta_info": {"completion_tokens": 1}}
+    body = b"data: " + json.dumps(chunk).encode() + b"\n\ndata: [DONE]\n\n"
+
+    class Generate(http.server.BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def do_POST(self) -> None:
+            self.rfile.read(int(self.headers["Content-Length"]))
+            ports.append(self.client_address[1])
+            self.send_response(200)
+            self.send_header("Content-Type", "text/event-stream")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Generate)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        url = f"http://127.0.0.1:{server.server_address[1]}"
+        load = ServingLoad(num_prompts=4, max_concurrency=1)
+        requests = [LoadRequest("a prompt", 1)] * 4
+        run = run_load(url, load, requests, 30.0, **options)
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join()
+    assert [t.output_tokens for t in run.timings] == [1, 1, 1, 1]
+    return ports
+
+
+def test_a_load_keeps_its_connections_alive_unless_told_not_to() -> None:
+    assert len(set(_client_ports())) == 1  # one connection, reused
+    assert len(set(_client_ports(keepalive=False))) == 4  # a new one for every request
