@@ -60,7 +60,7 @@ failed=0
 for launch in $(seq "${LAUNCHES:-2}"); do
   echo "== $(date -u +%FT%TZ) launch $launch"
   timeout --kill-after=30 280 "$python" -m perfgate profile --config "$config" \
-    --scenario "$scenario" --cycles 20 --activities GPU --phase draft_extend \
+    --scenario "$scenario" --cycles 20 --phase draft_extend \
     --out "$out/launch-$launch" > "$out/launch-$launch.log" 2>&1 || failed=1
   tail -40 "$out/launch-$launch.log"
 done

@@ -49,8 +49,8 @@ def register(commands: Any) -> None:
     parser.add_argument(
         "--activities",
         default="CPU,GPU",
-        help="what to record: CPU, GPU or both (default; on a CPU server GPU means its CPU "
-        "operators, the device's work there)",
+        help="what to record: CPU or CPU,GPU (default; GPU alone is refused: the phase marks "
+        "are CPU events; on a CPU server GPU adds nothing)",
     )
     parser.add_argument("--phase", default=metrics.VERIFY, help="phase to sum up (default verify)")
     parser.add_argument("--repeats", type=int, help="unprofiled repeats (default: the scenario's)")
@@ -124,6 +124,13 @@ def _activities(text: str) -> tuple[str, ...]:
             f"{text!r} names no activity or an unknown one",
             field="--activities",
             fix="use CPU, GPU or CPU,GPU",
+        )
+    if "CPU" not in names:
+        # torch.profiler records the probe's phase marks (record_function) as CPU events.
+        raise ConfigError(
+            "GPU alone records kernels but not the phase marks that say which phase ran them",
+            field="--activities",
+            fix="use CPU,GPU (the default) to split the GPU's kernels by phase",
         )
     return names
 

@@ -60,6 +60,7 @@ def test_a_profile_of_the_default_scenario(project: Path) -> None:
     [
         (["--cycles", "0"], "--cycles: must be >= 1"),
         (["--activities", "MEM"], "--activities: 'MEM' names no activity or an unknown one"),
+        (["--activities", "GPU"], "--activities: GPU alone records kernels but not the phase"),
         (["--phase", "cycle"], "--phase: unknown phase 'cycle'"),
         (["--repeats", "0"], "--repeats: must be >= 1"),
         (["--scenario", "nope"], "unknown scenario 'nope'"),
