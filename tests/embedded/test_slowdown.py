@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import statistics
 import sys
 import time
 from collections.abc import Iterator
@@ -63,8 +62,11 @@ def test_verify_slowed_by_900_percent_takes_ten_times_as_long_in_the_same_run(
         assert len(inside) >= 6, (name, phase, len(inside))
         return inside
 
-    def median_ms(name: str, phase: str) -> float:
-        return statistics.median(times_ms(name, phase))
+    def fastest_ms(name: str, phase: str) -> float:
+        """The phase's fastest cycle in these calls: load only adds time, and of a dozen
+        cycles some run unhindered. A slowed cycle waits nine times its own time in that
+        cycle, so even its fastest is ten times an unhindered one."""
+        return min(times_ms(name, phase))
 
     def draft_share(name: str) -> float:
         """Draft's fastest cycle over draft extend's, in the same calls: both the drafter's
@@ -72,15 +74,14 @@ def test_verify_slowed_by_900_percent_takes_ten_times_as_long_in_the_same_run(
         cycles some run unhindered)."""
         return min(times_ms(name, "draft")) / min(times_ms(name, "draft_extend"))
 
-    verify = median_ms("slowed", "verify") / median_ms("plain", "verify")
-    draft = median_ms("slowed", "draft") / median_ms("plain", "draft")
-    # +900%: ten times as long. No upper bound: the wait is nine times the phase's own time in
-    # that call, which the machine's load stretches too (35 times was seen at a load of 3 on 2
-    # cores); what load cannot do is make an unslowed phase move as far.
+    verify = fastest_ms("slowed", "verify") / fastest_ms("plain", "verify")
+    draft = fastest_ms("slowed", "draft") / fastest_ms("plain", "draft")
+    # +900%: ten times as long. Fastest against fastest: the medians' ratio fell to 4.2 once
+    # on a loaded CI machine, where the plain calls' cycles ran slower than the slowed calls'
+    # own work. No upper bound: load stretches the wait with the phase's own time.
     assert verify > 5.0, verify
-    # The other phases as they were, against verify in the same calls: load stretches the
-    # slowed calls' draft and verify alike (draft alone moved 3.25 times with three test
-    # workers on 2 cores), so no bound on draft's time by itself.
+    # The other phases as they were, against verify in the same calls (no bound on draft's
+    # time by itself: load can stretch every cycle of one call).
     assert verify > 3 * draft, (verify, draft)
     # Nor did draft move against draft extend: 0.44 to 1.87 times with 3 and with 5 copies of
     # this test on 2 cores, where +900% planted on draft instead moved it 4.9 to 18 times.
