@@ -38,19 +38,14 @@ scenario=$base-seeded
 config=$state/perfgate.toml
 "$python" - "$repo/perfgate.toml" "$config" "$base" "$scenario" << 'EOF' || exit 1
 import sys, tomllib
+sys.path.insert(0, sys.argv[1].rsplit("/", 1)[0] + "/benchmarks")
+from sglang_live import _table  # the one scenario-table writer of the record scripts
 source, target, base, name = sys.argv[1:5]
 text = open(source).read()
 raw = tomllib.loads(text)["scenarios"][base]
 raw = raw | {"extra_args": [*raw.get("extra_args", []), "--load-format", "dummy"],
              "spec_extra_args": ["--debug-simulate-accept-rate", "0.7"], "equivalence": "report"}
-lines = [text.rstrip("\n"), "", f"[scenarios.{name}]"]
-for key, value in raw.items():
-    if not isinstance(value, dict):
-        shown = repr(value).replace("'", '"').replace("True", "true").replace("False", "false")
-        lines.append(f"{key} = {shown}")
-lines += [f"[scenarios.{name}.tolerances]"]
-lines += [f"{k} = {v}" for k, v in raw["tolerances"].items()]
-open(target, "w").write("\n".join(lines) + "\n")
+open(target, "w").write("\n".join([text.rstrip("\n"), "", *_table(name, raw)]))
 EOF
 {
   describe_machine

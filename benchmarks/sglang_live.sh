@@ -227,6 +227,11 @@ variant_config() {
     --bad-draft "$state/bad-draft" --broken-draft "$state/broken-draft"
 }
 
+# variants_once: the variant config, unless an earlier call on this machine wrote it.
+variants_once() {
+  [[ -f $variants || $dry -eq 1 ]] || variant_config
+}
+
 stage_metrics() {
   variant_config
   capture metrics.txt "engine metrics run" 0 540 "${pg[@]}" run --no-gate --config \
@@ -295,7 +300,7 @@ serve_and_bench() {
 }
 
 stage_clients() {
-  [[ -f $variants || $dry -eq 1 ]] || variant_config
+  variants_once
   capture serving.txt "serving run with SGLang's benchmark" 0 540 "${pg[@]}" run --no-gate \
     --config "$variants" --scenario "$scenario-serving" "${paths[@]}"
   run "serving as recorded" 0 120 "${live[@]}" history "$db_file" "$scenario-serving" \
@@ -305,7 +310,7 @@ stage_clients() {
 }
 
 stage_badinput() {
-  [[ -f $variants || $dry -eq 1 ]] || variant_config
+  variants_once
   local before
   before=$("${live[@]}" runs "$db_file" 2> /dev/null)
   capture bad-preflight.txt "bad input: perfgate's preflight" 64 300 "${pg[@]}" run \
@@ -345,7 +350,7 @@ stage_graphs() {
 }
 
 stage_series() {
-  [[ -f $variants || $dry -eq 1 ]] || variant_config
+  variants_once
   capture series.txt "graphs launch" 0 450 "${pg[@]}" run --no-gate --config "$variants" \
     --scenario "$scenario-graphs" "${paths[@]}"
   capture graphs-noise.md "graphs launches' noise" 0 120 "$python" \
@@ -353,7 +358,7 @@ stage_series() {
 }
 
 stage_gap() {
-  [[ -f $variants || $dry -eq 1 ]] || variant_config
+  variants_once
   local mode
   for mode in spec plain; do
     serve "$mode" "$scenario-graphs" "$variants"
