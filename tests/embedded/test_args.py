@@ -10,10 +10,11 @@ import pytest
 import torch
 
 from perfgate.engines.embedded.args import build_parser, check_args, parse_args
-from perfgate.engines.embedded.engine import load_drafter
+from perfgate.engines.embedded.engine import build_worker, load_drafter
 from perfgate.engines.embedded.graphs import GraphRunner
 from perfgate.engines.embedded.model import Transformer
 from perfgate.engines.embedded.params import CHAIN_ADJUSTED, SpecParams, resolve_spec_params
+from perfgate.engines.embedded.worker import EagleWorker
 from perfgate.errors import ConfigError, ExitCode
 
 from .common import CPU, DRAFT, SERVER_MODULE, TARGET, server_env
@@ -173,3 +174,15 @@ def test_a_rank_exit_parses_its_rank_batch_point_and_how(
             _args("--debug-rank-exit", bad)
         assert caught.value.code == ExitCode.BAD_INPUT
         assert "--debug-rank-exit" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("flags", "overlap"), [((), True), (("--disable-overlap-schedule",), False)]
+)
+def test_the_overlap_schedule_is_on_unless_disabled_as_in_sglang(
+    flags: tuple[str, ...], overlap: bool
+) -> None:
+    args = _args(*SPEC, "--device", "cpu", *flags)
+    worker, _ = build_worker(args, check_args(args))
+    assert isinstance(worker, EagleWorker)
+    assert worker.overlap is overlap

@@ -199,17 +199,50 @@ def test_logprobs_are_the_targets_for_spec_and_plain(
     assert all(len(top) == 0 for top in expected[1].output_top_logprobs or ())
 
 
-def test_cycle_runs_the_phases_in_order(spec_worker: SpecWorkerFactory) -> None:
+@pytest.mark.parametrize(
+    ("overlap", "order"),
+    [
+        (True, ["draft", "verify", "accept", "draft_extend", "keep"]),
+        (False, ["draft", "verify", "accept", "keep", "draft_extend"]),
+    ],
+)
+def test_cycle_runs_the_phases_in_order(
+    spec_worker: SpecWorkerFactory, monkeypatch: pytest.MonkeyPatch, overlap: bool, order: list[str]
+) -> None:
+    """The draft extend is queued inside accept, before the host keeps the accepted tokens
+    (the cycle's one sync), so that on a GPU it runs while the host waits; after it, with
+    --disable-overlap-schedule."""
     worker = spec_worker("perturbed", 3)
+    worker.overlap = overlap
     calls: list[str] = []
     for phase in ("draft", "verify", "accept", "draft_extend"):
         method = getattr(worker, phase)
         setattr(worker, phase, _recording(method, phase, calls))
+    monkeypatch.setattr(Batch, "finish_commit", _recording(Batch.finish_commit, "keep", calls))
     generation = worker.generate(requests(PROMPTS[:1], 12))[0]
-    cycles = [calls[i : i + 4] for i in range(0, len(calls), 4)]
+    assert calls[0] == "keep"  # the prefill's first token
+    cycles = " ".join(calls[1:]).replace("draft verify", "| draft verify").split("| ")[1:]
     assert len(cycles) == generation.spec_verify_ct
-    assert all(c == ["draft", "verify", "accept", "draft_extend"] for c in cycles[:-1])
-    assert cycles[-1][:3] == ["draft", "verify", "accept"]  # no extend once finished
+    assert all(c.split() == order for c in cycles[:-1])
+    last = cycles[-1].split()
+    assert last in (order, [p for p in order if p != "draft_extend"])  # see below
+
+
+@pytest.mark.parametrize(("last_cycle_budget", "extends_in_last_cycle"), [(1, 0), (3, 1)])
+def test_no_extend_where_the_cycle_surely_finishes_every_sequence(
+    spec_worker: SpecWorkerFactory, last_cycle_budget: int, extends_in_last_cycle: int
+) -> None:
+    """Like SGLang's, a cycle that leaves nothing to decode runs no draft extend. Whether it
+    does is known before its tokens reach the host only where every sequence has one token
+    left; else the extend is queued, and unused."""
+    worker = spec_worker("self", 2)  # accepts both drafts: 3 tokens a cycle
+    extends: list[str] = []
+    worker.draft_extend = _recording(worker.draft_extend, "draft_extend", extends)  # type: ignore[method-assign]
+    cycles = 4
+    max_new_tokens = 1 + 3 * (cycles - 1) + last_cycle_budget  # the prefill commits one
+    generation = worker.generate(requests(PROMPTS[:1], max_new_tokens))[0]
+    assert generation.spec_verify_ct == cycles
+    assert len(extends) == cycles - 1 + extends_in_last_cycle
 
 
 def _recording(method: Callable[..., Any], phase: str, calls: list[str]) -> Callable[..., Any]:

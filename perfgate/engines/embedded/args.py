@@ -116,6 +116,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="run every forward eagerly on CUDA instead of replaying captured CUDA graphs",
     )
     add(
+        "--disable-overlap-schedule",
+        action="store_true",
+        help="speculative servers: keep the accepted tokens on the host before queueing the "
+        "draft extend, as SGLang without its overlap scheduler; by default the extend is "
+        "queued first, so the GPU runs it while the host waits for the tokens",
+    )
+    add(
         "--enable-torch-compile",
         action="store_true",
         help="compile the decoder layers with torch.compile, fusing the small kernels between "

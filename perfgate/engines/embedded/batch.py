@@ -2,14 +2,16 @@
 
 The device holds what the forwards read (each sequence's last token and length); the host
 holds what the loop decides with (lengths, remaining tokens, outputs). They meet once per step:
-``Batch.commit`` copies the step's tokens to the host in one transfer.
+``Batch.commit`` copies the step's tokens to the host in one transfer. Split in two
+(``start_commit``, then ``finish_commit``), the copy starts without waiting, so that the GPU
+has the next work queued while the host waits for it and keeps the outputs.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 import torch.nn.functional as F
@@ -74,6 +76,15 @@ def check_request(request: Request, max_seq_len: int, lookahead: int) -> None:
             f"prompt ({len(prompt)} tokens) + max_new_tokens ({max_new_tokens}) + draft "
             f"lookahead ({lookahead}) exceed the model's context of {max_seq_len} tokens"
         )
+
+
+class Committing(NamedTuple):
+    """A step's results on their way to the host (``Batch.start_commit``)."""
+
+    values: Tensor  # [B, 1 + K]: each sequence's count, then its tokens; on the host once ready
+    logprobs: tuple[Tensor, ...] | None  # chosen, top values, top ids, where logprobs are asked
+    ready: torch.cuda.Event | None  # passed once the copies are done; None where no GPU
+    verify: bool  # a verify pass: each decoding sequence counts one
 
 
 class Batch:
@@ -146,11 +157,43 @@ class Batch:
         logits [B, K, vocab] are the target's distributions of those tokens (for logprobs);
         num_correct [B] marks a verify pass: each decoding sequence counts one.
         """
+        return self.finish_commit(self.start_commit(tokens, counts, logits, num_correct))
+
+    def start_commit(
+        self,
+        tokens: Tensor,
+        counts: Tensor,
+        logits: Tensor,
+        num_correct: Tensor | None = None,
+    ) -> Committing:
+        """Commit on the device, and start the host's copy of the tokens without waiting.
+
+        Until ``finish_commit``, the device state (tokens, lengths) is the new one and the
+        host's (outputs, host_lengths, remaining) the old one: work queued in between runs on
+        the GPU while the host waits for the copy.
+        """
         last = tokens.gather(1, (counts - 1).unsqueeze(1)).squeeze(1)
         self.tokens = torch.where(self.active, last, self.tokens)
         self.lengths = self.lengths + counts * self.active  # a new tensor: callers keep the old
-        host = torch.cat([counts.unsqueeze(1), tokens], dim=1).tolist()  # the one sync
+        values = torch.cat([counts.unsqueeze(1), tokens], dim=1)
         logprobs = self._logprobs(tokens, logits) if self.wants_logprobs else None
+        if self.device.type != "cuda":
+            return Committing(values, logprobs, None, num_correct is not None)
+        copies = tuple(t.to("cpu", non_blocking=True) for t in (values, *(logprobs or ())))
+        ready = torch.cuda.Event()  # type: ignore[no-untyped-call]
+        ready.record()
+        return Committing(copies[0], copies[1:] or None, ready, num_correct is not None)
+
+    def finish_commit(self, committing: Committing) -> int:
+        """Wait for the copy ``start_commit`` began (the step's one sync); keep what each
+        sequence produced. Return how many tokens reached outputs."""
+        if committing.ready is not None:
+            committing.ready.synchronize()
+        host = committing.values.tolist()
+        logprobs = None
+        if committing.logprobs is not None:
+            chosen, top_values, top_ids = committing.logprobs
+            logprobs = (chosen.tolist(), top_values.tolist(), top_ids.tolist())
         committed = 0
         rows, drafts = [], []
         for row, (count, *row_tokens) in enumerate(host):
@@ -161,24 +204,29 @@ class Batch:
             self.remaining[row] -= take
             self.host_lengths[row] += count
             committed += take
-            if num_correct is not None:
+            if committing.verify:
                 self.verify_ct[row] += 1
                 self.correct[row].append(count - 1)
                 rows.append(row)
                 drafts.append(count - 1)
             if logprobs is not None:
                 self._keep_logprobs(row, take, logprobs)
-        if num_correct is not None:
+        if committing.verify:
             self.verified = (tuple(rows), tuple(drafts))
         if not all(self.remaining):
             self.active = torch.tensor([n > 0 for n in self.remaining], device=self.device)
         return committed
 
-    def _logprobs(self, tokens: Tensor, logits: Tensor) -> tuple[list[Any], list[Any], list[Any]]:
+    def ends_with_next_commit(self) -> bool:
+        """Whether every sequence is sure to finish in the next commit (each active sequence
+        commits one token at least), known before its tokens reach the host."""
+        return max(self.remaining) <= 1
+
+    def _logprobs(self, tokens: Tensor, logits: Tensor) -> tuple[Tensor, Tensor, Tensor]:
         logp = F.log_softmax(logits.float(), dim=-1)  # [B, K, vocab]
-        chosen = logp.gather(2, tokens.unsqueeze(-1)).squeeze(-1)
-        top_values, top_ids = logp.topk(self.top_n, dim=-1)
-        return chosen.tolist(), top_values.tolist(), top_ids.tolist()
+        chosen = logp.gather(2, tokens.unsqueeze(-1)).squeeze(-1)  # [B, K]
+        top_values, top_ids = logp.topk(self.top_n, dim=-1)  # [B, K, top_n]
+        return chosen, top_values, top_ids
 
     def _keep_logprobs(
         self, row: int, take: int, logprobs: tuple[list[Any], list[Any], list[Any]]

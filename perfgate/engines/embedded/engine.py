@@ -342,6 +342,7 @@ def build_worker(
             seed=args.random_seed,
             graphs=graphs,
             slow_phases=args.debug_slow_phase,
+            overlap=not args.disable_overlap_schedule,
         )
     return worker, group
 

@@ -10,7 +10,8 @@ advancing, and what the forwards compute for it is dropped.
 
 Each phase's device work is one function of tensors, without a host sync, so that on CUDA it
 replays as one graph (``graphs.py``); the host sees the results once per step, in
-``Batch.commit``.
+``Batch.commit``. A speculative cycle queues its draft extend before that sync (inside
+``accept``), so the GPU works on it while the host keeps the accepted tokens.
 
 The probe times these methods by name (``perfgate/probe/targets.py``): keep every bit of a
 phase's work inside its method, and ``EagleWorker.cycle`` around exactly one cycle.
@@ -150,6 +151,13 @@ class PlainWorker:
         return batch.generations()
 
 
+class Decided(NamedTuple):
+    """What one verify pass decided, on the device."""
+
+    acceptance: TreeAcceptance
+    path_logits: Tensor  # [B, num_steps + 1, vocab]: the target's logits at the path's nodes
+
+
 class Accepted(NamedTuple):
     """What one verify pass accepted, batch-wide."""
 
@@ -219,6 +227,7 @@ class EagleWorker:
         seed: int = 0,
         graphs: GraphRunner | None = None,
         slow_phases: Mapping[str, float] | None = None,
+        overlap: bool = True,
     ) -> None:
         self.target = target
         self.drafter = drafter
@@ -237,6 +246,9 @@ class EagleWorker:
         self.lookahead = params.lookahead
         self.path_len = params.num_steps + 1  # the root and one node per level, at most
         self.step_hook: Callable[[], None] | None = None  # run before each decode cycle
+        # The draft extend queued before the host keeps the accepted tokens (accept's doc);
+        # False: after, as --disable-overlap-schedule asks.
+        self.overlap = overlap
 
     def prefill(self, batch: Batch, prompts: Prompts) -> None:
         """Run the target over the prompts, then the drafter; commit the first tokens."""
@@ -253,10 +265,7 @@ class EagleWorker:
         with self.slowdown.inside(CYCLE):
             tree = self.draft(batch)
             logits, features = self.verify(batch, tree)
-            accepted = self.accept(batch, tree, logits)
-            if not batch.done:  # like SGLang, no draft extend once every request is finished
-                self.draft_extend(batch, accepted, features)
-            return accepted.committed
+            return self.accept(batch, tree, logits, features).committed
 
     def draft(self, batch: Batch) -> DraftTree:
         """Propose a draft tree (a chain for topk 1) under each sequence's last token."""
@@ -284,45 +293,64 @@ class EagleWorker:
             self.verify_delay()
             return logits, features_of(hidden)
 
-    def accept(self, batch: Batch, tree: DraftTree, logits: Tensor) -> Accepted:
-        """Keep the longest path of drafts the target agrees with, plus its bonus token."""
+    def accept(
+        self, batch: Batch, tree: DraftTree, logits: Tensor, features: Tensor | None
+    ) -> Accepted:
+        """Keep the longest path of drafts the target agrees with, plus its bonus token.
+
+        The draft extend runs inside, between the device's commit and the host's: queued
+        before the cycle's one sync, it keeps the GPU busy while the host waits for the
+        accepted tokens and keeps them. The probe charges it to draft_extend, not to accept
+        (a phase inside another is subtracted from it). Without overlap, the host keeps the
+        tokens first and the extend follows, on an idle GPU.
+        """
+        kv_len = batch.kv_len(self.lookahead)  # the cycle's, before this commit
         with self.slowdown.inside(ACCEPT):
-            counts: tuple[Tensor, ...] = ()
-            if self.simulate is not None:
-                counts = (self.simulate.draw(tree.tokens.shape[0], self.path_len, self.device),)
-            sampled = sampling_inputs(batch, tree.size)
-
-            def decide(logits: Tensor, *inputs: Tensor) -> tuple[Tensor, ...]:
-                # The target's own choice after each node (its argmax, or its sample: one coin per
-                # node): a draft is right when it is that choice after its parent, and the first
-                # wrong draft ends its path, since every later draft was conditioned on a wrong
-                # token. The bonus is the target's token after the last accepted node, so every
-                # verify pass yields at least one token.
-                nodes = DraftTree(*inputs[:4])
-                target_next = choose_in_graph(
-                    logits, inputs[4 : 4 + len(sampled)], self.target
-                )  # [B, N]
-                if counts:
-                    acceptance = simulate_path(nodes, target_next, inputs[-1], self.path_len)
-                else:
-                    acceptance = verify_greedy(nodes, target_next, self.path_len)
-                vocab = logits.shape[-1]
-                path_logits = logits.gather(1, acceptance.path.unsqueeze(-1).expand(-1, -1, vocab))
-                return (*acceptance, path_logits)
-
-            site = ("accept", bool(sampled))
-            *decided, path_logits = self.graphs.run(site, decide, logits, *tree, *sampled, *counts)
-            acceptance = TreeAcceptance(*decided)
+            acceptance, path_logits = self.decide(batch, tree, logits)
             starts = batch.lengths
             if self.params.topk > 1:
                 self.compact_cache(starts, acceptance.path)
-            committed = batch.commit(
+            committing = batch.start_commit(
                 acceptance.committed,
                 acceptance.num_correct + 1,
                 path_logits,
                 acceptance.num_correct,
             )
-            return Accepted(acceptance, starts, committed, *batch.verified)
+        # Like SGLang's, no draft extend once every request is finished; where that is known
+        # only after the sync, the last cycle's extend is queued and unused.
+        if self.overlap and not batch.ends_with_next_commit():
+            self.draft_extend(acceptance, starts, features, kv_len)
+        committed = batch.finish_commit(committing)
+        if not self.overlap and not batch.done:
+            self.draft_extend(acceptance, starts, features, kv_len)
+        return Accepted(acceptance, starts, committed, *batch.verified)
+
+    def decide(self, batch: Batch, tree: DraftTree, logits: Tensor) -> Decided:
+        """On the device: which drafts each sequence accepts, its tokens and their logits."""
+        counts: tuple[Tensor, ...] = ()
+        if self.simulate is not None:
+            counts = (self.simulate.draw(tree.tokens.shape[0], self.path_len, self.device),)
+        sampled = sampling_inputs(batch, tree.size)
+
+        def decide(logits: Tensor, *inputs: Tensor) -> tuple[Tensor, ...]:
+            # The target's own choice after each node (its argmax, or its sample: one coin per
+            # node): a draft is right when it is that choice after its parent, and the first
+            # wrong draft ends its path, since every later draft was conditioned on a wrong
+            # token. The bonus is the target's token after the last accepted node, so every
+            # verify pass yields at least one token.
+            nodes = DraftTree(*inputs[:4])
+            target_next = choose_in_graph(logits, inputs[4 : 4 + len(sampled)], self.target)
+            if counts:
+                acceptance = simulate_path(nodes, target_next, inputs[-1], self.path_len)
+            else:
+                acceptance = verify_greedy(nodes, target_next, self.path_len)
+            vocab = logits.shape[-1]
+            path_logits = logits.gather(1, acceptance.path.unsqueeze(-1).expand(-1, -1, vocab))
+            return (*acceptance, path_logits)
+
+        site = ("accept", bool(sampled))
+        *decided, path_logits = self.graphs.run(site, decide, logits, *tree, *sampled, *counts)
+        return Decided(TreeAcceptance(*decided), path_logits)
 
     def compact_cache(self, starts: Tensor, path: Tensor) -> None:
         """Move each accepted tree node's KV entries to the position it was accepted at.
@@ -335,21 +363,19 @@ class EagleWorker:
         steps = torch.arange(path.shape[1], device=path.device)
         self.target.copy_slots(starts.unsqueeze(1) + path, starts.unsqueeze(1) + steps)
 
-    def draft_extend(self, batch: Batch, accepted: Accepted, features: Tensor | None) -> None:
+    def draft_extend(
+        self, acceptance: TreeAcceptance, starts: Tensor, features: Tensor | None, kv_len: int
+    ) -> None:
         """Run the drafter over the accepted tokens with the target's true features."""
         with self.slowdown.inside(DRAFT_EXTEND):
-            path = accepted.tree.path
+            path = acceptance.path
             path_features = None
             if features is not None:
                 path_features = features.gather(
                     1, path.unsqueeze(-1).expand(-1, -1, features.shape[-1])
                 )
             self.drafter.extend(
-                accepted.tree.committed,
-                path_features,
-                accepted.starts,
-                accepted.tree.num_correct,
-                batch.kv_len(self.lookahead),
+                acceptance.committed, path_features, starts, acceptance.num_correct, kv_len
             )
 
     def check(self, request: Request) -> None:
