@@ -28,25 +28,11 @@ out=$(cd "$1" && pwd)
 use_checkout
 state=$out/state
 mkdir -p "$state"
-if ! "$python" -c 'import sqlalchemy, alembic, mako' 2> /dev/null; then
-  "$python" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir \
-    --target "$state/site" "${WHEELS:?set WHEELS to a folder of Python 3.12 wheels}"/*.whl || exit 69
-  export PYTHONPATH="$state/site:$PYTHONPATH"
-fi
+use_wheels "$state"
 base=${BASE:-embedded-large-gpu}
 scenario=$base-seeded
 config=$state/perfgate.toml
-"$python" - "$repo/perfgate.toml" "$config" "$base" "$scenario" << 'EOF' || exit 1
-import sys, tomllib
-sys.path.insert(0, sys.argv[1].rsplit("/", 1)[0] + "/benchmarks")
-from sglang_live import _table  # the one scenario-table writer of the record scripts
-source, target, base, name = sys.argv[1:5]
-text = open(source).read()
-raw = tomllib.loads(text)["scenarios"][base]
-raw = raw | {"extra_args": [*raw.get("extra_args", []), "--load-format", "dummy"],
-             "spec_extra_args": ["--debug-simulate-accept-rate", "0.7"], "equivalence": "report"}
-open(target, "w").write("\n".join([text.rstrip("\n"), "", *_table(name, raw)]))
-EOF
+seeded_config "$repo/perfgate.toml" "$config" "$base" "$scenario" || exit 1
 {
   describe_machine
   git -C "$repo" log -1 --format='perfgate %h %s' 2> /dev/null

@@ -15,13 +15,23 @@
 #                             off unless NCCL_NVLS_ENABLE is set (the shared hosts require it),
 #                             Python's output unbuffered
 #   describe_machine          the GPUs (nvidia-smi -L) and python, torch, CUDA, GPU count
+#   use_wheels STATE          SQLAlchemy, greenlet, alembic and Mako, where the interpreter
+#                             lacks them (a GPU image), from the Python 3.12 wheels in $WHEELS,
+#                             installed into STATE/site and put on PYTHONPATH; exit 69 if that
+#                             fails
+#   seeded_config SOURCE CONFIG BASE NAME [SPEC_FLAG...]
+#                             CONFIG: SOURCE's perfgate.toml and scenario NAME, BASE with
+#                             seeded weights (--load-format dummy) and acceptance simulated at
+#                             0.7, each SPEC_FLAG added to its spec_extra_args, equivalence
+#                             reported (not gated): speed without training
 #   smoke_scenario NAME       a scenario table of the shipped tiny models on the CPU, the shape
 #                             every --smoke config starts from; its caller adds the keys its
 #                             stages need (a TOML table names each key once)
 #   record_finish STATUS [PATH=NAME...]
 #                             run.log whole, this machine's paths in OUTDIR's files replaced
 #                             by names (the checkout by ., the interpreter by python3, each
-#                             PATH by its NAME: benchmarks/portable_paths.py), exit STATUS
+#                             PATH by its NAME: benchmarks/portable_paths.py; a *.db history
+#                             as it is), exit STATUS
 
 record_start() {
   repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -52,6 +62,29 @@ describe_machine() {
   "$python" -c 'import sys, torch; print("python", sys.version.split()[0], "torch", torch.__version__, "cuda", torch.version.cuda, "GPUs", torch.cuda.device_count())'
 }
 
+use_wheels() {
+  if ! "$python" -c 'import sqlalchemy, alembic, mako' 2> /dev/null; then
+    "$python" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir \
+      --target "$1/site" "${WHEELS:?set WHEELS to a folder of Python 3.12 wheels}"/*.whl || exit 69
+    export PYTHONPATH="$1/site:$PYTHONPATH"
+  fi
+}
+
+seeded_config() {
+  "$python" - "$repo/benchmarks" "$@" << 'EOF'
+import sys, tomllib
+sys.path.insert(0, sys.argv.pop(1))
+from sglang_live import _table  # the one scenario-table writer of the record scripts
+source, target, base, name, *spec_flags = sys.argv[1:]
+text = open(source).read()
+raw = tomllib.loads(text)["scenarios"][base]
+raw = raw | {"extra_args": [*raw.get("extra_args", []), "--load-format", "dummy"],
+             "spec_extra_args": ["--debug-simulate-accept-rate", "0.7", *spec_flags],
+             "equivalence": "report"}
+open(target, "w").write("\n".join([text.rstrip("\n"), "", *_table(name, raw)]))
+EOF
+}
+
 smoke_scenario() {
   cat << EOF
 [scenarios.$1]
@@ -77,6 +110,8 @@ record_finish() {
   exec 1>&- 2>&-
   wait "$tee_pid" # run.log is whole before its paths are replaced
   # The record is read on other machines: this one's paths become names (., python3, ...).
-  find "$out" -type f -exec "$python" "$repo/benchmarks/portable_paths.py" "${names[@]}" {} +
+  # (A SQLite history is not text: left as it is.)
+  find "$out" -type f ! -name '*.db' -exec "$python" "$repo/benchmarks/portable_paths.py" \
+    "${names[@]}" {} +
   exit "$status"
 }

@@ -1,0 +1,38 @@
+"""benchmarks/gpu_overlap.sh, the overlap schedule against the serial one in fresh launches:
+run end to end on the CPU with the default scenario seeded in its place (BASE)."""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from ..conftest import REPO
+
+SCRIPT = REPO / "benchmarks" / "gpu_overlap.sh"
+
+
+@pytest.mark.slow
+def test_both_schedules_are_launched_alternately_and_tabled(tmp_path: Path) -> None:
+    path = os.environ.get("PYTHONPATH")
+    env = {**os.environ, "PYTHON": sys.executable, "BASE": "embedded-default", "LAUNCHES": "2",
+           "PYTHONPATH": os.pathsep.join([str(REPO), path] if path else [str(REPO)])}  # fmt: skip
+    done = subprocess.run([str(SCRIPT), str(tmp_path)], capture_output=True, text=True, env=env)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    with sqlite3.connect(tmp_path / "history.db") as history:
+        runs = history.execute("SELECT scenario, config FROM runs ORDER BY id").fetchall()
+    assert [scenario for scenario, _ in runs] == ["overlap", "serial", "serial", "overlap"]
+    for scenario, config in runs:
+        spec_flags = json.loads(config)["spec_extra_args"]
+        assert ("--disable-overlap-schedule" in spec_flags) is (scenario == "serial")
+    for variant in ("overlap", "serial"):
+        table = (tmp_path / f"{variant}.md").read_text()
+        assert table.startswith(f"2 launches of {variant}")
+        assert "| cycle_ms | spec |" in table
+    log = (tmp_path / "run.log").read_text()
+    assert str(tmp_path) not in log  # written as OUT
