@@ -76,7 +76,7 @@ def capture_profile(
         repeats, trace = _repeats_then_profile(client, scenario, mode, request, probe_dir, progress)
     window = read_window(trace)
     records = read_records(probe_dir)
-    outside, inside = profiler_cost_cycles(records, window, repeats)
+    outside, inside = compared_cycles(records, window, repeats)
     return ProfileResult(
         scenario=scenario.name,
         mode=mode,
@@ -86,45 +86,42 @@ def capture_profile(
         window=window,
         breakdown=phase_breakdown(parse_spans(load_trace(trace))),
         tok_s=tuple(_tok_s(r) for r in repeats),
-        cycle_ms_outside=outside,
-        cycle_ms_inside=inside,
-        phase_ms_outside=probe_phase_ms(records, repeats, len(inside)),
+        cycle_ms_outside=cycle_ms(outside),
+        cycle_ms_inside=cycle_ms(inside),
+        phase_ms_outside=phase_medians(outside),
     )
 
 
-def profiler_cost_cycles(
+def compared_cycles(
     records: Sequence[CycleRecord], window: dict[str, Any], repeats: Sequence[Repeat]
-) -> tuple[tuple[float, ...], tuple[float, ...]]:
-    """The cycle times the profiler's cost compares: the first cycles of each unprofiled
-    repeat, as many as were profiled, and the profiled ones (those inside `window`).
+) -> tuple[list[CycleRecord], list[CycleRecord]]:
+    """The cycles the profiler's cost compares: the first cycles of each unprofiled repeat,
+    as many as were profiled, and the profiled ones (those inside `window`).
 
     Rank 0's only, as the trace is: on a tensor-parallel server every rank writes its own
     records of the same cycles, and another rank's would be counted again, or first.
     """
-    cycles = _rank_0_cycles(records)
+    cycles = [r for r in records if r.kind == metrics.CYCLE and r.rank == 0]
     inside = _in_window(cycles, window)
-    outside = _first_cycles(cycles, repeats, len(inside))
-    return tuple(r.ms[metrics.CYCLE] for r in outside), tuple(r.ms[metrics.CYCLE] for r in inside)
+    return _first_cycles(cycles, repeats, len(inside)), inside
 
 
-def probe_phase_ms(
-    records: Sequence[CycleRecord], repeats: Sequence[Repeat], count: int
-) -> dict[str, float]:
-    """Per phase, the probe's median milliseconds over the cycles the profiler's cost compares
-    with (the first `count` of each unprofiled repeat): each phase's window, timed unprofiled.
+def cycle_ms(cycles: Sequence[CycleRecord]) -> tuple[float, ...]:
+    """Each cycle's whole time, ms."""
+    return tuple(r.ms[metrics.CYCLE] for r in cycles)
+
+
+def phase_medians(cycles: Sequence[CycleRecord]) -> dict[str, float]:
+    """Per phase, the probe's median milliseconds over `cycles`: given the unprofiled ones
+    the profiler's cost compares with, each phase's window, timed unprofiled.
 
     Beside the trace's work in the same phase it says how busy the device was inside the
     window: a phase whose kernels fill little of its window waits on the host.
     """
-    cycles = _first_cycles(_rank_0_cycles(records), repeats, count)
     phases = sorted({phase for r in cycles for phase in r.ms})
     return {
         phase: statistics.median(r.ms[phase] for r in cycles if phase in r.ms) for phase in phases
     }
-
-
-def _rank_0_cycles(records: Sequence[CycleRecord]) -> list[CycleRecord]:
-    return [r for r in records if r.kind == metrics.CYCLE and r.rank == 0]
 
 
 def profiled_server(

@@ -105,9 +105,9 @@ def test_the_profilers_cost_is_rank_0s_cycles_only() -> None:
     rank_0 = [cycle(0, t, 10.0) for t in (10.1, 10.2, 20.1, 20.2)]
     rank_0 += [cycle(0, t, 12.0) for t in (30.1, 30.2)]
     window = {"started_at": 30.0, "stopped_at": 31.0}
-    outside, inside = capture.profiler_cost_cycles(rank_1 + rank_0, window, repeats)
-    assert inside == (12.0, 12.0)
-    assert outside == (10.0, 10.0, 10.0, 10.0)
+    outside, inside = capture.compared_cycles(rank_1 + rank_0, window, repeats)
+    assert capture.cycle_ms(inside) == (12.0, 12.0)
+    assert capture.cycle_ms(outside) == (10.0, 10.0, 10.0, 10.0)
 
 
 def test_each_phase_s_window_is_rank_0_s_median_over_the_compared_cycles() -> None:
@@ -122,7 +122,8 @@ def test_each_phase_s_window_is_rank_0_s_median_over_the_compared_cycles() -> No
     records = [cycle(1, t, 90.0, 90.0) for t in (10.1, 10.2, 20.1)]  # rank 1: never counted
     records += [cycle(0, 10.1, 1.0, 4.0), cycle(0, 10.2, 3.0, 2.0), cycle(0, 10.3, 50.0, 50.0)]
     records += [cycle(0, 20.1, 2.0, 6.0), cycle(0, 20.2, 2.0, 8.0)]
-    records += [cycle(0, 30.1, 70.0, 70.0)]  # profiled: not a window of the unprofiled run
-    # The first two cycles of each repeat, as the profiler's cost compares.
-    windows = capture.probe_phase_ms(records, repeats, 2)
+    records += [cycle(0, 30.1, 70.0, 70.0), cycle(0, 30.2, 70.0, 70.0)]  # profiled
+    # The first two cycles of each repeat, as many as were profiled.
+    outside, _ = capture.compared_cycles(records, {"started_at": 30.0, "stopped_at": 31.0}, repeats)
+    windows = capture.phase_medians(outside)
     assert windows == {"cycle": 6.5, "draft": 2.0, "draft_extend": 5.0}
