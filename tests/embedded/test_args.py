@@ -14,7 +14,7 @@ from perfgate.engines.embedded.engine import build_worker, load_drafter
 from perfgate.engines.embedded.graphs import GraphRunner
 from perfgate.engines.embedded.model import Transformer
 from perfgate.engines.embedded.params import CHAIN_ADJUSTED, SpecParams, resolve_spec_params
-from perfgate.engines.embedded.worker import EagleWorker
+from perfgate.engines.embedded.worker import EagleWorker, PlainWorker
 from perfgate.errors import ConfigError, ExitCode
 
 from .common import CPU, DRAFT, SERVER_MODULE, TARGET, server_env
@@ -176,13 +176,14 @@ def test_a_rank_exit_parses_its_rank_batch_point_and_how(
         assert "--debug-rank-exit" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("server", [SPEC, []], ids=["spec", "plain"])
 @pytest.mark.parametrize(
     ("flags", "overlap"), [((), True), (("--disable-overlap-schedule",), False)]
 )
 def test_the_overlap_schedule_is_on_unless_disabled_as_in_sglang(
-    flags: tuple[str, ...], overlap: bool
+    server: list[str], flags: tuple[str, ...], overlap: bool
 ) -> None:
-    args = _args(*SPEC, "--device", "cpu", *flags)
+    args = _args(*server, "--device", "cpu", *flags)
     worker, _ = build_worker(args, check_args(args))
-    assert isinstance(worker, EagleWorker)
+    assert isinstance(worker, EagleWorker if server else PlainWorker)
     assert worker.overlap is overlap

@@ -228,6 +228,33 @@ def test_cycle_runs_the_phases_in_order(
     assert last in (order, [p for p in order if p != "draft_extend"])  # see below
 
 
+@pytest.mark.parametrize("overlap", [True, False])
+def test_a_plain_step_is_queued_before_the_host_keeps_the_last_ones_tokens(
+    plain: PlainWorker,
+    plain_outputs: list[Generation],
+    monkeypatch: pytest.MonkeyPatch,
+    overlap: bool,
+) -> None:
+    """Plain decoding knows every control decision without the tokens (one a step for each
+    sequence still decoding), so each step is queued before the host keeps the last step's
+    tokens, and none is queued past the end; serial with --disable-overlap-schedule."""
+    worker = PlainWorker(plain.target, overlap=overlap)
+    calls: list[str] = []
+    worker.decode_step = _recording(worker.decode_step, "step", calls)  # type: ignore[method-assign]
+    monkeypatch.setattr(Batch, "finish_commit", _recording(Batch.finish_commit, "keep", calls))
+    seen: list[int] = []
+    generations = worker.generate(
+        requests(PROMPTS, MAX_NEW_TOKENS), lambda batch: seen.append(len(batch.outputs[0]))
+    )
+    assert generations == plain_outputs
+    steps = MAX_NEW_TOKENS - 1  # the prefill makes the first token, and keeps it at once
+    if overlap:  # step 1, then each step before the last one's tokens are kept, then the last
+        assert calls == ["keep", "step", *["step", "keep"] * (steps - 1), "keep"]
+    else:
+        assert calls == ["keep", *["step", "keep"] * steps]
+    assert seen == list(range(1, MAX_NEW_TOKENS + 1))  # the batch after every step, in order
+
+
 @pytest.mark.parametrize(("last_cycle_budget", "extends_in_last_cycle"), [(1, 0), (3, 1)])
 def test_no_extend_where_the_cycle_surely_finishes_every_sequence(
     spec_worker: SpecWorkerFactory, last_cycle_budget: int, extends_in_last_cycle: int

@@ -118,9 +118,9 @@ def build_parser() -> argparse.ArgumentParser:
     add(
         "--disable-overlap-schedule",
         action="store_true",
-        help="speculative servers: keep the accepted tokens on the host before queueing the "
-        "draft extend, as SGLang without its overlap scheduler; by default the extend is "
-        "queued first, so the GPU runs it while the host waits for the tokens",
+        help="keep each step's tokens on the host before queueing the next work, as SGLang "
+        "without its overlap scheduler; by default a speculative cycle queues its draft "
+        "extend, and a plain server its next step, before the host waits for the tokens",
     )
     add(
         "--enable-torch-compile",

@@ -135,15 +135,17 @@ class Batch:
     def done(self) -> bool:
         return not any(self.remaining)
 
-    def kv_len(self, lookahead: int, final: bool = False) -> int:
+    def kv_len(self, lookahead: int, final: bool = False, ahead: int = 0) -> int:
         """Return the cache slots a step reads: past every slot it may write, bucketed.
 
-        final: the most any step of this batch reads, to size the caches once.
+        final: the most any step of this batch reads, to size the caches once. ahead: how far
+        the device's lengths may stand past the host's (a commit not finished yet).
         """
         most = kv_bucket(self.final_slots + lookahead, self.max_seq_len)
         if final:
             return most
-        return min(most, kv_bucket(max(self.host_lengths) + lookahead, self.max_seq_len))
+        reach = max(self.host_lengths) + ahead + lookahead
+        return min(most, kv_bucket(reach, self.max_seq_len))
 
     def commit(
         self,

@@ -331,7 +331,8 @@ def build_worker(
         _shard(group, target, drafter)
     backend = resolve_attention_backend(args.attention_backend, device)
     _prepare(target, drafter, args.enable_torch_compile, backend)
-    worker: PlainWorker | EagleWorker = PlainWorker(target, graphs, seed=args.random_seed)
+    overlap = not args.disable_overlap_schedule
+    worker: PlainWorker | EagleWorker = PlainWorker(target, graphs, args.random_seed, overlap)
     if spec is not None and drafter is not None:
         worker = EagleWorker(
             target,
@@ -342,7 +343,7 @@ def build_worker(
             seed=args.random_seed,
             graphs=graphs,
             slow_phases=args.debug_slow_phase,
-            overlap=not args.disable_overlap_schedule,
+            overlap=overlap,
         )
     return worker, group
 

@@ -10,8 +10,9 @@ advancing, and what the forwards compute for it is dropped.
 
 Each phase's device work is one function of tensors, without a host sync, so that on CUDA it
 replays as one graph (``graphs.py``); the host sees the results once per step, in
-``Batch.commit``. A speculative cycle queues its draft extend before that sync (inside
-``accept``), so the GPU works on it while the host keeps the accepted tokens.
+``Batch.commit``. The next work is queued before that sync (the overlap schedule): a
+speculative cycle's draft extend (inside ``accept``), a plain server's next step, so the GPU
+works while the host keeps the tokens.
 
 The probe times these methods by name (``perfgate/probe/targets.py``): keep every bit of a
 phase's work inside its method, and ``EagleWorker.cycle`` around exactly one cycle.
@@ -26,7 +27,13 @@ from typing import NamedTuple
 import torch
 from torch import Tensor
 
-from perfgate.engines.embedded.batch import Batch, Generation, Request, check_request
+from perfgate.engines.embedded.batch import (
+    Batch,
+    Committing,
+    Generation,
+    Request,
+    check_request,
+)
 from perfgate.engines.embedded.drafters import Drafter, take_columns
 from perfgate.engines.embedded.graphs import GraphRunner
 from perfgate.engines.embedded.model import Transformer, greedy
@@ -95,7 +102,11 @@ class PlainWorker:
     """Plain decoding, one target forward per token for the whole batch."""
 
     def __init__(
-        self, target: Transformer, graphs: GraphRunner | None = None, seed: int = 0
+        self,
+        target: Transformer,
+        graphs: GraphRunner | None = None,
+        seed: int = 0,
+        overlap: bool = True,
     ) -> None:
         self.target = target
         self.graphs = graphs or GraphRunner()
@@ -103,6 +114,9 @@ class PlainWorker:
         self.device = target.output.weight.device
         self.lookahead = 1
         self.step_hook: Callable[[], None] | None = None  # run before each decode step
+        # Each step queued before the host keeps the last step's tokens (decode_step's doc);
+        # False: after, as --disable-overlap-schedule asks.
+        self.overlap = overlap
 
     def prefill(self, batch: Batch, prompts: Prompts) -> None:
         """Run the target over the prompts; commit each sequence's first token."""
@@ -111,9 +125,15 @@ class PlainWorker:
         last = take_columns(logits, prompts.lengths - 1)  # [B, 1, vocab]
         batch.commit(next_tokens(last, batch), torch.ones_like(prompts.lengths), last)
 
-    def decode_step(self, batch: Batch) -> None:
-        """Feed each sequence's last token at its position; commit the next token."""
-        kv_len = batch.kv_len(self.lookahead)
+    def decode_step(self, batch: Batch, previous: Committing | None = None) -> Committing:
+        """Feed each sequence's last token at its position; start committing the next token.
+
+        With `previous`, the last step's commit still on its way to the host, the host keeps
+        its tokens once this step is queued, so the GPU runs this step meanwhile (the overlap
+        schedule: every control decision of plain decoding is known without them, a token a
+        step for each sequence still decoding).
+        """
+        kv_len = batch.kv_len(self.lookahead, ahead=0 if previous is None else 1)
 
         def step(tokens: Tensor, lengths: Tensor, *extra: Tensor) -> tuple[Tensor, Tensor]:
             positions = lengths.unsqueeze(1)
@@ -123,7 +143,10 @@ class PlainWorker:
         extra = sampling_inputs(batch, 1)
         site = ("decode", kv_len, bool(extra))
         tokens, logits = self.graphs.run(site, step, batch.tokens, batch.lengths, *extra)
-        batch.commit(tokens, torch.ones_like(batch.lengths), logits)
+        committing = batch.start_commit(tokens, torch.ones_like(batch.lengths), logits)
+        if previous is not None:
+            batch.finish_commit(previous)
+        return committing
 
     def check(self, request: Request) -> None:
         """Raise RequestError unless this request fits the model."""
@@ -143,11 +166,19 @@ class PlainWorker:
         if not batch.done:
             self.prefill(batch, pad_prompts(requests, self.device))
             step_done(batch)
-        while not batch.done:
+        pending: Committing | None = None  # the last step's, its tokens not yet on the host
+        while pending is not None or not batch.done:
+            if pending is not None and (not self.overlap or batch.ends_with_next_commit()):
+                batch.finish_commit(pending)  # no step after it, or none queued before it
+                pending = None
+                step_done(batch)
+                continue
             if self.step_hook is not None:
                 self.step_hook()
-            self.decode_step(batch)
-            step_done(batch)
+            committing = self.decode_step(batch, pending)
+            if pending is not None:
+                step_done(batch)
+            pending = committing
         return batch.generations()
 
 
