@@ -1,16 +1,17 @@
 #!/usr/bin/env bash
-# The overlap schedule on one GPU: fresh launches of the GPU scenario with the draft extend
-# queued before the cycle's one sync (the embedded engine's default) and after it
-# (--disable-overlap-schedule), alternated in one call, then each variant's cycle and its
-# spread between launches (benchmarks/launch_noise.py: overlap.md, serial.md).
+# The overlap schedule on one GPU: fresh launches of the GPU scenario with the next work
+# queued before each step's one sync (the embedded engine's default: a speculative cycle's
+# draft extend, a plain server's next step) and after it (--disable-overlap-schedule, both
+# servers), alternated in one call, then each variant's cycles and their spread between
+# launches (benchmarks/launch_noise.py: overlap.md, serial.md).
 #
 #   benchmarks/gpu_overlap.sh OUTDIR
 #
 # The scenario is embedded-large-gpu with seeded weights and acceptance simulated at 0.7
 # (record.sh's seeded_config: no training; the phases' kernels are the trained pair's). Each
-# launch is a `perfgate run --no-gate`, both servers: the plain twin, the same code in both
-# variants, is the control. LAUNCHES (3) of each variant, in the order overlap, serial,
-# serial, overlap, ...; a launch that has not ended within LAUNCH_S (150) seconds is stopped.
+# launch is a `perfgate run --no-gate` of both servers. LAUNCHES (3) of each variant, in the
+# order overlap, serial, serial, overlap, ...; a launch that has not ended within LAUNCH_S
+# (150) seconds is stopped.
 # BASE names another scenario to seed (embedded-default: the same on the CPU, as its test
 # runs it). perfgate's dependencies beyond a GPU image come from the Python 3.12 wheels in
 # WHEELS (record.sh's use_wheels). OUTDIR gets run.log, machine.txt, overlap.md, serial.md and

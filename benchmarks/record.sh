@@ -19,11 +19,11 @@
 #                             lacks them (a GPU image), from the Python 3.12 wheels in $WHEELS,
 #                             installed into STATE/site and put on PYTHONPATH; exit 69 if that
 #                             fails
-#   seeded_config SOURCE CONFIG BASE NAME [SPEC_FLAG...]
+#   seeded_config SOURCE CONFIG BASE NAME [FLAG...]
 #                             CONFIG: SOURCE's perfgate.toml and scenario NAME, BASE with
 #                             seeded weights (--load-format dummy) and acceptance simulated at
-#                             0.7, each SPEC_FLAG added to its spec_extra_args, equivalence
-#                             reported (not gated): speed without training
+#                             0.7, each FLAG added to the extra_args of both its servers,
+#                             equivalence reported (not gated): speed without training
 #   smoke_scenario NAME       a scenario table of the shipped tiny models on the CPU, the shape
 #                             every --smoke config starts from; its caller adds the keys its
 #                             stages need (a TOML table names each key once)
@@ -75,11 +75,11 @@ seeded_config() {
 import sys, tomllib
 sys.path.insert(0, sys.argv.pop(1))
 from sglang_live import _table  # the one scenario-table writer of the record scripts
-source, target, base, name, *spec_flags = sys.argv[1:]
+source, target, base, name, *flags = sys.argv[1:]
 text = open(source).read()
 raw = tomllib.loads(text)["scenarios"][base]
-raw = raw | {"extra_args": [*raw.get("extra_args", []), "--load-format", "dummy"],
-             "spec_extra_args": ["--debug-simulate-accept-rate", "0.7", *spec_flags],
+raw = raw | {"extra_args": [*raw.get("extra_args", []), "--load-format", "dummy", *flags],
+             "spec_extra_args": ["--debug-simulate-accept-rate", "0.7"],
              "equivalence": "report"}
 open(target, "w").write("\n".join([text.rstrip("\n"), "", *_table(name, raw)]))
 EOF

@@ -28,8 +28,8 @@ def test_both_schedules_are_launched_alternately_and_tabled(tmp_path: Path) -> N
         runs = history.execute("SELECT scenario, config FROM runs ORDER BY id").fetchall()
     assert [scenario for scenario, _ in runs] == ["overlap", "serial", "serial", "overlap"]
     for scenario, config in runs:
-        spec_flags = json.loads(config)["spec_extra_args"]
-        assert ("--disable-overlap-schedule" in spec_flags) is (scenario == "serial")
+        flags = json.loads(config)["extra_args"]  # both servers'
+        assert ("--disable-overlap-schedule" in flags) is (scenario == "serial")
     for variant in ("overlap", "serial"):
         table = (tmp_path / f"{variant}.md").read_text()
         assert table.startswith(f"2 launches of {variant}")
