@@ -6,7 +6,7 @@ runs of where they are, at each p-value threshold; plus the time per 10,000-run 
 
     PYTHONPATH=$PWD python benchmarks/report_changepoints.py
 
-Not a test. The report uses p < 0.0001 (perfgate.report.model.CHANGE_MAX_P) from these figures.
+Not a test. The report uses p < 0.0001 (perfgate.report.chart_data.CHANGE_MAX_P) from these figures.
 """
 
 from __future__ import annotations

@@ -54,10 +54,10 @@ from perfgate.engines.launch import Server, probed_command, start_server
 from perfgate.engines.server_commands import Mode
 from perfgate.errors import PerfgateError
 from perfgate.prompts import load_prompt_set
+from perfgate.serving.figures import summarize_load
 from perfgate.serving.generator import LoadRun, run_load
 from perfgate.serving.load import LoadRequest, ServingLoad, build_requests
 from perfgate.serving.sglang_bench import bench_command, run_bench
-from perfgate.serving.summary import summarize_load
 
 # perfgate/llama-tiny and its EAGLE-3 head (steps 3, topk 1, 4 draft tokens), at most 8
 # running requests, one torch thread.

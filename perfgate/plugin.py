@@ -29,7 +29,7 @@ from perfgate.pipeline import GatePlan, ScenarioRun, severest
 from perfgate.progress import reporter_for_pytest
 from perfgate.session import GateSession
 from perfgate.settings import add_options, resolve_settings
-from perfgate.summary import render_terminal_summary
+from perfgate.verdict_text import render_terminal_summary
 
 GATE_SESSION = pytest.StashKey[GateSession | PerfgateError]()
 HANDED_PLAN = pytest.StashKey[GatePlan]()  # the plan `perfgate run` built, handed to pytest

@@ -17,7 +17,7 @@ from pathlib import Path
 from perfgate.errors import PerfgateError
 from perfgate.files import write_text_atomically
 from perfgate.results import RunRecord
-from perfgate.store.export import run_to_dict
+from perfgate.store.run_dicts import run_to_dict
 
 UNRECORDED = Path(".perfgate") / "unrecorded"
 

@@ -222,7 +222,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     items.sort(key=lambda item: item.path not in slow_modules)  # stable: order kept within
 
 
-# A row of the verdict table (perfgate.summary.render_verdicts): two spaces, the metric, then
+# A row of the verdict table (perfgate.verdict_text.render_verdicts): two spaces, the metric, then
 # baseline, current, change, interval, tolerance and runs (each one word, "-" where unknown),
 # and the verdict.
 _VERDICT_ROW = re.compile(

@@ -74,7 +74,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "perfgate.measure",
             "perfgate.measured_verdicts",
             "perfgate.session",
-            "perfgate.summary",
+            "perfgate.verdict_text",
             "perfgate.sweep.run",
             "perfgate.bisect.run",
             "perfgate.profile.capture",

@@ -16,7 +16,7 @@ from perfgate.gate.planning import plan_runs, supported_tolerance
 from perfgate.pipeline import ScenarioRun, record_linked
 from perfgate.results import RunContext, RunRecord
 from perfgate.store import load_run, open_history
-from perfgate.summary import render_record
+from perfgate.verdict_text import render_record
 
 from .conftest import TINY_SCENARIO, write_config
 from .factories import QueuedMeasurer

@@ -13,7 +13,7 @@ import pytest
 from perfgate.commands.run import SUITES
 from perfgate.gate.judge import judge_runs
 from perfgate.gate.verdict import Status, Verdict
-from perfgate.summary import EXPLANATION_WIDTH, render_verdicts
+from perfgate.verdict_text import EXPLANATION_WIDTH, render_verdicts
 
 from .conftest import REPO, TINY_SCENARIO, write_config
 

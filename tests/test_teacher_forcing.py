@@ -22,7 +22,7 @@ from perfgate.pipeline import ServerPair
 from perfgate.report import render_report
 from perfgate.results import Measurement, ModeResult
 from perfgate.store import close_history, load_run, open_history, record_run
-from perfgate.store.export import run_from_dict, run_to_dict
+from perfgate.store.run_dicts import run_from_dict, run_to_dict
 from perfgate.teacher import parse_forced, score_outputs, teacher_forcing_body
 
 from . import factories

@@ -28,7 +28,7 @@ from perfgate.errors import ConfigError, PerfgateError
 from perfgate.files import write_text_atomically
 
 if TYPE_CHECKING:
-    from perfgate.summary import FinishedSession
+    from perfgate.verdict_text import FinishedSession
 
 POINTER = Path(".perfgate") / "last-session.json"
 SCHEMA = 1

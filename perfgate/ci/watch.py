@@ -33,7 +33,7 @@ from perfgate import metrics
 from perfgate.ci.issues import WatchKey, marker
 from perfgate.metrics import Direction
 from perfgate.report.changepoints import ChangePoint, detect_change_points
-from perfgate.report.model import CHANGE_MAX_P, STACKED, describe_fingerprint_change
+from perfgate.report.chart_data import CHANGE_MAX_P, STACKED, describe_fingerprint_change
 from perfgate.store.columns import HistoryColumns, RunFacts
 
 MIN_RUNS = 6  # two segments of the detector's minimum size (3 runs each)

@@ -26,7 +26,7 @@ from perfgate.reference import (
 )
 from perfgate.results import RunRecord
 from perfgate.settings import HISTORY_OPTIONS, Settings, add_options
-from perfgate.summary import render_record, verdicts_document
+from perfgate.verdict_text import render_record, verdicts_document
 
 
 def register(commands: Any) -> None:

@@ -91,7 +91,7 @@ def _filter(args: argparse.Namespace) -> RunFilter:
 
 def handle_list(settings: Settings, args: argparse.Namespace) -> int:
     from perfgate.store import history, list_runs
-    from perfgate.store.export import run_to_dict
+    from perfgate.store.run_dicts import run_to_dict
 
     with history(settings.history_url, existing=True) as sessions, sessions() as session:
         runs = list_runs(session, limit=args.limit or None, where=_filter(args))
@@ -110,7 +110,7 @@ def handle_list(settings: Settings, args: argparse.Namespace) -> int:
 
 def handle_show(settings: Settings, args: argparse.Namespace) -> int:
     from perfgate.store import history, load_run
-    from perfgate.store.export import run_to_dict
+    from perfgate.store.run_dicts import run_to_dict
 
     with history(settings.history_url, existing=True) as sessions, sessions() as session:
         run = load_run(session, args.run)
@@ -123,7 +123,7 @@ def handle_show(settings: Settings, args: argparse.Namespace) -> int:
 
 def handle_export(settings: Settings, args: argparse.Namespace) -> int:
     from perfgate.store import history, iter_runs
-    from perfgate.store.export import run_to_dict
+    from perfgate.store.run_dicts import run_to_dict
 
     count = 0
     with (
@@ -158,7 +158,7 @@ def handle_import(settings: Settings, args: argparse.Namespace) -> int:
 
 def load_runs_file(path: Path) -> list[RunRecord]:
     """The runs of a file `perfgate history export` wrote (JSON lines or a JSON array)."""
-    from perfgate.store.export import run_from_dict
+    from perfgate.store.run_dicts import run_from_dict
 
     fix = "import a file `perfgate history export` wrote, or one kept in .perfgate/unrecorded/"
     try:

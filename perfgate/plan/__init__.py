@@ -1,6 +1,6 @@
 """`perfgate plan`: predict a chain's best step count from one profiled speculative run.
 
-`model` is the prediction (pure: acceptance depths and phase costs in, figures with
+`forecast` is the prediction (pure: acceptance depths and phase costs in, figures with
 intervals out), `observe` turns the probe's cycle records into its input, `launch` measures
 the profiled server (the sweep's measurement, its probe records kept),
 `run` drives it over the sweep's runner and confirms the best, `render` writes the table.

@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from perfgate import metrics
-from perfgate.plan.model import FIGURES, Estimate, PredictedPoint, Prediction
+from perfgate.plan.forecast import FIGURES, Estimate, PredictedPoint, Prediction
 from perfgate.results import Measurement, ModeResult
 from perfgate.sweep.results import median_of
 

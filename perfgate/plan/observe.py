@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from perfgate import metrics
-from perfgate.plan.model import Observation, Repeat
+from perfgate.plan.forecast import Observation, Repeat
 from perfgate.probe.reader import CycleRecord
 from perfgate.results import ModeResult
 

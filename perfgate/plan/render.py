@@ -6,7 +6,7 @@ import math
 from typing import Any
 
 from perfgate.plan.compare import measured_figures, point_json, prediction_errors
-from perfgate.plan.model import Estimate, PredictedPoint
+from perfgate.plan.forecast import Estimate, PredictedPoint
 from perfgate.plan.results import Confirmed, EnvPlan, PlanResult
 from perfgate.sweep.render import best_line
 from perfgate.sweep.results import PointResult

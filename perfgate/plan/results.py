@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 
 from perfgate.errors import ExitCode
 from perfgate.plan import DEFAULT_CONFIRM, DEFAULT_STEPS
-from perfgate.plan.model import PredictedPoint, Prediction
+from perfgate.plan.forecast import PredictedPoint, Prediction
 from perfgate.sweep.grid import EnvPoint, SweepSpec
 from perfgate.sweep.results import PointResult, SweepResult
 

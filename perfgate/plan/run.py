@@ -6,7 +6,7 @@ recorded exactly as a sweep's points are, under the plan's name:
 1. The grid is the profiled step count alone, under every environment point: the plain twin
    once per environment point, then the speculative server at ``steps``, profiled
    (perfgate.plan.launch). Before its run is recorded, its observation is predicted
-   (perfgate.plan.model) and the prediction goes into the run's config (``plan``, role
+   (perfgate.plan.forecast) and the prediction goes into the run's config (``plan``, role
    ``profiled``); a run the model refuses is recorded all the same, with the refusal.
 2. The `confirm` fastest predicted step counts, over every environment point, are measured
    (the sweep's `extend`, under the same plain twin); each is recorded with its prediction and
@@ -26,8 +26,8 @@ from perfgate.errors import ConfigError, PerfgateError
 from perfgate.measure import measure_mode
 from perfgate.pipeline import MeasureMode
 from perfgate.plan.compare import confirm_json, measured_figures, prediction_json
+from perfgate.plan.forecast import PredictedPoint, Prediction, predict
 from perfgate.plan.launch import ProfilingLaunch, batch_sequences
-from perfgate.plan.model import PredictedPoint, Prediction, predict
 from perfgate.plan.observe import observe
 from perfgate.plan.results import Confirmed, EnvPlan, PlanResult, PlanSpec, ranked_points
 from perfgate.progress import SILENT, Reporter

@@ -17,8 +17,8 @@ from pathlib import Path
 from sqlalchemy.orm import Session
 
 from perfgate.files import write_text_atomically
+from perfgate.report.chart_data import bisects_of, build_payload, group_runs, plans_of, sweeps_of
 from perfgate.report.links import repository_url
-from perfgate.report.model import bisects_of, build_payload, group_runs, plans_of, sweeps_of
 from perfgate.report.page import Page, render_page
 from perfgate.results import RunRecord
 from perfgate.store import RunFilter, load_runs

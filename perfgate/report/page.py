@@ -16,8 +16,8 @@ from markupsafe import Markup
 
 from perfgate import metrics
 from perfgate.report.bisects import Bisect
+from perfgate.report.chart_data import Group
 from perfgate.report.links import commit_url, pull_url, safe_url
-from perfgate.report.model import Group
 from perfgate.report.plans import Plan
 from perfgate.report.sweeps import Sweep
 from perfgate.results import RunRecord

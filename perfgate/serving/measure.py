@@ -11,10 +11,10 @@ from typing import TYPE_CHECKING
 
 from perfgate.errors import ConfigError
 from perfgate.progress import SILENT, Reporter
+from perfgate.serving.figures import SERVING_METRICS, summarize_load
 from perfgate.serving.generator import run_load
 from perfgate.serving.load import build_requests
 from perfgate.serving.sglang_bench import bench_command, run_bench
-from perfgate.serving.summary import SERVING_METRICS, summarize_load
 from perfgate.sglang.facts import installed_versions
 
 if TYPE_CHECKING:

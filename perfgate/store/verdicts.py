@@ -4,7 +4,7 @@
 (VerdictRow) or under a key of its JSON `detail`, and how its value is stored (the status as
 its name, the attribution as a dict, the ids of the runs judged with it as a list). The history
 (perfgate.store.records), its columns for the report (perfgate.store.columns) and the export
-file (perfgate.store.export) all go through it, so a new Verdict field is added here once.
+file (perfgate.store.run_dicts) all go through it, so a new Verdict field is added here once.
 """
 
 from __future__ import annotations

@@ -23,7 +23,7 @@ from perfgate.ci.workflow_commands import Annotation, escape_property, limit_ann
 from perfgate.errors import ConfigError
 from perfgate.gate import CycleProfile, Status, Verdict, attribute
 from perfgate.results import RunRecord
-from perfgate.summary import render_record
+from perfgate.verdict_text import render_record
 
 from ..factories import measurement, record
 

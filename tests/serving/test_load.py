@@ -13,10 +13,10 @@ from perfgate.config import load_config
 from perfgate.errors import ConfigError, ExitCode
 from perfgate.preflight import probe_notes
 from perfgate.probe.targets import untimed_reason
+from perfgate.serving.figures import percentile, summarize_load
 from perfgate.serving.generator import LoadRun, RequestTiming
 from perfgate.serving.load import ServingLoad, arrival_gaps_s, build_requests
 from perfgate.serving.sglang_bench import parse_bench_output
-from perfgate.serving.summary import percentile, summarize_load
 
 from ..conftest import TINY_SCENARIO, run_perfgate, write_config
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from perfgate.serving.summary import SERVING_METRICS
+from perfgate.serving.figures import SERVING_METRICS
 
 from ..conftest import HERE_PROFILE, TINY_SCENARIO, run_perfgate, verdict_table, write_config
 from ..in_process import perfgate_main

@@ -16,6 +16,7 @@ import httpx
 import pytest
 
 from perfgate.config import load_config
+from perfgate.serving.figures import SERVING_METRICS
 from perfgate.serving.load import ServingLoad, build_requests
 from perfgate.serving.measure import measure_serving
 from perfgate.serving.sglang_bench import (
@@ -25,7 +26,6 @@ from perfgate.serving.sglang_bench import (
     parse_bench_output,
     run_bench,
 )
-from perfgate.serving.summary import SERVING_METRICS
 from perfgate.sglang.facts import PINNED
 
 from ..conftest import TINY_SCENARIO, write_config

@@ -12,8 +12,8 @@ from sqlalchemy.orm import Session, sessionmaker
 from perfgate.gate.attribution import Attribution, PhaseShift
 from perfgate.results import RunRecord
 from perfgate.store import load_run
-from perfgate.store.export import run_from_dict, run_to_dict
 from perfgate.store.imports import import_runs
+from perfgate.store.run_dicts import run_from_dict, run_to_dict
 
 from ..factories import measurement, record
 from ..in_process import perfgate_main

@@ -14,8 +14,8 @@ from perfgate.gate.attribution import Attribution, PhaseShift
 from perfgate.gate.verdict import Status, Verdict
 from perfgate.store import load_run, record_run
 from perfgate.store.columns import columns_from_records, history_columns
-from perfgate.store.export import run_from_dict, run_to_dict
 from perfgate.store.models import VerdictRow
+from perfgate.store.run_dicts import run_from_dict, run_to_dict
 from perfgate.store.verdicts import (
     VERDICT_FIELDS,
     stored_values,

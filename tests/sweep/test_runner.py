@@ -18,7 +18,7 @@ import pytest
 from perfgate.config import Scenario, load_config
 from perfgate.errors import ExitCode, InfrastructureError
 from perfgate.progress import Reporter
-from perfgate.report.model import sweeps_of
+from perfgate.report.chart_data import sweeps_of
 from perfgate.results import Measurement, ModeResult, RunContext
 from perfgate.store import close_history, history_columns, list_runs, open_history
 from perfgate.sweep.grid import Point, SweepSpec

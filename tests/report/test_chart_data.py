@@ -7,7 +7,7 @@ from dataclasses import replace
 
 import numpy as np
 
-from perfgate.report.model import (
+from perfgate.report.chart_data import (
     STATUSES,
     build_payload,
     describe_fingerprint_change,

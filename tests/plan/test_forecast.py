@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from perfgate.errors import ConfigError, ExitCode
-from perfgate.plan.model import (
+from perfgate.plan.forecast import (
     Observation,
     Repeat,
     expected_cycles,
