@@ -78,7 +78,8 @@ def spreads(samples: Samples) -> dict[tuple[str, str], tuple[float, float, float
 def table(db: Path, scenario: str, after: int = 0) -> str:
     runs, samples = samples_of(db, scenario, after)
     lines = [
-        f"{len(runs)} launches of {scenario}; per run the median over its repeats.",
+        f"{len(runs)} launch{'' if len(runs) == 1 else 'es'} of {scenario}; per run the median "
+        "over its repeats.",
         "",
         "| metric | server | mean of run medians | between launches (CV) | within a run "
         "(median CV) | ratio |",
