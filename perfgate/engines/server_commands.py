@@ -95,6 +95,16 @@ def speculative_overlap(
     return not (scenario.topk > 1 and sglang.has("spec_tree_without_overlap"))
 
 
+def _spec_overlaps(
+    scenario: Scenario, flags: SglangRelease, environ: Mapping[str, str] | None
+) -> bool:
+    """Whether the speculative server runs with the overlap schedule: on SGLang as
+    `speculative_overlap` says; on the embedded engine unless its flag turns it off."""
+    if scenario.engine == "sglang":
+        return speculative_overlap(scenario, flags, environ)
+    return NO_OVERLAP not in (*scenario.extra_args, *scenario.spec_extra_args)
+
+
 def _env_bool(value: str | None, default: bool) -> bool:
     # As SGLang's EnvBool reads it; anything else is its default.
     if value is not None and value.lower() in ("true", "1", "yes", "y"):
@@ -120,8 +130,8 @@ def server_command(
     names the flags. The fairness knobs (`--max-running-requests`, dtype, tp, pass-through
     `extra_args`, the environment) are the same on both servers, and so is the scheduling:
     where SGLang runs the speculative server without its overlap scheduler (see
-    `speculative_overlap`; `environ` is what the server inherits), the plain twin runs
-    without it too.
+    `speculative_overlap`; `environ` is what the server inherits), or the embedded engine's
+    has it turned off, the plain twin runs without it too.
     """
     flags = flag_names(scenario, sglang)
     flag = flags.name
@@ -149,8 +159,7 @@ def server_command(
         argv += scenario.spec_extra_args
     else:
         argv += scenario.plain_extra_args
-        sglang_twin = scenario.engine == "sglang" and NO_OVERLAP not in argv
-        if sglang_twin and not speculative_overlap(scenario, flags, environ):
+        if NO_OVERLAP not in argv and not _spec_overlaps(scenario, flags, environ):
             argv.append(NO_OVERLAP)
     return ServerCommand(
         scenario=scenario.name,

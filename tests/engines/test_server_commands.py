@@ -219,3 +219,34 @@ def test_an_inherited_switch_counts_and_a_chosen_schedule_is_kept() -> None:
     for version in ("0.5.6", "0.5.23"):
         plain = server_command(off, "plain", port=1, sglang=facts.release(version), environ={})
         assert plain.argv.count("--disable-overlap-schedule") == 1
+
+
+@pytest.mark.parametrize(
+    ("extra", "spec_extra", "serial"),
+    [
+        ((), (), False),
+        ((), ("--disable-overlap-schedule",), True),
+        (("--disable-overlap-schedule",), (), True),
+    ],
+)
+def test_an_embedded_twin_is_scheduled_as_its_speculative_server(
+    extra: tuple[str, ...], spec_extra: tuple[str, ...], serial: bool
+) -> None:
+    scenario = replace(SCENARIO, engine="embedded", extra_args=extra, spec_extra_args=spec_extra)
+    plain, spec = (server_command(scenario, mode, port=1) for mode in ("plain", "spec"))
+    assert ("--disable-overlap-schedule" in spec.argv) is serial
+    assert plain.argv.count("--disable-overlap-schedule") == (1 if serial else 0)
+
+
+def test_an_embedded_run_without_the_overlap_schedule_says_so_in_its_fingerprint() -> None:
+    from perfgate.fingerprint import collect_fingerprint
+    from perfgate.plain_reuse import plain_reuse_key
+
+    overlapped = replace(SCENARIO, engine="embedded")
+    serial = replace(overlapped, spec_extra_args=("--disable-overlap-schedule",))  # twin too
+    printed = [collect_fingerprint(s, {"version": "0.1.0"}, None, {}) for s in (overlapped, serial)]
+    assert "overlap_schedule" not in printed[0]  # on, as every embedded run before it
+    assert printed[1]["overlap_schedule"] == "off"
+    # So a plain twin measured serially is never reused for an overlapped one, or back.
+    keys = {plain_reuse_key(s, "0.1.0", None, None, {}) for s in (overlapped, serial)}
+    assert len(keys) == 2
