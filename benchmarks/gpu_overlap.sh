@@ -9,9 +9,10 @@
 #
 # The scenario is embedded-large-gpu with seeded weights and acceptance simulated at 0.7
 # (record.sh's seeded_config: no training; the phases' kernels are the trained pair's). Each
-# launch is a `perfgate run --no-gate` of both servers. LAUNCHES (3) of each variant, in the
-# order overlap, serial, serial, overlap, ...; a launch that has not ended within LAUNCH_S
-# (150) seconds is stopped.
+# launch is a `perfgate run --no-gate` of both servers (65-105 s each on an H200 in
+# h200-gate-proof.md). LAUNCHES (2) of each variant, in the order overlap, serial, serial,
+# overlap, ...: four launches fit one 10-minute call of the device tool; a launch that has not
+# ended within LAUNCH_S (120) seconds is stopped.
 # BASE names another scenario to seed (embedded-default: the same on the CPU, as its test
 # runs it). perfgate's dependencies beyond a GPU image come from the Python 3.12 wheels in
 # WHEELS (record.sh's use_wheels). OUTDIR gets run.log, machine.txt, overlap.md, serial.md and
@@ -38,13 +39,13 @@ seeded_config "$state/overlap.toml" "$config" "$base" serial --disable-overlap-s
 cat "$out/machine.txt"
 db=sqlite:///$out/history.db
 failed=0
-launches=${LAUNCHES:-3}
+launches=${LAUNCHES:-2}
 for ((i = 0; i < 2 * launches; i++)); do
   # overlap, serial, serial, overlap, ...: neither variant always goes first
   if (((i % 4 == 0) || (i % 4 == 3))); then variant=overlap; else variant=serial; fi
   echo "== $(date -u +%FT%TZ) launch $((i / 2 + 1)) of $variant"
   start=$SECONDS
-  timeout --kill-after=20 "${LAUNCH_S:-150}" "$python" -m perfgate run --config "$config" \
+  timeout --kill-after=20 "${LAUNCH_S:-120}" "$python" -m perfgate run --config "$config" \
     --scenario "$variant" --no-gate --db "$db" --report '' > "$state/launch.log" 2>&1 ||
     failed=1
   tail -25 "$state/launch.log"
