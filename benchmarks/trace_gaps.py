@@ -2,7 +2,7 @@
 
     python benchmarks/trace_gaps.py TRACE.json.gz [--unprofiled-cycle-ms MS] [--gap-us 15]
 
-The embedded engine syncs with the host once per decode cycle (``Batch.commit``'s copy of the
+The embedded engine syncs with the host once per decode cycle (``Batch.start_commit``'s copy of the
 committed tokens to the host: the trace's one ``Memcpy DtoH`` per cycle), so a cycle is the
 GPU's work from the end of one such copy to the end of the next. Per cycle: its span, the
 GPU's busy time (kernels and copies, overlaps merged) and the rest, idle: the GPU waiting for
