@@ -4,26 +4,17 @@ run end to end on the CPU with the default scenario seeded in its place (BASE)."
 from __future__ import annotations
 
 import json
-import os
 import sqlite3
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-from ..conftest import REPO
-
-SCRIPT = REPO / "benchmarks" / "gpu_overlap.sh"
+from .seeded import run_seeded
 
 
 @pytest.mark.slow
 def test_both_schedules_are_launched_alternately_and_tabled(tmp_path: Path) -> None:
-    path = os.environ.get("PYTHONPATH")
-    env = {**os.environ, "PYTHON": sys.executable, "BASE": "embedded-default", "LAUNCHES": "1",
-           "PYTHONPATH": os.pathsep.join([str(REPO), path] if path else [str(REPO)])}  # fmt: skip
-    done = subprocess.run([str(SCRIPT), str(tmp_path)], capture_output=True, text=True, env=env)
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    run_seeded("gpu_overlap.sh", tmp_path)
     with sqlite3.connect(tmp_path / "history.db") as history:
         runs = history.execute("SELECT scenario, config FROM runs ORDER BY id").fetchall()
     assert [scenario for scenario, _ in runs] == ["overlap", "serial"]  # then serial, overlap

@@ -4,27 +4,16 @@ to end on the CPU with the default scenario seeded in its place (BASE)."""
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-from ..conftest import REPO
-
-SCRIPT = REPO / "benchmarks" / "gpu_phase_windows.sh"
+from .seeded import run_seeded
 
 
 @pytest.mark.slow
 def test_each_launch_is_profiled_and_its_phase_windows_tabled(tmp_path: Path) -> None:
-    path = os.environ.get("PYTHONPATH")
-    env = {**os.environ, "PYTHON": sys.executable, "BASE": "embedded-default", "LAUNCHES": "1",
-           "PYTHONPATH": os.pathsep.join([str(REPO), path] if path else [str(REPO)])}  # fmt: skip
-    done = subprocess.run(
-        [str(SCRIPT), str(tmp_path)], capture_output=True, text=True, env=env, timeout=280
-    )
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    run_seeded("gpu_phase_windows.sh", tmp_path)
     table = (tmp_path / "phase-windows.md").read_text()
     assert "# Phase windows of the GPU scenario (seeded weights), 1 launch" in table
     for launch in (1,):
