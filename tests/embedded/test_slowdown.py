@@ -8,6 +8,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import torch
 
 from perfgate.config import Scenario
 from perfgate.engines.embedded import worker as worker_module
@@ -121,3 +122,38 @@ def test_the_server_reports_its_slowdown_and_the_fingerprint_names_it(
     fingerprint = collect_fingerprint(scenario, app.server_info(), None, environ={})
     assert fingerprint[slowdown.FINGERPRINT_FIELD] == "verify +2.0%"
     assert app.engine.worker.slowdown.fractions == {"verify": 0.02}
+
+
+def test_a_block_set_aside_is_not_the_slowed_phases_own_time(
+    spec_worker: SpecWorkerFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Accept queues the draft extend inside it (the overlap schedule): slowing accept must
+    not wait for a share of the extend's time, which the probe charges to draft_extend."""
+    from perfgate.engines.embedded import slowdown as engine_slowdown
+    from perfgate.metrics import ACCEPT
+
+    waits: list[float] = []
+    monkeypatch.setattr(engine_slowdown, "wait_s", waits.append)
+    slowed = engine_slowdown.PhaseSlowdown({ACCEPT: 1.0}, torch.device("cpu"))
+    with slowed.inside(ACCEPT):
+        with slowed.aside(ACCEPT):
+            time.sleep(1.0)  # another phase's work: 100 times the phase's own below
+        time.sleep(0.01)
+    (wait,) = waits
+    assert 0.01 <= wait < 0.5  # about the phase's own 10 ms; 1 s and more if the block counted
+
+    # In the engine: slowing accept over a whole generation waits once per cycle, each time
+    # for less than the cycle's draft extend would add.
+    worker = spec_worker("perturbed", 3)
+    worker.slowdown = engine_slowdown.PhaseSlowdown({ACCEPT: 1.0}, worker.device)
+    extend = worker.draft_extend
+
+    def slow_extend(*args: object) -> None:
+        time.sleep(0.2)
+        extend(*args)  # type: ignore[arg-type]
+
+    worker.draft_extend = slow_extend  # type: ignore[method-assign]
+    waits.clear()
+    generation = worker.generate(requests(PROMPTS[:1], 12))[0]
+    assert len(waits) == generation.spec_verify_ct
+    assert max(waits) < 0.1

@@ -15,7 +15,9 @@ the worker waits for ``fraction`` times what the phase took.
   and is not slowed; the server's warm-up request times every phase before any repeat.
 
 The fraction is of the phase's time with any slowdown inside it: ``cycle`` slowed together
-with ``verify`` waits for its share of a cycle whose verify is slowed already.
+with ``verify`` waits for its share of a cycle whose verify is slowed already. A phase that
+runs another inside it (accept queues the draft extend) marks that block ``aside``: its time
+is the inner phase's, as the probe counts it, not the outer one's.
 """
 
 from __future__ import annotations
@@ -42,8 +44,11 @@ class PhaseSlowdown:
         self.fractions = dict(fractions)
         self.cuda = device.type == "cuda" and bool(self.fractions)
         self.cycles_per_ms = cuda_sleep_cycles_per_ms(device) if self.cuda else 0.0
-        self._pending: dict[str, deque[tuple[torch.cuda.Event, torch.cuda.Event]]] = {}
+        # Per phase, its calls whose events the GPU has not passed yet: each call's segments,
+        # (start, end) event pairs, one more for each block set aside inside it.
+        self._pending: dict[str, deque[list[tuple[torch.cuda.Event, torch.cuda.Event]]]] = {}
         self._timed: dict[str, deque[float]] = {}
+        self._open: dict[str, _Call] = {}  # the slowed calls under way, by phase
 
     def inside(self, phase: str) -> AbstractContextManager[None]:
         """A block for the phase's work; as it ends, the wait for its share, inside the phase.
@@ -54,25 +59,47 @@ class PhaseSlowdown:
         fraction = self.fractions.get(phase)
         if not fraction:
             return _UNSLOWED
-        return self._on_cuda(phase, fraction) if self.cuda else self._on_cpu(fraction)
+        return self._on_cuda(phase, fraction) if self.cuda else self._on_cpu(phase, fraction)
+
+    def aside(self, phase: str) -> AbstractContextManager[None]:
+        """A block inside the phase's own block whose time is not the phase's (another phase's
+        work); where the phase is not being slowed, a block that does nothing."""
+        call = self._open.get(phase)
+        return _UNSLOWED if call is None else self._set_aside(call)
 
     @contextmanager
-    def _on_cpu(self, fraction: float) -> Iterator[None]:
-        began = time.perf_counter()
-        yield
-        wait_s(fraction * (time.perf_counter() - began))
+    def _set_aside(self, call: _Call) -> Iterator[None]:
+        if self.cuda:
+            call.segments[-1] = (call.segments[-1][0], _recorded())
+            yield
+            call.segments.append((_recorded(), call.segments[-1][1]))
+        else:
+            began = time.perf_counter()
+            yield
+            call.aside_s += time.perf_counter() - began
+
+    @contextmanager
+    def _on_cpu(self, phase: str, fraction: float) -> Iterator[None]:
+        call = self._open[phase] = _Call(time.perf_counter())
+        try:
+            yield
+        finally:
+            del self._open[phase]
+        wait_s(fraction * (time.perf_counter() - call.began - call.aside_s))
 
     @contextmanager
     def _on_cuda(self, phase: str, fraction: float) -> Iterator[None]:
         if torch.cuda.is_current_stream_capturing():  # inside a graph being captured
             yield
             return
-        start = torch.cuda.Event(enable_timing=True)  # type: ignore[no-untyped-call]
-        end = torch.cuda.Event(enable_timing=True)  # type: ignore[no-untyped-call]
-        start.record()
-        yield
-        end.record()
-        self._pending.setdefault(phase, deque()).append((start, end))
+        start = _recorded()
+        call = self._open[phase] = _Call(0.0, [(start, start)])
+        try:
+            yield
+        finally:
+            del self._open[phase]
+        call.segments[-1] = (call.segments[-1][0], _recorded())
+        self._pending.setdefault(phase, deque()).append(call.segments)
         phase_ms = self.phase_ms(phase)
         if phase_ms is not None:
             cycles = round(fraction * phase_ms * self.cycles_per_ms)
@@ -83,10 +110,28 @@ class PhaseSlowdown:
         """The median ms of the phase's last timed calls whose events the GPU has passed."""
         pending = self._pending.get(phase, deque())
         timed = self._timed.setdefault(phase, deque(maxlen=TIMED_CALLS))
-        while pending and pending[0][1].query():  # type: ignore[no-untyped-call]
-            start, end = pending.popleft()
-            timed.append(float(start.elapsed_time(end)))
+        while pending and pending[0][-1][1].query():  # type: ignore[no-untyped-call]
+            segments = pending.popleft()
+            timed.append(sum(float(start.elapsed_time(end)) for start, end in segments))
         return statistics.median(timed) if timed else None
+
+
+class _Call:
+    """A slowed phase call under way: when it began (CPU), the time set aside in it so far,
+    and on CUDA its segments (event pairs, the last one's end still to come)."""
+
+    def __init__(
+        self, began: float, segments: list[tuple[torch.cuda.Event, torch.cuda.Event]] | None = None
+    ) -> None:
+        self.began = began
+        self.aside_s = 0.0
+        self.segments = segments or []
+
+
+def _recorded() -> torch.cuda.Event:
+    event = torch.cuda.Event(enable_timing=True)  # type: ignore[no-untyped-call]
+    event.record()
+    return event
 
 
 def wait_s(seconds: float) -> None:

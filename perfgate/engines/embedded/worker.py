@@ -347,13 +347,15 @@ class EagleWorker:
                 path_logits,
                 acceptance.num_correct,
             )
-        # Like SGLang's, no draft extend once every request is finished; where that is known
-        # only after the sync, the last cycle's extend is queued and unused.
-        if self.overlap and not batch.ends_with_next_commit():
-            self.draft_extend(acceptance, starts, features, kv_len)
-        committed = batch.finish_commit(committing)
-        if not self.overlap and not batch.done:
-            self.draft_extend(acceptance, starts, features, kv_len)
+            # Like SGLang's, no draft extend once every request is finished; where that is
+            # known only after the sync, the last cycle's extend is queued and unused.
+            if self.overlap and not batch.ends_with_next_commit():
+                with self.slowdown.aside(ACCEPT):
+                    self.draft_extend(acceptance, starts, features, kv_len)
+            committed = batch.finish_commit(committing)
+            if not self.overlap and not batch.done:
+                with self.slowdown.aside(ACCEPT):
+                    self.draft_extend(acceptance, starts, features, kv_len)
         return Accepted(acceptance, starts, committed, *batch.verified)
 
     def decide(self, batch: Batch, tree: DraftTree, logits: Tensor) -> Decided:
