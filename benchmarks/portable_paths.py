@@ -6,13 +6,15 @@ A record is committed and read on other machines, so the server commands it quot
 not carry the checkout's absolute path, the interpreter's or a temporary folder's. Always
 replaced: the checkout (``.``) and this interpreter (``python3``); ``--replace PATH=NAME``
 adds more (the output folder, a work folder). Files are rewritten in place, ``.gz`` ones
-too; the longest path is replaced first, so a folder inside another keeps its own name.
+too, and a SQLite history (``.db``) in every text value of every table; the longest path is
+replaced first, so a folder inside another keeps its own name.
 """
 
 from __future__ import annotations
 
 import argparse
 import gzip
+import sqlite3
 import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -33,14 +35,36 @@ def portable(text: str, names: Mapping[str, str]) -> str:
 
 
 def rewrite(file: Path, names: Mapping[str, str]) -> None:
-    """Rewrite `file` (gzipped if it ends in .gz) with the paths replaced."""
-    if file.name.endswith(".gz"):
+    """Rewrite `file` (gzipped if it ends in .gz, a SQLite history if in .db) with the paths
+    replaced."""
+    if file.suffix == ".db":
+        rewrite_history(file, names)
+    elif file.name.endswith(".gz"):
         with gzip.open(file, "rt", encoding="utf-8") as handle:
             text = handle.read()
         with gzip.open(file, "wt", encoding="utf-8") as handle:
             handle.write(portable(text, names))
     else:
         file.write_text(portable(file.read_text("utf-8"), names), "utf-8")
+
+
+def rewrite_history(file: Path, names: Mapping[str, str]) -> None:
+    """Replace the paths in every text value of every table of a SQLite file, in one
+    transaction."""
+    with sqlite3.connect(file) as db:
+        tables = [t for (t,) in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")]
+        for table in tables:
+            columns = [c[1] for c in db.execute(f'PRAGMA table_info("{table}")')]
+            for column in columns:
+                rows = db.execute(
+                    f'SELECT rowid, "{column}" FROM "{table}" WHERE typeof("{column}") = \'text\''
+                ).fetchall()
+                for rowid, value in rows:
+                    new = portable(value, names)
+                    if new != value:
+                        db.execute(
+                            f'UPDATE "{table}" SET "{column}" = ? WHERE rowid = ?', (new, rowid)
+                        )
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -30,8 +30,8 @@
 #   record_finish STATUS [PATH=NAME...]
 #                             run.log whole, this machine's paths in OUTDIR's files replaced
 #                             by names (the checkout by ., the interpreter by python3, each
-#                             PATH by its NAME: benchmarks/portable_paths.py; a *.db history
-#                             as it is), exit STATUS
+#                             PATH by its NAME: benchmarks/portable_paths.py, a SQLite history
+#                             too), exit STATUS
 
 record_start() {
   repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -110,8 +110,6 @@ record_finish() {
   exec 1>&- 2>&-
   wait "$tee_pid" # run.log is whole before its paths are replaced
   # The record is read on other machines: this one's paths become names (., python3, ...).
-  # (A SQLite history is not text: left as it is.)
-  find "$out" -type f ! -name '*.db' -exec "$python" "$repo/benchmarks/portable_paths.py" \
-    "${names[@]}" {} +
+  find "$out" -type f -exec "$python" "$repo/benchmarks/portable_paths.py" "${names[@]}" {} +
   exit "$status"
 }

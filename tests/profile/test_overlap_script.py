@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from ..conftest import REPO
 from .seeded import run_seeded
 
 
@@ -17,6 +18,9 @@ def test_both_schedules_are_launched_alternately_and_tabled(tmp_path: Path) -> N
     run_seeded("gpu_overlap.sh", tmp_path)
     with sqlite3.connect(tmp_path / "history.db") as history:
         runs = history.execute("SELECT scenario, config FROM runs ORDER BY id").fetchall()
+        servers = [text for (text,) in history.execute("SELECT servers FROM runs")]
+    # The history comes back from the device: its server commands name no path of that machine.
+    assert servers and all("STATE/" in text and str(REPO) not in text for text in servers)
     assert [scenario for scenario, _ in runs] == ["overlap", "serial"]  # then serial, overlap
     for scenario, config in runs:
         flags = json.loads(config)["extra_args"]  # both servers'
