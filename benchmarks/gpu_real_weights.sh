@@ -72,9 +72,10 @@ train_args=(--size large --device cuda)
 bandwidth_args=()
 sweep_args=(--steps "$steps" --repeats 3 --accept-rate -1 --budget-s 300)
 if [[ $smoke -eq 1 ]]; then
-  # The same stages on the CPU with the tiny models; training at a five-hundredth of its steps
-  # (2, 1 and 2 steps of its phases: each phase runs and writes its losses, in about 20 s
-  # where a hundredth took 40-50 s; tests/embedded/test_train.py checks what training learns).
+  # The same stages on the CPU with the tiny models; training at a thousandth of its steps
+  # (one step of each phase: each phase runs and writes its losses; tests/embedded/test_train.py
+  # checks what training learns), on one thread, as the smoke's servers run (--num-threads 1):
+  # two threads on a shared 2-core CPU spent twice the CPU time for the same steps.
   scenario=embedded-cpu-smoke
   config=$state/perfgate.toml
   {
@@ -87,8 +88,16 @@ extra_args = ["--num-threads", "1", "--enable-torch-compile"]
 gated = ["accept_length"]
 EOF
   } > "$config"
-  train_args=(--size tiny --device cpu --scale 0.002 --skip-quality --out "$state/tiny")
-  bandwidth_args=(--device cpu --model perfgate/llama-tiny --replays 5 --blocks 3)
+  train_args=(--size tiny --device cpu --scale 0.001 --threads 1 --skip-quality
+    --out "$state/tiny")
+  # The verify forward of one token (--verify-tokens 1): the decode step's shape, so the
+  # compiled layers serve it from the decode step's code, where a forward of 4 tokens compiled
+  # them a second time (a cold compile on the CPU: ~15 s of g++); the table keeps every row.
+  # The compiled servers' own test: tests/embedded/test_fusion.py.
+  bandwidth_args=(--device cpu --model perfgate/llama-tiny --replays 5 --blocks 3 --warmups 1
+    --verify-tokens 1)
+  # Inductor compiles in this process, not in a pool of workers each importing torch first.
+  export TORCHINDUCTOR_COMPILE_THREADS=1
   # One point of the sweep: each point is a server of its own, and
   # tests/embedded/test_gpu_engine_script.py runs a sweep of several.
   sweep_args=(--device cpu --steps 2 --repeats 1 --accept-rate -1 --max-new-tokens 16)

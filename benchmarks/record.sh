@@ -23,7 +23,10 @@
 #                             CONFIG: SOURCE's perfgate.toml and scenario NAME, BASE with
 #                             seeded weights (--load-format dummy) and acceptance simulated at
 #                             0.7, each FLAG added to the extra_args of both its servers,
-#                             equivalence reported (not gated): speed without training
+#                             equivalence reported (not gated): speed without training;
+#                             with SEEDED_SMOKE=1 (the CPU tests of the scripts only), BASE's
+#                             requests cut to smoke_scenario's: its prompts, max_new_tokens,
+#                             repeats and warmup
 #   smoke_scenario NAME       a scenario table of the shipped tiny models on the CPU, the shape
 #                             every --smoke config starts from; its caller adds the keys its
 #                             stages need (a TOML table names each key once)
@@ -71,8 +74,10 @@ use_wheels() {
 }
 
 seeded_config() {
-  "$python" - "$repo/benchmarks" "$@" << 'EOF'
-import sys, tomllib
+  local smoke=""
+  [[ ${SEEDED_SMOKE:-0} == 1 ]] && smoke=$(smoke_scenario smoke)
+  SEEDED_SMOKE_TABLE=$smoke "$python" - "$repo/benchmarks" "$@" << 'EOF'
+import os, sys, tomllib
 sys.path.insert(0, sys.argv.pop(1))
 from sglang_live import _table  # the one scenario-table writer of the record scripts
 source, target, base, name, *flags = sys.argv[1:]
@@ -81,6 +86,9 @@ raw = tomllib.loads(text)["scenarios"][base]
 raw = raw | {"extra_args": [*raw.get("extra_args", []), "--load-format", "dummy", *flags],
              "spec_extra_args": ["--debug-simulate-accept-rate", "0.7"],
              "equivalence": "report"}
+if os.environ["SEEDED_SMOKE_TABLE"]:  # SEEDED_SMOKE=1: a CPU test's short requests
+    smoke = tomllib.loads(os.environ["SEEDED_SMOKE_TABLE"])["scenarios"]["smoke"]
+    raw |= {key: smoke[key] for key in ("prompts", "max_new_tokens", "repeats", "warmup")}
 open(target, "w").write("\n".join([text.rstrip("\n"), "", *_table(name, raw)]))
 EOF
 }

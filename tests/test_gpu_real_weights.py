@@ -97,7 +97,8 @@ def test_the_smoke_run_trains_measures_and_gates_on_the_cpu_over_two_calls(tmp_p
     per_launch = noise.split("Each launch's medians:")[1].splitlines()
     rows = [line for line in per_launch if line.startswith("| ") and line[2].isdigit()]
     assert len(rows) == 2 and "output_tok_s (spec)" in noise, noise
-    assert "decode, fused + compiled" in (first / "bandwidth.md").read_text()
+    bandwidth = (first / "bandwidth.md").read_text()
+    assert "decode, fused + compiled" in bandwidth and "verify x1, fused + compiled" in bandwidth
     # The compile rule is applied to what the bandwidth stage measured, and the smoke's servers
     # then run eager: its scenario less --enable-torch-compile, on both calls.
     said = (first / "summary.md").read_text()
@@ -115,7 +116,8 @@ def _compiled() -> str:
     """Inductor's cache of this suite, which TMPDIR set to tmp_path would move: the bandwidth
     stage compiles the tiny target's decode step at batch 8 and position 200, as
     tests/embedded/test_launch_states_script.py does, and whichever runs second reads the
-    code the first compiled (the verify step's it compiles itself)."""
+    code the first compiled (the smoke's verify forward is of one token, the decode step's
+    shape: the same code)."""
     from torch._inductor.runtime.cache_dir_utils import default_cache_dir
 
     return os.environ.get("TORCHINDUCTOR_CACHE_DIR") or default_cache_dir()

@@ -1,6 +1,7 @@
 """Running a GPU record script that seeds its scenario (benchmarks/record.sh's seeded_config)
-end to end on the CPU: the default scenario seeded in the GPU scenario's place (BASE), one
-launch, this checkout first on PYTHONPATH."""
+end to end on the CPU: the default scenario seeded in the GPU scenario's place (BASE), with
+the smoke scenario's short requests (SEEDED_SMOKE), one launch, this checkout first on
+PYTHONPATH."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ def run_seeded(script: str, out: Path) -> None:
     """Run benchmarks/`script` into `out` and check it ended 0, showing its output if not."""
     path = os.environ.get("PYTHONPATH")
     env = {**os.environ, "PYTHON": sys.executable, "BASE": "embedded-default", "LAUNCHES": "1",
+           "SEEDED_SMOKE": "1",
            "PYTHONPATH": os.pathsep.join([str(REPO), path] if path else [str(REPO)])}  # fmt: skip
     done = subprocess.run(
         [str(REPO / "benchmarks" / script), str(out)],
