@@ -21,6 +21,7 @@ from perfgate.engines.supervise import _processes
 from perfgate.gate.verdict import Status
 from perfgate.hardware import default_profile
 
+from . import cpu_costs
 from .hang import HANG_S
 from .store.postgres import REQUIRE_ENV, PostgresServer, PostgresUnavailable, running_postgres
 
@@ -200,8 +201,12 @@ def run_perfgate(
     )
 
 
+def pytest_addoption(parser: pytest.Parser) -> None:
+    cpu_costs.add_option(parser)
+
+
 def pytest_configure(config: pytest.Config) -> None:
-    """SIGINT as a terminal delivers it, whoever started the suite.
+    """SIGINT as a terminal delivers it, whoever started the suite; --cpu-costs (cpu_costs.py).
 
     Tests end `perfgate run` and its servers with SIGINT, as Ctrl-C does. A suite started in
     the background of a non-interactive shell, or under nohup, inherits SIGINT ignored, and an
@@ -210,6 +215,7 @@ def pytest_configure(config: pytest.Config) -> None:
     """
     if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
         signal.signal(signal.SIGINT, signal.default_int_handler)
+    cpu_costs.configure(config)
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
