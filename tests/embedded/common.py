@@ -121,6 +121,9 @@ def triton_kernels_written(
     checked out).
     """
     env = {**server_env(), "TRITON_INTERPRET": "1", "TORCHINDUCTOR_CACHE_DIR": str(cache)}
+    # Inductor compiles the Triton code in this process, not in a pool of workers it would
+    # start first (each a Python that imports torch and Triton): the same code, for less.
+    env["TORCHINDUCTOR_COMPILE_THREADS"] = "1"
     command = [sys.executable, "-c", TRITON_ON_CPU + script, *args]
     done = subprocess.run(command, capture_output=True, text=True, timeout=HANG_S, env=env)
     code = "".join(p.read_text() for p in cache.rglob("*.py"))

@@ -1,13 +1,20 @@
 """Checks of the Triton kernels (attention, folded norms) that run under Triton's interpreter, in a child process.
 
 TRITON_INTERPRET=1 must be set before Triton is first imported (Triton's own helpers are
-defined then), so ``test_triton_attention`` runs these in ``python -m`` children with it set:
-``python -m tests.embedded.interpreted NAME`` runs check NAME and exits 0 when it holds.
+defined then), so ``test_triton_attention`` and ``test_folded_norms`` run these in a
+``python -m`` child with it set: ``python -m tests.embedded.interpreted NAME...`` runs each
+check NAME in turn, in one process (one start of Python, torch and Triton for them all), and
+prints a line of JSON for each, ``{"check": NAME, "error": null}`` when it holds or the
+traceback when it does not (``run_checks`` reads them).
 """
 
 from __future__ import annotations
 
+import json
+import subprocess
 import sys
+import traceback
+from collections.abc import Sequence
 from typing import Any
 
 import torch
@@ -34,7 +41,8 @@ from perfgate.engines.embedded.model import (
 from perfgate.engines.embedded.params import SpecParams
 from perfgate.engines.embedded.worker import EagleWorker, PlainWorker
 
-from .common import CPU, DRAFT, TARGET, requests
+from ..hang import HANG_S
+from .common import CPU, DRAFT, TARGET, requests, server_env
 
 # The decoding checks' batch: ragged (a prompt padded, one of a single token), and short. The
 # interpreter runs a kernel's programs one by one, a few milliseconds each, and norm_rope has
@@ -218,13 +226,45 @@ def folded_decoding_unchanged() -> None:
 CHECKS = {f.__name__: f for f in (attends_as_sdpa, blind_query_gets_zeros, decoding_unchanged)}
 FOLDED_CHECKS = {
     f.__name__: f
-    for f in (
-        folded_norms_compute_the_unfolded_layers,
+    for f in (  # the one that compiles last, in a child that runs several
         folded_odd_heads_compute_the_unfolded_layers,
         folded_decoding_unchanged,
+        folded_norms_compute_the_unfolded_layers,
     )
 }
 
-if __name__ == "__main__":
+
+def run_checks(names: Sequence[str]) -> dict[str, str]:
+    """Run the named checks in one child under Triton's interpreter; return each check's
+    error: "" where it held, its traceback where it failed, and the child's stderr for a
+    check the child never reported on (it died first)."""
+    env = {**server_env(), "TRITON_INTERPRET": "1"}
+    command = [sys.executable, "-m", "tests.embedded.interpreted", *names]
+    done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=HANG_S)
+    reported = {}
+    for line in done.stdout.splitlines():
+        if line.startswith('{"check": '):
+            result = json.loads(line)
+            reported[result["check"]] = result["error"] or ""
+    died = f"no result (exit {done.returncode}):\n{done.stderr[-3000:]}"
+    return {name: reported.get(name, died) for name in names}
+
+
+def _main(names: Sequence[str]) -> int:
+    """Run each named check in turn, printing its result (see the module's doc); exit 0 when
+    all held."""
     torch.set_num_threads(1)
-    {**CHECKS, **FOLDED_CHECKS}[sys.argv[1]]()
+    failed = 0
+    for name in names:
+        error = None
+        try:
+            {**CHECKS, **FOLDED_CHECKS}[name]()
+        except Exception:
+            error = traceback.format_exc()[-3000:]
+            failed += 1
+        print(json.dumps({"check": name, "error": error}), flush=True)
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(_main(sys.argv[1:]))

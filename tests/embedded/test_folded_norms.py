@@ -1,14 +1,11 @@
 """Folded norms (``folded_norms``, ``fold_norms``): a CUDA server's target layers with their norms
 in the products after them compute what the unfolded layers did.
 
-The Triton kernels' checks run under Triton's interpreter in child processes
+The Triton kernels' checks run under Triton's interpreter in a child process
 (``interpreted.py``); here, PyTorch's path for the same layers (where the kernels cannot run)
 and what is folded and what is not."""
 
 from __future__ import annotations
-
-import subprocess
-import sys
 
 import pytest
 import torch
@@ -19,9 +16,8 @@ from perfgate.engines.embedded.loading import load_draft, load_target
 from perfgate.engines.embedded.model import Transformer, fold_norms, fuse_projections
 from perfgate.engines.embedded.parallel import shard_model
 
-from ..hang import HANG_S
-from .common import CPU, DRAFT, TARGET, server_env
-from .interpreted import FOLDED_CHECKS, _compare
+from .common import CPU, DRAFT, TARGET
+from .interpreted import FOLDED_CHECKS, _compare, run_checks
 from .test_tp_shard import _groups
 
 
@@ -33,13 +29,11 @@ def _stacked() -> Transformer:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("check", sorted(FOLDED_CHECKS))
-def test_the_kernels_under_tritons_interpreter(check: str) -> None:
-    """The FOLDED_CHECKS of interpreted.py."""
-    env = {**server_env(), "TRITON_INTERPRET": "1"}
-    command = [sys.executable, "-m", "tests.embedded.interpreted", check]
-    done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=HANG_S)
-    assert done.returncode == 0, done.stderr[-3000:]
+def test_the_kernels_under_tritons_interpreter() -> None:
+    """The FOLDED_CHECKS of interpreted.py, in one child (one start of Python, torch and
+    Triton): each must hold."""
+    failed = {name: error for name, error in run_checks(list(FOLDED_CHECKS)).items() if error}
+    assert not failed, "\n\n".join(f"{name}:\n{error}" for name, error in failed.items())
 
 
 def test_without_the_kernels_the_folded_layers_compute_the_unfolded_ones(
