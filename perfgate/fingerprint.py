@@ -10,7 +10,7 @@ from importlib import metadata
 from typing import Any
 
 from perfgate.config import Scenario
-from perfgate.engines.server_commands import NO_OVERLAP, speculative_overlap
+from perfgate.engines.server_commands import embedded_overlap, speculative_overlap
 from perfgate.errors import ConfigError
 from perfgate.hardware import GpuInfo, cpu_model
 from perfgate.machine_state import load_state_fingerprint
@@ -58,7 +58,7 @@ def collect_fingerprint(
         print_ |= {"cpu": cpu_model(), "cpu_count": str(os.cpu_count() or 0)}
     if scenario.engine == "sglang":
         print_ |= overlap_field(scenario, print_["engine_version"], env)
-    elif NO_OVERLAP in (*scenario.extra_args, *scenario.spec_extra_args):
+    elif not embedded_overlap(scenario):
         print_["overlap_schedule"] = "off"  # the embedded engine's default, on, is not named
     print_ |= injection_field(server_info)
     for name, value in env.items():

@@ -102,6 +102,12 @@ def _spec_overlaps(
     `speculative_overlap` says; on the embedded engine unless its flag turns it off."""
     if scenario.engine == "sglang":
         return speculative_overlap(scenario, flags, environ)
+    return embedded_overlap(scenario)
+
+
+def embedded_overlap(scenario: Scenario) -> bool:
+    """Whether an embedded scenario's servers run the overlap schedule: the engine's default,
+    unless the scenario's arguments for its speculative server turn it off."""
     return NO_OVERLAP not in (*scenario.extra_args, *scenario.spec_extra_args)
 
 
