@@ -1,4 +1,4 @@
-"""A commit's runs against the good end's, in the gate's words: like good, like bad, undecided.
+"""A commit's runs against the good end's, in the gate's words: like good or bad, or neither.
 
 The good end's runs stand as the baseline (a reviewed baseline's approved runs would: each
 run a fresh launch of both servers); a commit's runs are judged against them by the gate
@@ -10,11 +10,18 @@ scenario's ``max_runs``). Pure.
   metric a regression) for the range to hold a regression to find; the metrics that
   regressed there are the bisect's metrics.
 * Every other commit is judged on the bisect's metrics only: it is like bad when one of them
-  is a regression, like good when all of them pass (or improve), undecided otherwise.
+  is a regression and its figure lies nearer the bad end's than the good end's (past their
+  midpoint, ratio-wise: the geometric mean), like good when all of them pass (or improve),
+  between the ends when it regressed but stays nearer the good end on every such metric
+  (part of the regression came with it, or the machine's load moved it: the gate's interval
+  cannot say which), undecided otherwise. So a commit that the machine's load slowed beyond
+  the tolerance (no tolerance under 100% absorbs a twofold swing) is not taken for the step
+  the bisect looks for.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 
 from perfgate.bisect.search import Likeness
@@ -28,15 +35,47 @@ GOOD_STATUSES = frozenset({Status.PASS, Status.IMPROVEMENT})
 COMMIT_FIELDS = frozenset({"engine_version", "model", "draft"})
 
 
-def likeness(verdicts: Sequence[Verdict]) -> Likeness:
-    """Like bad if any verdict is a regression, like good if every one passed or improved,
-    undecided otherwise (inconclusive, or a metric that could not be judged)."""
+def likeness(verdicts: Sequence[Verdict], bad_end: Sequence[Verdict] = ()) -> Likeness:
+    """Like bad if a verdict is a regression (nearer the bad end than the good one, where
+    the bad end's verdicts `bad_end` are given), between if every regression stays nearer
+    the good end, like good if every verdict passed or improved, undecided otherwise
+    (inconclusive, or a metric that could not be judged).
+
+    >>> slower = Verdict("verify_ms", Status.REGRESSION, "", change=1.74)
+    >>> likeness([slower]).value
+    'like-bad'
+    >>> bad = Verdict("verify_ms", Status.REGRESSION, "", change=91.1)  # 92.1 times
+    >>> likeness([slower], [bad]).value  # 2.74 times: short of sqrt(92.1) = 9.6 times
+    'between'
+    >>> likeness([Verdict("verify_ms", Status.REGRESSION, "", change=9.0)], [bad]).value
+    'like-bad'
+    """
     statuses = {v.status for v in verdicts}
     if Status.REGRESSION in statuses:
-        return Likeness.BAD
+        moved = {v.metric: v.change for v in bad_end if v.status is Status.REGRESSION}
+        for verdict in verdicts:
+            if verdict.status is Status.REGRESSION and _nearer_bad(
+                verdict.change, moved.get(verdict.metric)
+            ):
+                return Likeness.BAD
+        return Likeness.BETWEEN
     if statuses and statuses <= GOOD_STATUSES:
         return Likeness.GOOD
     return Likeness.UNDECIDED
+
+
+def _nearer_bad(change: float | None, bad_change: float | None) -> bool:
+    """Whether a change against the good end lies past the geometric midpoint between the
+    good end and the bad end's change (True where either change is unknown: the gate's
+    regression stands). Changes are relative: -0.9 is a tenth, +1.0 twice.
+
+    >>> _nearer_bad(-0.5, -0.9), _nearer_bad(-0.7, -0.9), _nearer_bad(0.02, None)
+    (False, True, True)
+    """
+    if change is None or bad_change is None:
+        return True
+    here, there = (math.log(max(1.0 + c, 1e-9)) for c in (change, bad_change))
+    return abs(here) >= abs(there) / 2
 
 
 def regressed(verdicts: Sequence[Verdict]) -> tuple[str, ...]:

@@ -9,6 +9,7 @@ from perfgate.bisect.classify import describe_verdicts
 from perfgate.bisect.git import Commit
 from perfgate.bisect.outcome import BisectResult, CommitRuns
 from perfgate.bisect.search import Likeness, Position, max_steps
+from perfgate.gate.verdict import Status
 
 
 def start_line(result_id: str, scenario: str, name: str, commits: tuple[Commit, ...]) -> str:
@@ -100,10 +101,22 @@ def _outcome(result: BisectResult, command: str) -> list[str]:
     if position.undecided:
         assert position.stopped_at is not None
         stuck = result.by_index()[position.stopped_at]
+        where = (
+            f"the first commit like bad is one of {low.short}..{high.short} "
+            f"({position.left()} commits)"
+        )
+        if stuck.likeness is Likeness.BETWEEN:
+            return [
+                f"Cannot be told apart: {stuck.commit.describe()} is slower than the good end "
+                f"but nearer it than the bad end ({_against_both(stuck, result.bad)}): part "
+                f"of the regression came with it, or this machine's load moved it; {where}.",
+                f"To tell which: `{command}` again on a quieter machine (its runs are "
+                "reused; more repeats narrow them), or bisect each side of it: --bad "
+                f"{stuck.commit.short}, then --good {stuck.commit.short}.",
+            ]
         return [
             f"Cannot be told apart: {stuck.commit.describe()} is neither like good nor like "
-            f"bad ({describe_verdicts(stuck.verdicts)}); the first commit like bad is one of "
-            f"{low.short}..{high.short} ({position.left()} commits).",
+            f"bad ({describe_verdicts(stuck.verdicts)}); {where}.",
             f"To narrow it: `{command}` again with a larger max_runs or more repeats, or "
             "bisect the part of the range on either side of it.",
         ]
@@ -112,6 +125,19 @@ def _outcome(result: BisectResult, command: str) -> list[str]:
         f"Not measured: the first commit like bad is one of {low.short}..{high.short}; the "
         f"commits between could not be measured ({failed})."
     ]
+
+
+def _against_both(runs: CommitRuns, bad: CommitRuns) -> str:
+    """'verify_ms regression +174.0% against the bad end's +9109.8%' for each regression."""
+    at_bad = {v.metric: v.change for v in bad.verdicts}
+    clauses = []
+    for verdict in runs.verdicts:
+        there = at_bad.get(verdict.metric)
+        if verdict.status is Status.REGRESSION and verdict.change is not None and there:
+            clauses.append(
+                f"{verdict.metric} {verdict.change:+.1%} against the bad end's {there:+.1%}"
+            )
+    return "; ".join(clauses)
 
 
 def _figures(runs: CommitRuns) -> str:

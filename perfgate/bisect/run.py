@@ -86,6 +86,7 @@ class BisectRunner:
     say: Callable[[str], None] = print  # the steps, as they are decided
     _earlier: dict[str, list[RunRecord]] = field(default_factory=dict)
     _baseline: Baseline | None = None
+    _bad_end: tuple[Verdict, ...] = ()  # the bad end's verdicts, once judged
     _trees: Worktrees | None = None
     _sessions: sessionmaker[Session] | None = None
     _warned: set[str] = field(default_factory=set)
@@ -107,6 +108,7 @@ class BisectRunner:
             if result.refused:
                 return result
             metrics = regressed(bad.verdicts)
+            self._bad_end = bad.verdicts
             steps: list[CommitRuns] = []
             known: dict[int, Likeness] = {}
             while (position := locate(size, known)).next is not None:
@@ -139,7 +141,7 @@ class BisectRunner:
         try:
             while len(runs.records) < self.spec.good_runs:
                 measurement = self._measure(commit, len(runs.records) + 1)
-                runs.records.append(self._record(commit, measurement, ()))
+                runs.records.append(self._record(commit, measurement))
         finally:
             self._remove(commit)
         first = runs.records[0].measurement.fingerprint
@@ -164,7 +166,8 @@ class BisectRunner:
                 measurement = self._measure(commit, len(runs.records) + 1)
                 measured = [*(r.measurement for r in runs.records), measurement]
                 look = self._look(measured, metrics)
-                runs.records.append(self._record(commit, measurement, look.verdicts, runs))
+                judged = likeness(look.verdicts, self._bad_end)
+                runs.records.append(self._record(commit, measurement, look, judged, runs))
         except PerfgateError as error:
             if index == len(self.spec.commits) - 1:
                 raise
@@ -175,7 +178,7 @@ class BisectRunner:
         finally:
             self._remove(commit)
         runs.verdicts = tuple(look.verdicts)
-        runs.likeness = likeness(look.verdicts)
+        runs.likeness = likeness(look.verdicts, self._bad_end)
         return runs
 
     def _look(self, measurements: Sequence[Measurement], metrics: Sequence[str]) -> Look:
@@ -240,13 +243,20 @@ class BisectRunner:
         self,
         commit: Commit,
         measurement: Measurement,
-        verdicts: Sequence[Verdict],
+        look: Look | None = None,
+        judged_like: Likeness | None = None,
         earlier: CommitRuns | None = None,
     ) -> RunRecord:
-        """Record one run at once, in its own transaction; return it with its id."""
+        """Record one run at once, in its own transaction; return it with its id. A commit's
+        run judged against the good end carries its verdicts, and its tag the likeness they
+        gave (the report reads it)."""
         assert self._sessions is not None
         ids = tuple(earlier.run_ids) if earlier else ()
+        verdicts = look.verdicts if look else ()
         judged = tuple(replace(v, with_runs=ids) for v in verdicts)
+        if judged_like is not None:
+            tag = {**measurement.config[BISECT_KEY], "likeness": judged_like.value}
+            measurement = replace(measurement, config={**measurement.config, BISECT_KEY: tag})
         against = None
         if verdicts:
             good = self.spec.commits[0]

@@ -9,10 +9,10 @@ commits after the good end that takes at most ``ceil(log2(size))`` commits besid
 
 The same classifications always give the same path (the next commit is computed from them,
 not remembered), so a bisect resumed from the history takes the path it was on. A commit
-that is undecided ends the search there: its neighbours cannot say which side it is on. A
-commit that could not be measured (its servers failed) is stepped around, as ``git bisect
-skip`` does: the untried commit nearest the middle is measured instead; when none is left
-the range between ``low`` and ``high`` is the answer.
+undecided, or between the ends, stops the search there: its neighbours cannot say which
+side it is on. A commit that could not be measured (its servers failed) is stepped around,
+as ``git bisect skip`` does: the untried commit nearest the middle is measured instead;
+when none is left the range between ``low`` and ``high`` is the answer.
 """
 
 from __future__ import annotations
@@ -29,6 +29,7 @@ class Likeness(enum.StrEnum):
     GOOD = "like-good"  # every metric of the bisect within its tolerance of the good end
     BAD = "like-bad"  # a metric of the bisect a regression against the good end
     UNDECIDED = "undecided"  # an interval across the tolerance, the run budget spent
+    BETWEEN = "between"  # a regression against the good end, but nearer it than the bad end
     FAILED = "failed"  # could not be measured: its servers did not start or failed
 
 

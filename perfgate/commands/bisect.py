@@ -30,12 +30,14 @@ def register(commands: Any) -> None:
         "this environment's Python with the commit's --source folders first on the path. The "
         "good end is measured --good-runs times; the bad end and every commit after are judged "
         "against those runs by the gate (the scenario's tolerances, alpha and max_runs: "
-        "another run while a verdict is inconclusive) as like good, like bad or undecided, "
-        "halving the range until one commit is named. Every run is recorded (as scenario "
-        "NAME, default SCENARIO-bisect, tagged with the bisect); the same command resumes an "
-        "interrupted bisect from them. Exit code: 0 a commit named; 75 not told apart (the "
-        "ends, or a commit between undecided); 69 the commits left could not be measured, or "
-        "a server failed at an end; 64 bad input; 130/143 interrupted (SIGINT/SIGTERM).",
+        "another run while a verdict is inconclusive) as like good, like bad (a regression "
+        "nearer the bad end than the good one), between the ends (a regression nearer the "
+        "good end) or undecided, halving the range until one commit is named. Every run is "
+        "recorded (as scenario NAME, default SCENARIO-bisect, tagged with the bisect); the "
+        "same command resumes an interrupted bisect from them. Exit code: 0 a commit named; "
+        "75 not told apart (the ends, or a commit between undecided or between the ends); 69 "
+        "the commits left could not be measured, or a server failed at an end; 64 bad input; "
+        "130/143 interrupted (SIGINT/SIGTERM).",
     )
     add = parser.add_argument
     add("--good", required=True, metavar="REV", help="a commit without the regression")

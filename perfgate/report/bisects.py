@@ -1,11 +1,12 @@
 """Bisects: the runs `perfgate bisect` recorded, per bisect, and where each one got to. Pure.
 
 A bisect's runs carry a ``bisect`` entry in their config (perfgate.bisect.outcome.BISECT_KEY):
-its id, its ends and each run's place in the range. Each commit's likeness is read from the
-status of its newest run, as recorded with its verdicts against the good end (a regression:
-like bad; pass or improvement: like good; inconclusive: undecided; the good end's runs carry
-no verdict), and the search is replayed over them (perfgate.bisect.search) to say where the
-bisect stopped.
+its id, its ends and each run's place in the range. Each commit's likeness is the one its
+newest run's tag records (what the bisect judged it); a run recorded without one is read
+from its status, as recorded with its verdicts against the good end (a regression: like
+bad; pass or improvement: like good; inconclusive: undecided; the good end's runs carry no
+verdict). The search is replayed over them (perfgate.bisect.search) to say where the bisect
+stopped.
 """
 
 from __future__ import annotations
@@ -72,7 +73,7 @@ def _bisect(runs: list[RunFacts], tok_s: Callable[[int], float | None]) -> Bisec
     commits = []
     for index, members in sorted(by_index.items()):
         newest = members[-1]
-        likeness = "good end" if index == 0 else _likeness(newest.status).value
+        likeness = "good end" if index == 0 else _likeness(newest).value
         commits.append(
             BisectCommit(
                 index,
@@ -97,8 +98,11 @@ def _bisect(runs: list[RunFacts], tok_s: Callable[[int], float | None]) -> Bisec
     )
 
 
-def _likeness(status: str) -> Likeness:
-    return LIKENESS_OF_STATUS.get(status, Likeness.FAILED)
+def _likeness(run: RunFacts) -> Likeness:
+    recorded = run.config[BISECT_KEY].get("likeness")
+    if recorded in {k.value for k in Likeness}:
+        return Likeness(recorded)
+    return LIKENESS_OF_STATUS.get(run.status, Likeness.FAILED)
 
 
 def _state(size: int, commits: Sequence[BisectCommit], bad: str) -> tuple[str, str | None]:
@@ -116,7 +120,9 @@ def _state(size: int, commits: Sequence[BisectCommit], bad: str) -> tuple[str, s
         return f"named {commit[:10]}: the first commit like bad", commit
     if position.undecided and position.stopped_at is not None:
         stuck = by_index[position.stopped_at].commit
-        return f"stopped: {stuck[:10]} is undecided", None
+        between = likeness[position.stopped_at] == Likeness.BETWEEN.value
+        said = "slower than the good end, nearer it than the bad end" if between else "undecided"
+        return f"stopped: {stuck[:10]} is {said}", None
     if position.next is not None:
         return f"unfinished: commit {position.next} of {size} is next", None
     return "stopped: the commits left could not be measured", None

@@ -10,8 +10,10 @@ runs of the tiny model.
 The load of a shared machine (its speed swings up to fivefold) must not decide the test: the
 Ctrl-C comes while a measurement is under way that every bisect of this range makes (the
 first step's), never as perfgate may be ending; the scenario's timing tolerances are the
-widest the gate takes, the slowdown far beyond them (tests/bisect/repository.py); where the
-runs of the same code scatter all the same, an undecided outcome passes, never a wrong commit.
+widest the gate takes, the slowdown far beyond them (tests/bisect/repository.py), and a
+commit the load slowed beyond them is still nearer the good end than the slowdown (the
+bisect calls it between the ends, not like bad); where the runs of the same code scatter
+all the same, an undecided outcome passes, never a wrong commit.
 """
 
 from __future__ import annotations
@@ -105,9 +107,13 @@ def test_the_planted_slowdown_is_found_resumed_and_told_from_noise(tmp_path: Pat
         # This machine's load scattered the runs of the same code (the commits before the
         # slowdown) beyond what the tolerance lets the gate call like good: it says so, and
         # names no commit, never a wrong one.
+        # A commit the load slowed beyond the tolerance is between the ends (nearer the good
+        # one than the planted slowdown), or undecided.
         assert found["outcome"] == "undecided" and found["named"] is None, done.stdout
         low, high = (ids.index(sha) for sha in found["range"])
         assert low < SLOW_AT <= high and "Cannot be told apart: " in done.stdout
+        stopped = found["measured"][-1]["likeness"]
+        assert stopped in ("undecided", "between"), done.stdout
         named = None
     else:
         assert done.returncode == ExitCode.PASS, done.stdout + done.stderr
@@ -143,7 +149,8 @@ def test_the_planted_slowdown_is_found_resumed_and_told_from_noise(tmp_path: Pat
     if named is not None:
         assert f"named {named[:10]}: the first commit like bad" in html
     else:
-        assert "is undecided" in html
+        said = {"undecided": "is undecided", "between": "nearer it than the bad end"}[stopped]
+        assert said in html
     assert "refused: the bad end" in html
 
 

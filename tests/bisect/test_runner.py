@@ -9,6 +9,7 @@ statistics, the history (SQLite) and the resume from it.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
@@ -169,7 +170,39 @@ def test_the_commit_that_slowed_the_scenario_is_named(project: Path, tmp_path: P
     )
     assert [r.verdicts for r in runs[:3]] == [(), (), ()]  # the good end is the reference
     assert [r.status.value for r in runs[3:]] == ["regression", "pass", "regression", "regression"]
+    assert [t.get("likeness") for t in tags] == [None] * 3 + ["like-bad", "like-good"] + [
+        "like-bad"
+    ] * 2
     assert all("the good end" in (r.judged_against or "") for r in runs[3:])
+
+
+def test_a_commit_slower_but_nearer_the_good_end_stops_the_bisect_between_the_ends(
+    project: Path, tmp_path: Path
+) -> None:
+    """Commit 4 is 25% slower than the good end (a regression at 5%), the bad end ten times
+    slower: commit 4 is nearer the good end, so it is not taken for the step (a machine's
+    load can slow a commit that much); the bisect says so and names no commit."""
+    ids = make_speed_repository(tmp_path / "repo", [200.0] * 4 + [150.0] + [20.0] * 4)
+    result, lines = bisect(project, tmp_path / "repo", (ids[0], ids[-1]), CommitServers())
+    assert result.outcome() == "undecided" and result.exit_code() is ExitCode.INCONCLUSIVE
+    (stuck,) = result.steps
+    assert stuck.index == 4 and stuck.likeness is Likeness.BETWEEN and result.named is None
+    assert [v.status.value for v in stuck.verdicts] == ["regression"] * 2  # the gate's word
+    (said,) = [line for line in lines if line.startswith("Cannot be told apart: " + ids[4][:10])]
+    figures = (
+        r"nearer it than the bad end \(output_tok_s -2\d\.\d% against the bad end's -(89|90)\.\d%"
+    )
+    assert re.search(figures, said), said
+    assert recorded(project)[-1].measurement.config[BISECT_KEY]["likeness"] == "between"
+
+
+def test_a_commit_past_the_midpoint_is_like_bad(project: Path, tmp_path: Path) -> None:
+    """Commit 5 is 6.7 times slower, the bad end ten times: nearer the bad end (the
+    geometric midpoint is 3.2 times), so commit 5 is named."""
+    ids = make_speed_repository(tmp_path / "repo", [200.0] * 5 + [30.0] + [20.0] * 3)
+    result, _ = bisect(project, tmp_path / "repo", (ids[0], ids[-1]), CommitServers())
+    assert result.named is not None and result.named.sha == ids[5]
+    assert result.by_index()[5].likeness is Likeness.BAD
 
 
 def test_ends_that_are_not_told_apart_are_refused_with_the_figures(

@@ -71,3 +71,26 @@ def test_the_page_shows_each_bisect() -> None:
     assert 'id="bisects"' not in render_report(
         runs[:0] or [replace(runs[0], measurement=measurement())]
     )
+
+
+def _tagged(run: RunRecord, likeness: str) -> RunRecord:
+    config = run.measurement.config
+    tag = {**config[BISECT_KEY], "likeness": likeness}
+    return replace(run, measurement=replace(run.measurement, config={**config, BISECT_KEY: tag}))
+
+
+def test_the_likeness_the_bisect_recorded_is_shown_over_the_runs_status() -> None:
+    """A commit the gate called a regression but the bisect judged between the ends (nearer
+    the good end than the bad): the report says where the bisect stopped, as it did."""
+    R, P = Status.REGRESSION, Status.PASS
+    runs = _runs((8, R), (4, R))
+    runs[-1] = _tagged(runs[-1], "between")
+    (found,), _ = _bisects(runs)
+    assert [(c.index, c.likeness) for c in found.commits][1:] == [(4, "between"), (8, "like-bad")]
+    said = "stopped: 0404040404 is slower than the good end, nearer it than the bad end"
+    assert found.state == said
+    # A tag without a likeness it knows (a run recorded before tags had one) reads the status.
+    runs = _runs((8, R), (4, P))
+    runs[-1] = _tagged(runs[-1], "no such likeness")
+    (old,), _ = _bisects(runs)
+    assert old.commits[1].likeness == "like-good"
