@@ -77,4 +77,5 @@ class _Costs:
         terminalreporter.write_sep("=", f"CPU seconds: {total:.0f} in {len(self.seconds)} tests")
         ranked = sorted(self.seconds.items(), key=lambda item: -item[1])[: self.count]
         for nodeid, seconds in ranked:
-            terminalreporter.write_line(f"{seconds:8.1f}  {100 * seconds / total:4.1f}%  {nodeid}")
+            share = 100 * seconds / total if total else 0.0
+            terminalreporter.write_line(f"{seconds:8.1f}  {share:4.1f}%  {nodeid}")

@@ -128,12 +128,13 @@ def _outcome(result: BisectResult, command: str) -> list[str]:
 
 
 def _against_both(runs: CommitRuns, bad: CommitRuns) -> str:
-    """'verify_ms regression +174.0% against the bad end's +9109.8%' for each regression."""
+    """'verify_ms +174.0% against the bad end's +9109.8%', a clause a regression."""
     at_bad = {v.metric: v.change for v in bad.verdicts}
     clauses = []
     for verdict in runs.verdicts:
         there = at_bad.get(verdict.metric)
-        if verdict.status is Status.REGRESSION and verdict.change is not None and there:
+        changed = verdict.change is not None and there is not None
+        if verdict.status is Status.REGRESSION and changed:
             clauses.append(
                 f"{verdict.metric} {verdict.change:+.1%} against the bad end's {there:+.1%}"
             )

@@ -86,7 +86,6 @@ class BisectRunner:
     say: Callable[[str], None] = print  # the steps, as they are decided
     _earlier: dict[str, list[RunRecord]] = field(default_factory=dict)
     _baseline: Baseline | None = None
-    _bad_end: tuple[Verdict, ...] = ()  # the bad end's verdicts, once judged
     _trees: Worktrees | None = None
     _sessions: sessionmaker[Session] | None = None
     _warned: set[str] = field(default_factory=set)
@@ -108,11 +107,10 @@ class BisectRunner:
             if result.refused:
                 return result
             metrics = regressed(bad.verdicts)
-            self._bad_end = bad.verdicts
             steps: list[CommitRuns] = []
             known: dict[int, Likeness] = {}
             while (position := locate(size, known)).next is not None:
-                runs = self._judged(position.next, metrics)
+                runs = self._judged(position.next, metrics, bad.verdicts)
                 known[runs.index] = runs.likeness or Likeness.FAILED
                 steps.append(runs)
                 self.say(step_line(runs, len(steps), size, position))
@@ -141,7 +139,7 @@ class BisectRunner:
         try:
             while len(runs.records) < self.spec.good_runs:
                 measurement = self._measure(commit, len(runs.records) + 1)
-                runs.records.append(self._record(commit, measurement))
+                runs.records.append(self._record(commit, measurement, ()))
         finally:
             self._remove(commit)
         first = runs.records[0].measurement.fingerprint
@@ -149,9 +147,12 @@ class BisectRunner:
         self._baseline = history_baseline(runs.records, self.spec.scenario)
         return runs
 
-    def _judged(self, index: int, metrics: Sequence[str]) -> CommitRuns:
+    def _judged(
+        self, index: int, metrics: Sequence[str], bad_end: Sequence[Verdict] = ()
+    ) -> CommitRuns:
         """A commit's runs judged against the good end's on `metrics`: those in the history,
-        then more while the gate asks for another run.
+        then more while the gate asks for another run; a commit between is told from the bad
+        end by its verdicts `bad_end` (perfgate.bisect.classify.likeness).
 
         A failure to measure the bad end is raised. A commit between whose first run fails
         is FAILED (stepped around); one whose later run fails keeps the verdicts so far, as
@@ -166,8 +167,7 @@ class BisectRunner:
                 measurement = self._measure(commit, len(runs.records) + 1)
                 measured = [*(r.measurement for r in runs.records), measurement]
                 look = self._look(measured, metrics)
-                judged = likeness(look.verdicts, self._bad_end)
-                runs.records.append(self._record(commit, measurement, look, judged, runs))
+                runs.records.append(self._record(commit, measurement, look.verdicts, runs))
         except PerfgateError as error:
             if index == len(self.spec.commits) - 1:
                 raise
@@ -178,7 +178,7 @@ class BisectRunner:
         finally:
             self._remove(commit)
         runs.verdicts = tuple(look.verdicts)
-        runs.likeness = likeness(look.verdicts, self._bad_end)
+        runs.likeness = likeness(look.verdicts, bad_end)
         return runs
 
     def _look(self, measurements: Sequence[Measurement], metrics: Sequence[str]) -> Look:
@@ -243,20 +243,13 @@ class BisectRunner:
         self,
         commit: Commit,
         measurement: Measurement,
-        look: Look | None = None,
-        judged_like: Likeness | None = None,
+        verdicts: Sequence[Verdict],
         earlier: CommitRuns | None = None,
     ) -> RunRecord:
-        """Record one run at once, in its own transaction; return it with its id. A commit's
-        run judged against the good end carries its verdicts, and its tag the likeness they
-        gave (the report reads it)."""
+        """Record one run at once, in its own transaction; return it with its id."""
         assert self._sessions is not None
         ids = tuple(earlier.run_ids) if earlier else ()
-        verdicts = look.verdicts if look else ()
         judged = tuple(replace(v, with_runs=ids) for v in verdicts)
-        if judged_like is not None:
-            tag = {**measurement.config[BISECT_KEY], "likeness": judged_like.value}
-            measurement = replace(measurement, config={**measurement.config, BISECT_KEY: tag})
         against = None
         if verdicts:
             good = self.spec.commits[0]

@@ -1,12 +1,12 @@
 """Bisects: the runs `perfgate bisect` recorded, per bisect, and where each one got to. Pure.
 
 A bisect's runs carry a ``bisect`` entry in their config (perfgate.bisect.outcome.BISECT_KEY):
-its id, its ends and each run's place in the range. Each commit's likeness is the one its
-newest run's tag records (what the bisect judged it); a run recorded without one is read
-from its status, as recorded with its verdicts against the good end (a regression: like
-bad; pass or improvement: like good; inconclusive: undecided; the good end's runs carry no
-verdict). The search is replayed over them (perfgate.bisect.search) to say where the bisect
-stopped.
+its id, its ends and each run's place in the range. Each commit's likeness is judged again
+from its newest run's recorded verdicts against the good end, by the bisect's own rule
+(perfgate.bisect.classify.likeness, with the bad end's newest verdicts: like bad, between
+the ends, like good, undecided); a run recorded without verdicts is read from its status
+(the good end's runs carry none). The search is replayed over them (perfgate.bisect.search)
+to say where the bisect stopped.
 """
 
 from __future__ import annotations
@@ -15,8 +15,10 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from perfgate.bisect.classify import likeness
 from perfgate.bisect.outcome import BISECT_KEY
 from perfgate.bisect.search import Likeness, locate
+from perfgate.gate.verdict import Verdict
 from perfgate.store.columns import RunFacts
 
 LIKENESS_OF_STATUS = {
@@ -52,28 +54,39 @@ class Bisect:
     named: str | None  # the first commit like bad, once named
 
 
-def find_bisects(runs: Sequence[RunFacts], tok_s: Callable[[int], float | None]) -> list[Bisect]:
-    """Group the bisects' runs (oldest first) by bisect; newest bisect first."""
+def find_bisects(
+    runs: Sequence[RunFacts],
+    tok_s: Callable[[int], float | None],
+    verdicts: Callable[[int], Sequence[Verdict]],
+) -> list[Bisect]:
+    """Group the bisects' runs (oldest first) by bisect; newest bisect first. `tok_s` and
+    `verdicts` give a run's speculative tok/s and recorded verdicts, by run id."""
     groups: dict[str, list[RunFacts]] = {}
     for run in runs:
         tag = run.config.get(BISECT_KEY)
         if isinstance(tag, Mapping) and isinstance(tag.get("id"), str):
             groups.setdefault(str(tag["id"]), []).append(run)
-    found = [_bisect(members, tok_s) for members in groups.values()]
+    found = [_bisect(members, tok_s, verdicts) for members in groups.values()]
     newest = {b.id: max(r.id for r in groups[b.id]) for b in found}
     return sorted(found, key=lambda b: -newest[b.id])
 
 
-def _bisect(runs: list[RunFacts], tok_s: Callable[[int], float | None]) -> Bisect:
+def _bisect(
+    runs: list[RunFacts],
+    tok_s: Callable[[int], float | None],
+    verdicts: Callable[[int], Sequence[Verdict]],
+) -> Bisect:
     tag: Mapping[str, Any] = runs[-1].config[BISECT_KEY]
     size = int(tag.get("commits", 0))
     by_index: dict[int, list[RunFacts]] = {}
     for run in runs:
         by_index.setdefault(int(run.config[BISECT_KEY].get("index", -1)), []).append(run)
+    bad_end = verdicts(by_index[size][-1].id) if size in by_index else ()
     commits = []
     for index, members in sorted(by_index.items()):
         newest = members[-1]
-        likeness = "good end" if index == 0 else _likeness(newest).value
+        judged = _likeness(newest, verdicts(newest.id), bad_end if index != size else ())
+        likeness = "good end" if index == 0 else judged.value
         commits.append(
             BisectCommit(
                 index,
@@ -98,10 +111,9 @@ def _bisect(runs: list[RunFacts], tok_s: Callable[[int], float | None]) -> Bisec
     )
 
 
-def _likeness(run: RunFacts) -> Likeness:
-    recorded = run.config[BISECT_KEY].get("likeness")
-    if recorded in {k.value for k in Likeness}:
-        return Likeness(recorded)
+def _likeness(run: RunFacts, verdicts: Sequence[Verdict], bad_end: Sequence[Verdict]) -> Likeness:
+    if verdicts:
+        return likeness(verdicts, bad_end)
     return LIKENESS_OF_STATUS.get(run.status, Likeness.FAILED)
 
 

@@ -17,6 +17,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from perfgate import metrics
+from perfgate.gate.verdict import Status, Verdict
 from perfgate.report.bisects import Bisect, find_bisects
 from perfgate.report.changepoints import ChangePoint, detect_change_points
 from perfgate.report.links import safe_url
@@ -242,7 +243,12 @@ def _sweep_runs(columns: HistoryColumns) -> list[SweepRun]:
 def bisects_of(columns: HistoryColumns) -> list[Bisect]:
     """The bisects the history holds (see perfgate.report.bisects)."""
     tok_s = columns.values.get(("spec", "output_tok_s"), {})
-    return find_bisects(columns.runs, tok_s.get)
+    verdicts: dict[int, list[Verdict]] = {}
+    for metric, by_run in columns.verdicts.items():
+        for run_id, facts in by_run.items():
+            verdict = Verdict(metric, Status(facts.status), "", change=facts.change)
+            verdicts.setdefault(run_id, []).append(verdict)
+    return find_bisects(columns.runs, tok_s.get, lambda run_id: verdicts.get(run_id, []))
 
 
 def _sweep_payload(sweep: Sweep) -> dict[str, Any]:

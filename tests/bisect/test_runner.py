@@ -24,8 +24,10 @@ from perfgate.bisect.run import BisectRunner, BisectSpec
 from perfgate.bisect.search import Likeness
 from perfgate.config import Scenario, load_config
 from perfgate.errors import ConfigError, ExitCode, InfrastructureError
+from perfgate.report.chart_data import bisects_of
 from perfgate.results import ModeResult, RunContext, RunRecord
 from perfgate.store import close_history, list_runs, open_history
+from perfgate.store.columns import columns_from_records
 
 from ..conftest import write_config
 from ..factories import mode_result
@@ -170,9 +172,6 @@ def test_the_commit_that_slowed_the_scenario_is_named(project: Path, tmp_path: P
     )
     assert [r.verdicts for r in runs[:3]] == [(), (), ()]  # the good end is the reference
     assert [r.status.value for r in runs[3:]] == ["regression", "pass", "regression", "regression"]
-    assert [t.get("likeness") for t in tags] == [None] * 3 + ["like-bad", "like-good"] + [
-        "like-bad"
-    ] * 2
     assert all("the good end" in (r.judged_against or "") for r in runs[3:])
 
 
@@ -193,7 +192,10 @@ def test_a_commit_slower_but_nearer_the_good_end_stops_the_bisect_between_the_en
         r"nearer it than the bad end \(output_tok_s -2\d\.\d% against the bad end's -(89|90)\.\d%"
     )
     assert re.search(figures, said), said
-    assert recorded(project)[-1].measurement.config[BISECT_KEY]["likeness"] == "between"
+    # The report, reading the recorded verdicts, judges it by the same rule.
+    (shown,) = bisects_of(columns_from_records(recorded(project)))
+    assert [(c.index, c.likeness) for c in shown.commits][-2:] == [(4, "between"), (8, "like-bad")]
+    assert shown.state.endswith(" is slower than the good end, nearer it than the bad end")
 
 
 def test_a_commit_past_the_midpoint_is_like_bad(project: Path, tmp_path: Path) -> None:

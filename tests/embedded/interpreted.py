@@ -234,6 +234,13 @@ FOLDED_CHECKS = {
 }
 
 
+def assert_checks_hold(names: Sequence[str]) -> None:
+    """Run the named checks in one child under Triton's interpreter; fail naming each check
+    that did not hold, with its traceback (or the child's stderr, where it died first)."""
+    failed = {name: error for name, error in run_checks(names).items() if error}
+    assert not failed, "\n\n".join(f"{name}:\n{error}" for name, error in failed.items())
+
+
 def run_checks(names: Sequence[str]) -> dict[str, str]:
     """Run the named checks in one child under Triton's interpreter; return each check's
     error: "" where it held, its traceback where it failed, and the child's stderr for a
@@ -254,11 +261,12 @@ def _main(names: Sequence[str]) -> int:
     """Run each named check in turn, printing its result (see the module's doc); exit 0 when
     all held."""
     torch.set_num_threads(1)
+    every = {**CHECKS, **FOLDED_CHECKS}
     failed = 0
     for name in names:
         error = None
         try:
-            {**CHECKS, **FOLDED_CHECKS}[name]()
+            every[name]()
         except Exception:
             error = traceback.format_exc()[-3000:]
             failed += 1

@@ -17,7 +17,7 @@ from perfgate.engines.embedded.model import Transformer, fold_norms, fuse_projec
 from perfgate.engines.embedded.parallel import shard_model
 
 from .common import CPU, DRAFT, TARGET
-from .interpreted import FOLDED_CHECKS, _compare, run_checks
+from .interpreted import FOLDED_CHECKS, _compare, assert_checks_hold
 from .test_tp_shard import _groups
 
 
@@ -32,8 +32,7 @@ def _stacked() -> Transformer:
 def test_the_kernels_under_tritons_interpreter() -> None:
     """The FOLDED_CHECKS of interpreted.py, in one child (one start of Python, torch and
     Triton): each must hold."""
-    failed = {name: error for name, error in run_checks(list(FOLDED_CHECKS)).items() if error}
-    assert not failed, "\n\n".join(f"{name}:\n{error}" for name, error in failed.items())
+    assert_checks_hold(list(FOLDED_CHECKS))
 
 
 def test_without_the_kernels_the_folded_layers_compute_the_unfolded_ones(

@@ -17,15 +17,14 @@ from perfgate.engines.embedded.args import resolve_attention_backend
 from perfgate.errors import ConfigError
 
 from .common import CPU, SERVER_MODULE, TARGET, server_env
-from .interpreted import CHECKS, run_checks
+from .interpreted import CHECKS, assert_checks_hold
 
 
 @pytest.mark.slow
 def test_the_kernel_under_tritons_interpreter() -> None:
     """attends_as_sdpa, blind_query_gets_zeros, decoding_unchanged (interpreted.py), in one
     child (one start of Python, torch and Triton): each must hold."""
-    failed = {name: error for name, error in run_checks(list(CHECKS)).items() if error}
-    assert not failed, "\n\n".join(f"{name}:\n{error}" for name, error in failed.items())
+    assert_checks_hold(list(CHECKS))
 
 
 def test_the_kernel_refuses_a_bool_mask_and_an_odd_head_size() -> None:

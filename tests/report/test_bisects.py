@@ -7,8 +7,9 @@ from datetime import UTC, datetime, timedelta
 
 from perfgate.bisect.outcome import BISECT_KEY
 from perfgate.gate import Status
+from perfgate.gate.verdict import Verdict
 from perfgate.report import render_report
-from perfgate.report.bisects import find_bisects
+from perfgate.report.chart_data import bisects_of
 from perfgate.results import RunContext, RunRecord
 from perfgate.store.columns import columns_from_records
 
@@ -35,9 +36,7 @@ def _runs(*steps: tuple[int, Status]) -> list[RunRecord]:
 
 def _bisects(runs: list[RunRecord]):  # type: ignore[no-untyped-def]
     runs = [replace(r, id=i + 1) for i, r in enumerate(runs)]
-    columns = columns_from_records(runs)
-    tok_s = columns.values.get(("spec", "output_tok_s"), {})
-    return find_bisects(columns.runs, tok_s.get), runs
+    return bisects_of(columns_from_records(runs)), runs
 
 
 def test_a_finished_bisect_names_its_commit() -> None:
@@ -73,24 +72,23 @@ def test_the_page_shows_each_bisect() -> None:
     )
 
 
-def _tagged(run: RunRecord, likeness: str) -> RunRecord:
-    config = run.measurement.config
-    tag = {**config[BISECT_KEY], "likeness": likeness}
-    return replace(run, measurement=replace(run.measurement, config={**config, BISECT_KEY: tag}))
+def test_each_commit_is_judged_from_its_recorded_verdicts_by_the_bisects_rule() -> None:
+    """Commit 4's recorded verdict is a regression of -25% against the good end, the bad end's
+    -90%: nearer the good end, so between the ends, as the bisect judged it; at -85% it is
+    like bad. The statuses alone would say like bad for both."""
+    R = Status.REGRESSION
 
+    def runs_with(change: float) -> list[RunRecord]:
+        runs = _runs((8, R), (4, R))
+        for index, moved in ((-2, -0.9), (-1, change)):
+            verdict = Verdict("output_tok_s", R, "", change=moved)
+            runs[index] = replace(runs[index], verdicts=(verdict,))
+        return runs
 
-def test_the_likeness_the_bisect_recorded_is_shown_over_the_runs_status() -> None:
-    """A commit the gate called a regression but the bisect judged between the ends (nearer
-    the good end than the bad): the report says where the bisect stopped, as it did."""
-    R, P = Status.REGRESSION, Status.PASS
-    runs = _runs((8, R), (4, R))
-    runs[-1] = _tagged(runs[-1], "between")
-    (found,), _ = _bisects(runs)
+    (found,), _ = _bisects(runs_with(-0.25))
     assert [(c.index, c.likeness) for c in found.commits][1:] == [(4, "between"), (8, "like-bad")]
     said = "stopped: 0404040404 is slower than the good end, nearer it than the bad end"
     assert found.state == said
-    # A tag without a likeness it knows (a run recorded before tags had one) reads the status.
-    runs = _runs((8, R), (4, P))
-    runs[-1] = _tagged(runs[-1], "no such likeness")
-    (old,), _ = _bisects(runs)
-    assert old.commits[1].likeness == "like-good"
+    (found,), _ = _bisects(runs_with(-0.85))
+    assert [(c.index, c.likeness) for c in found.commits][1:] == [(4, "like-bad"), (8, "like-bad")]
+    assert found.state == "unfinished: commit 2 of 8 is next"
