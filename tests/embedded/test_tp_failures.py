@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from perfgate.engines.embedded import ranks
 from perfgate.engines.processes import iter_processes
 
 from ..conftest import REPO
@@ -73,3 +74,22 @@ def test_a_rank_that_dies_ends_the_run_fast_naming_it(
     assert [
         p.pid for p in iter_processes() if (p.environ or {}).get("PERFGATE_SOAK_TAG") == outcome.tag
     ] == []
+
+
+class _Ended:
+    """A rank as first_to_end reads it: its number and how it ended (when, return code)."""
+
+    def __init__(self, rank: int, ended: tuple[float, int] | None) -> None:
+        self.rank, self.ended = rank, ended
+
+
+def test_the_rank_a_signal_ended_is_named_over_a_peer_that_failed_with_it() -> None:
+    """The tp4 case CI once saw: rank 3 was killed, rank 1's collective then failed (exit 1),
+    and the load had rank 1's exit seen 0.1 s first. The killed rank is the cause."""
+    killed, peer, running = _Ended(3, (10.1, -9)), _Ended(1, (10.0, 1)), _Ended(2, None)
+    first = ranks.first_to_end([peer, killed, running])  # type: ignore[list-item]
+    assert first is killed
+    # A signal long after the first exit is not what ended it; nor is anything while all run.
+    late = _Ended(3, (10.0 + ranks.TOGETHER_S + 1.0, -9))
+    assert ranks.first_to_end([peer, late]) is peer  # type: ignore[list-item]
+    assert ranks.first_to_end([running]) is None  # type: ignore[list-item]

@@ -24,6 +24,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import logging
+import math
 import os
 import signal
 import subprocess
@@ -47,6 +48,10 @@ OUTPUT_WAIT_S = 1.0  # for a failed rank's last lines to arrive through its pipe
 FAILURE_WAIT_S = 2.0  # a job that failed on rank 0: how long to look for a rank's exit
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)  # what the launcher stops the group with
 STOP_SIGNAL_WAIT_S = 1.0  # for the server's own handler of such a signal to say it stops
+# Ranks that end within this of the first one ended together: a rank killed by a signal makes
+# its peers' collectives fail ("Connection reset by peer"), and the machine's load can order
+# their exits either way. Among them, the one a signal ended is the cause.
+TOGETHER_S = 0.5
 
 
 def die_with_parent(parent_pid: int) -> None:
@@ -125,6 +130,21 @@ class Rank:
             signal.pidfd_send_signal(self.pidfd, signal.SIGKILL)
 
 
+def first_to_end(ranks: Sequence[Rank]) -> Rank | None:
+    """The rank whose end the others followed: of those that ended within `TOGETHER_S` of the
+    first, the first that a signal ended, else the first; None while every rank runs."""
+    ended = sorted((rank for rank in ranks if rank.ended is not None), key=_end_time)
+    if not ended:
+        return None
+    together = [rank for rank in ended if _end_time(rank) - _end_time(ended[0]) <= TOGETHER_S]
+    killed = [rank for rank in together if rank.ended is not None and rank.ended[1] < 0]
+    return (killed or ended)[0]
+
+
+def _end_time(rank: Rank) -> float:
+    return rank.ended[0] if rank.ended is not None else math.inf
+
+
 def _pidfd(pid: int) -> int | None:
     try:
         return os.pidfd_open(pid)
@@ -199,8 +219,7 @@ class RankProcesses:
         self.fail()
 
     def _first_ended(self) -> Rank | None:
-        ended = [rank for rank in self.ranks if rank.ended is not None]
-        return min(ended, key=lambda rank: rank.ended or (0.0, 0)) if ended else None
+        return first_to_end(self.ranks)
 
     def after_failed_job(self) -> None:
         """A job failed on rank 0 (a collective broke, say): if a rank exited, which is the
@@ -216,6 +235,7 @@ class RankProcesses:
         """Say which rank ended first, how, and its last lines; kill the other ranks and wait
         for them; exit with code 69. Returns only while the server is stopping."""
         with self._failing:  # one report; a second caller waits here for the exit
+            time.sleep(TOGETHER_S)  # a rank that ended with the first is seen too
             rank = self._first_ended()
             if rank is None or rank.ended is None or self.stopping.is_set():
                 return
