@@ -18,6 +18,10 @@ history (a temporary SQLite file), under names of their own per round; every mea
 figure is read back from it the same way (perfgate.plan.compare.measured_figures: median
 tok/s over the repeats, each phase's mean ms per cycle), so the two are compared on equal
 terms. `--rounds R` alternates them R times, so a machine whose load drifts weighs on both.
+Where the sweep and the plan do not fit one call of a lent machine, `--work DIR --only sweep`
+runs the sweeps into a history kept in DIR, and a second call with the same `--work` plans and
+writes the record; a command that ended in an earlier call is not run again (its exit, time
+and output are kept in DIR).
 
 The record (`--out`, markdown) gives the machine, the commands, per step count the sweep's
 tok/s, accept length and cycle beside the plan's predictions with their intervals and the
@@ -63,13 +67,32 @@ class Command:
     stderr: str
 
 
-def run(argv: list[str], log: Path) -> Command:
-    """Run a perfgate command, timed, its output kept in `log` and echoed as it goes."""
+def run(argv: list[str], log: Path, done_file: Path | None = None) -> Command:
+    """Run a perfgate command, timed, its output kept in `log` and echoed as it goes.
+
+    With `done_file` (in --work), a command that ended (exit 0 or 1) in an earlier call is not
+    run again: its exit, time and output are read back from that file.
+    """
+    if done_file is not None and done_file.is_file():
+        was = json.loads(done_file.read_text())
+        if was["argv"] == argv and was["code"] in (0, 1):
+            print(
+                f"{shlex.join(argv[2:])}: done in an earlier call, exit {was['code']}, "
+                f"{was['wall_s']:.0f} s",
+                flush=True,
+            )
+            return Command(argv, was["wall_s"], was["code"], was["stdout"], "")
     started = time.monotonic()
     done = subprocess.run(argv, capture_output=True, text=True, cwd=REPO)
     wall = time.monotonic() - started
     log.write_text(f"$ {shlex.join(argv)}\n{done.stderr}\n{done.stdout}")
     print(f"{shlex.join(argv[2:])}: exit {done.returncode}, {wall:.0f} s", flush=True)
+    if done_file is not None:
+        done_file.write_text(
+            json.dumps(
+                {"argv": argv, "code": done.returncode, "wall_s": wall, "stdout": done.stdout}
+            )
+        )
     return Command(argv, wall, done.returncode, done.stdout, done.stderr)
 
 
@@ -159,7 +182,12 @@ class Round:
     document: dict[str, Any]  # the plan's JSON
 
 
-def one_round(index: int, args: argparse.Namespace, db: str, raw: Path) -> Round:
+def one_round(index: int, args: argparse.Namespace, db: str, raw: Path) -> Round | None:
+    """Sweep, then plan; None where `--only sweep` stops after the sweep."""
+
+    def done_file(name: str) -> Path | None:
+        return args.work / f"{name}.done.json" if args.work is not None else None
+
     sweep_name, plan_name = f"{args.scenario}-sweep-{index}", f"{args.scenario}-plan-{index}"
     common = ["--config", str(args.config), "--scenario", args.scenario, "--db", db]
     if args.repeats:
@@ -177,7 +205,10 @@ def one_round(index: int, args: argparse.Namespace, db: str, raw: Path) -> Round
             ),
         ),
         raw / f"sweep-{index}.log",
+        done_file(f"sweep-{index}"),
     )
+    if args.only == "sweep":
+        return None
     plan = run(
         perfgate(
             "plan",
@@ -192,6 +223,7 @@ def one_round(index: int, args: argparse.Namespace, db: str, raw: Path) -> Round
             ),
         ),
         raw / f"plan-{index}.log",
+        done_file(f"plan-{index}"),
     )
     document_path = raw / f"plan-{index}.json"
     document = json.loads(document_path.read_text()) if document_path.is_file() else {}
@@ -342,14 +374,34 @@ def main() -> int:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--note", default="", help="a sentence on the machine's state")
     parser.add_argument("--out", type=Path, default=REPO / "benchmarks/results/plan-cpu.md")
+    parser.add_argument(
+        "--work",
+        type=Path,
+        help="keep the history here and resume: a command that ended in an earlier call "
+        "with this folder is not run again (default: a temporary folder, removed)",
+    )
+    parser.add_argument(
+        "--only",
+        choices=["sweep"],
+        help="sweep: run the rounds' sweeps and stop, for a later call with the same --work "
+        "to plan and write the record (where both do not fit one call)",
+    )
     args = parser.parse_args()
+    if args.only and args.work is None:
+        parser.error("--only sweep needs --work DIR, where the next call finds the sweeps")
     raw = args.out.with_suffix("")
     raw.mkdir(parents=True, exist_ok=True)
     about = machine()
     started = time.monotonic()
-    with tempfile.TemporaryDirectory(prefix="plan-accuracy-") as work:
-        db = f"sqlite:///{work}/history.db"
-        rounds = [one_round(i, args, db, raw) for i in range(1, args.rounds + 1)]
+    with tempfile.TemporaryDirectory(prefix="plan-accuracy-") as temporary:
+        work = args.work or Path(temporary)
+        work.mkdir(parents=True, exist_ok=True)
+        db = f"sqlite:///{work.resolve()}/history.db"
+        done = [one_round(i, args, db, raw) for i in range(1, args.rounds + 1)]
+    if args.only == "sweep":
+        print(f"swept; call again with --work {args.work} (without --only) to plan")
+        return 0
+    rounds = [r for r in done if r is not None]
     failed = [c for r in rounds for c in (r.sweep, r.plan) if c.code not in (0, 1)]
     sections, found = [], []
     for r in rounds:
