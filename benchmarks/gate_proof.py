@@ -16,7 +16,9 @@
   line: its kind, exit code, status, every metric's status and change, the runs it took, the
   runs planned, and the runner time, with the why line of tok/s and decode_tok_s.
 - ``record``: proof.md, the record of the whole proof: the diagnosis of the launches, the
-  placement of the servers per launch, the ten launches' noise, the plan, and the verdicts.
+  placement of the servers per launch with the sidecar's host speed beside the run's host
+  phases (and how the two correlate across launches), the ten launches' noise, the plan, and
+  the verdicts.
 - ``config``: a copy of the config whose scenario ``S`` takes at most ``N`` runs a verdict
   (its ``max_runs``), everything else as it was: ``max_runs`` shapes no figure, so the
   scenario's digest, and every run's fingerprint, stay the shipped scenario's. Exits 64 on a
@@ -192,7 +194,7 @@ def record(args: argparse.Namespace) -> int:
         body = path.read_text() if path.is_file() else "(not measured)\n"
         parts += [f"## {title}", "", body]
     parts += ["## Where the servers ran in each launch (benchmarks/server_placement.py)", ""]
-    parts += _placement(state / "placement.jsonl", state / "launch-runs.txt")
+    parts += _placement(state / "placement.jsonl", state / "launch-runs.txt", state / "history.db")
     parts += ["", "## Verdicts", ""]
     parts += _verdicts(state / "verdicts.jsonl")
     args.out.write_text("\n".join(parts) + "\n")
@@ -200,17 +202,23 @@ def record(args: argparse.Namespace) -> int:
     return 0
 
 
-def _placement(path: Path, runs: Path) -> list[str]:
+def _placement(path: Path, runs: Path, db: Path) -> list[str]:
+    """Per launch: where its servers ran, the sidecar's host speed while each ran, and the
+    run's host-bound phases (prefill, accept) beside its GPU-bound one (verify)."""
     if not path.is_file():
         return ["(not measured)"]
     run_of = dict(line.split() for line in runs.read_text().splitlines()) if runs.is_file() else {}
     lines = [
-        "| launch | run | spec: busiest thread's CPUs, nodes sampled | plain: the same |",
-        "| ---: | ---: | --- | --- |",
+        "| launch | run | spec: busiest thread's CPUs, nodes sampled | plain: the same | "
+        "spec: sidecar loop us (range), steal | plain: the same | spec prefill / accept / "
+        "verify ms |",
+        "| ---: | ---: | --- | --- | --- | --- | --- |",
     ]
+    pairs: list[tuple[float, float]] = []  # (sidecar loop us, spec accept ms) per launch
     for line in path.read_text().splitlines():
         row = json.loads(line)
-        cells = []
+        run = run_of.get(row["label"])
+        cells, speeds = [], []
         for mode in ("spec", "plain"):
             seen = row.get(mode)
             cells.append(
@@ -218,10 +226,48 @@ def _placement(path: Path, runs: Path) -> list[str]:
                 if seen
                 else "-"
             )
-        lines.append(
-            f"| {row['label']} | {run_of.get(row['label'], '-')} | {cells[0]} | {cells[1]} |"
+            speeds.append(_sidecar(seen))
+        phases = _host_phases(db, int(run)) if run and db.is_file() else {}
+        shown = " / ".join(
+            f"{phases[p]:.3f}" if p in phases else "-" for p in ("prefill", "accept", "verify")
         )
+        loop = (row.get("spec") or {}).get("sidecar_loop_us")
+        if loop is not None and "accept" in phases:
+            pairs.append((loop, phases["accept"]))
+        lines.append(
+            f"| {row['label']} | {run or '-'} | {cells[0]} | {cells[1]} | {speeds[0]} | "
+            f"{speeds[1]} | {shown} |"
+        )
+    if len(pairs) >= 3 and len({a for a, _ in pairs}) > 1 and len({b for _, b in pairs}) > 1:
+        r = statistics.correlation([a for a, _ in pairs], [b for _, b in pairs])
+        lines += [
+            "",
+            f"Across {len(pairs)} launches the sidecar's loop and the spec server's accept "
+            f"phase correlate r = {r:+.2f}: near +1, a slow launch is a slow state of the "
+            "machine (a window the sidecar sees too); near 0 with accept still scattering, a "
+            "state of the server's own process.",
+        ]
     return lines
+
+
+def _sidecar(seen: dict[str, Any] | None) -> str:
+    if not seen or seen.get("sidecar_loop_us") is None:
+        return "-"
+    low, high = seen["sidecar_loop_range_us"]
+    steal = seen.get("steal_share")
+    stolen = "-" if steal is None else f"{steal:.1%}"
+    return f"{seen['sidecar_loop_us']:.0f} ({low:.0f}-{high:.0f}), {stolen}"
+
+
+def _host_phases(db: Path, run: int) -> dict[str, float]:
+    """The spec server's mean ms per phase in run ``run``, over its repeats."""
+    with sqlite3.connect(db) as connection:
+        rows = connection.execute(
+            "SELECT phase, AVG(mean_ms) FROM phases WHERE run_id = ? AND mode = 'spec' "
+            "GROUP BY phase",
+            (run,),
+        ).fetchall()
+    return {phase: float(ms) for phase, ms in rows}
 
 
 def _verdicts(path: Path) -> list[str]:

@@ -13,7 +13,8 @@
 #             fast its host was, in turn as placed, pinned to the GPU's local CPUs, pinned to
 #             one CPU, and with PYTHONHASHSEED=0 (about 15 s a launch);
 #   launch    fresh `perfgate run --no-gate` of SCENARIO, each watched by
-#             benchmarks/server_placement.py (the CPUs and NUMA nodes of the servers' threads),
+#             benchmarks/server_placement.py (the CPUs and NUMA nodes of the servers' threads,
+#             and the machine's host speed and steal time meanwhile, seen from a sidecar),
 #             up to SERIES (10) launches in all, LAUNCHES (all) a call; a series may span calls
 #             (49-56 s a launch, 75 s the first on a fresh machine);
 #   approve   once the series is complete: its noise (benchmarks/launch_noise.py: noise.md), its

@@ -55,7 +55,7 @@ def read_gb_s(torch: Any, buffer: Any, repeats: int = 3) -> float:
         began = time.perf_counter()
         buffer.sum()
         best = min(best, time.perf_counter() - began)
-    return buffer.numel() * buffer.element_size() / best / 1e9
+    return float(buffer.numel() * buffer.element_size() / best / 1e9)
 
 
 def probe_here(torch: Any, buffer: Any) -> dict[str, float | None]:
@@ -65,7 +65,8 @@ def probe_here(torch: Any, buffer: Any) -> dict[str, float | None]:
         "python_loop_us": python_loop_us(rounds=3),
         "read_gb_s": read_gb_s(torch, buffer),
     }
-    found |= cuda_launch_us(torch) or {"launch_us": None, "launch_sync_us": None}
+    launch: dict[str, float | None] = {"launch_us": None, "launch_sync_us": None}
+    found.update(cuda_launch_us(torch) or launch)
     return found
 
 

@@ -6,10 +6,15 @@
 Samples every ``--every`` seconds, until FILE exists (or ``--timeout-s``), each live process
 of ``perfgate.engines.embedded.server``: per server mode (``spec`` when it drafts, else
 ``plain``), the CPU each of its threads last ran on (field 39 of /proc/PID/task/TID/stat), the
-NUMA node of that CPU, and the CPUs it may use. Appends one JSON line for the launch: per
-mode, samples per CPU and per node, and the busiest thread's CPUs. A launch of the GPU
-scenario whose host loop runs slow can so be told apart by where it ran
-(benchmarks/gpu_gate_proof.sh joins the lines with each run's figures).
+NUMA node of that CPU, and the CPUs it may use. With each sample it also times, in its own
+process, a fixed piece of Python (benchmarks/host_probes.py's loop, about 2 ms) and reads
+the machine's steal time (/proc/stat: the hypervisor running something else): the machine's
+host speed while each server ran, seen from outside the server. Appends one JSON line for
+the launch: per mode, samples per CPU and per node, the busiest thread's CPUs, the sidecar
+loop's median and range (us) and the share of CPU time stolen. A launch of the GPU scenario
+whose host loop runs slow can so be told apart by where it ran, and a slow state of the
+machine (the sidecar slow too) from one of the server's process (the sidecar as fast as in
+the other launches) (benchmarks/gpu_gate_proof.sh joins the lines with each run's figures).
 """
 
 from __future__ import annotations
@@ -18,6 +23,7 @@ import argparse
 import contextlib
 import json
 import os
+import statistics
 import sys
 import time
 from collections import Counter
@@ -25,7 +31,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from host_probes import cpu_node
+from host_probes import cpu_node, python_loop_us
 
 SERVER = b"perfgate.engines.embedded.server"
 
@@ -57,14 +63,36 @@ def thread_cpus(pid: int) -> dict[int, tuple[int, int]]:
     return threads
 
 
+def steal_and_total() -> tuple[int, int]:
+    """The machine's steal time and all its CPU time so far (ticks, /proc/stat's cpu line)."""
+    try:
+        fields = [int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    except (OSError, ValueError):
+        return 0, 0
+    return (fields[7] if len(fields) > 7 else 0), sum(fields[:8])
+
+
 def sample(seconds: float, every: float, stop: Path | None) -> dict[str, dict[str, object]]:
-    """Sample until ``stop`` exists or ``seconds`` pass; per mode, where its threads ran."""
+    """Sample until ``stop`` exists or ``seconds`` pass; per mode, where its threads ran and
+    how fast the machine's host side was meanwhile."""
     per_mode: dict[str, dict[str, Counter[int]]] = {}
     busiest: dict[str, dict[int, tuple[int, int]]] = {}
     allowed: dict[str, int] = {}
+    loops: dict[str, list[float]] = {}
+    stolen: dict[str, list[int]] = {}  # per mode: steal ticks, all ticks while it ran
     deadline = time.monotonic() + seconds
+    last = steal_and_total()
     while time.monotonic() < deadline and not (stop and stop.exists()):
-        for pid, mode in servers().items():
+        live = servers()
+        loop = python_loop_us(rounds=1)
+        now = steal_and_total()
+        for mode in set(live.values()):
+            loops.setdefault(mode, []).append(loop)
+            window = stolen.setdefault(mode, [0, 0])
+            window[0] += now[0] - last[0]
+            window[1] += now[1] - last[1]
+        last = now
+        for pid, mode in live.items():
             counts = per_mode.setdefault(mode, {"cpus": Counter(), "nodes": Counter()})
             threads = thread_cpus(pid)
             for cpu, _ticks in threads.values():
@@ -83,8 +111,21 @@ def sample(seconds: float, every: float, stop: Path | None) -> dict[str, dict[st
             "nodes": dict(sorted(counts["nodes"].items())),
             "busiest_thread_cpus": sorted(busiest.get(mode, {})),
             "allowed_cpus": allowed.get(mode),
+            **_host_speed(loops.get(mode, []), stolen.get(mode, [0, 0])),
         }
         for mode, counts in per_mode.items()
+    }
+
+
+def _host_speed(loops: list[float], ticks: list[int]) -> dict[str, object]:
+    """The sidecar loop's median and range (us), and the share of CPU time stolen."""
+    if not loops:
+        return {"sidecar_loop_us": None, "sidecar_loop_range_us": None, "steal_share": None}
+    ordered = sorted(loops)
+    return {
+        "sidecar_loop_us": round(statistics.median(ordered), 1),
+        "sidecar_loop_range_us": [round(ordered[0], 1), round(ordered[-1], 1)],
+        "steal_share": round(ticks[0] / ticks[1], 4) if ticks[1] > 0 else None,
     }
 
 

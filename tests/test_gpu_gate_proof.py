@@ -188,3 +188,58 @@ def test_the_gpu_simulation_takes_its_noise_from_a_proof_s_launches(tmp_path: Pa
     assert gpu.noise_of(setting)["output_tok_s"] == noise["output_tok_s"]
     assert gpu.main(["--history", str(tmp_path / "none.db")]) == 64
     assert gpu.main(["--history", str(history), "--scenario", "cpu"]) == 64
+
+
+def test_each_launch_shows_the_sidecar_s_host_speed_beside_the_run_s_host_phases(
+    tmp_path: Path,
+) -> None:
+    proof = importlib.import_module("gate_proof")
+    loops = {"1": 1500.0, "2": 2900.0, "3": 1520.0}  # launch 2: the machine ran slow
+    accept = {1: 0.21, 2: 0.45, 3: 0.22}
+    lines = []
+    for label, loop in loops.items():
+        host = {"sidecar_loop_us": loop, "sidecar_loop_range_us": [loop - 10, loop + 40],
+                "steal_share": 0.012}  # fmt: skip
+        seen = {"busiest_thread_cpus": [5], "nodes": {"0": 9}, "allowed_cpus": 16, **host}
+        lines.append(json.dumps({"label": label, "spec": seen, "plain": seen}))
+    (tmp_path / "placement.jsonl").write_text("\n".join(lines) + "\n")
+    (tmp_path / "launch-runs.txt").write_text("1 1\n2 2\n3 3\n")
+    db = tmp_path / "history.db"
+    with sqlite3.connect(db) as connection:
+        connection.execute("CREATE TABLE phases (run_id, mode, phase, repeat, mean_ms)")
+        for run, ms in accept.items():
+            for repeat in (0, 1):
+                connection.executemany(
+                    "INSERT INTO phases VALUES (?, ?, ?, ?, ?)",
+                    [(run, "spec", "accept", repeat, ms), (run, "spec", "verify", repeat, 1.37),
+                     (run, "spec", "prefill", repeat, 15 + 40 * ms),
+                     (run, "plain", "accept", repeat, 9.0)],
+                )  # fmt: skip
+    text = "\n".join(
+        proof._placement(tmp_path / "placement.jsonl", tmp_path / "launch-runs.txt", db)
+    )
+    assert "| 2 | 2 | [5], {'0': 9} (of 16) |" in text
+    assert "| 2900 (2890-2940), 1.2% | 2900 (2890-2940), 1.2% | 33.000 / 0.450 / 1.370 |" in text
+    assert (
+        "Across 3 launches the sidecar's loop and the spec server's accept phase correlate" in text
+    )
+    assert "r = +1.00" in text
+
+
+def test_the_sampler_times_the_machine_while_a_server_runs(tmp_path: Path) -> None:
+    placement = importlib.import_module("server_placement")
+    # A process whose command line names the embedded server with a draft: a spec server.
+    stand_in = subprocess.Popen(
+        [sys.executable, "-c", "import time; time.sleep(30)",
+         "perfgate.engines.embedded.server", "--speculative-algorithm"]
+    )  # fmt: skip
+    try:
+        found = placement.sample(1.0, 0.1, None)
+    finally:
+        stand_in.kill()
+        stand_in.wait()
+    spec = found["spec"]
+    low, high = spec["sidecar_loop_range_us"]
+    assert 0 < low <= spec["sidecar_loop_us"] <= high
+    assert spec["steal_share"] is None or 0 <= spec["steal_share"] <= 1
+    assert "plain" not in found
