@@ -210,8 +210,8 @@ def _placement(path: Path, runs: Path, db: Path) -> list[str]:
     run_of = dict(line.split() for line in runs.read_text().splitlines()) if runs.is_file() else {}
     lines = [
         "| launch | run | spec: busiest thread's CPUs, nodes sampled | plain: the same | "
-        "spec: sidecar loop us (range), steal | plain: the same | spec prefill / accept / "
-        "verify ms |",
+        "spec: sidecar loop us on its CPU (range), steal, huge pages | plain: the same | "
+        "spec prefill / accept / verify ms |",
         "| ---: | ---: | --- | --- | --- | --- | --- |",
     ]
     pairs: list[tuple[float, float]] = []  # (sidecar loop us, spec accept ms) per launch
@@ -254,9 +254,10 @@ def _sidecar(seen: dict[str, Any] | None) -> str:
     if not seen or seen.get("sidecar_loop_us") is None:
         return "-"
     low, high = seen["sidecar_loop_range_us"]
-    steal = seen.get("steal_share")
+    steal, huge = seen.get("steal_share"), seen.get("anon_huge_pages_kb")
     stolen = "-" if steal is None else f"{steal:.1%}"
-    return f"{seen['sidecar_loop_us']:.0f} ({low:.0f}-{high:.0f}), {stolen}"
+    pages = "-" if huge is None else f"{huge / 1024:.0f} MiB"
+    return f"{seen['sidecar_loop_us']:.0f} ({low:.0f}-{high:.0f}), {stolen}, {pages}"
 
 
 def _host_phases(db: Path, run: int) -> dict[str, float]:

@@ -7,14 +7,17 @@ Samples every ``--every`` seconds, until FILE exists (or ``--timeout-s``), each 
 of ``perfgate.engines.embedded.server``: per server mode (``spec`` when it drafts, else
 ``plain``), the CPU each of its threads last ran on (field 39 of /proc/PID/task/TID/stat), the
 NUMA node of that CPU, and the CPUs it may use. With each sample it also times, in its own
-process, a fixed piece of Python (benchmarks/host_probes.py's loop, about 2 ms) and reads
-the machine's steal time (/proc/stat: the hypervisor running something else): the machine's
-host speed while each server ran, seen from outside the server. Appends one JSON line for
-the launch: per mode, samples per CPU and per node, the busiest thread's CPUs, the sidecar
-loop's median and range (us) and the share of CPU time stolen. A launch of the GPU scenario
-whose host loop runs slow can so be told apart by where it ran, and a slow state of the
-machine (the sidecar slow too) from one of the server's process (the sidecar as fast as in
-the other launches) (benchmarks/gpu_gate_proof.sh joins the lines with each run's figures).
+process pinned for the moment to the CPU the server's busiest thread last ran on, a fixed
+piece of Python (benchmarks/host_probes.py's loop, about 2 ms), reads the machine's steal
+time (/proc/stat: the hypervisor running something else) and how much of the server's
+memory transparent huge pages back (/proc/PID/smaps_rollup): the host's speed where each
+server ran, seen from outside the server, and one property of the server's own process.
+Appends one JSON line for the launch: per mode, samples per CPU and per node, the busiest
+thread's CPUs, the sidecar loop's median and range (us), the share of CPU time stolen and
+the most memory in huge pages (kB). A launch of the GPU scenario whose host loop runs slow
+can so be told apart by where it ran, and a slow state of the machine or of its CPU (the
+sidecar slow too) from one of the server's own process (the sidecar as fast as in the other
+launches); benchmarks/gpu_gate_proof.sh joins the lines with each run's figures.
 """
 
 from __future__ import annotations
@@ -72,6 +75,29 @@ def steal_and_total() -> tuple[int, int]:
     return (fields[7] if len(fields) > 7 else 0), sum(fields[:8])
 
 
+def loop_on(cpu: int, home: set[int]) -> float:
+    """The fixed piece of Python's time (us) on ``cpu``, where the server's busiest thread
+    last ran; this process keeps to its own CPUs (``home``) otherwise."""
+    with contextlib.suppress(OSError):  # a CPU not ours to use: time it where we are
+        os.sched_setaffinity(0, {cpu})
+    try:
+        return python_loop_us(rounds=1)
+    finally:
+        os.sched_setaffinity(0, home)
+
+
+def huge_pages_kb(pid: int) -> int | None:
+    """How much of ``pid``'s anonymous memory transparent huge pages back (kB), where the
+    kernel says (/proc/PID/smaps_rollup); None elsewhere."""
+    try:
+        for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines():
+            if line.startswith("AnonHugePages:"):
+                return int(line.split()[1])
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
+
+
 def sample(seconds: float, every: float, stop: Path | None) -> dict[str, dict[str, object]]:
     """Sample until ``stop`` exists or ``seconds`` pass; per mode, where its threads ran and
     how fast the machine's host side was meanwhile."""
@@ -82,12 +108,12 @@ def sample(seconds: float, every: float, stop: Path | None) -> dict[str, dict[st
     stolen: dict[str, list[int]] = {}  # per mode: steal ticks, all ticks while it ran
     deadline = time.monotonic() + seconds
     last = steal_and_total()
+    huge: dict[str, int] = {}  # per mode: the most anonymous memory in huge pages, kB
+    home = os.sched_getaffinity(0)
     while time.monotonic() < deadline and not (stop and stop.exists()):
         live = servers()
-        loop = python_loop_us(rounds=1)
         now = steal_and_total()
         for mode in set(live.values()):
-            loops.setdefault(mode, []).append(loop)
             window = stolen.setdefault(mode, [0, 0])
             window[0] += now[0] - last[0]
             window[1] += now[1] - last[1]
@@ -102,8 +128,12 @@ def sample(seconds: float, every: float, stop: Path | None) -> dict[str, dict[st
             if threads:
                 tid, (cpu, ticks) = max(threads.items(), key=lambda kv: kv[1][1])
                 busiest.setdefault(mode, {})[cpu] = (tid, ticks)
+                loops.setdefault(mode, []).append(loop_on(cpu, home))
             with contextlib.suppress(OSError):
                 allowed[mode] = len(os.sched_getaffinity(pid))
+            pages = huge_pages_kb(pid)
+            if pages is not None:
+                huge[mode] = max(huge.get(mode, 0), pages)
         time.sleep(every)
     return {
         mode: {
@@ -112,6 +142,7 @@ def sample(seconds: float, every: float, stop: Path | None) -> dict[str, dict[st
             "busiest_thread_cpus": sorted(busiest.get(mode, {})),
             "allowed_cpus": allowed.get(mode),
             **_host_speed(loops.get(mode, []), stolen.get(mode, [0, 0])),
+            "anon_huge_pages_kb": huge.get(mode),
         }
         for mode, counts in per_mode.items()
     }

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import importlib
 import json
+import os
 import sqlite3
 import subprocess
 import sys
@@ -199,7 +200,7 @@ def test_each_launch_shows_the_sidecar_s_host_speed_beside_the_run_s_host_phases
     lines = []
     for label, loop in loops.items():
         host = {"sidecar_loop_us": loop, "sidecar_loop_range_us": [loop - 10, loop + 40],
-                "steal_share": 0.012}  # fmt: skip
+                "steal_share": 0.012, "anon_huge_pages_kb": 40960}  # fmt: skip
         seen = {"busiest_thread_cpus": [5], "nodes": {"0": 9}, "allowed_cpus": 16, **host}
         lines.append(json.dumps({"label": label, "spec": seen, "plain": seen}))
     (tmp_path / "placement.jsonl").write_text("\n".join(lines) + "\n")
@@ -219,7 +220,8 @@ def test_each_launch_shows_the_sidecar_s_host_speed_beside_the_run_s_host_phases
         proof._placement(tmp_path / "placement.jsonl", tmp_path / "launch-runs.txt", db)
     )
     assert "| 2 | 2 | [5], {'0': 9} (of 16) |" in text
-    assert "| 2900 (2890-2940), 1.2% | 2900 (2890-2940), 1.2% | 33.000 / 0.450 / 1.370 |" in text
+    shown = "2900 (2890-2940), 1.2%, 40 MiB"
+    assert f"| {shown} | {shown} | 33.000 / 0.450 / 1.370 |" in text
     assert (
         "Across 3 launches the sidecar's loop and the spec server's accept phase correlate" in text
     )
@@ -242,4 +244,6 @@ def test_the_sampler_times_the_machine_while_a_server_runs(tmp_path: Path) -> No
     low, high = spec["sidecar_loop_range_us"]
     assert 0 < low <= spec["sidecar_loop_us"] <= high
     assert spec["steal_share"] is None or 0 <= spec["steal_share"] <= 1
+    if Path(f"/proc/{os.getpid()}/smaps_rollup").is_file():
+        assert isinstance(spec["anon_huge_pages_kb"], int) and spec["anon_huge_pages_kb"] >= 0
     assert "plain" not in found
