@@ -18,7 +18,7 @@ read per CPU across the whole run.
 If a CPU's figures stay apart from the others' round after round, the CPUs are not alike and
 where a server's threads land can decide its speed; if every CPU scatters as much within its
 rounds as the CPUs do among themselves, the state is not the CPU's. Writes results.json and
-results.md; exit 0, 64 on bad arguments.
+results.md; exit 0, 2 on bad arguments.
 """
 
 from __future__ import annotations
@@ -73,7 +73,15 @@ def probe_here(torch: Any, buffer: Any) -> dict[str, float | None]:
 def measure(rounds: int, mib: int) -> dict[str, Any]:
     import torch
 
+    threads = torch.get_num_threads()
     torch.set_num_threads(1)
+    try:
+        return _measure(torch, rounds, mib)
+    finally:
+        torch.set_num_threads(threads)
+
+
+def _measure(torch: Any, rounds: int, mib: int) -> dict[str, Any]:
     cpus = sorted(os.sched_getaffinity(0))
     home = os.sched_getaffinity(0)
     started_on = Path("/proc/self/stat").read_text().rsplit(")", 1)[1].split()[36]
@@ -82,11 +90,13 @@ def measure(rounds: int, mib: int) -> dict[str, Any]:
         torch.zeros(1, device="cuda")  # the context, before any timing
     steal_before, began = steal_ticks(), time.monotonic()
     samples: dict[int, list[dict[str, float | None]]] = {c: [] for c in cpus}
-    for r in range(rounds):
-        for cpu in cpus if r % 2 == 0 else reversed(cpus):
-            os.sched_setaffinity(0, {cpu})
-            samples[cpu].append(probe_here(torch, buffer))
-    os.sched_setaffinity(0, home)
+    try:
+        for r in range(rounds):
+            for cpu in cpus if r % 2 == 0 else reversed(cpus):
+                os.sched_setaffinity(0, {cpu})
+                samples[cpu].append(probe_here(torch, buffer))
+    finally:
+        os.sched_setaffinity(0, home)
     seconds = time.monotonic() - began
     steal_after = steal_ticks()
     tick = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
