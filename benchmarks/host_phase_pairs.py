@@ -37,7 +37,7 @@ PAIRS = (
 def run_phases(db: Path) -> dict[str, list[dict[str, float]]]:
     """Per scenario, per run without an injected slowdown: the median over repeats of each
     phase's mean ms, for the spec server's accept and prefill and the plain twin's prefill."""
-    with sqlite3.connect(f"file:{db}?mode=ro", uri=True) as connection:
+    with sqlite3.connect(f"file:{db}?mode=ro&immutable=1", uri=True) as connection:
         runs = connection.execute(
             "SELECT id, scenario FROM runs "
             "WHERE json_extract(fingerprint, '$.injected_slowdown') IS NULL ORDER BY id"
@@ -100,7 +100,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     for db in args.histories:
         try:
-            with sqlite3.connect(f"file:{db}?mode=ro", uri=True) as connection:
+            with sqlite3.connect(f"file:{db}?mode=ro&immutable=1", uri=True) as connection:
                 connection.execute("SELECT id, fingerprint FROM runs LIMIT 1")
                 connection.execute("SELECT run_id, mode, phase, mean_ms FROM phases LIMIT 1")
         except sqlite3.Error as error:
