@@ -75,7 +75,7 @@ def run(argv: list[str], log: Path, done_file: Path | None = None) -> Command:
     """
     if done_file is not None and done_file.is_file():
         was = json.loads(done_file.read_text())
-        if was["argv"] == argv and was["code"] in (0, 1):
+        if _same_command(was["argv"], argv) and was["code"] in (0, 1):
             print(
                 f"{shlex.join(argv[2:])}: done in an earlier call, exit {was['code']}, "
                 f"{was['wall_s']:.0f} s",
@@ -94,6 +94,14 @@ def run(argv: list[str], log: Path, done_file: Path | None = None) -> Command:
             )
         )
     return Command(argv, wall, done.returncode, done.stdout, done.stderr)
+
+
+def _same_command(was: list[str], now: list[str]) -> bool:
+    """The same command but for where its tables go (each call of a lent machine writes to a
+    fresh output folder)."""
+    return without_flag(without_flag(was, "--json"), "--markdown") == without_flag(
+        without_flag(now, "--json"), "--markdown"
+    )
 
 
 def perfgate(*args: str) -> list[str]:
