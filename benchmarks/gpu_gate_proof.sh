@@ -10,8 +10,9 @@
 #   train     the large models' weights, once per machine (294 s);
 #   diagnose  benchmarks/launch_states.py: DIAG_LAUNCHES (8) fresh processes timing the decode
 #             step on the GPU and as the server's loop runs it, each with where it ran and how
-#             fast its host was, in turn as placed, pinned to the GPU's local CPUs, pinned to
-#             one CPU, and with PYTHONHASHSEED=0 (about 15 s a launch);
+#             fast its host was, in turn under each of DIAG_VARIANTS (default: as placed,
+#             pinned to the quarter of the CPUs fastest at its start, without address
+#             randomisation; launch_states.py names the others) (about 15 s a launch);
 #   launch    fresh `perfgate run --no-gate` of SCENARIO, each watched by
 #             benchmarks/server_placement.py (the CPUs and NUMA nodes of the servers' threads,
 #             and the machine's host speed and steal time meanwhile, seen from a sidecar),
@@ -30,9 +31,10 @@
 # (540) seconds of the call (a launch at the longest so far, a verdict at the longest so far or
 # the plan's first look), none runs past CALL_END_S (590; a verdict stopped there is taken
 # again by the next call); "call again to go on" says where a call stopped.
-# CURE (as-placed, gpu-local or hash-seed; default as-placed) places every `perfgate run` of
-# `launch` and `verdicts` as benchmarks/launch_states.py placed that variant's launches (its
-# --run-as: the GPU's local CPUs, or PYTHONHASHSEED=0), which the servers inherit: when
+# CURE (as-placed, gpu-local, hash-seed, fastest-cpus or no-aslr; default as-placed) places
+# every `perfgate run` of `launch` and `verdicts` as benchmarks/launch_states.py placed that
+# variant's launches (its --run-as: the GPU's local CPUs, PYTHONHASHSEED=0, the quarter of the
+# CPUs fastest at the run's start, or no address randomisation), which the servers inherit: when
 # `diagnose` shows a variant whose launches do not scatter, the series is launched with it,
 # and its noise is the spread after, against the committed record's ten launches (tok/s
 # 2.63%, speedup 3.95% between launches: h200-real-weights.md, its first section) before. A
@@ -114,9 +116,9 @@ fi
 call_s=${CALL_S:-540} call_end=${CALL_END_S:-590}
 cure=${CURE:-as-placed} device=cuda
 case $cure in
-  as-placed | gpu-local | hash-seed) ;;
+  as-placed | gpu-local | hash-seed | fastest-cpus | no-aslr) ;;
   *)
-    echo "$0: CURE=$cure: one of as-placed, gpu-local, hash-seed" >&2
+    echo "$0: CURE=$cure: one of as-placed, gpu-local, hash-seed, fastest-cpus, no-aslr" >&2
     exit 64
     ;;
 esac
@@ -229,7 +231,7 @@ stage_train() {
 
 stage_diagnose() {
   step "diagnose" 0 400 "$python" benchmarks/launch_states.py --out "$state/diagnose" \
-    "${diag_args[@]}" --variants as-placed,gpu-local,one-cpu,hash-seed
+    "${diag_args[@]}" --variants "${DIAG_VARIANTS:-as-placed,fastest-cpus,no-aslr}"
   cp "$state/diagnose/results.md" "$out/diagnose.md" 2> /dev/null
 }
 

@@ -137,6 +137,27 @@ def allocator_offset(torch: Any) -> int | None:
     return int(block.data_ptr() % 2**21)
 
 
+def aslr_off() -> bool | None:
+    """Whether this process runs without address randomisation (/proc/self/personality has
+    ADDR_NO_RANDOMIZE); None where the kernel does not say."""
+    try:
+        return bool(int(Path("/proc/self/personality").read_text(), 16) & 0x0040000)
+    except (OSError, ValueError):
+        return None
+
+
+def huge_pages_kb(pid: int | str = "self") -> int | None:
+    """How much of a process's anonymous memory transparent huge pages back (kB), where
+    /proc/PID/smaps_rollup says; None elsewhere."""
+    try:
+        for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines():
+            if line.startswith("AnonHugePages:"):
+                return int(line.split()[1])
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
+
+
 def host_probes(torch: Any, bus_id: str | None) -> dict[str, Any]:
     """Every probe above, for the process calling it."""
     cpu = current_cpu()
@@ -149,6 +170,8 @@ def host_probes(torch: Any, bus_id: str | None) -> dict[str, Any]:
         "threads": len(os.listdir("/proc/self/task")) if Path("/proc/self/task").is_dir() else None,
         "allocator_offset": allocator_offset(torch),
         "hash_seed": os.environ.get("PYTHONHASHSEED"),
+        "aslr_off": aslr_off(),
+        "anon_huge_pages_kb": huge_pages_kb(),
     }
     found |= gpu_placement(bus_id)
     launch: dict[str, float | None] = {"launch_us": None, "launch_sync_us": None}

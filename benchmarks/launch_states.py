@@ -27,8 +27,11 @@ placement of memory); if only ``served`` does, it is the host's, and the probe t
 the machine falls on all alike: ``as-placed`` (where the OS puts it), ``gpu-local`` (pinned to
 the CPUs local to the GPU, the whole set where the platform does not say), ``one-cpu`` (one
 of them only), ``hash-seed`` (as placed, with PYTHONHASHSEED=0: the interpreter's layout the
-same in every launch). A variant whose launches do not scatter is a cure to measure in the
-server.
+same in every launch), ``fastest-cpus`` (pinned to the quarter of the allowed CPUs where a
+fixed piece of Python ran fastest at the launch's start: a machine whose CPUs are not alike
+from moment to moment, as a lent slice of a shared host may be), ``no-aslr`` (as placed, at
+the same addresses in every launch: ADDR_NO_RANDOMIZE, as `setarch -R`). A variant whose
+launches do not scatter is a cure to measure in the server.
 
 ``--run-as VARIANT -- COMMAND...`` runs a command (a whole `perfgate run`) placed as that
 variant places a launch, so that a cure the launches point to can be measured in the server
@@ -42,6 +45,7 @@ spread per variant, and how each probe moves with ``served - device`` (Pearson's
 from __future__ import annotations
 
 import argparse
+import ctypes
 import json
 import os
 import statistics
@@ -55,7 +59,7 @@ from typing import Any
 import torch
 from argv import without_flag
 from decode_bandwidth import Timer, write_results
-from host_probes import gpu_placement, host_probes
+from host_probes import gpu_placement, host_probes, python_loop_us
 from launch_noise import cv
 from torch import Tensor
 
@@ -122,8 +126,9 @@ def child(args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
-VARIANTS = ("as-placed", "gpu-local", "one-cpu", "hash-seed")
+VARIANTS = ("as-placed", "gpu-local", "one-cpu", "hash-seed", "fastest-cpus", "no-aslr")
 VARIANT_VARIABLE = "PERFGATE_LAUNCH_VARIANT"
+NO_ASLR = 0x0040000  # personality(2)'s ADDR_NO_RANDOMIZE, as `setarch -R` sets it
 
 
 def bus_id() -> str | None:
@@ -136,10 +141,30 @@ def bus_id() -> str | None:
     return f"{domain:04x}:{bus:02x}:{dev:02x}.0"
 
 
+def fastest_cpus(allowed: list[int], rounds: int = 3) -> list[int]:
+    """The quarter of ``allowed`` (two at least) where a fixed piece of Python ran fastest
+    just now: each CPU timed ``rounds`` times (about 1.5 ms each), the order reversed every
+    other round, the median kept. This process keeps its own CPUs after."""
+    home = os.sched_getaffinity(0)
+    times: dict[int, list[float]] = {cpu: [] for cpu in allowed}
+    try:
+        for r in range(rounds):
+            for cpu in allowed if r % 2 == 0 else reversed(allowed):
+                os.sched_setaffinity(0, {cpu})
+                times[cpu].append(python_loop_us(rounds=1))
+    finally:
+        os.sched_setaffinity(0, home)
+    ranked = sorted(allowed, key=lambda cpu: statistics.median(times[cpu]))
+    return sorted(ranked[: max(2, len(allowed) // 4)])
+
+
 def variant_setup(variant: str, device: str) -> tuple[dict[str, str], set[int] | None]:
-    """The environment and the CPUs a launch of ``variant`` gets (None: as the OS places it)."""
+    """The environment and the CPUs a launch of ``variant`` gets (None: as the OS places it);
+    ``no-aslr`` also needs ``without_aslr`` in the process before it starts the launch."""
     env = {**os.environ, VARIANT_VARIABLE: variant}
     allowed = sorted(os.sched_getaffinity(0))
+    if variant == "fastest-cpus":  # the CPUs fastest now, wherever the GPU is
+        return env, set(fastest_cpus(allowed))
     local = None
     if device == "cuda" and torch.cuda.is_available():
         local = gpu_placement(bus_id())["gpu_local_cpus"]
@@ -165,7 +190,7 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
             text=True,
             timeout=args.timeout_s,
             env=env,
-            preexec_fn=None if cpus is None else _pinned(cpus),
+            preexec_fn=_placed(variant, cpus),
         )
         if done.returncode != 0:
             raise SystemExit(f"launch {n + 1} failed (exit {done.returncode}):\n{done.stderr}")
@@ -227,22 +252,25 @@ def _by_variant(launches: list[dict[str, Any]]) -> list[str]:
     """Per variant: the launches, and how far their served steps scatter."""
     lines = [
         "",
-        "| variant | launches | served ms, mean | across launches (CV) | served - device ms |",
+        "| variant | launches | served ms, mean | across launches (CV) | served - device ms "
+        "| Python loop us |",
     ]
-    lines.append("| --- | ---: | ---: | ---: | --- |")
+    lines.append("| --- | ---: | ---: | ---: | --- | --- |")
     for variant in dict.fromkeys(row["variant"] for row in launches):
         rows = [r for r in launches if r["variant"] == variant]
         served = [r["served_ms"] for r in rows]
         host = ", ".join(f"{r['served_ms'] - r['device_ms']:.3f}" for r in rows)
+        loops = ", ".join(f"{r['python_loop_us']:.0f}" for r in rows)
         lines.append(
             f"| {variant} | {len(rows)} | {statistics.fmean(served):.3f} | {cv(served):.2%} "
-            f"| {host} |"
+            f"| {host} | {loops} |"
         )
     return lines
 
 
 PROBES = ("cpu", "cpu_node", "cpu_mhz", "python_loop_us", "launch_us", "launch_sync_us",
-          "allocator_offset", "threads", "sm_clock_mhz")  # fmt: skip
+          "allocator_offset", "anon_huge_pages_kb", "aslr_off", "threads",
+          "sm_clock_mhz")  # fmt: skip
 
 
 def _probes_against_host(launches: list[dict[str, Any]]) -> list[str]:
@@ -264,9 +292,28 @@ def _or_dash(value: object) -> str:
     return "-" if value is None else f"{value:g}" if isinstance(value, float) else str(value)
 
 
-def _pinned(cpus: set[int]) -> Callable[[], None]:
-    """What a child runs before it starts: keep to ``cpus``, with every thread it makes."""
-    return lambda: os.sched_setaffinity(0, cpus)
+def without_aslr() -> None:
+    """Start every program this process runs from now on at the same addresses (personality
+    ADDR_NO_RANDOMIZE, inherited through fork and exec): the layout the same in every launch."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    current = libc.personality(0xFFFFFFFF)
+    if current == -1 or libc.personality(current | NO_ASLR) == -1:
+        raise OSError(ctypes.get_errno(), "personality(ADDR_NO_RANDOMIZE) refused")
+
+
+def _placed(variant: str, cpus: set[int] | None) -> Callable[[], None] | None:
+    """What a child runs before it starts: keep to ``cpus``, with every thread it makes, and
+    for ``no-aslr`` without address randomisation."""
+    if cpus is None and variant != "no-aslr":
+        return None
+
+    def place() -> None:
+        if cpus is not None:
+            os.sched_setaffinity(0, cpus)
+        if variant == "no-aslr":
+            without_aslr()
+
+    return place
 
 
 def _without_variants(argv: list[str]) -> list[str]:
@@ -276,7 +323,7 @@ def _without_variants(argv: list[str]) -> list[str]:
 
 # The placements a whole `perfgate run` can be given (--run-as): one CPU for its client and
 # both servers would measure their contention, not a placement.
-RUN_AS = ("as-placed", "gpu-local", "hash-seed")
+RUN_AS = ("as-placed", "gpu-local", "hash-seed", "fastest-cpus", "no-aslr")
 
 
 def run_as(argv: list[str]) -> int:
@@ -295,8 +342,9 @@ def run_as(argv: list[str]) -> int:
         )
         return 64
     env, cpus = variant_setup(variant, device)
-    if cpus is not None:
-        os.sched_setaffinity(0, cpus)
+    place = _placed(variant, cpus)
+    if place is not None:
+        place()
     command = rest[1:]
     os.execvpe(command[0], command, env)
 

@@ -34,7 +34,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from host_probes import cpu_node, python_loop_us
+from host_probes import cpu_node, huge_pages_kb, python_loop_us
 
 SERVER = b"perfgate.engines.embedded.server"
 
@@ -84,18 +84,6 @@ def loop_on(cpu: int, home: set[int]) -> float:
         return python_loop_us(rounds=1)
     finally:
         os.sched_setaffinity(0, home)
-
-
-def huge_pages_kb(pid: int) -> int | None:
-    """How much of ``pid``'s anonymous memory transparent huge pages back (kB), where the
-    kernel says (/proc/PID/smaps_rollup); None elsewhere."""
-    try:
-        for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines():
-            if line.startswith("AnonHugePages:"):
-                return int(line.split()[1])
-    except (OSError, ValueError, IndexError):
-        return None
-    return None
 
 
 def sample(seconds: float, every: float, stop: Path | None) -> dict[str, dict[str, object]]:

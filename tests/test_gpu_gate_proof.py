@@ -51,7 +51,9 @@ def proof_script(
 def test_a_cure_is_one_the_diagnosis_measures_and_a_series_keeps_its_own(tmp_path: Path) -> None:
     done = proof_script(tmp_path, "one-cpu", "launch")
     assert done.returncode == 64
-    assert "CURE=one-cpu: one of as-placed, gpu-local, hash-seed" in done.stdout + done.stderr
+    assert "CURE=one-cpu: one of as-placed, gpu-local, hash-seed, fastest-cpus, no-aslr" in (
+        done.stdout + done.stderr
+    )
     (tmp_path / "state").mkdir(exist_ok=True)
     (tmp_path / "state" / "cure").write_text("gpu-local\n")
     done = proof_script(tmp_path, "hash-seed", "verdicts")
@@ -70,6 +72,22 @@ def test_a_run_placed_by_a_cure_inherits_its_cpus_and_environment() -> None:
     refused = subprocess.run([*placed, "one-cpu", "--", "true"], capture_output=True, text=True,
                              check=False)  # fmt: skip
     assert refused.returncode == 64 and "as-placed, gpu-local, hash-seed" in refused.stderr
+    # Without address randomisation, the command and what it starts: the same addresses.
+    layout = "import os; print(open('/proc/self/personality').read().strip(), id(object()))"
+    seen = [
+        subprocess.run([*placed, "no-aslr", "--device", "cpu", "--", sys.executable, "-c",
+                        layout], capture_output=True, text=True, check=True).stdout.split()
+        for _ in range(2)
+    ]  # fmt: skip
+    assert int(seen[0][0], 16) & 0x0040000 and seen[0] == seen[1]
+    # On the CPUs fastest at its start: a quarter of those allowed, two at least.
+    cpus = "import os; print(sorted(os.sched_getaffinity(0)))"
+    fastest = subprocess.run([*placed, "fastest-cpus", "--device", "cpu", "--", sys.executable,
+                              "-c", cpus], capture_output=True, text=True, check=True)  # fmt: skip
+    chosen = json.loads(fastest.stdout)
+    allowed = sorted(os.sched_getaffinity(0))
+    assert len(chosen) == min(len(allowed), max(2, len(allowed) // 4))
+    assert set(chosen) <= set(allowed)
 
 
 def test_the_tok_s_injection_is_sized_from_the_baseline_s_own_figures() -> None:
