@@ -184,14 +184,17 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
         variant = args.variants[n % len(args.variants)]
         env, cpus = variant_setup(variant, args.device)
         command = [sys.executable, __file__, "--child", *args.passed]
-        done = subprocess.run(
-            command,
-            capture_output=True,
-            text=True,
-            timeout=args.timeout_s,
-            env=env,
-            preexec_fn=_placed(variant, cpus),
-        )
+        try:
+            done = subprocess.run(
+                command,
+                capture_output=True,
+                text=True,
+                timeout=args.timeout_s,
+                env=env,
+                preexec_fn=_placed(variant, cpus),
+            )
+        except subprocess.SubprocessError as refused:  # the placement, refused in the child
+            raise SystemExit(f"launch {n + 1} ({variant}): this machine refuses it: {refused}")
         if done.returncode != 0:
             raise SystemExit(f"launch {n + 1} failed (exit {done.returncode}):\n{done.stderr}")
         row = json.loads(done.stdout.strip().splitlines()[-1])
@@ -329,7 +332,9 @@ RUN_AS = ("as-placed", "gpu-local", "hash-seed", "fastest-cpus", "no-aslr")
 def run_as(argv: list[str]) -> int:
     """``--run-as VARIANT [--device D] -- COMMAND...``: run the command placed as a launch of
     that variant is (its CPUs, its environment); every process it starts inherits both, so
-    the servers of a `perfgate run` run as the diagnosis measured. Exits 64 on bad usage."""
+    the servers of a `perfgate run` run as the diagnosis measured. Exits 64 on bad usage, 69
+    where the machine refuses the placement (a container's seccomp profile may refuse
+    ``no-aslr``'s personality)."""
     variant, rest = (argv[1], argv[2:]) if len(argv) > 1 else ("", [])
     device = "cuda"
     if rest[:1] == ["--device"] and len(rest) > 1:
@@ -343,8 +348,12 @@ def run_as(argv: list[str]) -> int:
         return 64
     env, cpus = variant_setup(variant, device)
     place = _placed(variant, cpus)
-    if place is not None:
-        place()
+    try:
+        if place is not None:
+            place()
+    except OSError as refused:
+        print(f"--run-as {variant}: this machine refuses it: {refused}", file=sys.stderr)
+        return 69
     command = rest[1:]
     os.execvpe(command[0], command, env)
 
