@@ -193,8 +193,12 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
                 env=env,
                 preexec_fn=_placed(variant, cpus),
             )
+        except subprocess.TimeoutExpired:
+            raise
         except subprocess.SubprocessError as refused:  # the placement, refused in the child
-            raise SystemExit(f"launch {n + 1} ({variant}): this machine refuses it: {refused}")
+            raise SystemExit(
+                f"launch {n + 1} ({variant}): this machine refuses it: {refused}"
+            ) from refused
         if done.returncode != 0:
             raise SystemExit(f"launch {n + 1} failed (exit {done.returncode}):\n{done.stderr}")
         row = json.loads(done.stdout.strip().splitlines()[-1])
