@@ -2,14 +2,15 @@
 
     python benchmarks/plan_accuracy.py                                  # CPU: embedded-default
     python benchmarks/plan_accuracy.py --scenario embedded-large-gpu --sweep-steps 1-10 \\
-        --plan-steps 10 --out benchmarks/results/plan-h200.md           # one H200
+        --out benchmarks/results/plan-h200.md                           # one H200
 
 On an H200 the large configuration needs its trained weights in the machine's model cache
 first (`benchmarks/gpu_real_weights.sh OUT train`, about 5 minutes, in a call of its own);
 then the command above runs the sweep's 11 servers and the plan's 4; a fresh `perfgate run`
 of that scenario (two servers) took 49-56 s on an H200 (benchmarks/results/h200-real-weights.md),
-so about 7 minutes, inside one 10-minute call. Plan at 10 steps there, so that the plan
-predicts every step count the sweep measures.
+so about 7 minutes, inside one 10-minute call. The plan profiles at the sweep's largest step
+count (`--plan-steps`, 10 there), so that it predicts every step count the sweep measures
+and times no longer chain than the sweep does.
 
 Per round: `perfgate sweep --steps SWEEP --no-early-stop` measures every step count (one
 server launch each, the plain twin once), then `perfgate plan --steps PLAN --confirm N`
@@ -375,7 +376,12 @@ def main() -> int:
     parser.add_argument("--scenario", default="embedded-default")
     parser.add_argument("--config", type=Path, default=REPO / "perfgate.toml")
     parser.add_argument("--sweep-steps", default="1-6", help="the full sweep's steps")
-    parser.add_argument("--plan-steps", type=int, default=8, help="the plan's profiled steps")
+    parser.add_argument(
+        "--plan-steps",
+        type=int,
+        help="the plan's profiled steps (default: the sweep's largest, so that the plan "
+        "predicts every step count the sweep measures and profiles no longer chain than it)",
+    )
     parser.add_argument("--confirm", type=int, default=2)
     parser.add_argument("--repeats", type=int, help="repeats per server (default: the scenario's)")
     parser.add_argument("--rounds", type=int, default=1, help="sweep and plan, alternated")
@@ -397,6 +403,10 @@ def main() -> int:
     args = parser.parse_args()
     if args.only and args.work is None:
         parser.error("--only sweep needs --work DIR, where the next call finds the sweeps")
+    if args.plan_steps is None:
+        from perfgate.spec.sweep import parse_int_list
+
+        args.plan_steps = max(parse_int_list(args.sweep_steps, "--sweep-steps"))
     raw = args.out.with_suffix("")
     raw.mkdir(parents=True, exist_ok=True)
     about = machine()
