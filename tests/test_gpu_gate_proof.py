@@ -9,6 +9,7 @@ import os
 import sqlite3
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -252,7 +253,9 @@ def test_each_launch_shows_the_sidecar_s_host_speed_beside_the_run_s_host_phases
     assert "r = +1.00" in text
 
 
-def test_the_sampler_times_the_machine_while_a_server_runs(tmp_path: Path) -> None:
+def test_the_sampler_times_the_machine_while_a_server_runs(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     placement = importlib.import_module("server_placement")
     # A process whose command line names the embedded server with a draft: a spec server.
     stand_in = subprocess.Popen(
@@ -260,6 +263,12 @@ def test_the_sampler_times_the_machine_while_a_server_runs(tmp_path: Path) -> No
          "perfgate.engines.embedded.server", "--speculative-algorithm"]
     )  # fmt: skip
     try:
+        deadline = time.monotonic() + 30  # its command line shows once it has started
+        while stand_in.pid not in placement.servers() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert placement.servers().get(stand_in.pid) == "spec"
+        # Other tests' servers may run beside this one: the sampler is shown the stand-in only.
+        monkeypatch.setattr(placement, "servers", lambda: {stand_in.pid: "spec"})
         found = placement.sample(1.0, 0.1, None)
     finally:
         stand_in.kill()
