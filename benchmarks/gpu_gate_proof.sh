@@ -142,7 +142,7 @@ accept_length = 0.05
 verify_ms = 0.6
 decode_tok_s = 0.6
 EOF
-  diag_args=(--launches 2 --device cpu --model perfgate/llama-tiny --replays 2 --blocks 2)
+  diag_args=(--launches 2 --device cpu --model perfgate/llama-tiny --replays 2 --blocks 2 --eager)
   series=${SERIES:-3} per_call=${LAUNCHES:-3} verdicts=${VERDICTS:-1} verify_slowdown=9
   device=cpu
 fi

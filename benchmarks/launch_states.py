@@ -8,8 +8,9 @@ Ten fresh launches of the GPU scenario on an H200 (benchmarks/results/h200-real-
 put plain decoding in two groups 4% apart: six launches at 476-484 ms for the 8 prompts, four
 at 496-504 ms. This tells the two places such a state can live apart. It starts --launches
 fresh processes one after another; each builds the target as a server does (seeded weights,
-stacked projections, compiled, the attention backend the device defaults to, a CUDA graph
-per step) and times a plain decode step of batch --batch at --position two ways:
+stacked projections, compiled, or eager with --eager, the attention backend the device
+defaults to, a CUDA graph per step) and times a plain decode step of batch --batch at
+--position two ways:
 
 - ``device``: back-to-back graph replays timed with CUDA events, the GPU's time alone;
 - ``served``: each step as the server's loop runs it, its inputs copied in, the graph
@@ -85,7 +86,8 @@ def child(args: argparse.Namespace) -> dict[str, Any]:
     fuse_projections(model)
     if device.type == "cuda" and triton_attention.available():
         use_attention_backend(model, "triton")
-    compile_layers(model)
+    if not args.eager:
+        compile_layers(model)
     graphs = GraphRunner("cuda" if device.type == "cuda" else "off")
     ids = torch.randint(0, model.config.vocab_size, (args.batch, 1), device=device)
     positions = torch.full((args.batch, 1), args.position, device=device)
@@ -215,6 +217,7 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
         "position": args.position,
         "replays": args.replays,
         "blocks": args.blocks,
+        "compiled": not args.eager,
         "launches": launches,
     }
 
@@ -226,7 +229,8 @@ def render(results: dict[str, Any]) -> str:
         "",
         f"torch {results['torch_version']}; batch {results['batch']} at position "
         f"{results['position']}; per launch the median of {results['blocks']} blocks of "
-        f"{results['replays']} steps.",
+        f"{results['replays']} steps; "
+        f"{'compiled' if results.get('compiled', True) else 'eager (--eager)'}.",
         "",
         "| launch | variant | device ms | served ms | served - device | CPU (of allowed) | "
         "CPU / GPU node | CPU MHz | Python loop us | launch + sync us | alloc offset | SM MHz | "
@@ -375,6 +379,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--launches", type=int, default=8)
     parser.add_argument("--replays", type=int, default=100)
     parser.add_argument("--blocks", type=int, default=7)
+    parser.add_argument(
+        "--eager",
+        action="store_true",
+        help="build the target without torch.compile, as a server without "
+        "--enable-torch-compile: the script's path on a CPU, where compiling costs tens of "
+        "seconds a launch and times nothing the GPU record needs",
+    )
     parser.add_argument("--timeout-s", type=float, default=300.0, help="for each launch")
     parser.add_argument(
         "--variants",

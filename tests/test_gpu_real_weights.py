@@ -114,10 +114,8 @@ def test_the_smoke_run_trains_measures_and_gates_on_the_cpu_over_two_calls(tmp_p
 
 def _compiled() -> str:
     """Inductor's cache of this suite, which TMPDIR set to tmp_path would move: the bandwidth
-    stage compiles the tiny target's decode step at batch 8 and position 200, as
-    tests/embedded/test_launch_states_script.py does, and whichever runs second reads the
-    code the first compiled (the smoke's verify forward is of one token, the decode step's
-    shape: the same code)."""
+    stage compiles the tiny target's decode step at batch 8 and position 200, and a later
+    run of the suite reads the code an earlier one compiled."""
     from torch._inductor.runtime.cache_dir_utils import default_cache_dir
 
     return os.environ.get("TORCHINDUCTOR_CACHE_DIR") or default_cache_dir()

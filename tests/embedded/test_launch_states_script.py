@@ -22,7 +22,7 @@ pytestmark = pytest.mark.slow
 def test_each_launch_is_a_process_of_its_own_with_both_ways_timed(tmp_path: Path) -> None:
     command = [sys.executable, str(SCRIPT), "--out", str(tmp_path), "--device", "cpu",
                "--model", "perfgate/llama-tiny", "--launches", "2", "--replays", "2",
-               "--blocks", "2"]  # fmt: skip
+               "--blocks", "2", "--eager"]  # fmt: skip
     done = subprocess.run(command, capture_output=True, text=True, timeout=HANG_S, env=server_env())
     assert done.returncode == 0, done.stdout + done.stderr
     launches = json.loads((tmp_path / "results.json").read_text())["launches"]
@@ -32,3 +32,5 @@ def test_each_launch_is_a_process_of_its_own_with_both_ways_timed(tmp_path: Path
         assert row["sm_clock_mhz"] is None  # no GPU to read here
     table = (tmp_path / "results.md").read_text()
     assert "| 2 |" in table and "| served |" in table and "| device |" in table
+    assert "eager (--eager)" in table  # the record says how the target was built
+    assert json.loads((tmp_path / "results.json").read_text())["compiled"] is False
