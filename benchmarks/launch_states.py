@@ -86,8 +86,7 @@ def child(args: argparse.Namespace) -> dict[str, Any]:
     fuse_projections(model)
     if device.type == "cuda" and triton_attention.available():
         use_attention_backend(model, "triton")
-    if not args.eager:
-        compile_layers(model)
+    compiled_layers = 0 if args.eager else compile_layers(model)
     graphs = GraphRunner("cuda" if device.type == "cuda" else "off")
     ids = torch.randint(0, model.config.vocab_size, (args.batch, 1), device=device)
     positions = torch.full((args.batch, 1), args.position, device=device)
@@ -118,6 +117,7 @@ def child(args: argparse.Namespace) -> dict[str, Any]:
         "variant": os.environ.get(VARIANT_VARIABLE, "as-placed"),
         **host_probes(torch, bus_id() if device.type == "cuda" else None),
         "ready_s": round(ready_s, 1),
+        "compiled_layers": compiled_layers,
         "device_ms": statistics.median(device_blocks),
         "device_cv": cv(device_blocks),
         "served_ms": statistics.median(served_blocks),
@@ -217,9 +217,16 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
         "position": args.position,
         "replays": args.replays,
         "blocks": args.blocks,
-        "compiled": not args.eager,
         "launches": launches,
     }
+
+
+def _built(launches: list[dict[str, Any]]) -> str:
+    """How the launches built the target, as each child says: its layers compiled, or eager."""
+    counts = sorted({row["compiled_layers"] for row in launches})
+    if counts == [0]:
+        return "eager (--eager)"
+    return f"{', '.join(map(str, counts))} layers compiled"
 
 
 def render(results: dict[str, Any]) -> str:
@@ -229,8 +236,7 @@ def render(results: dict[str, Any]) -> str:
         "",
         f"torch {results['torch_version']}; batch {results['batch']} at position "
         f"{results['position']}; per launch the median of {results['blocks']} blocks of "
-        f"{results['replays']} steps; "
-        f"{'compiled' if results.get('compiled', True) else 'eager (--eager)'}.",
+        f"{results['replays']} steps; {_built(launches)}.",
         "",
         "| launch | variant | device ms | served ms | served - device | CPU (of allowed) | "
         "CPU / GPU node | CPU MHz | Python loop us | launch + sync us | alloc offset | SM MHz | "

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib
 import json
 import subprocess
 import sys
@@ -26,6 +27,7 @@ def test_each_launch_is_a_process_of_its_own_with_both_ways_timed(tmp_path: Path
     done = subprocess.run(command, capture_output=True, text=True, timeout=HANG_S, env=server_env())
     assert done.returncode == 0, done.stdout + done.stderr
     launches = json.loads((tmp_path / "results.json").read_text())["launches"]
+    assert [row["compiled_layers"] for row in launches] == [0, 0]  # --eager: nothing compiled
     assert len(launches) == 2 and launches[0]["pid"] != launches[1]["pid"]
     for row in launches:
         assert row["device_ms"] > 0 and row["served_ms"] > 0 and row["allowed_cpus"] >= 1
@@ -33,4 +35,15 @@ def test_each_launch_is_a_process_of_its_own_with_both_ways_timed(tmp_path: Path
     table = (tmp_path / "results.md").read_text()
     assert "| 2 |" in table and "| served |" in table and "| device |" in table
     assert "eager (--eager)" in table  # the record says how the target was built
-    assert json.loads((tmp_path / "results.json").read_text())["compiled"] is False
+
+
+def test_the_record_says_how_many_layers_each_launch_compiled() -> None:
+    """The GPU record's launches compile (the default); the header says so from what the
+    children report, not from the flag."""
+    sys.path.insert(0, str(SCRIPT.parent))
+    launch_states = importlib.import_module("launch_states")
+    assert launch_states._built([{"compiled_layers": 0}] * 2) == "eager (--eager)"
+    assert launch_states._built([{"compiled_layers": 5}] * 2) == "5 layers compiled"
+    # A launch that compiled less than another is shown, not hidden behind the first.
+    mixed = [{"compiled_layers": 5}, {"compiled_layers": 0}]
+    assert launch_states._built(mixed) == "0, 5 layers compiled"
