@@ -258,11 +258,14 @@ def round_section(r: Round, plan_steps: int) -> tuple[list[str], dict[str, Any]]
     lines = [
         f"### Round {r.index}",
         "",
-        "| steps | sweep tok/s | predicted tok/s (95%) | error | sweep accept length | "
-        "predicted | sweep cycle ms | predicted | plan's own measurement |",
-        "| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |",
+        "| steps | sweep tok/s | predicted tok/s (95%) | error | refit tok/s | error | "
+        "sweep accept length | predicted | sweep cycle ms | predicted | refit | "
+        "plan's own measurement |",
+        "| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |",
     ]
+    refit = {p["steps"]: p for p in plan.get("refit", [])}
     errors: dict[int, float] = {}
+    refit_errors: dict[int, float] = {}  # at the step counts the plan did not measure
     for steps in sorted(set(r.swept) | set(predicted)):
         truth, guess = r.swept.get(steps), predicted.get(steps)
         cells = [str(steps)]
@@ -277,10 +280,18 @@ def round_section(r: Round, plan_steps: int) -> tuple[list[str], dict[str, Any]]
             cells.append(f"{errors[steps]:+.1%}")
         else:
             cells.append("")
+        again = refit.get(steps)
+        cells.append(f"{again['output_tok_s'][0]:.1f}" if again else "")
+        if truth and again and steps not in r.planned:
+            refit_errors[steps] = again["output_tok_s"][0] / truth["output_tok_s"] - 1
+            cells.append(f"{refit_errors[steps]:+.1%}")
+        else:
+            cells.append("")
         cells.append(f"{truth['accept_length']:.2f}" if truth else "")
         cells.append(f"{guess['accept_length'][0]:.2f}" if guess else "")
         cells.append(f"{truth['cycle_ms']:.3f}" if truth else "")
         cells.append(f"{guess['cycle_ms'][0]:.3f}" if guess else "")
+        cells.append(f"{again['cycle_ms'][0]:.3f}" if again else "")
         own = r.planned.get(steps)
         role = "profiled" if steps == plan_steps else "confirmed"
         cells.append(f"{own['output_tok_s']:.1f} tok/s, {role} (run #{own['run']})" if own else "")
@@ -297,6 +308,8 @@ def round_section(r: Round, plan_steps: int) -> tuple[list[str], dict[str, Any]]
         "shortfall": shortfall,
         "worst_error": max(errors.values(), key=abs) if errors else None,
         "worst_steps": max(errors, key=lambda k: abs(errors[k])) if errors else None,
+        "worst_refit_error": max(refit_errors.values(), key=abs) if refit_errors else None,
+        "refit_best": plan.get("refit_best"),
         "sweep_s": r.sweep.wall_s,
         "plan_s": r.plan.wall_s,
         "profile_s": profile_s,
@@ -356,6 +369,13 @@ def goals(found: list[dict[str, Any]]) -> list[str]:
         lines.append(
             f"| every predicted tok/s within {GOAL_EACH:.0%} of the measured | largest "
             f"{worst:.1%} | {verdict(worst <= GOAL_EACH)} |"
+        )
+    refit = [abs(f["worst_refit_error"]) for f in found if f.get("worst_refit_error") is not None]
+    if refit:
+        lines.append(
+            f"| the same after the refit on the confirmed steps' costs, at the step counts the "
+            f"plan did not measure | largest {max(refit):.1%} | "
+            f"{verdict(max(refit) <= GOAL_EACH)} |"
         )
     lines.append(
         f"| plan's runner time at most {GOAL_COST:.0%} of the sweep's | {cost:.0%} (the whole "
@@ -443,7 +463,9 @@ def main() -> int:
             "their tables, JSON and logs are in "
             f"`{raw.name}/`. Measured figures: median tok/s and accept length over the "
             "repeats, each phase's mean ms per cycle (the plan predicts means). Error: "
-            "predicted over measured, less one.",
+            "predicted over measured, less one. Refit: the plan's prediction made again with "
+            "its confirmed step counts' phase costs (perfgate/plan/forecast.py), its error "
+            "shown at the step counts the plan did not measure.",
             "",
             "Timings on a shared machine move with its load (the load averages above say "
             "how busy this one was), and a prediction from one launch carries that launch's "

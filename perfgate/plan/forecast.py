@@ -39,6 +39,16 @@ it accepted in each timed cycle: its *acceptance depths*. At ``k <= N`` steps th
 At ``k = N`` the model gives the run's own figures back. A step count above ``N`` is not
 predicted: the run cannot say how often a longer chain's extra drafts would be accepted.
 
+**Refit.** Once other step counts are measured (a plan's confirmations), their phase costs
+replace the lines' guesses: each phase's cost, and the rest of the cycle, becomes the
+least-squares line in ``k`` through the run's own and every measured step count's mean ms
+per cycle (never below zero; at ``N`` too, where the line need not pass through the run's
+own point), and the plain twin's step is no longer used. It exists because
+the plain step is not a one-token verify everywhere: on a CPU the speculative server's verify
+carries a fixed cost of its own, which a line through the plain step leaves out, so it
+underestimates short chains (benchmarks/results/plan-cpu.md). Acceptance still comes from the
+run's depths alone.
+
 Every figure has an interval: a percentile bootstrap (seeded, so a plan is reproducible) that
 draws the repeats, the cycles of each phase's costs and each sequence's depths with
 replacement, and the plain twin's repeats.
@@ -87,6 +97,15 @@ class Repeat:
 
 
 @dataclass(frozen=True)
+class Measured:
+    """A step count measured besides the profiled one: per repeat, each phase's mean ms per
+    cycle (``cycle`` included)."""
+
+    steps: int
+    repeats: tuple[Costs, ...]
+
+
+@dataclass(frozen=True)
 class Observation:
     """What the profiled run measured: the model's input."""
 
@@ -96,6 +115,7 @@ class Observation:
     budget: int | None = None  # max new tokens per sequence; None: as many as each made
     plain_tok_s: tuple[float, ...] = ()  # the plain twin's, per repeat
     plain_step_ms: tuple[float, ...] = ()  # its mean decode step, per repeat
+    measured: tuple[Measured, ...] = ()  # other step counts' costs: the lines are refit
 
 
 @dataclass(frozen=True)
@@ -190,6 +210,14 @@ def check_observation(observation: Observation) -> None:
             field="--steps",
             fix="plan chains only (topk = 1, draft tokens = steps + 1)",
         )
+    for other in observation.measured:
+        if not 1 <= other.steps <= steps or not other.repeats:
+            raise ConfigError(
+                f"steps {other.steps} measured to refit the costs: "
+                + (f"not in 1..{steps}" if other.repeats else "no repeat timed its phases"),
+                field="--steps",
+                fix=f"refit with step counts 1 to {steps} whose phases the probe timed",
+            )
     if not all(r.cycles and any(r.depths) for r in observation.repeats):
         raise ConfigError(
             "a repeat of the run has no timed cycles with acceptance depths",
@@ -213,7 +241,14 @@ def refuse_unobserved(prediction: Prediction, steps: int) -> None:
 def _notes(observation: Observation, prediction: Prediction) -> tuple[str, ...]:
     """What a reader should know of how far the prediction holds."""
     notes = []
-    if not observation.plain_step_ms:
+    if observation.measured:
+        seen = sorted({m.steps for m in observation.measured} | {observation.steps})
+        notes.append(
+            "each phase's cost refit through the step counts measured ("
+            + ", ".join(map(str, seen))
+            + "): the least-squares line in the steps"
+        )
+    elif not observation.plain_step_ms:
         notes.append(
             "the plain twin's decode step was not timed: verify and accept are taken as flat "
             "in the chain's tokens"
@@ -248,6 +283,7 @@ class _Arrays:
     repeat: NDArray[np.int64]  # [rows]
     plain: Array  # [plain repeats]: tok/s
     plain_step: Array  # [plain repeats]: mean decode step ms (empty where not timed)
+    measured: tuple[tuple[int, Array], ...] = ()  # other step counts: [repeats, len(COSTS)]
 
     @classmethod
     def of(cls, observation: Observation) -> _Arrays:
@@ -267,6 +303,7 @@ class _Arrays:
             repeat=np.concatenate([np.full(len(c), i) for i, c in enumerate(counts)]),
             plain=np.array(observation.plain_tok_s, dtype=np.float64),
             plain_step=np.array(observation.plain_step_ms, dtype=np.float64),
+            measured=tuple((m.steps, _cost_matrix(m.repeats, COSTS)) for m in observation.measured),
         )
 
     def resampled(self, rng: np.random.Generator) -> _Arrays:
@@ -287,6 +324,7 @@ class _Arrays:
             repeat=np.concatenate([np.full(len(m), i) for i, m in enumerate(members)]),
             plain=self.plain[plain],
             plain_step=self.plain_step[steps],
+            measured=tuple((k, _redraw_rows(rows, rng)) for k, rows in self.measured),
         )
 
 
@@ -356,9 +394,14 @@ def _figures(a: _Arrays, cycles: Array) -> list[dict[str, float]]:
     """Steps 1..N's figures from one (drawn) observation; `cycles` from expected_cycles."""
     ks = range(1, a.steps + 1)
     means = dict(zip(COSTS, a.costs.mean(axis=0).tolist(), strict=True))
-    phases = [
-        _cycle_costs(means, a.steps, len(a.plain_step) and a.plain_step.mean(), k) for k in ks
-    ]
+    if a.measured:
+        seen = [(a.steps, means)] + [
+            (k, dict(zip(COSTS, rows.mean(axis=0).tolist(), strict=True))) for k, rows in a.measured
+        ]
+        phases = [_refit_costs(seen, k) for k in ks]
+    else:
+        plain_step = len(a.plain_step) and a.plain_step.mean()
+        phases = [_cycle_costs(means, a.steps, plain_step, k) for k in ks]
     cycle = np.array([phase[CYCLE] for phase in phases])  # [K]
     # Each repeat's rows are contiguous: its slowest sequence's cycles at every k.
     starts = np.flatnonzero(np.r_[True, a.repeat[1:] != a.repeat[:-1]])
@@ -402,6 +445,26 @@ def _cycle_costs(
     }
     phase[CYCLE] = sum(phase[p] for p in NAMED_PHASES) + other
     return phase
+
+
+def _refit_costs(seen: Sequence[tuple[int, Costs]], k: int) -> dict[str, float]:
+    """Each phase's mean ms per cycle at k steps, and the cycle's, on the least-squares lines
+    in the steps through the step counts `seen` (the module doc's refit)."""
+    steps = np.array([s for s, _ in seen], dtype=np.float64)
+    parts = {p: [m[p] for _, m in seen] for p in NAMED_PHASES}
+    parts["other"] = [m[CYCLE] - sum(m[p] for p in NAMED_PHASES) for _, m in seen]
+    fitted = {p: max(0.0, _fit(steps, np.array(v), k)) for p, v in parts.items()}
+    phase = {p: fitted[p] for p in NAMED_PHASES}
+    phase[CYCLE] = sum(fitted.values())
+    return phase
+
+
+def _fit(x: Array, y: Array, at: float) -> float:
+    """The least-squares line through (x, y) at `at`; a mean where x holds one value."""
+    if np.ptp(x) == 0:
+        return float(y.mean())
+    slope, intercept = np.polyfit(x, y, 1)
+    return float(slope * at + intercept)
 
 
 def _line(x0: float, y0: float, x1: float, y1: float, x: float) -> float:

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from perfgate import metrics
-from perfgate.plan.forecast import Observation, Repeat
+from perfgate.plan.forecast import COSTS, Measured, Observation, Repeat
 from perfgate.probe.reader import CycleRecord
 from perfgate.results import ModeResult
 
@@ -67,3 +67,15 @@ def observe(
     return Observation(
         steps, sequences, tuple(repeats), budget, tuple(plain_tok_s), tuple(plain_step_ms)
     )
+
+
+def measured_costs(steps: int, result: ModeResult) -> Measured | None:
+    """A measured step count's costs for the refit: per repeat, each phase's mean ms per
+    cycle; None where a repeat did not time every phase (nothing to refit from)."""
+    per_phase = result.phase_ms()
+    columns = [per_phase.get(phase, ()) for phase in COSTS]
+    count = len(columns[-1])
+    if count == 0 or any(len(column) != count for column in columns):
+        return None
+    repeats = tuple(dict(zip(COSTS, row, strict=True)) for row in zip(*columns, strict=True))
+    return Measured(steps, repeats)

@@ -64,6 +64,46 @@ def _env_section(result: PlanResult, plan: EnvPlan) -> list[str]:
         cells += _measured_cells(point, measured.get(point.steps), point.steps == result.spec.steps)
         lines.append("| " + " | ".join(cells) + " |")
     lines += [f"Note: {note}." for note in plan.prediction.notes]
+    if plan.refit is not None:
+        lines += ["", *_refit_lines(plan, measured, result.spec.scenario)]
+    return lines
+
+
+REFIT_COLUMNS = tuple(c for c in COLUMNS if c[0] in ("output_tok_s", "speedup", "cycle_ms"))
+
+
+def _refit_lines(plan: EnvPlan, measured: dict[int, PointResult], scenario: str) -> list[str]:
+    """The prediction again on the confirmed step counts' costs, and whether it points past
+    what was measured."""
+    assert plan.refit is not None
+    seen = ", ".join(str(k) for k in sorted(measured))
+    titles = [title for _, title, _ in REFIT_COLUMNS]
+    lines = [
+        f"Refit: each phase's cost on its line through the step counts measured ({seen}); "
+        "acceptance as predicted.",
+        "",
+        "| steps | " + " | ".join(titles) + " | measured tok/s | error |",
+        "|" + " --- |" * (len(titles) + 3),
+    ]
+    for point in plan.refit.points:
+        cells = [str(point.steps), *(_cell(point[f], shape) for f, _, shape in REFIT_COLUMNS)]
+        cells += _measured_cells(point, measured.get(point.steps), False)[:2]
+        lines.append("| " + " | ".join(cells) + " |")
+    best = plan.refit.best()
+    fastest = max(
+        (p for p in measured.values() if p.measurement is not None),
+        key=lambda p: measured_figures(p.measurement)["output_tok_s"],  # type: ignore[arg-type]
+        default=None,
+    )
+    if fastest is not None and fastest.measurement is not None and best.steps not in measured:
+        tok_s = measured_figures(fastest.measurement)["output_tok_s"]
+        if best["output_tok_s"].value > tok_s:
+            lines.append(
+                f"Note: the refit puts steps={best.steps} ahead "
+                f"({best['output_tok_s'].value:.1f} tok/s) of the fastest measured "
+                f"(steps={fastest.point.steps}, {tok_s:.1f}): measure it "
+                f"(`perfgate sweep --scenario {scenario} --steps {best.steps}`)."
+            )
     return lines
 
 
@@ -181,6 +221,8 @@ def _env_json(result: PlanResult, plan: EnvPlan) -> dict[str, Any]:
         "predicted": [point_json(p) for p in plan.prediction.points] if plan.prediction else [],
         "best": plan.prediction.best().steps if plan.prediction else None,
         "notes": list(plan.prediction.notes) if plan.prediction else [],
+        "refit": [point_json(p) for p in plan.refit.points] if plan.refit else [],
+        "refit_best": plan.refit.best().steps if plan.refit else None,
     }
 
 

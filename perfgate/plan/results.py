@@ -46,6 +46,7 @@ class EnvPlan:
     profiled: PointResult
     prediction: Prediction | None = None
     refused: str | None = None
+    refit: Prediction | None = None  # the prediction again, its costs refit on the confirmed
 
 
 @dataclass(frozen=True)

@@ -17,7 +17,7 @@ recorded exactly as a sweep's points are, under the plan's name:
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -26,9 +26,9 @@ from perfgate.errors import ConfigError, PerfgateError
 from perfgate.measure import measure_mode
 from perfgate.pipeline import MeasureMode
 from perfgate.plan.compare import confirm_json, measured_figures, prediction_json
-from perfgate.plan.forecast import PredictedPoint, Prediction, predict
+from perfgate.plan.forecast import Observation, PredictedPoint, Prediction, predict
 from perfgate.plan.launch import ProfilingLaunch, batch_sequences
-from perfgate.plan.observe import observe
+from perfgate.plan.observe import measured_costs, observe
 from perfgate.plan.results import Confirmed, EnvPlan, PlanResult, PlanSpec, ranked_points
 from perfgate.progress import SILENT, Reporter
 from perfgate.results import Measurement, RunContext
@@ -52,6 +52,7 @@ class PlanRunner:
     measure: MeasureMode = measure_mode
     progress: Reporter = SILENT
     _predictions: dict[str, Prediction] = field(default_factory=dict)
+    _observations: dict[str, Observation] = field(default_factory=dict)
     _refusals: dict[str, str] = field(default_factory=dict)
     _faults: list[Exception] = field(default_factory=list)
     _profiled_runs: dict[str, int | None] = field(default_factory=dict)
@@ -90,7 +91,23 @@ class PlanRunner:
             Confirmed(predicted, measured[(point.env, point.steps)], label, point.env)
             for point, (label, predicted) in chosen
         )
+        plans = tuple(self._refit(plan, confirmed) for plan in plans)
         return PlanResult(self.spec, plans, confirmed, result, profile_s, confirm_s)
+
+    def _refit(self, plan: EnvPlan, confirmed: tuple[Confirmed, ...]) -> EnvPlan:
+        """The plan with its prediction refit on its confirmed step counts' costs, where any
+        was measured with its phases timed."""
+        observation = self._observations.get(plan.label)
+        found = [
+            measured_costs(c.measured.point.steps, c.measured.measurement.spec)
+            for c in confirmed
+            if c.label == plan.label and c.measured.measurement is not None
+        ]
+        costs = tuple(m for m in found if m is not None)
+        if observation is None or not costs:
+            return plan
+        refit = predict(replace(observation, measured=costs), seed=self.spec.seed)
+        return replace(plan, refit=refit)
 
     def _annotate(self, point: Point, measurement: Measurement) -> dict[str, Any]:
         """The ``plan`` entry of a point's recorded config; never raises (the run is kept)."""
@@ -119,6 +136,7 @@ class PlanRunner:
                 plain=measurement.plain,
             )
             prediction = predict(observation, seed=self.spec.seed)
+            self._observations[key] = observation
         except PerfgateError as error:
             self._refusals[key] = str(error)
             return {"role": "profiled", "steps": self.spec.steps, "refused": str(error)}

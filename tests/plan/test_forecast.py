@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import numpy as np
@@ -9,6 +10,7 @@ import pytest
 
 from perfgate.errors import ConfigError, ExitCode
 from perfgate.plan.forecast import (
+    Measured,
     Observation,
     Repeat,
     expected_cycles,
@@ -167,3 +169,80 @@ def test_a_best_at_the_profiled_steps_says_a_longer_chain_may_be_faster() -> Non
     assert prediction.best().steps == 8
     assert any("75% of its cycles accepted every draft" in note for note in prediction.notes)
     assert not any("every draft" in n for n in predict(seed_like(), replicates=FEW).notes)
+
+
+def true_costs(k: int) -> dict:
+    """A CPU-like cycle at k steps: verify carries 1 ms of its own besides its tokens' cost,
+    which the plain step (0.4 ms: one token's 0.2 and its commit's 0.2) does not show."""
+    return costs(
+        draft=0.1 + 0.5 * (k - 1),
+        verify=1.0 + 0.2 * (k + 1),
+        draft_extend=0.3 + 0.05 * (k + 1),
+        accept=0.2,
+        other=0.1,
+    )
+
+
+def cpu_like(measured: tuple[int, ...] = ()) -> Observation:
+    repeat = Repeat(0.5, 4 * 64, (true_costs(6),) * 40, ((1, 2, 3, 0) * 10,) * 4)
+    return Observation(
+        6,
+        4,
+        (repeat,),
+        budget=64,
+        plain_tok_s=(300.0,),
+        plain_step_ms=(0.4,),
+        measured=tuple(Measured(k, (true_costs(k),) * 2) for k in measured),
+    )
+
+
+def test_measured_step_counts_refit_every_phase_s_line() -> None:
+    """The plain step misleads the first prediction on short chains; a confirmation at one
+    and two steps puts every phase, and so every cycle, back on its true line."""
+    first = predict(cpu_like(), replicates=FEW)
+    refit = predict(cpu_like(measured=(1, 2)), replicates=FEW)
+    for k in range(1, 7):
+        true = true_costs(k)
+        for figure, phase in (
+            ("cycle_ms", "cycle"),
+            ("verify_ms", "verify"),
+            ("draft_ms", "draft"),
+        ):
+            assert refit.at(k)[figure].value == pytest.approx(true[phase])
+    assert first.at(1)["cycle_ms"].value < true_costs(1)["cycle"] - 0.5  # the line's guess
+    assert first.at(6)["cycle_ms"].value == pytest.approx(true_costs(6)["cycle"])
+    # Acceptance comes from the run's depths alone: the refit leaves it as it was.
+    assert refit.at(3)["accept_length"].value == pytest.approx(first.at(3)["accept_length"].value)
+    assert refit.at(1)["output_tok_s"].value < first.at(1)["output_tok_s"].value
+    assert any("refit through the step counts measured (1, 2, 6)" in n for n in refit.notes)
+
+
+def test_a_refit_never_predicts_a_negative_cost() -> None:
+    # Measured at 5 and 6 only, the draft's line falls below zero at one step: it stops at 0.
+    refit = predict(cpu_like(measured=(5,)), replicates=FEW)
+    assert refit.at(1)["draft_ms"].value == pytest.approx(0.1)
+    steep = replace_draft(cpu_like(measured=(5,)), at5=0.2)
+    assert predict(steep, replicates=FEW).at(1)["draft_ms"].value == 0.0
+
+
+def replace_draft(observation: Observation, at5: float) -> Observation:
+    (five,) = observation.measured
+    cost = dict(five.repeats[0])
+    cost["cycle"] += at5 - cost["draft"]
+    cost["draft"] = at5
+    return dataclasses.replace(observation, measured=(Measured(5, (cost,)),))
+
+
+@pytest.mark.parametrize(
+    ("measured", "match"),
+    [
+        (Measured(7, (true_costs(7),)), "steps 7 measured to refit the costs: not in 1..6"),
+        (Measured(2, ()), "steps 2 measured to refit the costs: no repeat timed its phases"),
+    ],
+)
+def test_a_measured_step_count_the_refit_cannot_use_is_refused(
+    measured: Measured, match: str
+) -> None:
+    observation = dataclasses.replace(cpu_like(), measured=(measured,))
+    with pytest.raises(ConfigError, match=match):
+        predict(observation, replicates=FEW)

@@ -62,16 +62,30 @@ class PlanServers:
         if mode == "plain":
             step = tuple(PhaseSummary("plain", "cycle", r, 20, 4.0, 4.0, 4.0) for r in range(3))
             result = replace(result, phases=step)
+        else:  # each repeat's phases, as the probe's records below make them
+            result = replace(result, phases=self._phases(scenario.steps, scenario.repeats))
         if options.get("on_records") is not None:
             options["on_records"](self._records(moments, scenario.steps))
         return result
+
+    @staticmethod
+    def _ms(steps: int) -> dict[str, float]:
+        """A cycle's phases: verify flat in the chain's tokens, above the plain step's 4 ms."""
+        ms = {"draft": 0.2 * (steps - 1), "verify": 5.0, "accept": 0.1}
+        return {**ms, "draft_extend": 0.4, "cycle": sum(ms.values()) + 0.4 + 0.1}
+
+    def _phases(self, steps: int, repeats: int) -> tuple[PhaseSummary, ...]:
+        return tuple(
+            PhaseSummary("spec", phase, r, 10, ms, ms, ms)
+            for r in range(repeats)
+            for phase, ms in self._ms(steps).items()
+        )
 
     def _records(self, moments: list[float], steps: int) -> list[CycleRecord]:
         found = []
         for moment in moments:
             for index in range(10):
-                ms = {"draft": 0.2 * (steps - 1), "verify": 5.0, "accept": 0.1}
-                ms = {**ms, "draft_extend": 0.4, "cycle": sum(ms.values()) + 0.4 + 0.1}
+                ms = self._ms(steps)
                 depths = self.depths[index % len(self.depths)] if self.depths else ()
                 rows = (0, 1) if depths else ()
                 found.append(CycleRecord("cycle", 1, index, moment, ms, 1, 0, depths, rows))
@@ -147,6 +161,24 @@ def test_the_table_and_json_show_predicted_against_measured(project: Path) -> No
     assert [c["steps"] for c in document["confirmed"]] == [2]
     assert document["confirmed"][0]["measured"]["output_tok_s"] == pytest.approx(707.0)
     assert document["exit_code"] == 0
+
+
+def test_the_confirmed_step_counts_refit_the_prediction(project: Path) -> None:
+    """Verify costs 5 ms whatever the chain, 1 ms above the plain step: the first prediction's
+    line through the plain step says less at short chains; the confirmation at 2 steps puts
+    every step count's verify back at 5 ms, and the table and JSON show the refit."""
+    result = run_plan(project, PlanServers(), confirm=1)
+    (plan,) = result.plans
+    assert plan.prediction is not None and plan.refit is not None
+    assert plan.prediction.at(3)["verify_ms"].value < 4.9
+    assert [p["verify_ms"].value for p in plan.refit.points] == pytest.approx([5.0] * 6)
+    assert plan.refit.at(4)["cycle_ms"].value == pytest.approx(PlanServers._ms(4)["cycle"])
+    text = render_markdown(result)
+    assert "Refit: each phase's cost on its line through the step counts measured (2, 6)" in text
+    (entry,) = plan_json(result)["plans"]
+    assert [p["steps"] for p in entry["refit"]] == [1, 2, 3, 4, 5, 6]
+    assert entry["refit_best"] == plan.refit.best().steps
+    assert run_plan(project, PlanServers(), confirm=0).plans[0].refit is None
 
 
 def test_confirm_0_measures_nothing_more(project: Path) -> None:
