@@ -10,7 +10,9 @@ then the command above runs the sweep's 11 servers and the plan's 4; a fresh `pe
 of that scenario (two servers) took 49-56 s on an H200 (benchmarks/results/h200-real-weights.md),
 so about 7 minutes, inside one 10-minute call. The plan profiles at the sweep's largest step
 count (`--plan-steps`, 10 there), so that it predicts every step count the sweep measures
-and times no longer chain than the sweep does.
+and times no longer chain than the sweep does. Where a lease is too short to train,
+`--config benchmarks/plan-gpu-seeded.toml --scenario embedded-large-gpu-seeded` plans the same
+configuration with seeded weights and simulated acceptance: the GPU's costs, untrained.
 
 Per round: `perfgate sweep --steps SWEEP --no-early-stop` measures every step count (one
 server launch each, the plain twin once), then `perfgate plan --steps PLAN --confirm N`

@@ -82,3 +82,24 @@ def test_several_rounds_are_judged_on_their_medians(tmp_path: Path) -> None:
         "| at most 0.0% short (medians over the rounds; one round's at most 4.0%) | met |" in table
     )
     assert "medians" not in "\n".join(accuracy.goals(found))
+
+
+def test_the_seeded_gpu_config_is_the_shipped_gpu_scenario_but_for_its_weights() -> None:
+    from dataclasses import replace
+
+    from perfgate.config import load_config
+
+    shipped = load_config(REPO / "perfgate.toml").scenarios["embedded-large-gpu"]
+    seeded = load_config(REPO / "benchmarks" / "plan-gpu-seeded.toml").scenarios[
+        "embedded-large-gpu-seeded"
+    ]
+    assert seeded.extra_args == (*shipped.extra_args, "--load-format", "dummy")
+    assert seeded.spec_extra_args == ("--debug-simulate-accept-rate", "0.7")
+    same = replace(
+        seeded,
+        name=shipped.name,
+        extra_args=shipped.extra_args,
+        spec_extra_args=shipped.spec_extra_args,
+        equivalence=shipped.equivalence,
+    )
+    assert same == shipped
