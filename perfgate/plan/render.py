@@ -90,18 +90,18 @@ def _refit_lines(plan: EnvPlan, measured: dict[int, PointResult], scenario: str)
         cells += _measured_cells(point, measured.get(point.steps), False)[:2]
         lines.append("| " + " | ".join(cells) + " |")
     best = plan.refit.best()
-    fastest = max(
-        (p for p in measured.values() if p.measurement is not None),
-        key=lambda p: measured_figures(p.measurement)["output_tok_s"],  # type: ignore[arg-type]
-        default=None,
-    )
-    if fastest is not None and fastest.measurement is not None and best.steps not in measured:
-        tok_s = measured_figures(fastest.measurement)["output_tok_s"]
+    rates = [
+        (measured_figures(p.measurement)["output_tok_s"], p.point.steps)
+        for p in measured.values()
+        if p.measurement is not None
+    ]
+    if rates and best.steps not in measured:
+        tok_s, steps = max(rates)
         if best["output_tok_s"].value > tok_s:
             lines.append(
                 f"Note: the refit puts steps={best.steps} ahead "
                 f"({best['output_tok_s'].value:.1f} tok/s) of the fastest measured "
-                f"(steps={fastest.point.steps}, {tok_s:.1f}): measure it "
+                f"(steps={steps}, {tok_s:.1f}): measure it "
                 f"(`perfgate sweep --scenario {scenario} --steps {best.steps}`)."
             )
     return lines

@@ -235,3 +235,27 @@ def test_an_environment_axis_costs_one_profiled_run_per_setting(project: Path) -
     for run in runs[2:]:
         entry = run.measurement.config["plan"]
         assert entry["profiled_run"] == by_label[run.measurement.config["sweep"]]
+
+
+@pytest.mark.parametrize(("measured_tok_s", "noted"), [(1.0, True), (1e9, False)])
+def test_a_refit_that_puts_an_unmeasured_step_count_first_says_to_measure_it(
+    measured_tok_s: float, noted: bool
+) -> None:
+    from perfgate.plan.forecast import predict
+    from perfgate.plan.render import _refit_lines
+    from perfgate.plan.results import EnvPlan
+    from perfgate.sweep.grid import Point
+    from perfgate.sweep.results import PointResult
+
+    from ..factories import measurement
+    from .test_forecast import cpu_like
+
+    refit = predict(cpu_like(measured=(1, 2)), replicates=20)
+    profiled = PointResult(Point((), 6, 1, 7), "p", 1, measurement(spec_tok_s=measured_tok_s))
+    plan = EnvPlan("p", (), profiled, refit, refit=refit)
+    lines = _refit_lines(plan, {6: profiled}, "tiny")
+    best = refit.best().steps
+    note = f"Note: the refit puts steps={best} ahead"
+    assert any(note in line for line in lines) is noted
+    if noted:
+        assert f"(`perfgate sweep --scenario tiny --steps {best}`)." in lines[-1]
