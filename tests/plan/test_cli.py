@@ -82,6 +82,11 @@ def test_a_plan_of_the_tiny_models_is_predicted_confirmed_recorded_and_reported(
     if best != 4:
         (confirmed,) = document["confirmed"]
         assert runs[1].measurement.config["plan"]["error"] == confirmed["error"]
+        # The confirmation's costs refit every step count's prediction.
+        assert [p["steps"] for p in plan["refit"]] == [1, 2, 3, 4]
+        assert f"through the step counts measured ({best}, 4)" in done.stdout
+    else:
+        assert plan["refit"] == [] and "Refit:" not in done.stdout
     report = perfgate_main("report", "--db", "sqlite:///plans.db", "--out", "r.html", cwd=tmp_path)
     assert report.returncode == 0, report.stderr
     assert "Plans: predicted against measured" in (tmp_path / "r.html").read_text()
