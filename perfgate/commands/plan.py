@@ -28,7 +28,9 @@ def register(commands: Any) -> None:
         "(--steps, topk 1) with the probe, which records what each sequence accepted in each "
         "cycle and what each phase cost, and predict every shorter chain from it: accept "
         "length, cycle time by phase, tok/s and speedup over the plain twin (measured once), "
-        "each with a 95%% interval. Then measure the --confirm fastest predicted step counts. "
+        "each with a 95%% interval. Then measure --confirm step counts, one at a time: the "
+        "fastest predicted, then the fastest not measured by the prediction refit on the "
+        "costs measured so far. "
         "Every run is recorded in the history as a sweep's point is (under the plan's name), "
         "the profiled run with the prediction, each confirmed one with its prediction and the "
         "errors. Trees (topk > 1) are refused: the model holds for chains. Exit code: 0; 1 if "
@@ -53,7 +55,8 @@ def register(commands: Any) -> None:
         type=int,
         default=DEFAULT_CONFIRM,
         metavar="N",
-        help=f"measure the N fastest predicted step counts (default {DEFAULT_CONFIRM}; 0: none)",
+        help=f"measure N step counts, each the fastest not measured by the latest prediction "
+        f"(refit on the confirmations before it; default {DEFAULT_CONFIRM}; 0: none)",
     )
     add("--env", action="append", default=[], metavar="NAME=V1,V2", help="an environment axis")
     add("--repeats", type=int, help="repeats per server (default: the scenario's)")

@@ -159,7 +159,7 @@ def _predicted_best_line(result: PlanResult) -> str:
 
 def _confirmed_line(confirmed: Confirmed) -> str:
     point, measured = confirmed.predicted, confirmed.measured
-    head = f"Confirmed steps={point.steps}"
+    head = f"Confirmed steps={point.steps} (chosen by {confirmed.chosen_by})"
     if measured.measurement is None:
         return f"{head}: not measured ({measured.skipped})."
     truth = measured_figures(measured.measurement)
@@ -232,6 +232,7 @@ def _confirmed_json(confirmed: Confirmed) -> dict[str, Any]:
     return {
         "sweep": confirmed.label,
         "steps": confirmed.predicted.steps,
+        "chosen_by": confirmed.chosen_by,
         "predicted": point_json(confirmed.predicted),
         "measured": {k: _finite(v) for k, v in truth.items()},
         "error": prediction_errors(confirmed.predicted.figures, truth) if truth else None,

@@ -53,10 +53,11 @@ class EnvPlan:
 class Confirmed:
     """A predicted step count measured: its prediction and the point it measured."""
 
-    predicted: PredictedPoint
+    predicted: PredictedPoint  # the first prediction's, whichever chose it
     measured: PointResult
     label: str
     env: EnvPoint
+    chosen_by: str = "the prediction"  # or "the refit" on the confirmations before it
 
 
 @dataclass(frozen=True)

@@ -83,15 +83,19 @@ class PlanRunner:
         self._profiled_runs = {p.label: p.profiled.run_id for p in plans}
         for plan in plans:
             self._note(plan)
-        chosen = self._to_confirm(plans)
-        result = sweep.extend([point for point, _ in chosen]) if chosen else first
-        confirm_s = time.monotonic() - clock if chosen else 0.0
-        measured = {(p.point.env, p.point.steps): p for p in result.points}
-        confirmed = tuple(
-            Confirmed(predicted, measured[(point.env, point.steps)], label, point.env)
-            for point, (label, predicted) in chosen
-        )
-        plans = tuple(self._refit(plan, confirmed) for plan in plans)
+        result = first
+        confirmed: tuple[Confirmed, ...] = ()
+        while len(confirmed) < self.spec.confirm:
+            chosen = self._next_to_confirm(plans, confirmed)
+            if chosen is None:
+                break
+            point, label, predicted, by = chosen
+            result = sweep.extend([point])
+            measured = {(p.point.env, p.point.steps): p for p in result.points}
+            found = measured[(point.env, point.steps)]
+            confirmed = (*confirmed, Confirmed(predicted, found, label, point.env, by))
+            plans = tuple(self._refit(plan, confirmed) for plan in plans)
+        confirm_s = time.monotonic() - clock if confirmed else 0.0
         return PlanResult(self.spec, plans, confirmed, result, profile_s, confirm_s)
 
     def _refit(self, plan: EnvPlan, confirmed: tuple[Confirmed, ...]) -> EnvPlan:
@@ -164,13 +168,19 @@ class PlanRunner:
                 f"tok/s ({tok_s.low:.1f} to {tok_s.high:.1f})"
             )
 
-    def _to_confirm(
-        self, plans: tuple[EnvPlan, ...]
-    ) -> list[tuple[Point, tuple[str, PredictedPoint]]]:
-        """The `confirm` fastest predicted points not measured yet (the profiled steps are)."""
-        chosen = []
-        for plan, predicted in ranked_points(plans)[: self.spec.confirm]:
-            if predicted.steps != self.spec.steps:
+    def _next_to_confirm(
+        self, plans: tuple[EnvPlan, ...], confirmed: tuple[Confirmed, ...]
+    ) -> tuple[Point, str, PredictedPoint, str] | None:
+        """The fastest step count not measured yet, by each environment point's latest
+        prediction (its refit once a confirmation measured costs); with its first prediction
+        (what its errors are of) and what chose it. None where every step count is measured."""
+        measured = {(c.label, c.predicted.steps) for c in confirmed}
+        measured |= {(plan.label, self.spec.steps) for plan in plans}
+        latest = tuple(replace(plan, prediction=plan.refit or plan.prediction) for plan in plans)
+        for plan, predicted in ranked_points(latest):
+            if (plan.label, predicted.steps) not in measured:
+                first = self._predictions[plan.label].at(predicted.steps)
+                by = "the refit" if plan.refit is not None else "the prediction"
                 point = Point(plan.env, predicted.steps, 1, predicted.steps + 1)
-                chosen.append((point, (plan.label, predicted)))
-        return chosen
+                return point, plan.label, first, by
+        return None

@@ -40,8 +40,13 @@ class PlanServers:
     """Answers measure_mode's calls; the profiled server's probe records carry `depths`
     (one cycle per pair, as (row 0, row 1)), or no depths at all."""
 
-    def __init__(self, depths: tuple[tuple[int, int], ...] | None = DEPTHS) -> None:
+    def __init__(
+        self,
+        depths: tuple[tuple[int, int], ...] | None = DEPTHS,
+        verify: dict[int, float] | None = None,
+    ) -> None:
         self.depths = depths
+        self.verify = verify or {}  # verify's ms at these steps, instead of 5
         self.calls: list[tuple[str, int]] = []
 
     def __call__(
@@ -68,10 +73,9 @@ class PlanServers:
             options["on_records"](self._records(moments, scenario.steps))
         return result
 
-    @staticmethod
-    def _ms(steps: int) -> dict[str, float]:
+    def _ms(self, steps: int) -> dict[str, float]:
         """A cycle's phases: verify flat in the chain's tokens, above the plain step's 4 ms."""
-        ms = {"draft": 0.2 * (steps - 1), "verify": 5.0, "accept": 0.1}
+        ms = {"draft": 0.2 * (steps - 1), "verify": self.verify.get(steps, 5.0), "accept": 0.1}
         return {**ms, "draft_extend": 0.4, "cycle": sum(ms.values()) + 0.4 + 0.1}
 
     def _phases(self, steps: int, repeats: int) -> tuple[PhaseSummary, ...]:
@@ -121,9 +125,13 @@ def test_one_profiled_launch_then_the_two_fastest_predicted_are_measured(project
     ranked = [p.steps for p in plan.prediction.ranked()]
     # Acceptance stops growing past two drafts: the shortest chains that hold them win.
     assert ranked[0] == 2
-    expected = [k for k in ranked[:2] if k != 6]
+    # Verify costs what the run timed at every width, so the refit on the first confirmation
+    # ranks as the prediction did: the next is its runner-up.
+    expected = [2, ranked[1]]
     assert servers.calls == [("plain", 6), ("spec", 6), *(("spec", k) for k in expected)]
     assert [c.predicted.steps for c in result.confirmed] == expected
+    # The first by the prediction; the next by the refit on the first's measured costs.
+    assert [c.chosen_by for c in result.confirmed] == ["the prediction", "the refit"]
     runs = recorded(project)
     assert [r.measurement.scenario for r in runs] == ["tiny-plan"] * (1 + len(expected))
     profiled = runs[0].measurement.config["plan"]
@@ -153,7 +161,7 @@ def test_the_table_and_json_show_predicted_against_measured(project: Path) -> No
     assert "| steps | tok/s | speedup | accept length | cycle ms |" in text
     assert "| **2** |" in text and "| 6 |" in text and "profiled | #1 |" in text
     assert "Predicted best: steps=2: " in text
-    assert "Confirmed steps=2: measured 707.0 tok/s against " in text
+    assert "Confirmed steps=2 (chosen by the prediction): measured 707.0 tok/s against " in text
     assert "Best measured: steps=2 topk=1 draft_tokens=3: 707.0 tok/s" in text
     assert "Runner time: " in text
     document = plan_json(result)
@@ -172,13 +180,34 @@ def test_the_confirmed_step_counts_refit_the_prediction(project: Path) -> None:
     assert plan.prediction is not None and plan.refit is not None
     assert plan.prediction.at(3)["verify_ms"].value < 4.9
     assert [p["verify_ms"].value for p in plan.refit.points] == pytest.approx([5.0] * 6)
-    assert plan.refit.at(4)["cycle_ms"].value == pytest.approx(PlanServers._ms(4)["cycle"])
+    assert plan.refit.at(4)["cycle_ms"].value == pytest.approx(PlanServers()._ms(4)["cycle"])
     text = render_markdown(result)
     assert "Refit: each phase's cost on its line through the step counts measured (2, 6)" in text
     (entry,) = plan_json(result)["plans"]
     assert [p["steps"] for p in entry["refit"]] == [1, 2, 3, 4, 5, 6]
     assert entry["refit_best"] == plan.refit.best().steps
     assert run_plan(project, PlanServers(), confirm=0).plans[0].refit is None
+
+
+def test_a_confirmation_that_finds_the_prediction_wrong_steers_the_next(project: Path) -> None:
+    """Verify measures 9 ms at 2 steps, not the 5 the run at 6 timed: the first prediction's
+    runner-up (3 steps) is no longer the next to measure; the refit through 2 and 6 makes
+    short chains dearer, so 5 steps, the fastest it has not measured, is."""
+    servers = PlanServers(verify={2: 9.0})
+    result = run_plan(project, servers)
+    (plan,) = result.plans
+    assert plan.prediction is not None and [p.steps for p in plan.prediction.ranked()][:2] == [2, 3]
+    assert [(c.predicted.steps, c.chosen_by) for c in result.confirmed] == [
+        (2, "the prediction"),
+        (5, "the refit"),
+    ]
+    assert servers.calls == [("plain", 6), ("spec", 6), ("spec", 2), ("spec", 5)]
+    text = render_markdown(result)
+    assert "Confirmed steps=5 (chosen by the refit): measured " in text
+    assert [c["chosen_by"] for c in plan_json(result)["confirmed"]] == [
+        "the prediction",
+        "the refit",
+    ]
 
 
 def test_confirm_0_measures_nothing_more(project: Path) -> None:
