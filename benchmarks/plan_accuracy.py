@@ -412,50 +412,37 @@ def _points(r: Round, key: str, steps: int) -> list[dict[str, Any]]:
 
 
 def goals(found: list[dict[str, Any]], pooled: dict[str, Any] | None = None) -> list[str]:
-    """The three goals over every round, each met or missed; the accuracy goals on the
-    medians over the rounds where there are several (`pooled`)."""
+    """The goals over every round, each met or missed; where there are several rounds
+    (`pooled`), the accuracy goals on their medians, each round's worst said beside."""
 
     def verdict(ok: bool) -> str:
         return "met" if ok else "**missed**"
 
-    shortfalls = [f["shortfall"] for f in found if f["shortfall"] is not None]
-    best_where = ""
-    if pooled is not None and pooled.get("shortfall") is not None:
-        best_where = f" (medians over the rounds; one round's at most {max(shortfalls):.1%})"
-        shortfalls = [pooled["shortfall"]]
-    worst = max(
-        (abs(f["worst_error"]) for f in found if f["worst_error"] is not None), default=None
-    )
+    def judged(key: str) -> tuple[float | None, str]:
+        """The figure a goal is judged on, and where it comes from."""
+        rounds = [abs(f[key]) for f in found if f.get(key) is not None]
+        one = max(rounds, default=None)
+        if pooled is None or pooled.get(key) is None:
+            return one, ""
+        beside = f"; one round's {one:.1%}" if one is not None else ""
+        return pooled[key], f" (medians over the rounds{beside})"
+
+    rows = (
+        ("shortfall", f"predicted best's measured tok/s within {GOAL_BEST:.0%} of the sweep's "
+         "best", "short", GOAL_BEST),
+        ("worst_error", f"every predicted tok/s within {GOAL_EACH:.0%} of the measured",
+         "largest", GOAL_EACH),
+        ("worst_refit_error", "the same after the refit on the confirmed steps' costs, at the "
+         "step counts the plan did not measure", "largest", GOAL_EACH),
+    )  # fmt: skip
+    lines = ["| goal | found | |", "| --- | --- | --- |"]
+    for key, goal, word, limit in rows:
+        value, where = judged(key)
+        if value is not None:
+            found_text = f"{value:.1%} short" if word == "short" else f"largest {value:.1%}"
+            lines.append(f"| {goal} | {found_text}{where} | {verdict(value <= limit)} |")
     cost = max(f["plan_s"] / f["sweep_s"] for f in found)
     predict_cost = max(f["profile_s"] / f["sweep_s"] for f in found)
-    lines = ["| goal | found | |", "| --- | --- | --- |"]
-    if shortfalls:
-        worst_short = max(shortfalls)
-        lines.append(
-            f"| predicted best's measured tok/s within {GOAL_BEST:.0%} of the sweep's best | "
-            f"at most {worst_short:.1%} short{best_where} | {verdict(worst_short <= GOAL_BEST)} |"
-        )
-    refit = [abs(f["worst_refit_error"]) for f in found if f.get("worst_refit_error") is not None]
-    worst_refit = max(refit, default=None)
-    where = ""
-    if pooled is not None:  # judged on the medians; one round's figure said beside
-        one = f"; one round's largest {worst:.1%}" if worst is not None else ""
-        one_refit = f"; one round's largest {worst_refit:.1%}" if worst_refit is not None else ""
-        worst, worst_refit = pooled["worst_error"], pooled["worst_refit_error"]
-        where = " (medians over the rounds)"
-    else:
-        one = one_refit = ""
-    if worst is not None:
-        lines.append(
-            f"| every predicted tok/s within {GOAL_EACH:.0%} of the measured{where} | largest "
-            f"{worst:.1%}{one} | {verdict(worst <= GOAL_EACH)} |"
-        )
-    if worst_refit is not None:
-        lines.append(
-            f"| the same after the refit on the confirmed steps' costs, at the step counts the "
-            f"plan did not measure{where} | largest {worst_refit:.1%}{one_refit} | "
-            f"{verdict(worst_refit <= GOAL_EACH)} |"
-        )
     lines.append(
         f"| plan's runner time at most {GOAL_COST:.0%} of the sweep's | {cost:.0%} (the whole "
         f"command, confirmations included); {predict_cost:.0%} for the prediction alone (the "

@@ -47,7 +47,8 @@ own point), and the plain twin's step is no longer used. It exists because
 the plain step is not a one-token verify everywhere: on a CPU the speculative server's verify
 carries a fixed cost of its own, which a line through the plain step leaves out, so it
 underestimates short chains (benchmarks/results/plan-cpu.md). Acceptance still comes from the
-run's depths alone.
+run's depths alone: a ``Forecast`` draws the bootstrap and solves the acceptance once, and
+each prediction from it (the first, then a refit per confirmation) only costs its lines.
 
 Every figure has an interval: a percentile bootstrap (seeded, so a plan is reproducible) that
 draws the repeats, the cycles of each phase's costs and each sequence's depths with
@@ -115,7 +116,6 @@ class Observation:
     budget: int | None = None  # max new tokens per sequence; None: as many as each made
     plain_tok_s: tuple[float, ...] = ()  # the plain twin's, per repeat
     plain_step_ms: tuple[float, ...] = ()  # its mean decode step, per repeat
-    measured: tuple[Measured, ...] = ()  # other step counts' costs: the lines are refit
 
 
 @dataclass(frozen=True)
@@ -162,28 +162,65 @@ class Prediction:
         return next(p for p in self.points if p.steps == steps)
 
 
-def predict(observation: Observation, seed: int = 0, replicates: int = REPLICATES) -> Prediction:
+def predict(
+    observation: Observation,
+    seed: int = 0,
+    replicates: int = REPLICATES,
+    measured: Sequence[Measured] = (),
+) -> Prediction:
     """Predict steps 1..N from a run at N (see the module doc); refuse what cannot hold."""
-    check_observation(observation)
-    base = _Arrays.of(observation)
-    rng = np.random.default_rng(seed)
-    drawn = [base, *(base.resampled(rng) for _ in range(replicates))]
-    # One renewal solution for the rows of every draw at once, then split per draw.
-    solved = expected_cycles(
-        np.concatenate([a.counts for a in drawn]), np.concatenate([a.remaining for a in drawn])
-    )
-    bounds = np.cumsum([0, *(len(a.counts) for a in drawn)])
-    steps = range(1, observation.steps + 1)
-    figures = [_figures(a, solved[bounds[i] : bounds[i + 1]]) for i, a in enumerate(drawn)]
-    points = []
-    for index, k in enumerate(steps):
-        estimates = {
-            name: _estimate(figures[0][index][name], [f[index][name] for f in figures[1:]])
-            for name in FIGURES
-        }
-        points.append(PredictedPoint(k, estimates))
-    prediction = Prediction(observation.steps, tuple(points), seed, replicates)
-    return replace(prediction, notes=_notes(observation, prediction))
+    return Forecast.of(observation, seed, replicates).predict(measured)
+
+
+@dataclass(frozen=True)
+class Forecast:
+    """An observation's bootstrap draws and their acceptance solved, once: what every
+    prediction from it shares, the first and each refit (which changes the costs alone)."""
+
+    observation: Observation
+    seed: int
+    replicates: int
+    drawn: tuple[_Arrays, ...]  # the observation, then each replicate
+    cycles: tuple[Array, ...]  # per draw, expected_cycles of its rows
+
+    @classmethod
+    def of(cls, observation: Observation, seed: int = 0, replicates: int = REPLICATES) -> Forecast:
+        check_observation(observation)
+        base = _Arrays.of(observation)
+        rng = np.random.default_rng(seed)
+        drawn = (base, *(base.resampled(rng) for _ in range(replicates)))
+        # One renewal solution for the rows of every draw at once, then split per draw.
+        solved = expected_cycles(
+            np.concatenate([a.counts for a in drawn]), np.concatenate([a.remaining for a in drawn])
+        )
+        bounds = np.cumsum([0, *(len(a.counts) for a in drawn)])
+        cycles = tuple(solved[bounds[i] : bounds[i + 1]] for i in range(len(drawn)))
+        return cls(observation, seed, replicates, drawn, cycles)
+
+    def predict(self, measured: Sequence[Measured] = ()) -> Prediction:
+        """Every step count's figures; with `measured`, the costs refit (the module doc)."""
+        steps = self.observation.steps
+        check_measured(measured, steps)
+        # The measured repeats' own draws, apart from the observation's: the same
+        # acceptance draws under every refit.
+        rng = np.random.default_rng([self.seed, 1])
+        matrices = [(m.steps, _cost_matrix(m.repeats, COSTS)) for m in measured]
+        costs = [
+            matrices if i == 0 else [(k, _redraw_rows(rows, rng)) for k, rows in matrices]
+            for i in range(len(self.drawn))
+        ]
+        figures = [
+            _figures(a, c, m) for a, c, m in zip(self.drawn, self.cycles, costs, strict=True)
+        ]
+        points = []
+        for index, k in enumerate(range(1, steps + 1)):
+            estimates = {
+                name: _estimate(figures[0][index][name], [f[index][name] for f in figures[1:]])
+                for name in FIGURES
+            }
+            points.append(PredictedPoint(k, estimates))
+        prediction = Prediction(steps, tuple(points), self.seed, self.replicates)
+        return replace(prediction, notes=_notes(self.observation, prediction, measured))
 
 
 def check_observation(observation: Observation) -> None:
@@ -210,7 +247,17 @@ def check_observation(observation: Observation) -> None:
             field="--steps",
             fix="plan chains only (topk = 1, draft tokens = steps + 1)",
         )
-    for other in observation.measured:
+    if not all(r.cycles and any(r.depths) for r in observation.repeats):
+        raise ConfigError(
+            "a repeat of the run has no timed cycles with acceptance depths",
+            field="--repeats",
+            fix="run more tokens per repeat (max_new_tokens)",
+        )
+
+
+def check_measured(measured: Sequence[Measured], steps: int) -> None:
+    """Refuse a measured step count the refit cannot use, naming why (exit 64)."""
+    for other in measured:
         if not 1 <= other.steps <= steps or not other.repeats:
             raise ConfigError(
                 f"steps {other.steps} measured to refit the costs: "
@@ -218,12 +265,6 @@ def check_observation(observation: Observation) -> None:
                 field="--steps",
                 fix=f"refit with step counts 1 to {steps} whose phases the probe timed",
             )
-    if not all(r.cycles and any(r.depths) for r in observation.repeats):
-        raise ConfigError(
-            "a repeat of the run has no timed cycles with acceptance depths",
-            field="--repeats",
-            fix="run more tokens per repeat (max_new_tokens)",
-        )
 
 
 def refuse_unobserved(prediction: Prediction, steps: int) -> None:
@@ -238,11 +279,13 @@ def refuse_unobserved(prediction: Prediction, steps: int) -> None:
         )
 
 
-def _notes(observation: Observation, prediction: Prediction) -> tuple[str, ...]:
+def _notes(
+    observation: Observation, prediction: Prediction, measured: Sequence[Measured]
+) -> tuple[str, ...]:
     """What a reader should know of how far the prediction holds."""
     notes = []
-    if observation.measured:
-        seen = sorted({m.steps for m in observation.measured} | {observation.steps})
+    if measured:
+        seen = sorted({m.steps for m in measured} | {observation.steps})
         notes.append(
             "each phase's cost refit through the step counts measured ("
             + ", ".join(map(str, seen))
@@ -283,7 +326,6 @@ class _Arrays:
     repeat: NDArray[np.int64]  # [rows]
     plain: Array  # [plain repeats]: tok/s
     plain_step: Array  # [plain repeats]: mean decode step ms (empty where not timed)
-    measured: tuple[tuple[int, Array], ...] = ()  # other step counts: [repeats, len(COSTS)]
 
     @classmethod
     def of(cls, observation: Observation) -> _Arrays:
@@ -303,7 +345,6 @@ class _Arrays:
             repeat=np.concatenate([np.full(len(c), i) for i, c in enumerate(counts)]),
             plain=np.array(observation.plain_tok_s, dtype=np.float64),
             plain_step=np.array(observation.plain_step_ms, dtype=np.float64),
-            measured=tuple((m.steps, _cost_matrix(m.repeats, COSTS)) for m in observation.measured),
         )
 
     def resampled(self, rng: np.random.Generator) -> _Arrays:
@@ -324,7 +365,6 @@ class _Arrays:
             repeat=np.concatenate([np.full(len(m), i) for i, m in enumerate(members)]),
             plain=self.plain[plain],
             plain_step=self.plain_step[steps],
-            measured=tuple((k, _redraw_rows(rows, rng)) for k, rows in self.measured),
         )
 
 
@@ -390,15 +430,18 @@ def expected_cycles(counts: Array, remaining: Array) -> Array:
     return np.concatenate([np.zeros((rows, 1)), cycles], axis=1)
 
 
-def _figures(a: _Arrays, cycles: Array) -> list[dict[str, float]]:
-    """Steps 1..N's figures from one (drawn) observation; `cycles` from expected_cycles."""
+def _figures(
+    a: _Arrays, cycles: Array, measured: Sequence[tuple[int, Array]]
+) -> list[dict[str, float]]:
+    """Steps 1..N's figures from one (drawn) observation; `cycles` from expected_cycles;
+    `measured`: other step counts' drawn costs [repeats, len(COSTS)], to refit on."""
     ks = range(1, a.steps + 1)
     means = dict(zip(COSTS, a.costs.mean(axis=0).tolist(), strict=True))
-    if a.measured:
+    if measured:
         seen = [(a.steps, means)] + [
-            (k, dict(zip(COSTS, rows.mean(axis=0).tolist(), strict=True))) for k, rows in a.measured
+            (k, dict(zip(COSTS, rows.mean(axis=0).tolist(), strict=True))) for k, rows in measured
         ]
-        phases = [_refit_costs(seen, k) for k in ks]
+        phases = _refit_costs(seen, ks)
     else:
         plain_step = len(a.plain_step) and a.plain_step.mean()
         phases = [_cycle_costs(means, a.steps, plain_step, k) for k in ks]
@@ -447,24 +490,30 @@ def _cycle_costs(
     return phase
 
 
-def _refit_costs(seen: Sequence[tuple[int, Costs]], k: int) -> dict[str, float]:
-    """Each phase's mean ms per cycle at k steps, and the cycle's, on the least-squares lines
-    in the steps through the step counts `seen` (the module doc's refit)."""
+def _refit_costs(seen: Sequence[tuple[int, Costs]], ks: Sequence[int]) -> list[dict[str, float]]:
+    """Each phase's mean ms per cycle at each of `ks`, and the cycle's, on the least-squares
+    lines in the steps through the step counts `seen` (the module doc's refit)."""
     steps = np.array([s for s, _ in seen], dtype=np.float64)
     parts = {p: [m[p] for _, m in seen] for p in NAMED_PHASES}
     parts["other"] = [m[CYCLE] - sum(m[p] for p in NAMED_PHASES) for _, m in seen]
-    fitted = {p: max(0.0, _fit(steps, np.array(v), k)) for p, v in parts.items()}
-    phase = {p: fitted[p] for p in NAMED_PHASES}
-    phase[CYCLE] = sum(fitted.values())
-    return phase
+    at = np.array(ks, dtype=np.float64)
+    fitted = {p: np.maximum(0.0, _fit(steps, np.array(v), at)) for p, v in parts.items()}
+    phases = []
+    for i in range(len(at)):
+        phase = {p: float(fitted[p][i]) for p in NAMED_PHASES}
+        phase[CYCLE] = float(sum(values[i] for values in fitted.values()))
+        phases.append(phase)
+    return phases
 
 
-def _fit(x: Array, y: Array, at: float) -> float:
-    """The least-squares line through (x, y) at `at`; a mean where x holds one value."""
+def _fit(x: Array, y: Array, at: Array) -> Array:
+    """The least-squares line through (x, y) at each of `at`; the mean where x holds one
+    value."""
     if np.ptp(x) == 0:
-        return float(y.mean())
+        return np.full(len(at), float(y.mean()))
     slope, intercept = np.polyfit(x, y, 1)
-    return float(slope * at + intercept)
+    result: Array = slope * at + intercept
+    return result
 
 
 def _line(x0: float, y0: float, x1: float, y1: float, x: float) -> float:

@@ -85,9 +85,18 @@ class PlanResult:
         return self.sweep.exit_code()
 
 
-def ranked_points(plans: tuple[EnvPlan, ...]) -> list[tuple[EnvPlan, PredictedPoint]]:
-    """Every predicted step count of every environment point, fastest first."""
-    found = [(plan, point) for plan in plans if plan.prediction for point in plan.prediction.points]
+def ranked_points(
+    plans: tuple[EnvPlan, ...], latest: bool = False
+) -> list[tuple[EnvPlan, PredictedPoint]]:
+    """Every predicted step count of every environment point, fastest first: by the first
+    prediction, or with `latest` by its refit where there is one."""
+    found = [
+        (plan, point)
+        for plan in plans
+        for prediction in [(plan.refit if latest else None) or plan.prediction]
+        if prediction
+        for point in prediction.points
+    ]
     return sorted(found, key=lambda item: -_tok_s(item[1]))
 
 

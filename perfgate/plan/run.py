@@ -26,7 +26,7 @@ from perfgate.errors import ConfigError, PerfgateError
 from perfgate.measure import measure_mode
 from perfgate.pipeline import MeasureMode
 from perfgate.plan.compare import confirm_json, measured_figures, prediction_json
-from perfgate.plan.forecast import Observation, PredictedPoint, Prediction, predict
+from perfgate.plan.forecast import Forecast, PredictedPoint, Prediction
 from perfgate.plan.launch import ProfilingLaunch, batch_sequences
 from perfgate.plan.observe import measured_costs, observe
 from perfgate.plan.results import Confirmed, EnvPlan, PlanResult, PlanSpec, ranked_points
@@ -52,7 +52,7 @@ class PlanRunner:
     measure: MeasureMode = measure_mode
     progress: Reporter = SILENT
     _predictions: dict[str, Prediction] = field(default_factory=dict)
-    _observations: dict[str, Observation] = field(default_factory=dict)
+    _forecasts: dict[str, Forecast] = field(default_factory=dict)
     _refusals: dict[str, str] = field(default_factory=dict)
     _faults: list[Exception] = field(default_factory=list)
     _profiled_runs: dict[str, int | None] = field(default_factory=dict)
@@ -101,17 +101,16 @@ class PlanRunner:
     def _refit(self, plan: EnvPlan, confirmed: tuple[Confirmed, ...]) -> EnvPlan:
         """The plan with its prediction refit on its confirmed step counts' costs, where any
         was measured with its phases timed."""
-        observation = self._observations.get(plan.label)
+        forecast = self._forecasts.get(plan.label)
         found = [
             measured_costs(c.measured.point.steps, c.measured.measurement.spec)
             for c in confirmed
             if c.label == plan.label and c.measured.measurement is not None
         ]
         costs = tuple(m for m in found if m is not None)
-        if observation is None or not costs:
+        if forecast is None or not costs:
             return plan
-        refit = predict(replace(observation, measured=costs), seed=self.spec.seed)
-        return replace(plan, refit=refit)
+        return replace(plan, refit=forecast.predict(costs))
 
     def _annotate(self, point: Point, measurement: Measurement) -> dict[str, Any]:
         """The ``plan`` entry of a point's recorded config; never raises (the run is kept)."""
@@ -139,8 +138,9 @@ class PlanRunner:
                 budget=self.base.max_new_tokens,
                 plain=measurement.plain,
             )
-            prediction = predict(observation, seed=self.spec.seed)
-            self._observations[key] = observation
+            forecast = Forecast.of(observation, seed=self.spec.seed)
+            prediction = forecast.predict()
+            self._forecasts[key] = forecast
         except PerfgateError as error:
             self._refusals[key] = str(error)
             return {"role": "profiled", "steps": self.spec.steps, "refused": str(error)}
@@ -176,8 +176,7 @@ class PlanRunner:
         (what its errors are of) and what chose it. None where every step count is measured."""
         measured = {(c.label, c.predicted.steps) for c in confirmed}
         measured |= {(plan.label, self.spec.steps) for plan in plans}
-        latest = tuple(replace(plan, prediction=plan.refit or plan.prediction) for plan in plans)
-        for plan, predicted in ranked_points(latest):
+        for plan, predicted in ranked_points(plans, latest=True):
             if (plan.label, predicted.steps) not in measured:
                 first = self._predictions[plan.label].at(predicted.steps)
                 by = "the refit" if plan.refit is not None else "the prediction"

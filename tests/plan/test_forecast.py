@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import math
 
 import numpy as np
@@ -10,6 +9,7 @@ import pytest
 
 from perfgate.errors import ConfigError, ExitCode
 from perfgate.plan.forecast import (
+    Forecast,
     Measured,
     Observation,
     Repeat,
@@ -183,24 +183,22 @@ def true_costs(k: int) -> dict:
     )
 
 
-def cpu_like(measured: tuple[int, ...] = ()) -> Observation:
+def cpu_like() -> Observation:
     repeat = Repeat(0.5, 4 * 64, (true_costs(6),) * 40, ((1, 2, 3, 0) * 10,) * 4)
-    return Observation(
-        6,
-        4,
-        (repeat,),
-        budget=64,
-        plain_tok_s=(300.0,),
-        plain_step_ms=(0.4,),
-        measured=tuple(Measured(k, (true_costs(k),) * 2) for k in measured),
-    )
+    return Observation(6, 4, (repeat,), budget=64, plain_tok_s=(300.0,), plain_step_ms=(0.4,))
+
+
+def measured_at(*steps: int) -> tuple[Measured, ...]:
+    """Step counts measured at their true costs, two repeats each."""
+    return tuple(Measured(k, (true_costs(k),) * 2) for k in steps)
 
 
 def test_measured_step_counts_refit_every_phase_s_line() -> None:
     """The plain step misleads the first prediction on short chains; a confirmation at one
     and two steps puts every phase, and so every cycle, back on its true line."""
-    first = predict(cpu_like(), replicates=FEW)
-    refit = predict(cpu_like(measured=(1, 2)), replicates=FEW)
+    forecast = Forecast.of(cpu_like(), replicates=FEW)
+    first, refit = forecast.predict(), forecast.predict(measured_at(1, 2))
+    assert first == predict(cpu_like(), replicates=FEW)
     for k in range(1, 7):
         true = true_costs(k)
         for figure, phase in (
@@ -219,18 +217,13 @@ def test_measured_step_counts_refit_every_phase_s_line() -> None:
 
 def test_a_refit_never_predicts_a_negative_cost() -> None:
     # Measured at 5 and 6 only, the draft's line falls below zero at one step: it stops at 0.
-    refit = predict(cpu_like(measured=(5,)), replicates=FEW)
+    refit = predict(cpu_like(), replicates=FEW, measured=measured_at(5))
     assert refit.at(1)["draft_ms"].value == pytest.approx(0.1)
-    steep = replace_draft(cpu_like(measured=(5,)), at5=0.2)
-    assert predict(steep, replicates=FEW).at(1)["draft_ms"].value == 0.0
-
-
-def replace_draft(observation: Observation, at5: float) -> Observation:
-    (five,) = observation.measured
-    cost = dict(five.repeats[0])
-    cost["cycle"] += at5 - cost["draft"]
-    cost["draft"] = at5
-    return dataclasses.replace(observation, measured=(Measured(5, (cost,)),))
+    cost = dict(true_costs(5))
+    cost["cycle"] += 0.2 - cost["draft"]
+    cost["draft"] = 0.2
+    steep = predict(cpu_like(), replicates=FEW, measured=(Measured(5, (cost,)),))
+    assert steep.at(1)["draft_ms"].value == 0.0
 
 
 @pytest.mark.parametrize(
@@ -243,6 +236,5 @@ def replace_draft(observation: Observation, at5: float) -> Observation:
 def test_a_measured_step_count_the_refit_cannot_use_is_refused(
     measured: Measured, match: str
 ) -> None:
-    observation = dataclasses.replace(cpu_like(), measured=(measured,))
     with pytest.raises(ConfigError, match=match):
-        predict(observation, replicates=FEW)
+        predict(cpu_like(), replicates=FEW, measured=(measured,))

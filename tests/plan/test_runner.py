@@ -277,9 +277,9 @@ def test_a_refit_that_puts_an_unmeasured_step_count_first_says_to_measure_it(
     from perfgate.sweep.results import PointResult
 
     from ..factories import measurement
-    from .test_forecast import cpu_like
+    from .test_forecast import cpu_like, measured_at
 
-    refit = predict(cpu_like(measured=(1, 2)), replicates=20)
+    refit = predict(cpu_like(), replicates=20, measured=measured_at(1, 2))
     profiled = PointResult(Point((), 6, 1, 7), "p", 1, measurement(spec_tok_s=measured_tok_s))
     plan = EnvPlan("p", (), profiled, refit, refit=refit)
     lines = _refit_lines(plan, {6: profiled}, "tiny")
