@@ -13,7 +13,11 @@ it accepted in each timed cycle: its *acceptance depths*. At ``k <= N`` steps th
   decodes until its slowest sequence is done, so the batch's cycles at ``k`` are the run's
   cycles times the slowest sequence's expected cycles at ``k`` over its expected cycles at
   ``N``. ``accept_length`` is all the sequences' tokens over all their cycles, as SGLang
-  counts it (``completion_tokens / spec_verify_ct``).
+  counts it (``completion_tokens / spec_verify_ct``). Where the probe timed one cycle in a
+  few (its stride, 4 on a GPU), each sequence's depths are a sample: its tokens are then
+  the repeat's own (each its budget's, or the repeat's shared out as the samples say), and
+  its depths are drawn toward the batch's as far as they cannot tell it apart (Buhlmann's
+  credibility), since a noisy sample of a few dozen cycles makes too many of them.
 - **Cost per cycle**, phase by phase:
 
   - ``draft``: a chain of ``k`` steps runs ``k - 1`` draft forwards (its first token comes
@@ -338,9 +342,12 @@ class _Arrays:
             tokens=np.array([r.tokens for r in repeats], dtype=np.float64),
             run_cycles=np.array([len(r.cycles) * r.every for r in repeats], dtype=np.float64),
             costs=_cost_matrix([c for r in repeats for c in r.cycles], COSTS),
-            counts=np.concatenate(counts),
+            counts=_credible(np.concatenate(counts), max(r.every for r in repeats)),
             remaining=np.concatenate(
-                [_remaining(c, r.every, budget) for c, r in zip(counts, repeats, strict=True)]
+                [
+                    _remaining(c, r.every, budget, r.tokens, observation.sequences)
+                    for c, r in zip(counts, repeats, strict=True)
+                ]
             ),
             repeat=np.concatenate([np.full(len(c), i) for i, c in enumerate(counts)]),
             plain=np.array(observation.plain_tok_s, dtype=np.float64),
@@ -381,11 +388,64 @@ def _depth_counts(depths: Sequence[Sequence[int]], steps: int) -> Array:
     return np.array(rows, dtype=np.float64).reshape(len(rows), steps + 1)
 
 
-def _remaining(counts: Array, every: int, budget: int | None) -> Array:
-    """[sequences]: the tokens each made after its first: its cycles' (a bonus and the drafts
-    accepted, each, times the stride), at most the budget's."""
-    made: Array = every * (counts * (1 + np.arange(counts.shape[1]))).sum(axis=1)
-    return np.minimum(made, budget - 1) if budget is not None else made
+def _credible(counts: Array, every: int) -> Array:
+    """[rows, steps + 1]: each sequence's depth counts, drawn toward the batch's where they
+    are a sample.
+
+    Where the probe timed every cycle, a row's counts are what the sequence did: kept. Where
+    it timed one cycle in `every`, they are a sample of a few dozen, and a sequence's cycles
+    to its budget, a convex function of its acceptance, come out high on average from a
+    noisy one (Jensen: -1.4 to -5.6% of accept length at strides 4 and 8, tests/plan/
+    test_forecast.py). So each row's distribution becomes Buhlmann's credibility blend,
+    ``Z * its own + (1 - Z) * the batch's``, ``Z = n / (n + s2 / t2)``: ``n`` its timed
+    cycles, ``s2`` the depth's variance within a sequence, ``t2`` the variance of the
+    sequences' true mean depths (Buhlmann-Straub's estimate, 0 where the spread between
+    sequences is no more than their sampling spread: then all share the batch's). A
+    sequence keeps its own acceptance as far as its cycles tell it apart from the batch.
+    """
+    if every == 1 or len(counts) < 2:
+        return counts
+    depth = np.arange(counts.shape[1], dtype=np.float64)
+    n = counts.sum(axis=1)
+    mean = (counts * depth).sum(axis=1) / n
+    within = (counts * (depth - mean[:, None]) ** 2).sum(axis=1) / np.maximum(n - 1, 1)
+    total = n.sum()
+    s2 = float(((n - 1) * within).sum() / max(total - len(n), 1))
+    grand = float((n * mean).sum() / total)
+    between = float((n * (mean - grand) ** 2).sum()) - (len(n) - 1) * s2
+    t2 = between / (total - float((n**2).sum()) / total)
+    pooled = counts.sum(axis=0) / total
+    if t2 <= 0 or s2 <= 0:
+        weight = np.zeros_like(n) if t2 <= 0 else np.ones_like(n)
+    else:
+        weight = n / (n + s2 / t2)
+    own = counts / n[:, None]
+    blended: Array = (weight[:, None] * own + (1 - weight[:, None]) * pooled) * n[:, None]
+    return blended
+
+
+def _remaining(counts: Array, every: int, budget: int | None, tokens: int, sequences: int) -> Array:
+    """[sequences]: the tokens each made after its first.
+
+    Where the probe timed every cycle, its cycles' (a bonus and the drafts accepted, each),
+    at most the budget's. Where it timed one cycle in `every`, the timed ones times the
+    stride only say how the repeat's tokens split between its sequences: capped at the
+    budget, such a guess loses its long errors and keeps its short ones, so the sequences
+    would seem to make fewer tokens than they did, in fewer cycles, and every accept length
+    would come out long (+4.5% at stride 4 on an H100, benchmarks/results/plan-h100-seeded.md).
+    So the repeat's own count of tokens (all its sequences', less each one's first) is shared
+    out in proportion to the guesses; where every sequence made its whole budget, each made
+    exactly that.
+    """
+    made: Array = (counts * (1 + np.arange(counts.shape[1]))).sum(axis=1)
+    if every == 1:
+        return np.minimum(made, budget - 1) if budget is not None else made
+    rows = len(made)
+    if budget is not None and tokens == sequences * budget:
+        return np.full(rows, float(budget - 1))
+    after_first = (tokens - sequences) * rows / sequences  # of these rows, if some had no draw
+    shared = made * (after_first / made.sum()) if made.sum() else made
+    return np.minimum(shared, budget - 1) if budget is not None else shared
 
 
 def _redraw_counts(counts: Array, rng: np.random.Generator) -> Array:
