@@ -53,8 +53,15 @@ def test_a_hand_computed_plan() -> None:
     assert two["output_tok_s"].value == pytest.approx(13 / 0.050)
     assert two["accept_length"].value == pytest.approx(13 / 4)
     assert two["cycle_ms"].value == pytest.approx(9.0)
-    # One repeat, identical cycles and depths: nothing to draw but the values themselves.
-    assert one["output_tok_s"].low == pytest.approx(one["output_tok_s"].high)
+    # One repeat, identical cycles and depths: what the interval holds is the widths' range,
+    # each cost between its line and the run's own (flat): verify 3 to 4 ms, draft extend
+    # 1.5 to 2, so the cycle 6.5 to 8 ms and tok/s from 13 / 0.062 s up to the prediction.
+    assert one["cycle_ms"].low == pytest.approx(6.5)
+    assert 6.5 < one["cycle_ms"].high <= 8.0
+    assert one["output_tok_s"].high == pytest.approx(one["output_tok_s"].value)
+    assert 13 / 0.062 <= one["output_tok_s"].low < one["output_tok_s"].value
+    # At the profiled steps line and flat meet: nothing to draw but the values themselves.
+    assert two["output_tok_s"].low == pytest.approx(two["output_tok_s"].high)
     assert prediction.best().steps == 2
 
 
