@@ -60,7 +60,7 @@ replacement, and the plain twin's repeats. Before a refit, each draw also puts v
 draft extend at a uniform draw between their line and the run's own cost (flat in the
 width): a narrower chain cannot cost more than the profiled one, and the line is a guess
 that missed on both machines measured (below its mark at short chains: verify at 2 tokens
-1.16 ms on the line against 1.58 measured on an H100, 1.65 against 1.92-1.99 on a CPU), so
+1.16 ms on the line against 1.58 measured on an H100, 1.71-2.04 against 2.27-2.86 on a CPU), so
 the interval says how far a short chain's figures rest on it. The prediction stays on the
 line, at one end of that range.
 """
