@@ -28,7 +28,7 @@ from perfgate.engines.embedded.corpus import (
     stdlib_root,
 )
 from perfgate.engines.embedded.loading import MODELS_DIR, load_draft, load_target
-from perfgate.engines.embedded.losses import unroll_mask
+from perfgate.engines.embedded.losses import draft_loss, unroll_mask
 from perfgate.engines.embedded.model import Eagle3Draft, Transformer
 from perfgate.progress import Reporter
 
@@ -104,6 +104,34 @@ def test_the_shipped_weights_score_what_training_recorded(
     scores = train.evaluate(target, eagle_head, data, train.phase("draft").unroll)
     assert scores["target_loss"] == pytest.approx(record["eval"]["target_loss"], rel=bound)
     assert scores["draft_agreement"] == pytest.approx(record["eval"]["draft_agreement"], rel=bound)
+
+
+def test_the_head_trains_on_attention_whose_backward_is_deterministic(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The head's masked attention runs on PyTorch's math backend alone, never the
+    memory-efficient kernels whose backward differs from run to run on a GPU; the frozen
+    target's features keep the default backends."""
+    seen: list[tuple[bool, bool, bool]] = []
+    attend = torch.nn.functional.scaled_dot_product_attention
+
+    def watched(*args: Any, **kwargs: Any) -> torch.Tensor:
+        backends = torch.backends.cuda
+        only_math = backends.math_sdp_enabled() and not (
+            backends.mem_efficient_sdp_enabled() or backends.flash_sdp_enabled()
+        )
+        seen.append((kwargs.get("attn_mask") is not None, only_math, torch.is_grad_enabled()))
+        return attend(*args, **kwargs)
+
+    monkeypatch.setattr(torch.nn.functional, "scaled_dot_product_attention", watched)
+    frozen = load_target(train.NAME_PREFIX + train.TARGET_NAME, CPU, torch.float32)
+    head = train.build_draft(frozen)
+    batch = torch.randint(0, 256, (2, 17))
+    draft_loss(head, frozen, batch, unroll=2).backward()  # type: ignore[no-untyped-call]
+    head_calls = [s for s in seen if s[0]]
+    assert len(head_calls) == 2 and all(only_math and grad for _, only_math, grad in head_calls)
+    target_calls = [s for s in seen if not s[0]]
+    assert target_calls and not any(only_math for _, only_math, _ in target_calls)
 
 
 def test_unrolled_steps_see_the_prefix_and_their_own_drafts() -> None:

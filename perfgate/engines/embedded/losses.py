@@ -9,6 +9,7 @@ from typing import NamedTuple
 import torch
 import torch.nn.functional as F
 from torch import Tensor
+from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from perfgate.engines.embedded.model import (
     Attention,
@@ -37,6 +38,17 @@ class UnrollKV(KVStore):
         self.keys.append(k)
         self.values.append(v)
         return torch.cat(self.keys, dim=2), torch.cat(self.values, dim=2)
+
+
+# The head's attention while it trains: PyTorch's math backend, the same sums in the same order
+# on every run. The unroll mask rules out flash attention, and on CUDA PyTorch then picks
+# memory-efficient attention, whose backward is not deterministic: six trainings of the large
+# head on six H200s logged the same target losses to the last digit (the target attends with
+# is_causal, on flash attention) and head losses apart in the fourth, 0.48037-0.48247 at the
+# end (benchmarks/results/h200-real-weights/*/training.json), so each machine served a head of
+# its own. A head that trains the same on every machine of a kind would let a baseline
+# outlive its machine (not yet confirmed on a GPU).
+HEAD_ATTENTION = SDPBackend.MATH
 
 
 def unroll_mask(anchors: int, step: int, device: torch.device) -> Tensor:
@@ -78,7 +90,8 @@ def draft_steps(
             tokens, labels, valid = _shifted(batch, teacher, step, anchors)
             positions = positions_of(tokens) + step
             view = AttentionView(positions, unroll_mask(anchors, step, batch.device))
-            logits, hidden = head(tokens, hidden, positions, view)
+            with sdpa_kernel(HEAD_ATTENTION):
+                logits, hidden = head(tokens, hidden, positions, view)
             per_token = -(labels * F.log_softmax(logits, dim=-1)).sum(-1)
             agree = (logits.argmax(-1) == labels.argmax(-1)).float()
             results.append(

@@ -16,7 +16,9 @@ docstrings (``corpus.py``), byte-level:
    drafting (EAGLE-3's training-time test).
 
 Each phase draws its windows from a generator seeded by the recipe, so a run is reproducible
-up to floating-point reduction order; ``training.json`` beside the weights records the corpus
+up to floating-point reduction order (the head's attention trains on PyTorch's math backend,
+``losses.HEAD_ATTENTION``, since CUDA's memory-efficient backward is not deterministic);
+``training.json`` beside the weights records the corpus
 (Python version, digest), the recipe and its cache key, the device, every step's loss and
 its means at checkpoints, the seconds per phase and in all, the evaluation and the accept
 lengths of the saved weights.
