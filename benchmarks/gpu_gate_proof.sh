@@ -47,8 +47,11 @@
 # trained again is another model, so a new machine starts over: the six trainings of
 # h200-real-weights/*/training.json, on six H200s, logged the same target losses to the last
 # digit and draft losses apart in the fourth, 0.48037-0.48247 at the end, so the head's
-# training is what does not repeat), which a lease holds for 30
-# minutes at most and gives back 30 s after a call: make the calls back to back. At the
+# training is what does not repeat; its attention has trained on the math backend since, and
+# benchmarks/head_determinism.py --device cuda --size large --steps 30 says whether a head now
+# trains the same twice: where it does, a baseline could outlive its machine), which a lease
+# holds for 30 minutes at most and gives back 30 s after a call: make the calls back to back
+# and copy what a call made into OUTDIR before it ends. At the
 # scenario's own settings (ten approved, up to 10 runs a verdict) a verdict takes 4.3 runs on
 # the committed noise (5.2 for the tok/s loss; benchmarks/gate_quality_gpu.py), so fifteen
 # verdicts take about 60 minutes, more than a lease; a CURE that calms the launches brings
