@@ -44,8 +44,8 @@
 # a series keeps the cap it began with (another exits 64).
 #
 # Device time. Everything lives on one machine (the trained weights, the state: a head
-# trained again is another model, so a new machine starts over: the six trainings of
-# h200-real-weights/*/training.json, on six H200s, logged the same target losses to the last
+# trained again is another model, so a new machine starts over: the seven trainings of
+# h200-real-weights/**/training*.json, on lent H200s, logged the same target losses to the last
 # digit and draft losses apart in the fourth, 0.48037-0.48247 at the end, so the head's
 # training is what does not repeat; its attention has trained on the math backend since, and
 # benchmarks/head_determinism.py --device cuda --size large --steps 30 says whether a head now

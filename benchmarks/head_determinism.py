@@ -5,14 +5,14 @@ the same seeds under each attention backend, on one device.
     python benchmarks/head_determinism.py                                         # CPU, tiny
 
 The head's masked attention trains on PyTorch's math backend (perfgate/engines/embedded/
-losses.py, HEAD_ATTENTION) because CUDA's memory-efficient backward is not deterministic: six
-trainings of the large head on six H200s ended 0.48037-0.48247 in loss while their targets
-agreed to the last digit. This measures both on the machine at hand: per backend (`math`, what
-training uses; `efficient`, CUDA's memory-efficient kernels, what PyTorch chose before; CUDA
-only), two runs of the draft phase over a target built from its config's seed (no trained
-weights: the question is whether a run repeats, not how good it is), in bf16 autocast on CUDA
-as training runs, each run's last loss and a digest of the head's weights after it. The table
-says whether the two runs agree bit for bit and by how much their losses part.
+losses.py, HEAD_ATTENTION) because CUDA's memory-efficient backward is not deterministic: seven
+trainings of the large models on lent H200s ended their heads 0.48037-0.48247 in loss while
+their targets agreed to the last digit. This measures both on the machine at hand: per backend
+(`math`, what training uses; `efficient`, CUDA's memory-efficient kernels, what PyTorch chose
+before; CUDA only), two runs of the draft phase over a target built from its config's seed (no
+trained weights: the question is whether a run repeats, not how good it is), in bf16 autocast on
+CUDA as training runs, each run's last loss and a digest of the head's weights after it. The
+table says whether the two runs agree bit for bit and by how much their losses part.
 
 Exit code: 0 when the math backend's two runs agree bit for bit, 1 when they do not, 2 on a
 bad argument.

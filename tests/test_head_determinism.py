@@ -1,37 +1,53 @@
 """benchmarks/head_determinism.py: the head's draft steps run twice from the same seeds on the
-CPU agree bit for bit under the math backend training uses, and the table says so."""
+CPU agree bit for bit under the math backend training uses, and the table says so; two runs
+that part are told apart (exit 1)."""
 
 from __future__ import annotations
 
+import importlib
 import subprocess
 import sys
 
+import pytest
+
 from .conftest import REPO
 
+sys.path.insert(0, str(REPO / "benchmarks"))
 SCRIPT = REPO / "benchmarks" / "head_determinism.py"
 
 
+def run_script(*args: str) -> subprocess.CompletedProcess[str]:
+    command = [sys.executable, str(SCRIPT), *args]
+    return subprocess.run(command, capture_output=True, text=True, check=False, cwd=REPO)
+
+
+def math_row(table: str) -> list[str]:
+    (row,) = [line for line in table.splitlines() if line.startswith("| math |")]
+    return [cell.strip() for cell in row.strip("|").split("|")]
+
+
 def test_two_runs_of_the_tiny_head_agree_bit_for_bit_and_the_table_says_so() -> None:
-    done = subprocess.run(
-        [sys.executable, str(SCRIPT), "--steps", "2"],
-        capture_output=True,
-        text=True,
-        check=False,
-        cwd=REPO,
-    )
+    done = run_script("--steps", "2")
     assert done.returncode == 0, done.stderr[-2000:]
-    (row,) = [line for line in done.stdout.splitlines() if line.startswith("| math |")]
-    cells = [cell.strip() for cell in row.strip("|").split("|")]
+    cells = math_row(done.stdout)
     assert cells[1] == cells[2] and cells[3] == "0.00e+00" and cells[4] == cells[5]
     assert cells[6] == "yes"
 
 
+def test_runs_that_part_exit_1_and_say_by_how_much(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """As a GPU whose backward adds in a different order each run would leave them."""
+    script = importlib.import_module("head_determinism")
+    runs = iter([([2.0, 1.5], "aaaa"), ([2.0, 1.25], "bbbb")])
+    monkeypatch.setattr(script, "head_run", lambda *args: next(runs))
+    monkeypatch.setattr(script.train, "load_training_corpus", lambda: None)
+    monkeypatch.setattr(sys, "argv", ["head_determinism.py", "--steps", "2"])
+    assert script.main() == 1
+    cells = math_row(capsys.readouterr().out)
+    assert cells[1:] == ["1.500000", "1.250000", "2.50e-01", "aaaa", "bbbb", "no"]
+
+
 def test_no_steps_is_refused_naming_the_flag() -> None:
-    done = subprocess.run(
-        [sys.executable, str(SCRIPT), "--steps", "0"],
-        capture_output=True,
-        text=True,
-        check=False,
-        cwd=REPO,
-    )
+    done = run_script("--steps", "0")
     assert done.returncode == 2 and "--steps 0" in done.stderr

@@ -220,9 +220,10 @@ class Forecast:
             for i in range(len(self.drawn))
         ]
         # Where a width's cost is a line's guess (no refit), each draw's between the line
-        # and flat; the prediction itself on the line.
-        widths = np.random.default_rng([self.seed, 2]).uniform(size=len(self.drawn))
-        widths[0] = 0.0
+        # and flat; the prediction itself on the line. A refit measures it: no draw.
+        widths = np.zeros(len(self.drawn))
+        if not measured:
+            widths[1:] = np.random.default_rng([self.seed, 2]).uniform(size=len(self.drawn) - 1)
         figures = [
             _figures(a, c, m, float(u))
             for a, c, m, u in zip(self.drawn, self.cycles, costs, widths, strict=True)
@@ -403,16 +404,17 @@ def _credible(counts: Array, every: int) -> Array:
     """[rows, steps + 1]: each sequence's depth counts, drawn toward the batch's where they
     are a sample.
 
-    Where the probe timed every cycle, a row's counts are what the sequence did: kept. Where
-    it timed one cycle in `every`, they are a sample of a few dozen, and a sequence's cycles
-    to its budget, a convex function of its acceptance, come out high on average from a
-    noisy one (Jensen: -1.4 to -5.6% of accept length at strides 4 and 8, tests/plan/
-    test_forecast.py). So each row's distribution becomes Buhlmann's credibility blend,
-    ``Z * its own + (1 - Z) * the batch's``, ``Z = n / (n + s2 / t2)``: ``n`` its timed
-    cycles, ``s2`` the depth's variance within a sequence, ``t2`` the variance of the
-    sequences' true mean depths (Buhlmann-Straub's estimate, 0 where the spread between
-    sequences is no more than their sampling spread: then all share the batch's). A
-    sequence keeps its own acceptance as far as its cycles tell it apart from the batch.
+    Where the probe timed every cycle, a row's counts are what the sequence did: kept. Where it
+    timed one cycle in `every`, they are a sample of a few dozen, and a sequence's cycles to its
+    budget, a convex function of its acceptance, come out high on average from a noisy one
+    (Jensen: -1.4 to -5.6% of accept length at strides 4 and 8 on test_forecast.py's
+    `sampled_every` without the blend, three seeds each). So each row's distribution becomes
+    Buhlmann's credibility blend, ``Z * its own + (1 - Z) * the batch's``,
+    ``Z = n / (n + s2 / t2)``: ``n`` its timed cycles, ``s2`` the depth's variance within a
+    sequence, ``t2`` the variance of the sequences' true mean depths (Buhlmann-Straub's
+    estimate, 0 where the spread between sequences is no more than their sampling spread: then
+    all share the batch's). A sequence keeps its own acceptance as far as its cycles tell it
+    apart from the batch.
     """
     if every == 1 or len(counts) < 2:
         return counts
@@ -426,8 +428,10 @@ def _credible(counts: Array, every: int) -> Array:
     between = float((n * (mean - grand) ** 2).sum()) - (len(n) - 1) * s2
     t2 = between / (total - float((n**2).sum()) / total)
     pooled = counts.sum(axis=0) / total
-    if t2 <= 0 or s2 <= 0:
-        weight = np.zeros_like(n) if t2 <= 0 else np.ones_like(n)
+    if t2 <= 0:  # the sequences part no more than their samples do: all the batch's
+        weight = np.zeros_like(n)
+    elif s2 <= 0:  # every sequence's cycles agree: each its own
+        weight = np.ones_like(n)
     else:
         weight = n / (n + s2 / t2)
     own = counts / n[:, None]

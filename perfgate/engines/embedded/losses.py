@@ -42,10 +42,10 @@ class UnrollKV(KVStore):
 
 # The head's attention while it trains: PyTorch's math backend, the same sums in the same order
 # on every run. The unroll mask rules out flash attention, and on CUDA PyTorch then picks
-# memory-efficient attention, whose backward is not deterministic: six trainings of the large
-# head on six H200s logged the same target losses to the last digit (the target attends with
+# memory-efficient attention, whose backward is not deterministic: seven trainings of the large
+# models on lent H200s logged the same target losses to the last digit (the target attends with
 # is_causal, on flash attention) and head losses apart in the fourth, 0.48037-0.48247 at the
-# end (benchmarks/results/h200-real-weights/*/training.json), so each machine served a head of
+# end (benchmarks/results/h200-real-weights/**/training*.json), so each machine served a head of
 # its own. A head that trains the same on every machine of a kind would let a baseline
 # outlive its machine (not yet confirmed on a GPU).
 HEAD_ATTENTION = SDPBackend.MATH
