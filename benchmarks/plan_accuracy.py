@@ -36,7 +36,8 @@ count's measured tok/s within 3% of the sweep's best; every predicted tok/s with
 measured one; the plan's cost at most a third of the sweep's. The commands' own tables and
 JSON go beside it (`<out without .md>/`), this machine's paths written as names
 (benchmarks/portable_paths.py). Exit code: 0 when both commands ran (whatever the goals
-say), 1 otherwise.
+say), 1 otherwise; where no round produced both (a sweep that failed is not planned
+against, and its reason is printed), the record is not written, so an earlier one stays.
 """
 
 from __future__ import annotations
@@ -94,6 +95,9 @@ def run(argv: list[str], log: Path, done_file: Path | None = None) -> Command:
     wall = time.monotonic() - started
     log.write_text(f"$ {shlex.join(argv)}\n{done.stderr}\n{done.stdout}")
     print(f"{shlex.join(argv[2:])}: exit {done.returncode}, {wall:.0f} s", flush=True)
+    if done.returncode not in (0, 1):  # it did not measure: say why, in its own words
+        for line in done.stderr.strip().splitlines()[-5:]:
+            print(f"  {line}", flush=True)
     if done_file is not None:
         done_file.write_text(
             json.dumps(
@@ -197,8 +201,9 @@ class Round:
     document: dict[str, Any]  # the plan's JSON
 
 
-def one_round(index: int, args: argparse.Namespace, db: str, raw: Path) -> Round | None:
-    """Sweep, then plan; None where `--only sweep` stops after the sweep."""
+def one_round(index: int, args: argparse.Namespace, db: str, raw: Path) -> Round | Command:
+    """Sweep, then plan; the sweep alone where `--only sweep` stops after it or where it
+    failed (exit neither 0 nor 1: there is nothing to plan against)."""
 
     def done_file(name: str) -> Path | None:
         return args.work / f"{name}.done.json" if args.work is not None else None
@@ -222,8 +227,8 @@ def one_round(index: int, args: argparse.Namespace, db: str, raw: Path) -> Round
         raw / f"sweep-{index}.log",
         done_file(f"sweep-{index}"),
     )
-    if args.only == "sweep":
-        return None
+    if args.only == "sweep" or sweep.code not in (0, 1):
+        return sweep
     plan = run(
         perfgate(
             "plan",
@@ -502,17 +507,24 @@ def main() -> int:
         work.mkdir(parents=True, exist_ok=True)
         db = f"sqlite:///{work.resolve()}/history.db"
         done = [one_round(i, args, db, raw) for i in range(1, args.rounds + 1)]
+    rounds = [r for r in done if isinstance(r, Round)]
+    failed = [c for c in done if isinstance(c, Command) and c.code not in (0, 1)]
+    failed += [c for r in rounds for c in (r.sweep, r.plan) if c.code not in (0, 1)]
     if args.only == "sweep":
+        if failed:
+            print(f"{len(failed)} sweep(s) failed (above): nothing to plan against", flush=True)
+            return 1
         print(f"swept; call again with --work {args.work} (without --only) to plan")
         return 0
-    rounds = [r for r in done if r is not None]
-    failed = [c for r in rounds for c in (r.sweep, r.plan) if c.code not in (0, 1)]
     sections, found = [], []
     for r in rounds:
         if r.document.get("plans") and r.swept:
             lines, facts = round_section(r, args.plan_steps)
             sections += ["", *lines]
             found.append(facts)
+    if not found:  # a record with nothing in it would only hide the one it replaces
+        print(f"no round produced both a sweep and a plan: {args.out} left as it was")
+        return 1
     complete = [r for r in rounds if r.document.get("plans") and r.swept]
     pooled_lines, pooled = pooled_section(complete) if len(complete) > 1 else ([], None)
     this = shlex.join(_without_note(sys.argv[1:]))
@@ -544,7 +556,7 @@ def main() -> int:
             "",
             "## Goals",
             "",
-            *(goals(found, pooled) if found else ["No round produced both a sweep and a plan."]),
+            *goals(found, pooled),
             *(["", *pooled_lines] if pooled_lines else []),
             "",
             "## Rounds",
@@ -562,7 +574,7 @@ def main() -> int:
     for file in raw.iterdir():
         file.write_text(portable(file.read_text(), {**names, tempfile.gettempdir(): "TMP"}))
     print(f"wrote {args.out}")
-    return 1 if failed or not found else 0
+    return 1 if failed else 0
 
 
 if __name__ == "__main__":

@@ -101,3 +101,39 @@ def test_the_seeded_gpu_config_is_the_shipped_gpu_scenario_but_for_its_weights()
         equivalence=shipped.equivalence,
     )
     assert same == shipped
+
+
+def test_a_sweep_that_cannot_measure_stops_the_round_and_keeps_the_record(
+    tmp_path: Path, monkeypatch: Any, capsys: Any
+) -> None:
+    """A lent machine that lost its trained weights: the sweep exits 69. `--only sweep` exits 1
+    with the sweep's own reason (not 'swept'), no plan is launched against nothing, and the
+    record from an earlier call is not overwritten by an empty one."""
+    accuracy = importlib.import_module("plan_accuracy")
+    launched = tmp_path / "launched.txt"
+    failing = (
+        f"import sys; open({str(launched)!r}, 'a').write(sys.argv[1] + '\\n'); "
+        "print('perfgate: error: trained weights missing: train them once', file=sys.stderr); "
+        "sys.exit(69)"
+    )
+
+    def perfgate(*args: str) -> list[str]:  # the command's name as argv[2], as perfgate()'s
+        return [sys.executable, "-c", failing, args[0], *args[1:]]
+
+    monkeypatch.setattr(accuracy, "perfgate", perfgate)
+    out = tmp_path / "plan-gpu.md"
+    out.write_text("the record of an earlier call\n")
+    base = ["plan_accuracy.py", "--out", str(out), "--work", str(tmp_path / "work")]
+
+    monkeypatch.setattr(sys, "argv", [*base, "--only", "sweep"])
+    assert accuracy.main() == 1
+    said = capsys.readouterr().out
+    assert "trained weights missing" in said and "nothing to plan against" in said
+    assert "swept;" not in said
+
+    monkeypatch.setattr(sys, "argv", base)
+    assert accuracy.main() == 1
+    said = capsys.readouterr().out
+    assert "trained weights missing" in said and f"{out} left as it was" in said
+    assert launched.read_text() == "sweep\nsweep\n"  # the failed sweep ran again; no plan ran
+    assert out.read_text() == "the record of an earlier call\n"
