@@ -4,6 +4,7 @@
     python benchmarks/gate_proof.py verdict --db DB --kind KIND --exit CODE --out verdicts.jsonl
     python benchmarks/gate_proof.py record --state DIR --out proof.md
     python benchmarks/gate_proof.py config --config TOML --scenario S --max-runs N --out TOML
+    python benchmarks/gate_proof.py weights --config TOML --scenario S --state DIR
 
 - ``plan``: from the approved baseline, what a verdict will take (perfgate.gate.planning, at
   what its approved runs took) and the ``--debug-slow-phase cycle=F`` that costs 6% of
@@ -23,6 +24,12 @@
   (its ``max_runs``), everything else as it was: ``max_runs`` shapes no figure, so the
   scenario's digest, and every run's fingerprint, stay the shipped scenario's. Exits 64 on a
   scenario the config does not hold.
+- ``weights``: the identities of the scenario's target and draft as a run's fingerprint
+  names them (a digest of each config and its weights, model_dirs.model_identity), written
+  to ``DIR/weights.json`` the first time and compared with it after: a series launched on
+  one lease goes on in the next only where that lease trained the same bytes. Exits 64 where
+  they differ (the series cannot go on: STATE elsewhere starts another), 69 where the
+  weights are missing.
 """
 
 from __future__ import annotations
@@ -366,6 +373,44 @@ def config(args: argparse.Namespace) -> int:
     return 0
 
 
+def weights(args: argparse.Namespace) -> int:
+    from perfgate.engines.embedded.model_dirs import model_identity, resolve_model
+    from perfgate.errors import PerfgateError
+
+    scenario = load_config(args.config).scenarios.get(args.scenario)
+    if scenario is None:
+        print(f"{args.config}: no scenario {args.scenario!r} (--scenario)", file=sys.stderr)
+        return 64
+    try:
+        for name in (scenario.model, scenario.draft):
+            if (missing := resolve_model(name).missing_weights()) is not None:
+                raise missing
+        found = {"model": model_identity(scenario.model), "draft": model_identity(scenario.draft)}
+    except (PerfgateError, OSError) as error:
+        print(f"weights of {args.scenario}: {error}", file=sys.stderr)
+        return 69
+    record = args.state / "weights.json"
+    if not record.is_file():
+        args.state.mkdir(parents=True, exist_ok=True)
+        partial = record.with_name(record.name + ".partial")
+        partial.write_text(json.dumps(found, indent=1) + "\n")
+        partial.replace(record)
+        print(f"weights of the series: {found['model']}, {found['draft']} ({record})")
+        return 0
+    series = json.loads(record.read_text())
+    if series != found:
+        print(
+            f"{record}: the series was launched with {series['model']} and {series['draft']}; "
+            f"this machine has {found['model']} and {found['draft']}: its runs would not match "
+            "the series' fingerprints. Train on a machine of the series' kind and software, or "
+            "give STATE another folder to start a series on these weights.",
+            file=sys.stderr,
+        )
+        return 64
+    print(f"weights as the series': {found['model']}, {found['draft']}")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
@@ -390,8 +435,18 @@ def main(argv: list[str] | None = None) -> int:
     c.add_argument("--scenario", required=True)
     c.add_argument("--max-runs", type=int, required=True)
     c.add_argument("--out", type=Path, required=True)
+    w = sub.add_parser("weights")
+    w.add_argument("--config", type=Path, required=True)
+    w.add_argument("--scenario", required=True)
+    w.add_argument("--state", type=Path, required=True)
     args = parser.parse_args(argv)
-    commands = {"plan": plan, "verdict": verdict, "record": record, "config": config}
+    commands = {
+        "plan": plan,
+        "verdict": verdict,
+        "record": record,
+        "config": config,
+        "weights": weights,
+    }
     return commands[args.command](args)
 
 

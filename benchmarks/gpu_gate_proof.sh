@@ -43,15 +43,16 @@
 # max_runs alone, which shapes no figure: the runs' fingerprints are the shipped scenario's);
 # a series keeps the cap it began with (another exits 64).
 #
-# Device time. Everything lives on one machine (the trained weights, the state: a head
-# trained again is another model, so a new machine starts over: the seven trainings of
-# h200-real-weights/**/training*.json, on lent H200s, logged the same target losses to the last
-# digit and draft losses apart in the fourth, 0.48037-0.48247 at the end, so the head's
-# training is what does not repeat; its attention has trained on the math backend since, and
-# benchmarks/head_determinism.py --device cuda --size large --steps 30 says whether a head now
-# trains the same twice: where it does, a baseline could outlive its machine), which a lease
-# holds for 30 minutes at most and gives back 30 s after a call: make the calls back to back
-# and copy what a call made into OUTDIR before it ends. At the
+# Device time. The weights are trained on the machine (2.5 GB: they do not travel), and a
+# lease holds a machine for 30 minutes at most and gives it back 30 s after a call: make the
+# calls back to back. A series may span leases: since the head's attention trains on the math
+# backend, two trainings on two H100 starts wrote the same bytes (benchmarks/results/
+# h100-training-repeats.md), so a run's fingerprint, which names each model by its weights'
+# digest, is the same on the next machine of that kind. Every call ends by copying STATE
+# (all but the installed wheels) into OUTDIR/state.tgz; to go on in another lease, unpack it
+# into .cache/gpu-gate-proof here, carry that folder, and start with `train`. `train`,
+# `launch` and `verdicts` check the weights against the series' (STATE/weights.json, from the
+# first check: benchmarks/gate_proof.py weights) and exit 64 where they differ. At the
 # scenario's own settings (ten approved, up to 10 runs a verdict) a verdict takes 4.3 runs on
 # the committed noise (5.2 for the tok/s loss; benchmarks/gate_quality_gpu.py), so fifteen
 # verdicts take about 60 minutes, more than a lease; a CURE that calms the launches brings
@@ -82,7 +83,7 @@
 # lacks (SQLAlchemy, greenlet, alembic, Mako) come from wheels in WHEELS (.whl/ of the
 # checkout; see below), and perfgate itself from the checkout (its pytest plugin named by
 # PYTEST_PLUGINS). Exit code: 0 when every step ended as expected, 1 otherwise, 64 on bad
-# settings, 69 without those dependencies.
+# settings or weights other than the series', 69 without those dependencies or weights.
 set -u -o pipefail
 
 smoke=0
@@ -232,6 +233,21 @@ stage_train() {
   step "train" 0 560 "$python" -m perfgate embedded train "${train_args[@]}"
 }
 
+weights_checked=0
+check_weights() { # the weights here are the series' (recorded by the first check), or exit 64
+  ((weights_checked)) && return 0
+  "$python" benchmarks/gate_proof.py weights --config "$config" --scenario "$scenario" \
+    --state "$state" || finish $?
+  weights_checked=1
+}
+
+finish() { # the state into OUTDIR (all but the installed wheels), whatever happens; exit $1
+  tar czf "$out/state.tgz" -C "$state" --exclude=./site . 2> /dev/null ||
+    echo "== could not copy $state into $out/state.tgz"
+  echo "== $(date -u +%FT%TZ) done, exit $1"
+  exit "$1"
+}
+
 stage_diagnose() {
   step "diagnose" 0 400 "$python" benchmarks/launch_states.py --out "$state/diagnose" \
     "${diag_args[@]}" --variants "${DIAG_VARIANTS:-as-placed,fastest-cpus,no-aslr}"
@@ -240,6 +256,7 @@ stage_diagnose() {
 
 stage_launch() {
   [[ -f $state/baselines/approved ]] && return 0 # the series was approved: it is complete
+  check_weights
   local done_runs n stop sampler started took longest=90 # a machine's first launch: 75 s
   done_runs=$(launched)
   echo "$cure" > "$state/cure"
@@ -329,6 +346,7 @@ stage_verdicts() {
     failed=1
     return 0
   fi
+  check_weights
   # What a verdict's first look takes (the plan's runs at an approved run's seconds), until
   # this call has timed one.
   longest=$(cat "$state/verdict-s" 2> /dev/null || echo 60)
@@ -356,7 +374,7 @@ stage_record() {
 for stage_name in "$@"; do
   echo "== $(date -u +%FT%TZ) stage $stage_name"
   case $stage_name in
-    train) stage_train ;;
+    train) stage_train && check_weights ;;
     diagnose) stage_diagnose ;;
     launch) stage_launch ;;
     approve) stage_approve ;;
@@ -364,5 +382,4 @@ for stage_name in "$@"; do
     record) stage_record ;;
   esac
 done
-echo "== $(date -u +%FT%TZ) done, exit $failed"
-exit $failed
+finish $failed

@@ -280,3 +280,51 @@ def test_the_sampler_times_the_machine_while_a_server_runs(
     if Path(f"/proc/{os.getpid()}/smaps_rollup").is_file():
         assert isinstance(spec["anon_huge_pages_kb"], int) and spec["anon_huge_pages_kb"] >= 0
     assert "plain" not in found
+
+
+def test_a_series_goes_on_only_with_the_weights_it_was_launched_with(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The first check records the weights' identities; the same weights pass after; other
+    weights are refused (64) and the record kept; missing trained weights are 69, naming
+    the command that trains them."""
+    proof = importlib.import_module("gate_proof")
+    state = tmp_path / "state"
+    args = ["weights", "--config", str(REPO / "perfgate.toml"), "--state", str(state)]
+    assert proof.main([*args, "--scenario", "embedded-default"]) == 0
+    recorded = json.loads((state / "weights.json").read_text())
+    assert recorded["model"].startswith("perfgate/llama-tiny@sha256:")
+    assert recorded["draft"].startswith("perfgate/eagle3-llama-tiny@sha256:")
+    assert proof.main([*args, "--scenario", "embedded-default"]) == 0  # the same: goes on
+    assert "weights as the series'" in capsys.readouterr().out
+    other = {**recorded, "draft": "perfgate/eagle3-llama-tiny@sha256:0123456789abcdef"}
+    (state / "weights.json").write_text(json.dumps(other))
+    assert proof.main([*args, "--scenario", "embedded-default"]) == 64
+    said = capsys.readouterr().err
+    assert "the series was launched with" in said and "give STATE another folder" in said
+    assert json.loads((state / "weights.json").read_text()) == other  # kept as it was
+    monkeypatch.setenv("PERFGATE_MODEL_CACHE", str(tmp_path / "empty-cache"))
+    assert proof.main([*args[:-1], str(tmp_path / "s2"), "--scenario", "embedded-large-gpu"]) == 69
+    assert "perfgate embedded train --size large" in capsys.readouterr().err
+    assert not (tmp_path / "s2" / "weights.json").exists()
+
+
+def test_a_call_refused_for_other_weights_launches_nothing_and_hands_its_state_back(
+    tmp_path: Path,
+) -> None:
+    import tarfile
+
+    state = tmp_path / "state"
+    state.mkdir()
+    (state / "weights.json").write_text(json.dumps({"model": "m@sha256:1", "draft": "d@sha256:2"}))
+    (state / "site").mkdir()  # the installed wheels stay behind
+    (state / "site" / "wheel.py").write_text("")
+    done = proof_script(
+        tmp_path, "as-placed", "launch", PYTHON=sys.executable, SCENARIO="embedded-default"
+    )
+    assert done.returncode == 64, done.stdout + done.stderr
+    assert "the series was launched with m@sha256:1 and d@sha256:2" in done.stdout + done.stderr
+    assert not (state / "launch-runs.txt").exists()  # nothing launched
+    with tarfile.open(tmp_path / "out" / "state.tgz") as copied:
+        names = copied.getnames()
+    assert "./weights.json" in names and not any("site" in name for name in names)
