@@ -6,7 +6,7 @@ much whatever its duration. Each test's figure is its process's CPU (user and sy
 setup, call and teardown, plus that of every child process it waited for (servers, compilers,
 scripts), read from getrusage. Works under ``-n`` (each worker measures its own tests).
 
-    .venv/bin/python -m pytest -n 3 --dist worksteal --cpu-costs 30
+    .venv/bin/python -m pytest -n 3 --dist loadfile --no-loadscope-reorder --cpu-costs 30
 """
 
 from __future__ import annotations
