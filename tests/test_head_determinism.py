@@ -26,6 +26,7 @@ def math_row(table: str) -> list[str]:
     return [cell.strip() for cell in row.strip("|").split("|")]
 
 
+@pytest.mark.slow  # trains the tiny head twice after reading the corpus: 8-16 s
 def test_two_runs_of_the_tiny_head_agree_bit_for_bit_and_the_table_says_so() -> None:
     done = run_script("--steps", "2")
     assert done.returncode == 0, done.stderr[-2000:]
