@@ -27,6 +27,9 @@ SPEC = [
 ]
 
 
+TIMED_WIDTH_2 = ("--debug-time-verify-widths", "2")
+
+
 def _args(*flags: str) -> argparse.Namespace:
     return parse_args(["--model-path", TARGET, *flags])
 
@@ -62,6 +65,22 @@ def test_unknown_flags_exit_64_naming_them(capsys: pytest.CaptureFixture[str]) -
         ([*SPEC, "--debug-simulate-accept-rate", "1.5"], "not a probability"),
         (["--max-running-requests", "0"], "--max-running-requests"),
         (["--tp-size", "2", "--debug-rank-exit", "2:3:in:kill"], "--debug-rank-exit: names rank 2"),
+        (
+            [*SPEC, "--speculative-num-steps", "3", "--debug-time-verify-widths", "2,5"],
+            "--debug-time-verify-widths: 5: a chain of 3 steps verifies 1 to 4 tokens",
+        ),
+        (
+            [
+                *SPEC,
+                *("--speculative-num-steps", "2", "--speculative-eagle-topk", "2"),
+                *("--speculative-num-draft-tokens", "4", "--debug-time-verify-widths", "2"),
+            ],
+            "--debug-time-verify-widths: times a chain's verify, not a tree's",
+        ),
+        (
+            [*SPEC, "--speculative-num-steps", "3", *("--tp-size", "2"), *TIMED_WIDTH_2],
+            "--debug-time-verify-widths: times one rank's verify",
+        ),
     ],
 )
 def test_bad_combinations_are_refused(flags: list[str], words: str) -> None:

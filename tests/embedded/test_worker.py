@@ -318,3 +318,41 @@ def test_requests_that_do_not_fit_are_refused(spec_worker: SpecWorkerFactory) ->
         worker.check(Request([256], 4))
     with pytest.raises(RequestError, match="top_logprobs_num"):
         worker.check(Request([1], 4, 300))
+
+
+def test_verify_is_timed_at_each_width_after_a_batch_and_outputs_stay_exact(
+    spec_worker: SpecWorkerFactory, plain_outputs: list[Generation]
+) -> None:
+    """--debug-time-verify-widths: the first batch after it is asked for times the verify
+    forward at the widths named and at the run's own, on fixed buffers as on CUDA; that batch
+    and the next stay the target's greedy outputs, and the next times nothing again."""
+    worker = spec_worker("perturbed", 4, graphs="emulate")
+    worker.verify_widths = (2,)
+    first = worker.generate(requests(PROMPTS, MAX_NEW_TOKENS))
+    timed = dict(worker.verify_ms_by_width)
+    assert sorted(timed) == [2, 5] and all(ms > 0 for ms in timed.values())
+    second = worker.generate(requests(PROMPTS, MAX_NEW_TOKENS))
+    expected = [g.output_ids for g in plain_outputs]
+    assert [g.output_ids for g in first] == expected == [g.output_ids for g in second]
+    assert worker.verify_ms_by_width == timed  # once only
+
+
+def test_a_narrow_chain_is_the_drafted_chain_cut_to_its_width(
+    spec_worker: SpecWorkerFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    worker = spec_worker("self", 3)
+    monkeypatch.setattr("perfgate.engines.embedded.worker.WIDTH_REPLAYS", 3)
+    seen: list[tuple[int, list[int]]] = []
+    forward = worker._verify_forward
+
+    def noted(batch: Batch, tree: Any) -> Any:
+        seen.append((tree.size, tree.depths[0].tolist()))
+        return forward(batch, tree)
+
+    monkeypatch.setattr(worker, "_verify_forward", noted)
+    worker.verify_widths = (1, 2)
+    worker.generate(requests(PROMPTS[:2], 6))
+    calibration = seen[-(3 + 3 * 3) :]  # each width captured once, then three rounds in turn
+    assert worker.verify_ms_by_width.keys() == {1, 2, 4}
+    assert calibration[:3] == [(1, [0]), (2, [0, 1]), (4, [0, 1, 2, 3])]
+    assert calibration[3:] == calibration[:3] * 3

@@ -223,6 +223,17 @@ def _add_debugging(parser: argparse.ArgumentParser) -> None:
         "are no longer the target's greedy ones",
     )
     add(
+        "--debug-time-verify-widths",
+        type=_widths,
+        default=(),
+        metavar="W[,W...]",
+        help="planning: after the first batch the server decodes past its own warm-up (perfgate's "
+        "warm-up), time the verify forward at these chain widths (tokens a sequence, 1 to "
+        "--speculative-num-draft-tokens) and at its own, on that batch's state; "
+        "/server_info's internal_states report the milliseconds as verify_ms_by_width. A chain "
+        "(--speculative-eagle-topk 1) on one rank only",
+    )
+    add(
         "--debug-rank-exit",
         type=_rank_exit,
         default=None,
@@ -285,6 +296,16 @@ def _layers(text: str) -> tuple[int, ...]:
     return layers
 
 
+def _widths(text: str) -> tuple[int, ...]:
+    try:
+        widths = tuple(int(part) for part in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a comma-separated list of ints"
+        ) from None
+    return widths
+
+
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     """Parse flags; unknown flags or bad values exit with code 64."""
     return build_parser().parse_args(argv)
@@ -311,6 +332,7 @@ def check_args(args: argparse.Namespace) -> SpecParams | None:
     args.speculative_num_steps = params.num_steps
     args.speculative_eagle_topk = params.topk
     args.speculative_num_draft_tokens = params.num_draft_tokens
+    _check_verify_widths(args.debug_time_verify_widths, params, args.tp_size)
     if args.max_running_requests is None:
         logger.info(
             "Max running requests is reset to %d for speculative decoding",
@@ -318,6 +340,32 @@ def check_args(args: argparse.Namespace) -> SpecParams | None:
         )
         args.max_running_requests = SPEC_MAX_RUNNING_REQUESTS
     return params
+
+
+def _check_verify_widths(widths: Sequence[int], params: SpecParams, tp_size: int) -> None:
+    field = "--debug-time-verify-widths"
+    if not widths:
+        return
+    if params.topk != 1:
+        raise ConfigError(
+            f"times a chain's verify, not a tree's (--speculative-eagle-topk {params.topk})",
+            field=field,
+            fix="use --speculative-eagle-topk 1, or leave the flag out",
+        )
+    if tp_size != 1:
+        raise ConfigError(
+            f"times one rank's verify; --tp-size {tp_size} runs it on every rank together",
+            field=field,
+            fix="leave the flag out of a tensor-parallel server",
+        )
+    wrong = [w for w in widths if not 1 <= w <= params.num_draft_tokens]
+    if wrong:
+        raise ConfigError(
+            f"{','.join(map(str, wrong))}: a chain of {params.num_steps} steps verifies 1 to "
+            f"{params.num_draft_tokens} tokens a sequence",
+            field=field,
+            fix=f"widths from 1 to {params.num_draft_tokens}",
+        )
 
 
 def _check_values(args: argparse.Namespace) -> None:
@@ -381,6 +429,7 @@ def _warn_ignored_spec_flags(args: argparse.Namespace, debugging: list[str]) -> 
         "--speculative-num-draft-tokens": args.speculative_num_draft_tokens,
         "--debug-simulate-accept-rate": args.debug_simulate_accept_rate,
         "--debug-eagle3-feature-layers": args.debug_eagle3_feature_layers,
+        "--debug-time-verify-widths": args.debug_time_verify_widths or None,
     }
     given = [flag for flag, value in spec_flags.items() if value is not None] + debugging
     if given:

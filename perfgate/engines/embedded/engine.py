@@ -204,6 +204,9 @@ class Engine:
             if self.speculative:
                 average = self._accept_tokens / self._verify_ct if self._verify_ct else 0.0
                 state["avg_spec_accept_length"] = average
+                timed = getattr(self.worker, "verify_ms_by_width", {})
+                if timed:  # --debug-time-verify-widths, once measured
+                    state["verify_ms_by_width"] = {str(w): ms for w, ms in timed.items()}
         return [state]
 
 
@@ -281,6 +284,8 @@ def build_app(args: argparse.Namespace, spec: SpecParams | None, argv: Sequence[
     draft_tokens = spec.num_draft_tokens if spec is not None else None
     engine = Engine(worker, args.max_running_requests, draft_tokens, leader=leader)
     warm_up(engine, spec)
+    if isinstance(worker, EagleWorker):  # timed after the next batch, the client's
+        worker.verify_widths = tuple(args.debug_time_verify_widths)
     started.set()
     device = worker.device
     args.device, args.dtype = device.type, str(worker.target.output.weight.dtype)

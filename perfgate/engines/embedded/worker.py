@@ -50,6 +50,8 @@ from perfgate.engines.embedded.tree import (
 )
 from perfgate.metrics import ACCEPT, CYCLE, DRAFT, DRAFT_EXTEND, VERIFY
 
+WIDTH_REPLAYS = 20  # rounds of --debug-time-verify-widths: each width's forward, in turn
+
 
 def _nothing(batch: Batch) -> None:
     pass
@@ -280,6 +282,10 @@ class EagleWorker:
         # The draft extend queued before the host keeps the accepted tokens (accept's doc);
         # False: after, as --disable-overlap-schedule asks.
         self.overlap = overlap
+        # --debug-time-verify-widths: the chain widths to time after the next batch (the
+        # engine sets them once its own warm-up is done), and what that timing found.
+        self.verify_widths: tuple[int, ...] = ()
+        self.verify_ms_by_width: dict[int, float] = {}
 
     def prefill(self, batch: Batch, prompts: Prompts) -> None:
         """Run the target over the prompts, then the drafter; commit the first tokens."""
@@ -311,18 +317,61 @@ class EagleWorker:
         the features [B, N, 3·dim] for the drafter's extend.
         """
         with self.slowdown.inside(VERIFY):
-            kv_len = batch.kv_len(self.lookahead)
-            capture = self.drafter.feature_layers
-
-            def forward(lengths: Tensor, *tree_tensors: Tensor) -> tuple[Tensor, ...]:
-                nodes = DraftTree(*tree_tensors)
-                positions, view = tree_attention(nodes, lengths, kv_len, self.params.topk == 1)
-                logits, hidden = self.target(nodes.tokens, positions, view, capture)
-                return (logits, *hidden)
-
-            logits, *hidden = self.graphs.run(("verify", kv_len), forward, batch.lengths, *tree)
+            logits, *hidden = self._verify_forward(batch, tree)
             self.verify_delay()
             return logits, features_of(hidden)
+
+    def _verify_forward(self, batch: Batch, tree: DraftTree) -> tuple[Tensor, ...]:
+        """The target's forward over the tree's nodes: logits, then the captured hiddens."""
+        kv_len = batch.kv_len(self.lookahead)
+        capture = self.drafter.feature_layers
+
+        def forward(lengths: Tensor, *tree_tensors: Tensor) -> tuple[Tensor, ...]:
+            nodes = DraftTree(*tree_tensors)
+            positions, view = tree_attention(nodes, lengths, kv_len, self.params.topk == 1)
+            logits, hidden = self.target(nodes.tokens, positions, view, capture)
+            return (logits, *hidden)
+
+        return self.graphs.run(("verify", kv_len), forward, batch.lengths, *tree)
+
+    def time_verify_widths(
+        self, batch: Batch, widths: Sequence[int], replays: int
+    ) -> dict[int, float]:
+        """The verify forward's mean ms at each chain width (tokens a sequence) and at the
+        run's own, on a finished batch's state: the chain drafted there, cut to each width.
+
+        `perfgate plan` predicts narrower chains from one run, and a chain's width is fixed
+        per launch: this measures how verify grows with it inside the launch. Each width runs
+        its own graph (a forward per shape); the widths take turns, `replays` rounds, so a
+        drift of the machine falls on all alike. The slots written lie past every sequence's
+        length, in a batch that is done: nothing reads them before they are written again.
+        """
+        kv_len = batch.kv_len(self.lookahead)
+        tree = self.drafter.propose(batch.tokens, batch.lengths, self.params, kv_len)
+        chains = {
+            w: DraftTree(
+                tree.tokens[:, :w],
+                tree.parents[:, :w],
+                tree.ancestors[:, :w, :w],
+                tree.depths[:, :w],
+            )
+            for w in sorted({*widths, self.params.num_draft_tokens})
+        }
+        spent = dict.fromkeys(chains, 0.0)
+        for chain in chains.values():  # capture (or warm) each width's forward first
+            self._verify_forward(batch, chain)
+        for _ in range(replays):
+            for width, chain in chains.items():
+                self._sync()
+                started = time.perf_counter()
+                self._verify_forward(batch, chain)
+                self._sync()
+                spent[width] += time.perf_counter() - started
+        return {width: seconds * 1e3 / replays for width, seconds in spent.items()}
+
+    def _sync(self) -> None:
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
 
     def accept(
         self, batch: Batch, tree: DraftTree, logits: Tensor, features: Tensor | None
@@ -430,6 +479,7 @@ class EagleWorker:
         replaced = self.target.ensure_cache(len(requests), slots)
         if self.drafter.model.ensure_cache(len(requests), slots) or replaced:
             self.graphs.reset()
+        cycles = 0
         if not batch.done:
             self.prefill(batch, pad_prompts(requests, self.device))
             step_done(batch)
@@ -437,5 +487,10 @@ class EagleWorker:
             if self.step_hook is not None:  # a profiler's, while one is asked for
                 self.step_hook()
             self.cycle(batch)
+            cycles += 1
             step_done(batch)
+        if self.verify_widths and not self.verify_ms_by_width and cycles:
+            self.verify_ms_by_width = self.time_verify_widths(
+                batch, self.verify_widths, WIDTH_REPLAYS
+            )
         return batch.generations()
