@@ -25,11 +25,14 @@ it accepted in each timed cycle: its *acceptance depths*. At ``k <= N`` steps th
     ``draft(k) = draft(N) * (k - 1) / (N - 1)``; what does not grow with the steps (building
     the chain's tree) is left out.
   - ``verify`` and ``accept``, the target's side of the cycle, work on the chain's ``k + 1``
-    tokens per sequence: together they are linear in that width, through the run's own
-    (``N + 1``) and the plain twin's decode step, the same target over the same batch at one
-    token per sequence (a forward, its sampling and the commit of its tokens). ``accept`` is
-    taken as measured and ``verify`` is the rest. Without the plain twin's step, both are
-    taken as measured (flat).
+    tokens per sequence. Where the run timed its verify forward at two widths or more
+    (``Observation.verify_ms_by_width``: the embedded engine's --debug-time-verify-widths),
+    ``verify`` is the run's own scaled along the least-squares line through those timings,
+    and ``accept`` as measured. Otherwise, together they are linear in that width, through the
+    run's own (``N + 1``) and the plain twin's decode step, the same target over the same
+    batch at one token per sequence (a forward, its sampling and the commit of its tokens).
+    ``accept`` is taken as measured and ``verify`` is the rest. Without the plain twin's
+    step, both are taken as measured (flat).
   - ``draft_extend`` runs the draft model over the same ``k + 1`` tokens: linear in that
     width, through the run's own and one draft forward (a token per sequence: the draft
     phase's cost per forward).
@@ -56,8 +59,9 @@ each prediction from it (the first, then a refit per confirmation) only costs it
 
 Every figure has an interval: a percentile bootstrap (seeded, so a plan is reproducible) that
 draws the repeats, the cycles of each phase's costs and each sequence's depths with
-replacement, and the plain twin's repeats. Before a refit, each draw also puts verify and
-draft extend at a uniform draw between their line and the run's own cost (flat in the
+replacement, and the plain twin's repeats. Before a refit, each draw also puts draft extend,
+and verify where it was not timed at two widths, at a uniform draw between their line and
+the run's own cost (flat in the
 width): a narrower chain cannot cost more than the profiled one, and the line is a guess
 that missed on both machines measured (below its mark at short chains: verify at 2 tokens
 1.16 ms on the line against 1.58 measured on an H100, 1.71-2.04 against 2.27-2.86 on a CPU), so
@@ -126,6 +130,10 @@ class Observation:
     budget: int | None = None  # max new tokens per sequence; None: as many as each made
     plain_tok_s: tuple[float, ...] = ()  # the plain twin's, per repeat
     plain_step_ms: tuple[float, ...] = ()  # its mean decode step, per repeat
+    # The verify forward's ms at two or more chain widths (tokens a sequence), the run's own
+    # among them, as the profiled server timed it (the embedded engine's
+    # --debug-time-verify-widths); empty where it was not timed.
+    verify_ms_by_width: tuple[tuple[int, float], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -224,8 +232,9 @@ class Forecast:
         widths = np.zeros(len(self.drawn))
         if not measured:
             widths[1:] = np.random.default_rng([self.seed, 2]).uniform(size=len(self.drawn) - 1)
+        timed = self.observation.verify_ms_by_width
         figures = [
-            _figures(a, c, m, float(u))
+            _figures(a, c, m, float(u), timed)
             for a, c, m, u in zip(self.drawn, self.cycles, costs, widths, strict=True)
         ]
         points = []
@@ -306,6 +315,12 @@ def _notes(
             "each phase's cost refit through the step counts measured ("
             + ", ".join(map(str, seen))
             + "): the least-squares line in the steps"
+        )
+    elif len(observation.verify_ms_by_width) >= 2:
+        timed = ", ".join(f"{ms:.3f} ms at {w}" for w, ms in observation.verify_ms_by_width)
+        notes.append(
+            f"verify from the run's own timing of its forward at each width ({timed} tokens a "
+            "sequence): the run's verify scaled along the line through them"
         )
     elif not observation.plain_step_ms:
         notes.append(
@@ -506,10 +521,15 @@ def expected_cycles(counts: Array, remaining: Array) -> Array:
 
 
 def _figures(
-    a: _Arrays, cycles: Array, measured: Sequence[tuple[int, Array]], toward_flat: float = 0.0
+    a: _Arrays,
+    cycles: Array,
+    measured: Sequence[tuple[int, Array]],
+    toward_flat: float = 0.0,
+    verify_widths: Sequence[tuple[int, float]] = (),
 ) -> list[dict[str, float]]:
     """Steps 1..N's figures from one (drawn) observation; `cycles` from expected_cycles;
-    `measured`: other step counts' drawn costs [repeats, len(COSTS)], to refit on."""
+    `measured`: other step counts' drawn costs [repeats, len(COSTS)], to refit on;
+    `verify_widths`: the verify forward timed at two widths or more (Observation's)."""
     ks = range(1, a.steps + 1)
     means = dict(zip(COSTS, a.costs.mean(axis=0).tolist(), strict=True))
     if measured:
@@ -519,7 +539,9 @@ def _figures(
         phases = _refit_costs(seen, ks)
     else:
         plain_step = len(a.plain_step) and a.plain_step.mean()
-        phases = [_cycle_costs(means, a.steps, plain_step, k, toward_flat) for k in ks]
+        phases = [
+            _cycle_costs(means, a.steps, plain_step, k, toward_flat, verify_widths) for k in ks
+        ]
     cycle = np.array([phase[CYCLE] for phase in phases])  # [K]
     # Each repeat's rows are contiguous: its slowest sequence's cycles at every k.
     starts = np.flatnonzero(np.r_[True, a.repeat[1:] != a.repeat[:-1]])
@@ -546,26 +568,40 @@ def _figures(
 
 
 def _cycle_costs(
-    means: Mapping[str, float], steps: int, plain_step: float, k: int, toward_flat: float = 0.0
+    means: Mapping[str, float],
+    steps: int,
+    plain_step: float,
+    k: int,
+    toward_flat: float = 0.0,
+    verify_widths: Sequence[tuple[int, float]] = (),
 ) -> dict[str, float]:
     """Each phase's mean ms per cycle at k steps, and the cycle's (the module doc), from the
     run's phase means at `steps` and the plain twin's decode step (0: not timed).
 
     `toward_flat` (0 to 1) moves verify and draft extend from their lines toward the run's
     own cost (flat in the width): 0 is the prediction, a draw between 0 and 1 the range a
-    width's cost may take between the two (the module doc's intervals)."""
+    width's cost may take between the two (the module doc's intervals). Where the run timed
+    its verify forward at two widths or more (`verify_widths`), verify is the run's own
+    scaled along the least-squares line through those timings: measured, not drawn."""
     other = means[CYCLE] - sum(means[p] for p in NAMED_PHASES)
     width, run_width = k + 1, steps + 1
     per_forward = means[DRAFT] / (steps - 1)
     target_run = means[VERIFY] + means[ACCEPT]
     one_token = plain_step or target_run
-    phase = {
-        DRAFT: per_forward * (k - 1),
-        VERIFY: _toward(
+    if len(verify_widths) >= 2:
+        x = np.array([w for w, _ in verify_widths], dtype=np.float64)
+        y = np.array([ms for _, ms in verify_widths], dtype=np.float64)
+        own, here = _fit(x, y, np.array([run_width, width], dtype=np.float64))
+        verify = means[VERIFY] * max(0.0, float(here)) / float(own) if own > 0 else means[VERIFY]
+    else:
+        verify = _toward(
             _line(1, one_token, run_width, target_run, width) - means[ACCEPT],
             means[VERIFY],
             toward_flat,
-        ),
+        )
+    phase = {
+        DRAFT: per_forward * (k - 1),
+        VERIFY: verify,
         DRAFT_EXTEND: _toward(
             _line(1, per_forward, run_width, means[DRAFT_EXTEND], width),
             means[DRAFT_EXTEND],

@@ -10,12 +10,13 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from perfgate.config import Scenario
-from perfgate.measure import TimedLoop, measure_mode, run_rounds
+from perfgate.engines.client import EngineClient
+from perfgate.measure import TimedLoop, WhileUp, measure_mode, run_rounds
 from perfgate.pipeline import MeasureMode
 from perfgate.plan.observe import Window
 from perfgate.probe.reader import CycleRecord
@@ -29,12 +30,19 @@ def batch_sequences(scenario: Scenario) -> int:
     return min(len(scenario.prompts), cap) if cap else len(scenario.prompts)
 
 
+# The chain width (tokens a sequence) an embedded profiled server also times its verify
+# forward at, besides its own: a chain of one step, the narrowest a plan predicts.
+TIMED_WIDTH = 2
+WIDTHS_FLAG = "--debug-time-verify-widths"
+
+
 @dataclass(frozen=True)
 class Profiled:
     """What the plan keeps of a profiled server besides its result."""
 
     records: tuple[CycleRecord, ...]
     repeat_windows: tuple[Window, ...]
+    verify_ms_by_width: dict[int, float] = field(default_factory=dict)
 
 
 @dataclass
@@ -62,12 +70,45 @@ class ProfilingLaunch:
             return self.measure(scenario, mode, workdir, timed_loop, checked, **options)
         windows: list[Window] = []
         records: list[CycleRecord] = []
+        widths: dict[int, float] = {}
         loop = windowed(timed_loop, windows)
+        if times_verify_widths(scenario):
+            scenario = replace(
+                scenario,
+                spec_extra_args=(*scenario.spec_extra_args, WIDTHS_FLAG, str(TIMED_WIDTH)),
+            )
+            options["while_up"] = read_widths(widths, options.get("while_up"))
         result = self.measure(
             scenario, mode, workdir, loop, checked, on_records=records.extend, **options
         )
-        self.profiled[workdir] = Profiled(tuple(records), tuple(windows))
+        self.profiled[workdir] = Profiled(tuple(records), tuple(windows), widths)
         return result
+
+
+def times_verify_widths(scenario: Scenario) -> bool:
+    """Whether the profiled server can time its verify at a second width: the embedded
+    engine's chain on one rank, after a warm-up batch (the timing runs after the first batch
+    the client sends, which must not be a timed repeat)."""
+    return (
+        scenario.engine == "embedded"
+        and scenario.topk == 1
+        and scenario.tp == 1
+        and scenario.warmup > 0
+        and WIDTHS_FLAG not in scenario.spec_extra_args
+    )
+
+
+def read_widths(into: dict[int, float], then: WhileUp | None) -> WhileUp:
+    """A `while_up` that reads the server's verify timings into `into`, then runs `then`."""
+
+    def read(client: EngineClient, outputs: Any) -> None:
+        states = client.server_info().get("internal_states") or [{}]
+        timed = states[0].get("verify_ms_by_width") or {}
+        into.update({int(w): float(ms) for w, ms in timed.items()})
+        if then is not None:
+            then(client, outputs)
+
+    return read
 
 
 def windowed(timed_loop: TimedLoop, windows: list[Window]) -> TimedLoop:

@@ -7,7 +7,7 @@ records count, as in every figure a run records.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from perfgate import metrics
 from perfgate.plan.forecast import COSTS, Measured, Observation, Repeat
@@ -46,10 +46,12 @@ def observe(
     tokens: int,
     budget: int | None = None,
     plain: ModeResult | None = None,
+    verify_ms_by_width: Mapping[int, float] | None = None,
 ) -> Observation:
     """The observation of one profiled run: each repeat's cycles, depths and time (its
     tokens over its tok/s, as its figure was measured), each sequence's `budget` (max new
-    tokens), and the plain twin's tok/s and mean decode step per repeat."""
+    tokens), the plain twin's tok/s and mean decode step per repeat, and the verify forward
+    at each width where the server timed it."""
     repeats = []
     for window, rate in zip(repeat_windows, tok_s, strict=True):
         cycles = cycles_in(records, window)
@@ -64,8 +66,9 @@ def observe(
         )
     plain_tok_s = plain.samples.get("output_tok_s", ()) if plain is not None else ()
     plain_step_ms = plain.phase_ms().get(metrics.CYCLE, ()) if plain is not None else ()
+    widths = tuple(sorted((verify_ms_by_width or {}).items()))
     return Observation(
-        steps, sequences, tuple(repeats), budget, tuple(plain_tok_s), tuple(plain_step_ms)
+        steps, sequences, tuple(repeats), budget, tuple(plain_tok_s), tuple(plain_step_ms), widths
     )
 
 

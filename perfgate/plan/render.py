@@ -31,8 +31,9 @@ def render_markdown(result: PlanResult) -> str:
     lines.append(
         f"One speculative run at steps={spec.steps} (chains, topk 1) per environment point; "
         f"every step count up to it predicted, 95% intervals from a bootstrap over its "
-        f"cycles and repeats (seed {spec.seed}), each width's verify and draft extend "
-        "anywhere between their line and the run's own cost."
+        f"cycles and repeats (seed {spec.seed}), each width's draft extend, and its verify "
+        "where the run did not time it at a second width, anywhere between their line and the "
+        "run's own cost."
     )
     for plan in result.plans:
         lines += ["", *_env_section(result, plan)]

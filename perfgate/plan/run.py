@@ -137,6 +137,7 @@ class PlanRunner:
                 tokens=sum(len(o) for o in measurement.spec.outputs),
                 budget=self.base.max_new_tokens,
                 plain=measurement.plain,
+                verify_ms_by_width=profiled.verify_ms_by_width,
             )
             forecast = Forecast.of(observation, seed=self.spec.seed)
             prediction = forecast.predict()

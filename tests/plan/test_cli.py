@@ -75,6 +75,11 @@ def test_a_plan_of_the_tiny_models_is_predicted_confirmed_recorded_and_reported(
     assert plan["predicted"][3]["output_tok_s"][0] == pytest.approx(
         plan["profiled"]["output_tok_s"]
     )
+    # The profiled server timed its verify at 2 tokens a sequence and at its own 5, and the
+    # prediction's verify rests on those timings, not on the plain step's line.
+    (timed,) = [n for n in plan["notes"] if n.startswith("verify from the run's own timing")]
+    assert " ms at 2, " in timed and " ms at 5 tokens a sequence" in timed
+    assert f"Note: {timed}." in done.stdout
     runs = runs_in(tmp_path / "plans.db")
     best = document["predicted_best"]["steps"]
     assert [r.measurement.config["steps"] for r in runs] == [4] + ([best] if best != 4 else [])

@@ -323,3 +323,32 @@ def test_a_measured_step_count_the_refit_cannot_use_is_refused(
 ) -> None:
     with pytest.raises(ConfigError, match=match):
         predict(cpu_like(), replicates=FEW, measured=(measured,))
+
+
+def test_a_verify_timed_at_two_widths_replaces_the_line_from_the_plain_step() -> None:
+    """The hand-computed plan's run, its verify forward also timed at 2 tokens a sequence:
+    at 3 (its own) 2.0 ms, at 2 1.8 ms, so verify at 1 step is the run's 4 ms times 0.9, not
+    the plain step's line (3 ms); measured, so no width range is drawn around it; the note
+    names the timings."""
+    cycle = costs(draft=1.0, verify=4.0, draft_extend=2.0, accept=1.0, other=1.0)
+    repeat = Repeat(elapsed_s=0.050, tokens=13, cycles=(cycle,) * 4, depths=((2, 2, 2, 2),))
+    observation = Observation(
+        2,
+        1,
+        (repeat,),
+        budget=13,
+        plain_tok_s=(200.0,),
+        plain_step_ms=(3.0,),
+        verify_ms_by_width=((2, 1.8), (3, 2.0)),
+    )
+    prediction = predict(observation, replicates=FEW)
+    one = prediction.at(1)
+    assert one["verify_ms"].value == pytest.approx(3.6)
+    assert one["verify_ms"].low == pytest.approx(3.6) == one["verify_ms"].high
+    assert one["draft_extend_ms"].value == pytest.approx(1.5)  # still its line, drawn
+    assert one["cycle_ms"].value == pytest.approx(3.6 + 1.5 + 1.0 + 1.0)
+    assert prediction.at(2)["verify_ms"].value == pytest.approx(4.0)
+    assert "1.800 ms at 2, 2.000 ms at 3 tokens a sequence" in " ".join(prediction.notes)
+    # A flat verify in the width (a GPU reading the weights) keeps it flat.
+    flat = replace(observation, verify_ms_by_width=((2, 2.0), (3, 2.0)))
+    assert predict(flat, replicates=FEW).at(1)["verify_ms"].value == pytest.approx(4.0)

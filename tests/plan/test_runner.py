@@ -21,7 +21,7 @@ from perfgate.plan.run import PlanRunner
 from perfgate.probe.reader import CycleRecord
 from perfgate.results import ModeResult, PhaseSummary, RunContext
 
-from ..conftest import write_config
+from ..conftest import REPO, write_config
 from ..factories import mode_result
 from ..sweep.test_runner import recorded
 
@@ -288,3 +288,17 @@ def test_a_refit_that_puts_an_unmeasured_step_count_first_says_to_measure_it(
     assert any(note in line for line in lines) is noted
     if noted:
         assert f"(`perfgate sweep --scenario tiny --steps {best}`)." in lines[-1]
+
+
+def test_only_a_chain_on_one_rank_after_a_warm_up_times_a_second_verify_width() -> None:
+    """The profiled server is asked to time its verify at 2 tokens where the embedded engine
+    can (a chain, one rank) and the timing cannot fall in a timed repeat (a warm-up batch
+    comes first); everywhere else the plan keeps the plain step's line."""
+    from perfgate.plan.launch import times_verify_widths
+
+    base = load_config(REPO / "perfgate.toml").scenarios["embedded-default"]
+    assert times_verify_widths(base)
+    assert not times_verify_widths(replace(base, topk=2, draft_tokens=4))
+    assert not times_verify_widths(replace(base, tp=2))
+    assert not times_verify_widths(replace(base, warmup=0))
+    assert not times_verify_widths(replace(base, engine="sglang"))
