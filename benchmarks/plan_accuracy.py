@@ -364,11 +364,12 @@ def pooled_section(rounds: list[Round]) -> tuple[list[str], dict[str, Any]]:
     lines = [
         f"## Over the {len(rounds)} rounds: medians",
         "",
-        "| steps | sweep tok/s | predicted tok/s | error | refit tok/s | error |",
-        "| ---: | ---: | ---: | ---: | ---: | ---: |",
+        "| steps | sweep tok/s | predicted tok/s | error | refit tok/s | error | shape error |",
+        "| ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
     ]
     errors: dict[int, float] = {}
     refit_errors: dict[int, float] = {}
+    shapes = shape_errors(rounds)
     for steps in sorted({k for r in rounds for k in r.swept}):
         swept = [r.swept[steps]["output_tok_s"] for r in rounds if steps in r.swept]
         guesses = [p["output_tok_s"][0] for r in rounds for p in _points(r, "predicted", steps)]
@@ -386,6 +387,7 @@ def pooled_section(rounds: list[Round]) -> tuple[list[str], dict[str, Any]]:
                 cells += [f"{statistics.median(values):.1f}", f"{found[steps]:+.1%}"]
             else:
                 cells += ["", ""]
+        cells.append(f"{shapes[steps]:+.1%}" if steps in shapes else "")
         lines.append("| " + " | ".join(cells) + " |")
     worst = max(map(abs, errors.values()), default=None)
     worst_refit = max(map(abs, refit_errors.values()), default=None)
@@ -400,6 +402,10 @@ def pooled_section(rounds: list[Round]) -> tuple[list[str], dict[str, Any]]:
     shortfall = 1 - medians[best] / medians[top] if best in medians else None
     lines += [
         "",
+        "Shape error: the first prediction and the sweep each divided by its own tok/s at the "
+        "profiled step count, then compared (the median over the rounds): what the model "
+        "gets wrong once each launch's level is taken out of both sides.",
+        "",
         f"The plans named steps={best} best in {named.count(best)} of {len(rounds)} rounds; "
         f"the sweeps' medians put steps={top} first ({medians[top]:.1f} tok/s)"
         + (f", steps={best} {shortfall:.1%} short of it." if shortfall is not None else "."),
@@ -409,6 +415,28 @@ def pooled_section(rounds: list[Round]) -> tuple[list[str], dict[str, Any]]:
         "worst_refit_error": worst_refit,
         "shortfall": shortfall,
     }
+
+
+def shape_errors(rounds: list[Round]) -> dict[int, float]:
+    """Per step count, the median over the rounds of (predicted at k / predicted at the
+    profiled steps) / (swept at k / swept at the profiled steps) - 1: the prediction's shape
+    against the sweep's, each launch's own level divided out."""
+    found: dict[int, list[float]] = {}
+    for r in rounds:
+        (plan,) = r.document["plans"]
+        predicted = {p["steps"]: p["output_tok_s"][0] for p in plan.get("predicted", [])}
+        if not predicted:
+            continue
+        profiled = max(predicted)
+        if profiled not in r.swept:
+            continue
+        anchor = predicted[profiled] / r.swept[profiled]["output_tok_s"]
+        for steps, guess in predicted.items():
+            if steps in r.swept and steps != profiled:
+                found.setdefault(steps, []).append(
+                    guess / r.swept[steps]["output_tok_s"] / anchor - 1
+                )
+    return {k: statistics.median(v) for k, v in found.items()}
 
 
 def _points(r: Round, key: str, steps: int) -> list[dict[str, Any]]:

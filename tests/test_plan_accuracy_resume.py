@@ -8,6 +8,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from .conftest import REPO
 
 sys.path.insert(0, str(REPO / "benchmarks"))
@@ -57,8 +59,13 @@ def test_several_rounds_are_judged_on_their_medians(tmp_path: Path) -> None:
 
     rounds = [one(1, 0.95), one(2, 1.05)]
     lines, pooled = accuracy.pooled_section(rounds)
-    assert "| 2 | 98.0 | 98.0 | +0.0% | 98.0 | +0.0% |" in lines
-    assert "| 3 | 97.0 | 97.0 | +0.0% |  |  |" in lines  # the plans measured 3: no refit error
+    # Each round's prediction is off by its launch's level alone: its shape is the sweep's.
+    assert "| 2 | 98.0 | 98.0 | +0.0% | 98.0 | +0.0% | +0.0% |" in lines
+    assert "| 3 | 97.0 | 97.0 | +0.0% |  |  |  |" in lines  # the plans measured 3: no refit
+    assert accuracy.shape_errors(rounds) == pytest.approx({1: 0.0, 2: 0.0})
+    skewed = one(3, 1.0)  # its 1-step prediction 10% fast against its own profiled run's
+    skewed.document["plans"][0]["predicted"][0]["output_tok_s"] = [99.0 * 1.1] * 3
+    assert accuracy.shape_errors([skewed]) == pytest.approx({1: 0.1, 2: 0.0})
     assert pooled == {"worst_error": 0.0, "worst_refit_error": 0.0, "shortfall": 0.0}
     # Named best once each: the smaller step count, the sweeps' best on the medians too.
     assert "The plans named steps=1 best in 1 of 2 rounds" in lines[-1]
