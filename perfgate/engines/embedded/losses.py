@@ -46,8 +46,8 @@ class UnrollKV(KVStore):
 # models on lent H200s logged the same target losses to the last digit (the target attends with
 # is_causal, on flash attention) and head losses apart in the fourth, 0.48037-0.48247 at the
 # end (benchmarks/results/h200-real-weights/**/training*.json), so each machine served a head of
-# its own. A head that trains the same on every machine of a kind would let a baseline
-# outlive its machine (not yet confirmed on a GPU).
+# its own. On the math backend two trainings on two H100 machine starts wrote the same bytes
+# (benchmarks/results/h100-training-repeats.md), so a baseline outlives its machine.
 HEAD_ATTENTION = SDPBackend.MATH
 
 
