@@ -36,6 +36,7 @@ EMBEDDED_ONLY_FLAGS = (
     "--debug-simulate-accept-rate",
     "--debug-eagle3-feature-layers",
     "--debug-rank-exit",
+    "--debug-time-verify-widths",
 )
 EMBEDDED_MODELS = Path(embedded.__file__).parent / "models"
 EMBEDDED_PREFIX = "perfgate/"
