@@ -232,9 +232,9 @@ class Forecast:
         widths = np.zeros(len(self.drawn))
         if not measured:
             widths[1:] = np.random.default_rng([self.seed, 2]).uniform(size=len(self.drawn) - 1)
-        timed = self.observation.verify_ms_by_width
+        scales = verify_scales(self.observation.verify_ms_by_width, steps)
         figures = [
-            _figures(a, c, m, float(u), timed)
+            _figures(a, c, m, float(u), scales)
             for a, c, m, u in zip(self.drawn, self.cycles, costs, widths, strict=True)
         ]
         points = []
@@ -525,11 +525,11 @@ def _figures(
     cycles: Array,
     measured: Sequence[tuple[int, Array]],
     toward_flat: float = 0.0,
-    verify_widths: Sequence[tuple[int, float]] = (),
+    verify_scales: Sequence[float | None] = (),
 ) -> list[dict[str, float]]:
     """Steps 1..N's figures from one (drawn) observation; `cycles` from expected_cycles;
     `measured`: other step counts' drawn costs [repeats, len(COSTS)], to refit on;
-    `verify_widths`: the verify forward timed at two widths or more (Observation's)."""
+    `verify_scales`: per step count, verify over the run's own, or None (verify_scales())."""
     ks = range(1, a.steps + 1)
     means = dict(zip(COSTS, a.costs.mean(axis=0).tolist(), strict=True))
     if measured:
@@ -540,7 +540,8 @@ def _figures(
     else:
         plain_step = len(a.plain_step) and a.plain_step.mean()
         phases = [
-            _cycle_costs(means, a.steps, plain_step, k, toward_flat, verify_widths) for k in ks
+            _cycle_costs(means, a.steps, plain_step, k, toward_flat, scale)
+            for k, scale in zip(ks, verify_scales or (None,) * len(ks), strict=True)
         ]
     cycle = np.array([phase[CYCLE] for phase in phases])  # [K]
     # Each repeat's rows are contiguous: its slowest sequence's cycles at every k.
@@ -573,7 +574,7 @@ def _cycle_costs(
     plain_step: float,
     k: int,
     toward_flat: float = 0.0,
-    verify_widths: Sequence[tuple[int, float]] = (),
+    verify_scale: float | None = None,
 ) -> dict[str, float]:
     """Each phase's mean ms per cycle at k steps, and the cycle's (the module doc), from the
     run's phase means at `steps` and the plain twin's decode step (0: not timed).
@@ -581,18 +582,15 @@ def _cycle_costs(
     `toward_flat` (0 to 1) moves verify and draft extend from their lines toward the run's
     own cost (flat in the width): 0 is the prediction, a draw between 0 and 1 the range a
     width's cost may take between the two (the module doc's intervals). Where the run timed
-    its verify forward at two widths or more (`verify_widths`), verify is the run's own
-    scaled along the least-squares line through those timings: measured, not drawn."""
+    its verify forward at two widths or more, verify is the run's own times `verify_scale`
+    (verify_scales()): measured, not drawn."""
     other = means[CYCLE] - sum(means[p] for p in NAMED_PHASES)
     width, run_width = k + 1, steps + 1
     per_forward = means[DRAFT] / (steps - 1)
     target_run = means[VERIFY] + means[ACCEPT]
     one_token = plain_step or target_run
-    if len(verify_widths) >= 2:
-        x = np.array([w for w, _ in verify_widths], dtype=np.float64)
-        y = np.array([ms for _, ms in verify_widths], dtype=np.float64)
-        own, here = _fit(x, y, np.array([run_width, width], dtype=np.float64))
-        verify = means[VERIFY] * max(0.0, float(here)) / float(own) if own > 0 else means[VERIFY]
+    if verify_scale is not None:
+        verify = means[VERIFY] * verify_scale
     else:
         verify = _toward(
             _line(1, one_token, run_width, target_run, width) - means[ACCEPT],
@@ -611,6 +609,22 @@ def _cycle_costs(
     }
     phase[CYCLE] = sum(phase[p] for p in NAMED_PHASES) + other
     return phase
+
+
+def verify_scales(timed: Sequence[tuple[int, float]], steps: int) -> tuple[float | None, ...]:
+    """Per step count 1..steps, the verify forward's cost at its width (k + 1 tokens a
+    sequence) over its cost at the run's own (steps + 1), on the least-squares line through
+    the widths `timed` (never below zero); all None with fewer than two widths timed."""
+    untimed: tuple[float | None, ...] = (None,) * steps
+    if len(timed) < 2:
+        return untimed
+    x = np.array([w for w, _ in timed], dtype=np.float64)
+    y = np.array([ms for _, ms in timed], dtype=np.float64)
+    line = _fit(x, y, np.arange(2, steps + 2, dtype=np.float64))
+    own = float(line[-1])
+    if own <= 0:
+        return untimed
+    return tuple(max(0.0, float(v)) / own for v in line)
 
 
 def _toward(line: float, flat: float, fraction: float) -> float:

@@ -73,10 +73,9 @@ class ProfilingLaunch:
         widths: dict[int, float] = {}
         loop = windowed(timed_loop, windows)
         if times_verify_widths(scenario):
-            scenario = replace(
-                scenario,
-                spec_extra_args=(*scenario.spec_extra_args, WIDTHS_FLAG, str(TIMED_WIDTH)),
-            )
+            if WIDTHS_FLAG not in scenario.spec_extra_args:  # else the widths it names
+                flags = (*scenario.spec_extra_args, WIDTHS_FLAG, str(TIMED_WIDTH))
+                scenario = replace(scenario, spec_extra_args=flags)
             options["while_up"] = read_widths(widths, options.get("while_up"))
         result = self.measure(
             scenario, mode, workdir, loop, checked, on_records=records.extend, **options
@@ -94,7 +93,6 @@ def times_verify_widths(scenario: Scenario) -> bool:
         and scenario.topk == 1
         and scenario.tp == 1
         and scenario.warmup > 0
-        and WIDTHS_FLAG not in scenario.spec_extra_args
     )
 
 

@@ -224,7 +224,7 @@ def _add_debugging(parser: argparse.ArgumentParser) -> None:
     )
     add(
         "--debug-time-verify-widths",
-        type=_widths,
+        type=_ints,
         default=(),
         metavar="W[,W...]",
         help="planning: after the first batch the server decodes past its own warm-up (perfgate's "
@@ -284,26 +284,20 @@ def _rank_exit(text: str) -> RankExit:
     return RankExit(rank, batch, parts[2], code)
 
 
-def _layers(text: str) -> tuple[int, ...]:
+def _ints(text: str) -> tuple[int, ...]:
     try:
-        layers = tuple(int(part) for part in text.split(","))
+        return tuple(int(part) for part in text.split(","))
     except ValueError:
         raise argparse.ArgumentTypeError(
             f"{text!r} is not a comma-separated list of ints"
         ) from None
+
+
+def _layers(text: str) -> tuple[int, ...]:
+    layers = _ints(text)
     if len(layers) != 3:
         raise argparse.ArgumentTypeError(f"{text!r}: an EAGLE-3 head reads 3 hidden states")
     return layers
-
-
-def _widths(text: str) -> tuple[int, ...]:
-    try:
-        widths = tuple(int(part) for part in text.split(","))
-    except ValueError:
-        raise argparse.ArgumentTypeError(
-            f"{text!r} is not a comma-separated list of ints"
-        ) from None
-    return widths
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
