@@ -176,7 +176,7 @@ def verdict(args: argparse.Namespace) -> int:
 
 def record(args: argparse.Namespace) -> int:
     state = args.state
-    parts = ["# The gate on an H200: the launch spread's source, the launches, verdicts", ""]
+    parts = ["# The gate on a GPU: the launch spread's source, the launches, verdicts", ""]
     cure = (state / "cure").read_text().strip() if (state / "cure").is_file() else "as-placed"
     capped = (state / "max-runs").read_text().strip() if (state / "max-runs").is_file() else None
     parts += [

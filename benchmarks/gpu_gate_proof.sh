@@ -205,7 +205,7 @@ hidden=$state hidden_as=STATE
 summary=$out/summary.md
 failed=0
 [[ -f $summary ]] || {
-  echo "# The gate on an H200: summary"
+  echo "# The gate on a GPU: summary"
   echo
   echo '```'
   nvidia-smi -L 2> /dev/null || echo "no nvidia-smi"
