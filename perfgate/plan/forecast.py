@@ -11,11 +11,17 @@ it accepted in each timed cycle: its *acceptance depths*. At ``k <= N`` steps th
   from prefill), each making ``1 + min(d, k)`` tokens, ``d`` drawn from its depths (the
   renewal equation: a last cycle's tokens past the budget count in no output). A batch
   decodes until its slowest sequence is done, so the batch's cycles at ``k`` are the run's
-  cycles times the slowest sequence's expected cycles at ``k`` over its expected cycles at
-  ``N``. ``accept_length`` is all the sequences' tokens over all their cycles, as SGLang
-  counts it (``completion_tokens / spec_verify_ct``). Where the probe timed one cycle in a
-  few (its stride, 4 on a GPU), each sequence's depths are a sample: its tokens are then
-  the repeat's own (each its budget's, or the repeat's shared out as the samples say), and
+  cycles times the expected *slowest* count at ``k`` over that at ``N``: the largest of the
+  sequences' counts, each a random number of cycles, normal by the renewal theorem (mean the
+  equation's, variance ``r s2 / m3`` for ``r`` tokens made ``m`` a cycle on average, ``s2``
+  their variance), not the largest of their means. At many steps a cycle makes 1 to ``N + 1``
+  tokens and the counts scatter, so the slowest of eight runs well past the mean; at one step
+  they hardly scatter. The largest of the means carried that overshoot from ``N`` down to one
+  step: 9% too many cycles there on an H100 (benchmarks/results/plan-h100-trained.md).
+  ``accept_length`` is all the sequences' tokens over all their cycles, as SGLang counts it
+  (``completion_tokens / spec_verify_ct``). Where the probe timed one cycle in a few (its
+  stride, 4 on a GPU), each sequence's depths are a sample: its tokens are then the repeat's
+  own (each its budget's, or the repeat's shared out as the samples say), and
   its depths are drawn toward the batch's as far as they cannot tell it apart (Buhlmann's
   credibility), since a noisy sample of a few dozen cycles makes too many of them.
 - **Cost per cycle**, phase by phase:
@@ -200,6 +206,7 @@ class Forecast:
     replicates: int
     drawn: tuple[_Arrays, ...]  # the observation, then each replicate
     cycles: tuple[Array, ...]  # per draw, expected_cycles of its rows
+    slowest: tuple[Array, ...]  # per draw, expected_slowest of its repeats [R, N + 1]
 
     @classmethod
     def of(cls, observation: Observation, seed: int = 0, replicates: int = REPLICATES) -> Forecast:
@@ -208,12 +215,17 @@ class Forecast:
         rng = np.random.default_rng(seed)
         drawn = (base, *(base.resampled(rng) for _ in range(replicates)))
         # One renewal solution for the rows of every draw at once, then split per draw.
-        solved = expected_cycles(
-            np.concatenate([a.counts for a in drawn]), np.concatenate([a.remaining for a in drawn])
-        )
+        counts = np.concatenate([a.counts for a in drawn])
+        remaining = np.concatenate([a.remaining for a in drawn])
+        solved = expected_cycles(counts, remaining)
         bounds = np.cumsum([0, *(len(a.counts) for a in drawn)])
         cycles = tuple(solved[bounds[i] : bounds[i + 1]] for i in range(len(drawn)))
-        return cls(observation, seed, replicates, drawn, cycles)
+        # Each draw's repeats numbered apart, so every batch's slowest is solved at once too.
+        offsets = np.cumsum([0, *(len(a.tokens) for a in drawn)])
+        batch = np.concatenate([a.repeat + offsets[i] for i, a in enumerate(drawn)])
+        slowest = expected_slowest(solved, cycle_spread(counts, remaining), batch)
+        split = tuple(slowest[offsets[i] : offsets[i + 1]] for i in range(len(drawn)))
+        return cls(observation, seed, replicates, drawn, cycles, split)
 
     def predict(self, measured: Sequence[Measured] = ()) -> Prediction:
         """Every step count's figures; with `measured`, the costs refit (the module doc)."""
@@ -234,8 +246,10 @@ class Forecast:
             widths[1:] = np.random.default_rng([self.seed, 2]).uniform(size=len(self.drawn) - 1)
         scales = verify_scales(self.observation.verify_ms_by_width, steps)
         figures = [
-            _figures(a, c, m, float(u), scales)
-            for a, c, m, u in zip(self.drawn, self.cycles, costs, widths, strict=True)
+            _figures(a, c, b, m, float(u), scales)
+            for a, c, b, m, u in zip(
+                self.drawn, self.cycles, self.slowest, costs, widths, strict=True
+            )
         ]
         points = []
         for index, k in enumerate(range(1, steps + 1)):
@@ -520,16 +534,81 @@ def expected_cycles(counts: Array, remaining: Array) -> Array:
     return np.concatenate([np.zeros((rows, 1)), cycles], axis=1)
 
 
+def cycle_spread(counts: Array, remaining: Array) -> Array:
+    """[rows, steps + 1]: the standard deviation of the cycles a chain of k steps takes to make
+    each row's `remaining` tokens (column k; column 0 unused, zero), by the renewal theorem:
+    ``sqrt(r s2 / m**3)`` where a cycle makes ``1 + min(d, k)`` tokens, ``m`` on average with
+    variance ``s2``.
+
+    >>> cycle_spread(np.array([[1.0, 1.0]]), np.array([150.0]))[0, 1].round(6)  # m 1.5
+    np.float64(3.333333)
+    """
+    steps = counts.shape[1] - 1
+    probs = counts / counts.sum(axis=1, keepdims=True)
+    depth = np.arange(steps + 1, dtype=np.float64)
+    made = 1 + np.minimum(depth[None, :], depth[1:, None])  # [k - 1, d]: tokens a cycle makes
+    mean = probs @ made.T  # [rows, k - 1]
+    square = probs @ (made**2).T
+    variance = np.maximum(square - mean**2, 0.0)
+    spread = np.sqrt(np.clip(remaining, 0, None)[:, None] * variance / mean**3)
+    return np.concatenate([np.zeros((len(counts), 1)), spread], axis=1)
+
+
+GRID = 33  # points of the integral in expected_slowest: to 1e-7 of a cycle on eight normals
+
+
+def expected_slowest(cycles: Array, spread: Array, batch: NDArray[np.int64]) -> Array:
+    """[batches, steps + 1]: the expected largest cycle count of each batch's rows, every row's
+    count normal with mean `cycles` and standard deviation `spread` (its rows' expected_cycles
+    and cycle_spread), the rows independent; `batch` [rows] numbers the batches from 0, each
+    one's rows contiguous. ``E max = hi - integral from lo to hi of P(max <= x) dx``, where no
+    row's count falls outside ``mean +- 6 sd`` (the largest lies above every row's low end).
+
+    >>> expected_slowest(np.array([[0, 10.0], [0, 10.0]]), np.array([[0, 1.0], [0, 1.0]]),
+    ...                  np.array([0, 0]))[0, 1].round(3)
+    np.float64(10.564)
+    """
+    starts = np.flatnonzero(np.r_[True, batch[1:] != batch[:-1]])
+    lo = np.maximum.reduceat(cycles - 6 * spread, starts, axis=0)  # [B, K]
+    hi = np.maximum.reduceat(cycles + 6 * spread, starts, axis=0)
+    t = np.linspace(0.0, 1.0, GRID)
+    x = lo[..., None] + (hi - lo)[..., None] * t  # [B, K, G]
+    rows = x[batch]  # [rows, K, G]
+    sd = np.where(spread > 0, spread, 1.0)[..., None]
+    below = np.where(
+        spread[..., None] > 0, _normal_cdf((rows - cycles[..., None]) / sd), 1.0
+    )  # a row that does not scatter is below every x >= its count, which lo is
+    joint = np.multiply.reduceat(below, starts, axis=0)  # [B, K, G]: P(max <= x)
+    width = (hi - lo)[..., None] / (GRID - 1)
+    area = (width * (joint[..., 1:] + joint[..., :-1]) / 2).sum(axis=-1)
+    expected: Array = hi - area
+    return expected
+
+
+def _normal_cdf(z: Array) -> Array:
+    """The standard normal's CDF, to 1.5e-7 (Abramowitz and Stegun 7.1.26 for erf)."""
+    u = np.abs(z) / math.sqrt(2.0)
+    t = 1.0 / (1.0 + 0.3275911 * u)
+    poly = t * (
+        0.254829592 + t * (-0.284496736 + t * (1.421413741 + t * (-1.453152027 + t * 1.061405429)))
+    )
+    erf = 1.0 - poly * np.exp(-(u**2))
+    result: Array = 0.5 * (1.0 + np.sign(z) * erf)
+    return result
+
+
 def _figures(
     a: _Arrays,
     cycles: Array,
+    slowest: Array,
     measured: Sequence[tuple[int, Array]],
     toward_flat: float = 0.0,
     verify_scales: Sequence[float | None] = (),
 ) -> list[dict[str, float]]:
     """Steps 1..N's figures from one (drawn) observation; `cycles` from expected_cycles;
-    `measured`: other step counts' drawn costs [repeats, len(COSTS)], to refit on;
-    `verify_scales`: per step count, verify over the run's own, or None (verify_scales())."""
+    `slowest` [R, N + 1] from expected_slowest; `measured`: other step counts' drawn costs
+    [repeats, len(COSTS)], to refit on; `verify_scales`: per step count, verify over the run's
+    own, or None (verify_scales())."""
     ks = range(1, a.steps + 1)
     means = dict(zip(COSTS, a.costs.mean(axis=0).tolist(), strict=True))
     if measured:
@@ -544,9 +623,6 @@ def _figures(
             for k, scale in zip(ks, verify_scales or (None,) * len(ks), strict=True)
         ]
     cycle = np.array([phase[CYCLE] for phase in phases])  # [K]
-    # Each repeat's rows are contiguous: its slowest sequence's cycles at every k.
-    starts = np.flatnonzero(np.r_[True, a.repeat[1:] != a.repeat[:-1]])
-    slowest = np.maximum.reduceat(cycles, starts, axis=0)  # [R, N + 1]
     batch = a.run_cycles[:, None] * slowest[:, 1:] / slowest[:, [a.steps]]  # [R, K]
     spent_s = a.elapsed_s[:, None] + (batch * cycle - (a.run_cycles * means[CYCLE])[:, None]) / 1e3
     tok_s = np.median(a.tokens[:, None] / spent_s, axis=0)
