@@ -20,13 +20,15 @@ baseline's spread, capped at the scenario's max_runs and at what 600 s of runner
 and the runner time of a verdict is its runs times what a run took on the H200 (the median
 launch on average, the slowest for the most runs).
 
-The settings: the tolerances perfgate.toml had before, the goal's, the chosen ones, the
-goal's on launches whose tok/s and speedup scatter 0.5, 0.35 and 0.25 times as much as
-measured (``LAUNCH_SCALES``), the rest as measured: what a cure of the launch spread at its
-source must reach for the goal's tolerances to hold; and the chosen tolerances against 5
-approved launches with every verdict judged on its first run alone (max_runs 1) or on at most
-3: what benchmarks/gpu_gate_proof.sh measures with QUICK=1 (and MAX_RUNS=3), where a
-session's device time cannot hold the runs the chosen settings plan.
+The settings: the tolerances perfgate.toml had before, the goal's, the chosen ones (what
+perfgate.toml sets), the derived ones (what `baseline update` derives from the approved
+launches where the scenario sets no tok/s or speedup tolerance: 3%, or wider where their
+spread asks; ``derived``), the goal's on launches whose tok/s and speedup scatter 0.5, 0.35
+and 0.25 times as much as measured (``LAUNCH_SCALES``), the rest as measured: what a cure of
+the launch spread at its source must reach for the goal's tolerances to hold; and the chosen
+tolerances against 5 approved launches with every verdict judged on its first run alone
+(max_runs 1) or on at most 3: what benchmarks/gpu_gate_proof.sh measures with QUICK=1 (and
+MAX_RUNS=3), where a session's device time cannot hold the runs the chosen settings plan.
 
 The goals of a gate that catches the seed's 6% on a GPU: with no change, false
 alarms at most 1% on any gated metric and at most 2% inconclusive; a 6% loss of tok/s caught
@@ -52,7 +54,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from gate_quality import Settings, Shape, draw_run, session_loop
 
-from perfgate.gate import DEFAULT_ALPHA, DEFAULT_BETA, Status
+from perfgate.gate import DEFAULT_ALPHA, DEFAULT_BETA, DEFAULT_TOLERANCE, Status
 from perfgate.gate.planning import supported_tolerance
 
 RECORD = "benchmarks/results/h200-real-weights.md"
@@ -157,10 +159,19 @@ def supported(baseline_runs: int, measured: Mapping[str, Noise] | None = None) -
 
 def gpu_settings(noise: Mapping[str, Noise] | None = None) -> tuple[GpuSetting, ...]:
     """Every setting simulated, on ``noise`` (None: GPU_NOISE, the committed launches')."""
-    return tuple(replace(s, noise=noise) for s in _settings())
+    return tuple(replace(s, noise=noise) for s in _settings(noise))
 
 
-def _settings() -> tuple[GpuSetting, ...]:
+def derived(baseline_runs: int, noise: Mapping[str, Noise] | None = None) -> dict[str, float]:
+    """The GPU scenario's chosen tolerances with tok/s and speedup left out of perfgate.toml,
+    as `baseline update` then derives them from the approved launches: the default 3%, or
+    wider where their spread supports no sharper verdict (supported())."""
+    found = supported(baseline_runs, noise)
+    wider = {m: max(DEFAULT_TOLERANCE, found[m]) for m in HOST_CARRIED}
+    return {**CHOSEN, **wider}
+
+
+def _settings(noise: Mapping[str, Noise] | None = None) -> tuple[GpuSetting, ...]:
     today = {"output_tok_s": 0.10, "speedup": 0.125, "accept_length": 0.05, "verify_ms": 0.03}
     # The goal sets tok/s, speedup (3%) and verify (1%); decode_tok_s keeps the chosen 3.5%.
     goal = {**CHOSEN, "output_tok_s": 0.03, "speedup": 0.03}
@@ -170,6 +181,8 @@ def _settings() -> tuple[GpuSetting, ...]:
         GpuSetting("the goal's tolerances, 20 approved", goal, GATED_WITH_DECODE, 20),
         GpuSetting("chosen, 10 approved", CHOSEN, GATED_WITH_DECODE, 10),
         GpuSetting("chosen, 20 approved", CHOSEN, GATED_WITH_DECODE, 20),
+        GpuSetting("derived, 10 approved", derived(10, noise), GATED_WITH_DECODE, 10),
+        GpuSetting("derived, 20 approved", derived(20, noise), GATED_WITH_DECODE, 20),
         *(
             GpuSetting(
                 f"the goal's, 10 approved, launches x{scale:g}",
@@ -284,7 +297,9 @@ def simulate_gpu(
         return {(name, change): t for name, change, t in pool.map(run_gpu_cell, cells)}
 
 
-def render_gpu(results: Mapping[tuple[str, str], GpuTally]) -> list[str]:
+def render_gpu(
+    results: Mapping[tuple[str, str], GpuTally], noise: Mapping[str, Noise] | None = None
+) -> list[str]:
     """Per setting: its tolerances, then per change the rates, runs and runner time."""
     lines = [
         "",
@@ -293,7 +308,7 @@ def render_gpu(results: Mapping[tuple[str, str], GpuTally]) -> list[str]:
         "runs, mean / most | runner time, mean / most |",
         "| --- | --- | --- | ---: | ---: | --- | ---: | --- | ---: | ---: |",
     ]
-    for setting in gpu_settings():
+    for setting in gpu_settings(noise):
         t = setting.tolerances
         shown = " / ".join(
             f"{t[m]:.1%}" if m in t else "-"
@@ -318,11 +333,13 @@ def render_gpu(results: Mapping[tuple[str, str], GpuTally]) -> list[str]:
     return lines
 
 
-def goals_gpu(results: Mapping[tuple[str, str], GpuTally]) -> list[str]:
+def goals_gpu(
+    results: Mapping[tuple[str, str], GpuTally], noise: Mapping[str, Noise] | None = None
+) -> list[str]:
     """Each setting against each goal: met or not."""
     changes = list(GPU_CHANGES)
     lines = ["", "**Against the goals**", ""]
-    for setting in gpu_settings():
+    for setting in gpu_settings(noise):
         still = results[(setting.name, changes[0])]
         loss = results[(setting.name, changes[1])]
         verify = results[(setting.name, changes[2])]
@@ -382,7 +399,9 @@ def report(
         f"{1 / (1 + CYCLE_FOR_6) - 1:+.1%}); verify +2% moves decode_tok_s "
         f"{1 / (1 + _VERIFY_CYCLE) - 1:+.2%} and tok/s and speedup {_VERIFY_TOK_S - 1:+.2%}.",
     ]
-    return head + noise_lines(measured) + render_gpu(results) + goals_gpu(results)
+    return (
+        head + noise_lines(measured) + render_gpu(results, measured) + goals_gpu(results, measured)
+    )
 
 
 def main(argv: Sequence[str] | None = None) -> int:
