@@ -24,6 +24,10 @@ it accepted in each timed cycle: its *acceptance depths*. At ``k <= N`` steps th
   own (each its budget's, or the repeat's shared out as the samples say), and
   its depths are drawn toward the batch's as far as they cannot tell it apart (Buhlmann's
   credibility), since a noisy sample of a few dozen cycles makes too many of them.
+  Each cycle is drawn independently of the one before. Where acceptance clusters, a short
+  chain stops inside an easy stretch and its next cycle starts there, where the long chain's
+  starts after a failed draft, so short chains accept somewhat more than this says (-2.6% at
+  1 step of 6 on 64 prompts of the tiny models: benchmarks/results/accept-context-cpu.md).
 - **Cost per cycle**, phase by phase:
 
   - ``draft``: a chain of ``k`` steps runs ``k - 1`` draft forwards (its first token comes
