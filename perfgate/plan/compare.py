@@ -1,8 +1,10 @@
 """A plan as the history keeps it, and its predictions against what was measured. Pure.
 
 The profiled run's recorded config holds the whole prediction under ``plan`` (role
-``profiled``); each confirmed point's holds its own predicted figures and their errors
-against what it measured (role ``confirm``, with the profiled run's id). An error is
+``profiled``), with the observation it was made from (``observation``: what the probe saw,
+so that a later model can be judged on a recorded run: benchmarks/replan.py); each
+confirmed point's holds its own predicted figures and their errors against what it
+measured (role ``confirm``, with the profiled run's id). An error is
 ``predicted / measured - 1``: +5% means the plan promised 5% more than was measured.
 """
 
@@ -13,7 +15,14 @@ from collections.abc import Mapping
 from typing import Any
 
 from perfgate import metrics
-from perfgate.plan.forecast import FIGURES, Estimate, PredictedPoint, Prediction
+from perfgate.plan.forecast import (
+    FIGURES,
+    Estimate,
+    Observation,
+    PredictedPoint,
+    Prediction,
+    Repeat,
+)
 from perfgate.results import Measurement, ModeResult
 from perfgate.sweep.results import median_of
 
@@ -45,6 +54,51 @@ def prediction_json(prediction: Prediction) -> dict[str, Any]:
         "predicted": [point_json(p) for p in prediction.points],
         "notes": list(prediction.notes),
     }
+
+
+def observation_json(observation: Observation) -> dict[str, Any]:
+    """The profiled run's observation as JSON (observation_of reads it back)."""
+    return {
+        "steps": observation.steps,
+        "sequences": observation.sequences,
+        "budget": observation.budget,
+        "plain_tok_s": list(observation.plain_tok_s),
+        "plain_step_ms": list(observation.plain_step_ms),
+        "verify_ms_by_width": [list(pair) for pair in observation.verify_ms_by_width],
+        "repeats": [
+            {
+                "elapsed_s": r.elapsed_s,
+                "tokens": r.tokens,
+                "every": r.every,
+                "cycles": [dict(c) for c in r.cycles],
+                "depths": [list(d) for d in r.depths],
+            }
+            for r in observation.repeats
+        ],
+    }
+
+
+def observation_of(entry: Mapping[str, Any]) -> Observation:
+    """An observation from its JSON (observation_json)."""
+    repeats = tuple(
+        Repeat(
+            elapsed_s=float(r["elapsed_s"]),
+            tokens=int(r["tokens"]),
+            cycles=tuple({k: float(v) for k, v in c.items()} for c in r["cycles"]),
+            depths=tuple(tuple(int(d) for d in row) for row in r["depths"]),
+            every=int(r["every"]),
+        )
+        for r in entry["repeats"]
+    )
+    return Observation(
+        steps=int(entry["steps"]),
+        sequences=int(entry["sequences"]),
+        repeats=repeats,
+        budget=None if entry["budget"] is None else int(entry["budget"]),
+        plain_tok_s=tuple(float(t) for t in entry["plain_tok_s"]),
+        plain_step_ms=tuple(float(t) for t in entry["plain_step_ms"]),
+        verify_ms_by_width=tuple((int(w), float(ms)) for w, ms in entry["verify_ms_by_width"]),
+    )
 
 
 def measured_figures(measurement: Measurement) -> dict[str, float]:

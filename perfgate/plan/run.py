@@ -25,7 +25,12 @@ from perfgate.config import Scenario
 from perfgate.errors import ConfigError, PerfgateError
 from perfgate.measure import measure_mode
 from perfgate.pipeline import MeasureMode
-from perfgate.plan.compare import confirm_json, measured_figures, prediction_json
+from perfgate.plan.compare import (
+    confirm_json,
+    measured_figures,
+    observation_json,
+    prediction_json,
+)
 from perfgate.plan.forecast import Forecast, PredictedPoint, Prediction
 from perfgate.plan.launch import ProfilingLaunch, batch_sequences
 from perfgate.plan.observe import measured_costs, observe
@@ -149,7 +154,7 @@ class PlanRunner:
             self._faults.append(error)
             return {"role": "profiled", "steps": self.spec.steps, "failed": repr(error)}
         self._predictions[key] = prediction
-        return prediction_json(prediction)
+        return {**prediction_json(prediction), "observation": observation_json(observation)}
 
     def _env_plan(self, point: PointResult) -> EnvPlan:
         """A profiled point's plan; neither prediction nor refusal where its server failed

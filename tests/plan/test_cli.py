@@ -3,16 +3,24 @@ whole command on the shipped tiny models with a real history and report."""
 
 from __future__ import annotations
 
+import contextlib
+import importlib
 import json
+import sys
 from pathlib import Path
 
 import pytest
 
+from perfgate.plan.compare import observation_of, point_json
+from perfgate.plan.forecast import predict
 from perfgate.results import RunRecord
 from perfgate.store import close_history, list_runs, open_history
 
-from ..conftest import TINY_SCENARIO, write_config
+from ..conftest import REPO, TINY_SCENARIO, write_config
 from ..in_process import perfgate_main
+
+sys.path.insert(0, str(REPO / "benchmarks"))
+replan = importlib.import_module("replan")
 
 TREE = TINY_SCENARIO.replace("topk = 1\ndraft_tokens = 4", "topk = 2\ndraft_tokens = 6")
 
@@ -83,7 +91,17 @@ def test_a_plan_of_the_tiny_models_is_predicted_confirmed_recorded_and_reported(
     runs = runs_in(tmp_path / "plans.db")
     best = document["predicted_best"]["steps"]
     assert [r.measurement.config["steps"] for r in runs] == [4] + ([best] if best != 4 else [])
-    assert runs[0].measurement.config["plan"]["role"] == "profiled"
+    entry = runs[0].measurement.config["plan"]
+    assert entry["role"] == "profiled"
+    # The observation is recorded with the prediction, and gives it back: a later model can be
+    # judged on this run without launching it again (benchmarks/replan.py).
+    again = predict(observation_of(entry["observation"]), entry["seed"], entry["replicates"])
+    assert [point_json(p) for p in again.points] == entry["predicted"]
+    replanned = tmp_path / "replan.txt"
+    with replanned.open("w") as out, contextlib.redirect_stdout(out):
+        assert replan.main(["--db", f"sqlite:///{tmp_path / 'plans.db'}"]) == 0
+    rows = [line for line in replanned.read_text().splitlines() if line[:3] in {"| 1", "| 4"}]
+    assert len(rows) == 2 and all(row.split("|")[2] == row.split("|")[3] for row in rows)
     if best != 4:
         (confirmed,) = document["confirmed"]
         assert runs[1].measurement.config["plan"]["error"] == confirmed["error"]

@@ -1,0 +1,99 @@
+"""Judge today's plan model on recorded plans: predict again from each profiled run's recorded
+observation, beside what that plan predicted and what a sweep in the same history measured.
+
+    python benchmarks/replan.py --db sqlite:///PATH/history.db
+    python benchmarks/replan.py --db sqlite:///PATH/history.db --sweep embedded-large-gpu-sweep-1
+
+A plan's profiled run keeps the observation its prediction came from (perfgate/plan/compare.py
+``observation_json``: every repeat's timed cycles and each sequence's acceptance depths), so a
+change to perfgate/plan/forecast.py can be measured against a GPU plan on record without a
+GPU. Per profiled run and step count: the tok/s its plan predicted, the tok/s the model
+predicts now, and, with ``--sweep NAME`` (the runs of that scenario name in the same history,
+as benchmarks/plan_accuracy.py records them), what was measured and both errors. Plans recorded
+before the observation was kept are named and skipped.
+
+Exit code: 0; 64 on a history without a plan's profiled run; 69 where the history cannot be read.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from plan_accuracy import measured_by_steps
+
+from perfgate.errors import PerfgateError
+from perfgate.plan.compare import observation_of
+from perfgate.plan.forecast import predict
+from perfgate.store import close_history, list_runs, open_existing_history
+
+
+def profiled_runs(db: str) -> list[tuple[int | None, str, dict[str, Any]]]:
+    """Every run whose recorded config holds a plan's profiled entry: id, scenario, entry."""
+    sessions = open_existing_history(db)
+    try:
+        with sessions() as session:
+            runs = list_runs(session)
+    finally:
+        close_history(sessions)
+    return [
+        (r.id, r.measurement.scenario, r.measurement.config["plan"])
+        for r in runs
+        if r.measurement.config.get("plan", {}).get("role") == "profiled"
+    ]
+
+
+def replan(entry: dict[str, Any], swept: dict[int, dict[str, Any]]) -> list[str]:
+    """One profiled run's table: per step count, recorded and current prediction, measured."""
+    observation = observation_of(entry["observation"])
+    now = predict(observation, entry["seed"], entry["replicates"])
+    recorded = {p["steps"]: p["output_tok_s"][0] for p in entry["predicted"]}
+    lines = [
+        "| steps | recorded prediction | today's model | measured | recorded error | "
+        "today's error |",
+        "| ---: | ---: | ---: | ---: | ---: | ---: |",
+    ]
+    for point in now.points:
+        value, was = point["output_tok_s"].value, recorded.get(point.steps)
+        truth = swept.get(point.steps, {}).get("output_tok_s")
+        cells = [f"{was:.1f}" if was is not None else "-", f"{value:.1f}"]
+        cells.append(f"{truth:.1f}" if truth else "-")
+        cells.append(f"{was / truth - 1:+.1%}" if truth and was is not None else "-")
+        cells.append(f"{value / truth - 1:+.1%}" if truth else "-")
+        lines.append(f"| {point.steps} | " + " | ".join(cells) + " |")
+    return lines
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--db", required=True, help="the history: sqlite:///PATH or a URL")
+    parser.add_argument("--sweep", help="the scenario name of a sweep's runs to compare with")
+    args = parser.parse_args(argv)
+    try:
+        profiled = profiled_runs(args.db)
+        swept = measured_by_steps(args.db, args.sweep) if args.sweep else {}
+    except PerfgateError as error:
+        print(f"--db {args.db}: {error}", file=sys.stderr)
+        return 69
+    if not profiled:
+        print(
+            f"--db {args.db}: no plan's profiled run in it (run `perfgate plan`)", file=sys.stderr
+        )
+        return 64
+    for run_id, scenario, entry in profiled:
+        print(f"\n## Run #{run_id} ({scenario}), profiled at {entry['steps']} steps\n")
+        if "observation" not in entry:
+            print("Recorded before plans kept their observation: nothing to predict from.")
+            continue
+        print("\n".join(replan(entry, swept)))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
