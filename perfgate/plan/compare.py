@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
+from dataclasses import asdict
 from typing import Any
 
 from perfgate import metrics
@@ -58,24 +59,7 @@ def prediction_json(prediction: Prediction) -> dict[str, Any]:
 
 def observation_json(observation: Observation) -> dict[str, Any]:
     """The profiled run's observation as JSON (observation_of reads it back)."""
-    return {
-        "steps": observation.steps,
-        "sequences": observation.sequences,
-        "budget": observation.budget,
-        "plain_tok_s": list(observation.plain_tok_s),
-        "plain_step_ms": list(observation.plain_step_ms),
-        "verify_ms_by_width": [list(pair) for pair in observation.verify_ms_by_width],
-        "repeats": [
-            {
-                "elapsed_s": r.elapsed_s,
-                "tokens": r.tokens,
-                "every": r.every,
-                "cycles": [dict(c) for c in r.cycles],
-                "depths": [list(d) for d in r.depths],
-            }
-            for r in observation.repeats
-        ],
-    }
+    return asdict(observation)
 
 
 def observation_of(entry: Mapping[str, Any]) -> Observation:

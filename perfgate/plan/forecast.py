@@ -17,7 +17,7 @@ it accepted in each timed cycle: its *acceptance depths*. At ``k <= N`` steps th
   their variance), not the largest of their means. At many steps a cycle makes 1 to ``N + 1``
   tokens and the counts scatter, so the slowest of eight runs well past the mean; at one step
   they hardly scatter. The largest of the means carried that overshoot from ``N`` down to one
-  step: 9% too many cycles there on an H100 (benchmarks/results/plan-h100-trained.md).
+  step, where tok/s came out 8.3% low on an H100 (benchmarks/results/plan-h100-trained.md).
   ``accept_length`` is all the sequences' tokens over all their cycles, as SGLang counts it
   (``completion_tokens / spec_verify_ct``). Where the probe timed one cycle in a few (its
   stride, 4 on a GPU), each sequence's depths are a sample: its tokens are then the repeat's
