@@ -52,7 +52,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -199,6 +199,7 @@ class Round:
     swept: dict[int, dict[str, Any]]
     planned: dict[int, dict[str, Any]]  # the plan's own measured runs (profiled, confirmed)
     document: dict[str, Any]  # the plan's JSON
+    sweep_document: dict[str, Any] = field(default_factory=dict)  # the sweep's JSON
 
 
 def one_round(index: int, args: argparse.Namespace, db: str, raw: Path) -> Round | Command:
@@ -212,6 +213,8 @@ def one_round(index: int, args: argparse.Namespace, db: str, raw: Path) -> Round
     common = ["--config", str(args.config), "--scenario", args.scenario, "--db", db]
     if args.repeats:
         common += ["--repeats", str(args.repeats)]
+    if args.plain_max_age_h:
+        common += ["--plain-max-age-h", str(args.plain_max_age_h)]
     sweep = run(
         perfgate(
             "sweep",
@@ -245,16 +248,32 @@ def one_round(index: int, args: argparse.Namespace, db: str, raw: Path) -> Round
         raw / f"plan-{index}.log",
         done_file(f"plan-{index}"),
     )
-    document_path = raw / f"plan-{index}.json"
-    document = json.loads(document_path.read_text()) if document_path.is_file() else {}
     return Round(
         index,
         sweep,
         plan,
         measured_by_steps(db, sweep_name),
         measured_by_steps(db, plan_name),
-        document,
+        _json_or_empty(raw / f"plan-{index}.json"),
+        _json_or_empty(raw / f"sweep-{index}.json"),
     )
+
+
+def _json_or_empty(path: Path) -> dict[str, Any]:
+    return json.loads(path.read_text()) if path.is_file() else {}
+
+
+def plain_twins(r: Round) -> tuple[float, bool]:
+    """The seconds the sweep spent on plain twins it measured, and whether the plan reused
+    its plain twin from the history (--plain-max-age-h) instead of measuring one."""
+    reused = r.sweep_document.get("plain_reused_from", {})
+    sweep_plain_s = sum(
+        seconds
+        for label, seconds in r.sweep_document.get("plain_s", {}).items()
+        if label not in reused
+    )
+    plan_reused = any(p.get("plain_reused_from") is not None for p in r.document.get("plans", []))
+    return sweep_plain_s, plan_reused
 
 
 def _estimate(point: dict[str, Any], figure: str) -> tuple[float, float, float]:
@@ -326,6 +345,19 @@ def round_section(r: Round, plan_steps: int) -> tuple[list[str], dict[str, Any]]
         "profile_s": profile_s,
         "confirm_s": r.document["runner_s"]["confirm"],
     }
+    sweep_plain_s, plan_reused = plain_twins(r)
+    # Like for like: a plan that reused the plain twin against a sweep that did not reuse it
+    # is set against the sweep less its plain twin, as a sweep that reused it would run.
+    like_sweep_s = r.sweep.wall_s - sweep_plain_s if plan_reused else r.sweep.wall_s
+    found |= {"plan_reused_plain": plan_reused, "like_sweep_s": like_sweep_s}
+    like = (
+        f" With the plain twin reused from the history on both sides (the sweep less its "
+        f"{sweep_plain_s:.0f} s plain twin: {like_sweep_s:.0f} s), the plan costs "
+        f"{r.plan.wall_s / like_sweep_s:.0%} of it, its prediction alone "
+        f"{profile_s / like_sweep_s:.0%}."
+        if plan_reused
+        else ""
+    )
     lines += [
         "",
         f"The sweep's best: steps={best_sweep[0]}, {best_sweep[1]['output_tok_s']:.1f} tok/s. "
@@ -352,7 +384,9 @@ def round_section(r: Round, plan_steps: int) -> tuple[list[str], dict[str, Any]]
         f"({profile_s:.0f} s to profile, {found['confirm_s']:.0f} s to confirm, the rest the "
         "command's start and the model), "
         f"{r.plan.wall_s / r.sweep.wall_s:.0%} of the sweep's; its prediction alone "
-        f"{profile_s / r.sweep.wall_s:.0%}.",
+        f"{profile_s / r.sweep.wall_s:.0%}"
+        + (" (the plan's plain twin reused from the history)." if plan_reused else ".")
+        + like,
     ]
     return lines, found
 
@@ -474,12 +508,23 @@ def goals(found: list[dict[str, Any]], pooled: dict[str, Any] | None = None) -> 
         if value is not None:
             found_text = f"{value:.1%} short" if word == "short" else f"largest {value:.1%}"
             lines.append(f"| {goal} | {found_text}{where} | {verdict(value <= limit)} |")
-    cost = max(f["plan_s"] / f["sweep_s"] for f in found)
-    predict_cost = max(f["profile_s"] / f["sweep_s"] for f in found)
+    # With the plain twin reused by the plan, cost is judged like for like (against the
+    # sweep less its own plain twin); the plain ratio is said beside it.
+    reused = all(f.get("plan_reused_plain") for f in found)
+    key = "like_sweep_s" if reused else "sweep_s"
+    cost = max(f["plan_s"] / f[key] for f in found)
+    predict_cost = max(f["profile_s"] / f[key] for f in found)
+    as_run = max(f["plan_s"] / f["sweep_s"] for f in found)
+    how = (
+        f"like for like: the plain twin reused from the history on both sides, the sweep "
+        f"less its own; {as_run:.0%} against the whole sweep"
+        if reused
+        else "the plain twin measured by both"
+    )
     lines.append(
         f"| plan's runner time at most {GOAL_COST:.0%} of the sweep's | {cost:.0%} (the whole "
-        f"command, confirmations included); {predict_cost:.0%} for the prediction alone (the "
-        f"plain twin and the profiled server) | {verdict(cost <= GOAL_COST)} "
+        f"command, confirmations included; {how}); {predict_cost:.0%} for the prediction "
+        f"alone | {verdict(cost <= GOAL_COST)} "
         f"(prediction alone: {verdict(predict_cost <= GOAL_COST)}) |"
     )
     return lines
@@ -504,6 +549,13 @@ def main() -> int:
     parser.add_argument("--confirm", type=int, default=2)
     parser.add_argument("--repeats", type=int, help="repeats per server (default: the scenario's)")
     parser.add_argument("--rounds", type=int, default=1, help="sweep and plan, alternated")
+    parser.add_argument(
+        "--plain-max-age-h",
+        type=float,
+        help="passed to both commands: each reuses a plain twin recorded within H hours (the "
+        "first sweep measures it; the plan and later rounds reuse it), and the cost is judged "
+        "like for like, against the sweep less its plain twin",
+    )
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--note", default="", help="a sentence on the machine's state")
     parser.add_argument("--out", type=Path, default=REPO / "benchmarks/results/plan-cpu.md")
@@ -556,6 +608,7 @@ def main() -> int:
     complete = [r for r in rounds if r.document.get("plans") and r.swept]
     pooled_lines, pooled = pooled_section(complete) if len(complete) > 1 else ([], None)
     this = shlex.join(_without_note(sys.argv[1:]))
+    reuse = f" --plain-max-age-h {args.plain_max_age_h:g}" if args.plain_max_age_h else ""
     text = "\n".join(
         [
             f"# perfgate plan against the full sweep: {args.scenario}",
@@ -566,8 +619,9 @@ def main() -> int:
             *([f"- {args.note}"] if args.note else []),
             "",
             f"Command: `python benchmarks/plan_accuracy.py {this}`. Per round: "
-            f"`perfgate sweep --steps {args.sweep_steps} --no-early-stop`, then `perfgate plan "
-            f"--steps {args.plan_steps} --confirm {args.confirm}` (scenario {args.scenario}); "
+            f"`perfgate sweep --steps {args.sweep_steps} --no-early-stop{reuse}`, then "
+            f"`perfgate plan --steps {args.plan_steps} --confirm {args.confirm}{reuse}` "
+            f"(scenario {args.scenario}); "
             "their tables, JSON and logs are in "
             f"`{raw.name}/`. Measured figures: median tok/s and accept length over the "
             "repeats, each phase's mean ms per cycle (the plan predicts means). Error: "

@@ -45,7 +45,7 @@ from perfgate.measure import (
     teacher_force,
 )
 from perfgate.measured_verdicts import judge_look, plan_verdict
-from perfgate.plain_reuse import find_reusable_plain, plain_reuse_key
+from perfgate.plain_reuse import find_reusable_plain, plain_reuse_key, refresh_reason
 from perfgate.preflight import (
     PASS_THROUGH,
     Preflight,
@@ -317,6 +317,20 @@ def history_plain_source(history_url: str) -> PlainSource:
             return find_reusable_plain(sessions, scenario, key)
 
     return reusable
+
+
+def plain_source_for(
+    scenario: Scenario, history_url: str, refresh: bool, branch: str | None
+) -> tuple[PlainSource | None, str | None]:
+    """Where `scenario`'s plain twin may come from: the history, where its plain_max_age_h
+    allows it and nothing asks for a fresh one (perfgate.plain_reuse.refresh_reason); else
+    None, and why the twin is measured although the scenario allows reuse."""
+    if scenario.plain_max_age_h is None:
+        return None, None
+    note = refresh_reason(scenario, refresh, branch)
+    if note is not None:
+        return None, note
+    return history_plain_source(history_url), None
 
 
 def reuse_key_for(scenario: Scenario, checked: Preflight) -> str:

@@ -25,11 +25,10 @@ from perfgate.pipeline import (
     ScenarioRun,
     ServerPair,
     final_records,
-    history_plain_source,
+    plain_source_for,
     record_runs,
     severest,
 )
-from perfgate.plain_reuse import refresh_reason
 from perfgate.progress import SILENT, Reporter
 from perfgate.reference import status_exit_code
 from perfgate.report import write_history_report
@@ -94,10 +93,7 @@ class GateSession:
         if scenario.plain_max_age_h is None:
             return None, None
         branch = detect_context(self.config.path.parent).branch
-        note = refresh_reason(scenario, self.options.refresh_plain, branch)
-        if note is not None:
-            return None, note
-        return history_plain_source(self.history_url), None
+        return plain_source_for(scenario, self.history_url, self.options.refresh_plain, branch)
 
     def server_result(
         self, name: str, mode: Mode, timed_loop: TimedLoop = run_rounds

@@ -89,6 +89,32 @@ def test_several_rounds_are_judged_on_their_medians(tmp_path: Path) -> None:
     assert "| largest 10.5% | **missed** |" in alone and "| 4.0% short | **missed** |" in alone
 
 
+def test_a_plan_that_reused_its_plain_twin_is_costed_against_the_sweep_less_its_own() -> None:
+    """--plain-max-age-h: the sweep measured the plain twin (10 s of its 110), the plan reused
+    it (30 s): like for like the plan costs 30 of 100 s, the goal met; the 27% against the
+    whole sweep is said beside. A plan that measured its own is judged on the whole sweep."""
+    accuracy = importlib.import_module("plan_accuracy")
+    command = accuracy.Command([], 110.0, 0, "", "")
+    plan = accuracy.Command([], 30.0, 0, "", "")
+    document = {"plans": [{"plain_reused_from": 1}]}
+    sweep = {"plain_s": {"s": 10.0}, "plain_reused_from": {}}
+    r = accuracy.Round(1, command, plan, {}, {}, document, sweep)
+    assert accuracy.plain_twins(r) == (10.0, True)
+    found = [{"plan_s": 30.0, "sweep_s": 110.0, "profile_s": 20.0, "like_sweep_s": 100.0}]
+    table = "\n".join(accuracy.goals([{**found[0], "plan_reused_plain": True}]))
+    assert (
+        "| 30% (the whole command, confirmations included; like for like: the plain twin" in table
+    )
+    assert "27% against the whole sweep); 20% for the prediction alone | met (" in table
+    measured = "\n".join(accuracy.goals([{**found[0], "plan_reused_plain": False}]))
+    assert "| 27% (the whole command, confirmations included; the plain twin measured" in measured
+    # A sweep that reused its own plain twin spent no plain seconds to take off.
+    again = accuracy.Round(
+        2, command, plan, {}, {}, document, {**sweep, "plain_reused_from": {"s": 1}}
+    )
+    assert accuracy.plain_twins(again) == (0.0, True)
+
+
 def test_the_seeded_gpu_config_is_the_shipped_gpu_scenario_but_for_its_weights() -> None:
     from dataclasses import replace
 

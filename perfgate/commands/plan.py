@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from perfgate.commands import add_command
+from perfgate.commands.sweep import add_plain_reuse, with_plain_reuse
 from perfgate.config import Config, Scenario, check_history_name
 from perfgate.context import detect_context
 from perfgate.errors import ConfigError
@@ -62,6 +63,7 @@ def register(commands: Any) -> None:
     add("--repeats", type=int, help="repeats per server (default: the scenario's)")
     add("--seed", type=int, default=0, help="the bootstrap's seed (default 0)")
     add("--budget-s", type=float, help="launch no server after this many seconds")
+    add_plain_reuse(add)
     add_options(add, ("engine", "db", "profile"))
     add("--json", metavar="PATH", help="also write the plan as JSON here")
     add("--markdown", metavar="PATH", help="also write the table here")
@@ -73,7 +75,8 @@ def run(settings: Settings, args: argparse.Namespace) -> int:
 
     # A history that refuses writes fails before anything is launched.
     chosen = selection_from(settings, writes=True, names=_scenario_name(args))
-    config, base, profile = chosen.config, chosen.scenario, chosen.profile
+    config, profile = chosen.config, chosen.profile
+    base = with_plain_reuse(chosen.scenario, args)
     spec = plan_spec(args, config, base)
     runner = PlanRunner(
         spec=spec,
@@ -85,6 +88,7 @@ def run(settings: Settings, args: argparse.Namespace) -> int:
         config_file=config.path,
         budget_s=args.budget_s,
         progress=stderr_reporter(),  # stdout carries the table
+        refresh_plain=args.refresh_plain,
     )
     result = runner.run()
     markdown = render_markdown(result)

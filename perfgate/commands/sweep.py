@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from perfgate.commands import add_command
-from perfgate.config import Config, check_history_name
+from perfgate.config import Config, Scenario, check_history_name
 from perfgate.context import detect_context, github_run
 from perfgate.errors import ConfigError
 from perfgate.files import write_text_atomically
@@ -62,6 +62,7 @@ def register(commands: Any) -> None:
     add("--repeats", type=int, help="repeats per server (default: the scenario's)")
     add("--no-early-stop", action="store_true", help="measure every point of every branch")
     add("--budget-s", type=float, help="launch no server after this many seconds")
+    add_plain_reuse(add)
     add_options(add, ("engine", "db", "profile"))
     add(
         "--shard",
@@ -98,7 +99,8 @@ def run(settings: Settings, args: argparse.Namespace) -> int:
 
     # A history that refuses writes fails before anything is measured.
     chosen = selection_from(settings, writes=True, names=sweep_scenario)
-    config, spec, base = chosen.config, specs[0], chosen.scenario
+    config, spec = chosen.config, specs[0]
+    base = with_plain_reuse(chosen.scenario, args)
     shard = parse_shard(args.shard) if args.shard else Shard()
     batch = batch_id(args.batch, shard, github_run().run_id)
     early_stop = spec.early_stop and not args.no_early_stop
@@ -125,6 +127,7 @@ def run(settings: Settings, args: argparse.Namespace) -> int:
         progress=stderr_reporter(),  # stdout carries the table
         shard=shard,
         batch=batch,
+        refresh_plain=args.refresh_plain,
     )
     result = runner.run()
     markdown = render_markdown(result)
@@ -134,6 +137,35 @@ def run(settings: Settings, args: argparse.Namespace) -> int:
     print(markdown)
     _write(args, markdown, {**sweep_json(result), "batch": batch, "shard": str(shard)})
     return int(result.exit_code())
+
+
+def add_plain_reuse(add: Any) -> None:
+    """The flags of a sweep's or a plan's plain twin: reused from the history, or measured."""
+    add(
+        "--plain-max-age-h",
+        type=float,
+        metavar="H",
+        help="reuse the plain twin's figures from a recorded run with the same plain "
+        "fingerprint younger than H hours, on any branch (default: the scenario's "
+        "plain_max_age_h; none: measure it)",
+    )
+    add(
+        "--refresh-plain",
+        action="store_true",
+        help="measure the plain twin even where the history has reusable figures for it",
+    )
+
+
+def with_plain_reuse(base: Scenario, args: argparse.Namespace) -> Scenario:
+    """`base` with --plain-max-age-h as its plain_max_age_h, where given."""
+    hours = args.plain_max_age_h
+    if hours is None:
+        return base
+    if not hours > 0:
+        raise ConfigError(
+            "must be > 0", field="--plain-max-age-h", fix="give hours, e.g. 24, or leave it out"
+        )
+    return replace(base, plain_max_age_h=hours)
 
 
 def _write(args: argparse.Namespace, markdown: str, document: dict[str, Any]) -> None:

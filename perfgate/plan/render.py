@@ -47,7 +47,9 @@ def render_markdown(result: PlanResult) -> str:
 
 def _env_section(result: PlanResult, plan: EnvPlan) -> list[str]:
     plain = result.sweep.plain.get(plan.label)
+    reused = result.sweep.plain_reused.get(plan.label)
     head = f"## {plan.label}" + (f": plain twin {plain:.1f} tok/s" if plain else "")
+    head += f" (reused from run {reused}, plain_max_age_h)" if reused is not None else ""
     if plan.prediction is None:
         why = plan.refused or f"the profiled run failed: {plan.profiled.skipped}"
         return [head, "", f"Refused: {why}." if plan.refused else f"Not predicted: {why}."]
@@ -180,8 +182,9 @@ def _confirmed_line(confirmed: Confirmed) -> str:
 
 def _cost_line(result: PlanResult) -> str:
     total = result.profile_s + result.confirm_s
+    plain = "plain twin reused" if result.sweep.plain_reused else "plain twin"
     return (
-        f"Runner time: {result.profile_s:.0f} s to profile (plain twin and profiled server), "
+        f"Runner time: {result.profile_s:.0f} s to profile ({plain} and profiled server), "
         f"{result.confirm_s:.0f} s to confirm, {total:.0f} s in all."
     )
 
@@ -218,6 +221,7 @@ def _env_json(result: PlanResult, plan: EnvPlan) -> dict[str, Any]:
         "sweep": plan.label,
         "env": dict(plan.env),
         "plain_tok_s": _finite(result.sweep.plain.get(plan.label)),
+        "plain_reused_from": result.sweep.plain_reused.get(plan.label),
         "profiled": _point_json(plan.profiled),
         "refused": plan.refused,
         "predicted": [point_json(p) for p in plan.prediction.points] if plan.prediction else [],

@@ -56,6 +56,7 @@ class PlanRunner:
     budget_s: float | None = None
     measure: MeasureMode = measure_mode
     progress: Reporter = SILENT
+    refresh_plain: bool = False  # measure the plain twin, whatever plain_max_age_h allows
     _predictions: dict[str, Prediction] = field(default_factory=dict)
     _forecasts: dict[str, Forecast] = field(default_factory=dict)
     _refusals: dict[str, str] = field(default_factory=dict)
@@ -78,6 +79,7 @@ class PlanRunner:
             measure=self._launch,
             progress=self.progress,
             annotate=self._annotate,
+            refresh_plain=self.refresh_plain,
         )
         clock = time.monotonic()
         first = sweep.run()

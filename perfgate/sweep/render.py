@@ -18,6 +18,12 @@ COLUMNS = (
 )
 
 
+def _plain_line(result: SweepResult, label: str, tok_s: float) -> str:
+    run = result.plain_reused.get(label)
+    reused = f", reused from run {run} (plain_max_age_h)" if run is not None else ""
+    return f"Plain twin ({label}): {tok_s:.1f} tok/s{reused}."
+
+
 def render_markdown(result: SweepResult) -> str:
     """The sweep's table, its plain twins, the best configuration and the early stops."""
     with_env = bool(result.spec.env)
@@ -26,7 +32,7 @@ def render_markdown(result: SweepResult) -> str:
     lines = [
         f"# Sweep {result.spec.name} of {result.scenario}",
         "",
-        *(f"Plain twin ({label}): {tok_s:.1f} tok/s." for label, tok_s in result.plain.items()),
+        *(_plain_line(result, label, tok_s) for label, tok_s in result.plain.items()),
         "",
         "| " + " | ".join(head) + " |",
         "|" + " --- |" * len(head),
@@ -102,6 +108,8 @@ def sweep_json(result: SweepResult) -> dict[str, Any]:
             "repeats": result.spec.repeats,
         },
         "plain_tok_s": dict(result.plain),
+        "plain_reused_from": dict(result.plain_reused),
+        "plain_s": dict(result.plain_s),
         "points": [_point_json(p) for p in result.points],
         "best": _point_json(best) if best else None,
         "none_beats_plain": result.none_beats_plain(),

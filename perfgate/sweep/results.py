@@ -96,6 +96,9 @@ class SweepResult:
     scenario: str  # the scenario the sweep varies
     points: tuple[PointResult, ...]
     plain: Mapping[str, float] = field(default_factory=dict)  # label -> plain tok/s
+    # label -> the run whose plain twin was reused (plain_max_age_h), for those not measured
+    plain_reused: Mapping[str, int] = field(default_factory=dict)
+    plain_s: Mapping[str, float] = field(default_factory=dict)  # label -> its runner seconds
     stops: tuple[str, ...] = ()  # what the early-stop rule did (or would have done)
     failures: tuple[str, ...] = ()
 

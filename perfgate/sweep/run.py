@@ -37,7 +37,13 @@ from perfgate.config import Scenario
 from perfgate.errors import PerfgateError
 from perfgate.gate.judge import DEFAULT_TOLERANCE
 from perfgate.measure import assemble_measurement, measure_mode
-from perfgate.pipeline import MeasureMode, ServerPair, record_runs, unjudged_record
+from perfgate.pipeline import (
+    MeasureMode,
+    ServerPair,
+    plain_source_for,
+    record_runs,
+    unjudged_record,
+)
 from perfgate.preflight import check_scenario
 from perfgate.progress import SILENT, Reporter
 from perfgate.results import Measurement, ModeResult, RunContext
@@ -115,11 +121,14 @@ class SweepRunner:
     shard: Shard = field(default_factory=Shard)  # the share of the grid to measure
     batch: str | None = None  # recorded with each point, so that its shards can be collected
     annotate: Annotate | None = None
+    refresh_plain: bool = False  # measure every plain twin, whatever plain_max_age_h allows
     _started: float = field(default_factory=time.monotonic)
     _numbers: dict[Point, int] = field(default_factory=dict)
     _total: int = 0
     _points: list[PointResult] = field(default_factory=list)
     _plain: dict[str, float] = field(default_factory=dict)
+    _plain_reused: dict[str, int] = field(default_factory=dict)
+    _plain_s: dict[str, float] = field(default_factory=dict)
     _stops: list[str] = field(default_factory=list)
     _failures: list[str] = field(default_factory=list)
     _states: dict[EnvPoint, _EnvState] = field(default_factory=dict)
@@ -170,17 +179,31 @@ class SweepRunner:
             scenario=self.base.name,
             points=tuple(self._points),
             plain=dict(self._plain),
+            plain_reused=dict(self._plain_reused),
+            plain_s=dict(self._plain_s),
             stops=tuple(self._stops),
             failures=tuple(self._failures),
         )
 
     def _plain_twin(self, env: EnvPoint, first: Point) -> _EnvState:
-        servers = ServerPair(self.profile, self.config_file, self.progress, launch=self.measure)
+        scenario = point_scenario(self.base, self.spec, first)
+        # No main-branch refresh: the gate's runs on main keep the history's plain twins fresh.
+        source, why_measured = plain_source_for(
+            scenario, self.history_url, self.refresh_plain, branch=None
+        )
+        servers = ServerPair(
+            self.profile,
+            self.config_file,
+            self.progress,
+            plain_source=source,
+            plain_note=why_measured,
+            launch=self.measure,
+        )
         state = _EnvState(sweep_label(self.spec, env), servers)
         if self._over_budget():
             state.skip = self._budget_note()
             return state
-        scenario, clock = point_scenario(self.base, self.spec, first), time.monotonic()
+        clock = time.monotonic()
         try:
             plain = servers.server(scenario, "plain", self._folder(state.label))
         except PerfgateError as error:
@@ -188,11 +211,16 @@ class SweepRunner:
             self.progress.note(f"plain twin ({state.label}): failed: {error}")
             state.skip = "the plain twin failed"
             return state
-        state.plain = plain
+        state.plain, state.plain_run = plain, plain.reused_from
         self._plain[state.label] = median_tok_s(plain)
-        took = time.monotonic() - clock
+        took = self._plain_s[state.label] = time.monotonic() - clock
+        if plain.reused_from is not None:
+            self._plain_reused[state.label] = plain.reused_from
+            how = f"reused from run {plain.reused_from} (plain_max_age_h)"
+        else:
+            how = f"{took:.0f} s" + (f" ({servers.plain_note})" if servers.plain_note else "")
         self.progress.note(
-            f"plain twin ({state.label}): {self._plain[state.label]:.1f} tok/s, {took:.0f} s"
+            f"plain twin ({state.label}): {self._plain[state.label]:.1f} tok/s, {how}"
         )
         return state
 

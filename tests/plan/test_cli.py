@@ -34,6 +34,7 @@ TREE = TINY_SCENARIO.replace("topk = 1\ndraft_tokens = 4", "topk = 2\ndraft_toke
         (["--confirm", "-1"], TINY_SCENARIO, "--confirm: must be >= 0"),
         (["--name", "tiny"], TINY_SCENARIO, "--name: the plan's name 'tiny' is a scenario's"),
         (["--env", "NCCL_PROTO"], TINY_SCENARIO, "--env: 'NCCL_PROTO' is not NAME=VALUE"),
+        (["--plain-max-age-h", "0"], TINY_SCENARIO, "--plain-max-age-h: must be > 0"),
     ],
 )
 def test_what_the_model_cannot_plan_is_refused_before_any_server_starts(
@@ -110,6 +111,19 @@ def test_a_plan_of_the_tiny_models_is_predicted_confirmed_recorded_and_reported(
         assert f"through the step counts measured ({best}, 4)" in done.stdout
     else:
         assert plan["refit"] == [] and "Refit:" not in done.stdout
+    # A second plan takes the plain twin from the history where --plain-max-age-h allows: one
+    # launch, the profiled server's, and its run says whose plain figures it carries (the same
+    # repeats: they shape the plain twin, so they are part of its reuse key).
+    again_done = perfgate_main(
+        *("plan", "--steps", "4", "--confirm", "0", "--repeats", "2", "--name", "again"),
+        *("--db", "sqlite:///plans.db", "--plain-max-age-h", "24"),
+        cwd=tmp_path,
+    )
+    assert again_done.returncode in (0, 1), again_done.stdout + again_done.stderr
+    assert f"(reused from run {runs[0].id}, plain_max_age_h)" in again_done.stdout
+    assert "Runner time: " in again_done.stdout and "(plain twin reused and" in again_done.stdout
+    (profiled_again,) = runs_in(tmp_path / "plans.db")[len(runs) :]
+    assert profiled_again.measurement.plain.reused_from == runs[0].id
     report = perfgate_main("report", "--db", "sqlite:///plans.db", "--out", "r.html", cwd=tmp_path)
     assert report.returncode == 0, report.stderr
     assert "Plans: predicted against measured" in (tmp_path / "r.html").read_text()

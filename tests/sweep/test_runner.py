@@ -70,7 +70,11 @@ def run_sweep(project: Path, servers: FakeServers, **changes: Any) -> tuple[Swee
     spec = replace(spec, **{k: v for k, v in changes.items() if k in ("steps", "env")})
     stream = FakeStream(tty=False)
     # The tiny scenario's 60% tok/s tolerance suits a noisy CPU; these curves are clean.
-    base = replace(config.scenarios["tiny"], tolerances={"output_tok_s": 0.03})
+    base = replace(
+        config.scenarios["tiny"],
+        tolerances={"output_tok_s": 0.03},
+        plain_max_age_h=changes.get("plain_max_age_h"),
+    )
     runner = SweepRunner(
         spec=spec,
         base=base,
@@ -83,6 +87,7 @@ def run_sweep(project: Path, servers: FakeServers, **changes: Any) -> tuple[Swee
         budget_s=changes.get("budget_s"),
         measure=servers,
         progress=Reporter(stream),
+        refresh_plain=changes.get("refresh_plain", False),
     )
     return runner.run(), stream.getvalue().splitlines()
 
@@ -113,6 +118,40 @@ def test_the_plain_twin_is_measured_once_per_environment_point(project: Path) ->
     ] * 2
     assert all(r.verdicts == () and r.status.value == "pass" for r in runs)
     assert result.exit_code() is ExitCode.PASS
+
+
+def test_a_plain_twin_in_the_history_is_reused_where_plain_max_age_h_allows(
+    project: Path,
+) -> None:
+    first = FakeServers(peak_at_3)
+    run_sweep(project, first, steps=(1, 2))
+    earlier = recorded(project)[0].id
+    again = FakeServers(peak_at_3)
+    result, lines = run_sweep(project, again, steps=(1, 2), plain_max_age_h=24.0)
+    assert [c[0] for c in again.calls] == ["spec", "spec"]  # no plain server launched
+    runs = recorded(project)[2:]
+    assert [r.measurement.plain.reused_from for r in runs] == [earlier, earlier]
+    assert result.plain_reused == {"tiny-steps": earlier}
+    assert f"reused from run {earlier} (plain_max_age_h)" in render_markdown(result)
+    assert sweep_json(result)["plain_reused_from"] == {"tiny-steps": earlier}
+    assert list(sweep_json(result)["plain_s"]) == ["tiny-steps"]  # the reuse's own seconds
+    assert any(
+        f"plain twin (tiny-steps): 100.0 tok/s, reused from run {earlier}" in x for x in lines
+    )
+    # --refresh-plain measures it all the same, and says nothing was reused.
+    fresh = FakeServers(peak_at_3)
+    result, _ = run_sweep(project, fresh, steps=(1,), plain_max_age_h=24.0, refresh_plain=True)
+    assert [c[0] for c in fresh.calls] == ["plain", "spec"]
+    assert result.plain_reused == {}
+    assert recorded(project)[-1].measurement.plain.reused_from is None
+
+
+def test_without_plain_max_age_h_every_sweep_measures_its_plain_twin(project: Path) -> None:
+    run_sweep(project, FakeServers(peak_at_3), steps=(1,))
+    servers = FakeServers(peak_at_3)
+    result, _ = run_sweep(project, servers, steps=(1,))
+    assert [c[0] for c in servers.calls] == ["plain", "spec"]
+    assert result.plain_reused == {}
 
 
 def test_the_report_groups_the_points_by_environment(project: Path) -> None:
