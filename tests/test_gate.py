@@ -334,6 +334,7 @@ def test_overall_status_and_exit_codes() -> None:
         "perfgate.gate.verdict",
         "perfgate.spec.slowdown",
         "perfgate.equivalence",
+        "perfgate.plan.forecast",
     ],
     ids=lambda name: name,
 )

@@ -10,14 +10,21 @@ it accepted in each timed cycle: its *acceptance depths*. At ``k <= N`` steps th
   ``k`` are the expected number of cycles that make its tokens after the first (which comes
   from prefill), each making ``1 + min(d, k)`` tokens, ``d`` drawn from its depths (the
   renewal equation: a last cycle's tokens past the budget count in no output). A batch
-  decodes until its slowest sequence is done, so the batch's cycles at ``k`` are the run's
-  cycles times the expected *slowest* count at ``k`` over that at ``N``: the largest of the
-  sequences' counts, each a random number of cycles, normal by the renewal theorem (mean the
-  equation's, variance ``r s2 / m3`` for ``r`` tokens made ``m`` a cycle on average, ``s2``
-  their variance), not the largest of their means. At many steps a cycle makes 1 to ``N + 1``
-  tokens and the counts scatter, so the slowest of eight runs well past the mean; at one step
-  they hardly scatter. The largest of the means carried that overshoot from ``N`` down to one
-  step, where tok/s came out 8.3% low on an H100 (benchmarks/results/plan-h100-trained.md).
+  decodes until its slowest sequence is done, so the batch's cycles at ``k`` are the
+  expected *slowest* count at ``k``: the largest of the sequences' counts, each a random
+  number of cycles, normal by the renewal theorem (mean the equation's, variance
+  ``r s2 / m3`` for ``r`` tokens made ``m`` a cycle on average, ``s2`` their variance), not
+  the largest of their means. At many steps a cycle makes 1 to ``N + 1`` tokens and the
+  counts scatter, so the slowest of eight runs well past the mean; at one step they hardly
+  scatter. To that is added what the run's own count at ``N`` exceeded the model's slowest
+  there, in proportion to the counts' spread at ``k`` over that at ``N`` (``batch_cycles``):
+  where acceptance clusters the counts scatter more than independent cycles make them, and
+  the slowest's lead grows with the spread. On an H100's trained head the run ran 55.2
+  cycles at 10 steps against the model's 52.1, and the sweeps' batches at 1 to 3 steps
+  133.6, 93.6 and 72.8: this gives 135.1, 94.3 and 73.7. Scaling the run's count by the
+  ratio of the slowest counts instead carried the whole excess down (141.6 at one step, tok/s
+  5.1-5.5% low in three rounds); the largest of the means, 8.3% low
+  (benchmarks/results/plan-h100-trained.md).
   ``accept_length`` is all the sequences' tokens over all their cycles, as SGLang counts it
   (``completion_tokens / spec_verify_ct``). Where the probe timed one cycle in a few (its
   stride, 4 on a GPU), each sequence's depths are a sample: its tokens are then the repeat's
@@ -210,7 +217,7 @@ class Forecast:
     replicates: int
     drawn: tuple[_Arrays, ...]  # the observation, then each replicate
     cycles: tuple[Array, ...]  # per draw, expected_cycles of its rows
-    slowest: tuple[Array, ...]  # per draw, expected_slowest of its repeats [R, N + 1]
+    batch_cycles: tuple[Array, ...]  # per draw, batch_cycles of its repeats [R, N]
 
     @classmethod
     def of(cls, observation: Observation, seed: int = 0, replicates: int = REPLICATES) -> Forecast:
@@ -227,9 +234,18 @@ class Forecast:
         # Each draw's repeats numbered apart, so every batch's slowest is solved at once too.
         offsets = np.cumsum([0, *(len(a.tokens) for a in drawn)])
         batch = np.concatenate([a.repeat + offsets[i] for i, a in enumerate(drawn)])
-        slowest = expected_slowest(solved, cycle_spread(counts, remaining), batch)
-        split = tuple(slowest[offsets[i] : offsets[i + 1]] for i in range(len(drawn)))
-        return cls(observation, seed, replicates, drawn, cycles, split)
+        spread = cycle_spread(counts, remaining)
+        slowest = expected_slowest(solved, spread, batch)
+        spreads = batch_means(spread, batch)
+        batches = tuple(
+            batch_cycles(
+                a.run_cycles,
+                slowest[offsets[i] : offsets[i + 1]],
+                spreads[offsets[i] : offsets[i + 1]],
+            )
+            for i, a in enumerate(drawn)
+        )
+        return cls(observation, seed, replicates, drawn, cycles, batches)
 
     def predict(self, measured: Sequence[Measured] = ()) -> Prediction:
         """Every step count's figures; with `measured`, the costs refit (the module doc)."""
@@ -252,7 +268,7 @@ class Forecast:
         figures = [
             _figures(a, c, b, m, float(u), scales)
             for a, c, b, m, u in zip(
-                self.drawn, self.cycles, self.slowest, costs, widths, strict=True
+                self.drawn, self.cycles, self.batch_cycles, costs, widths, strict=True
             )
         ]
         points = []
@@ -589,6 +605,33 @@ def expected_slowest(cycles: Array, spread: Array, batch: NDArray[np.int64]) -> 
     return expected
 
 
+def batch_means(values: Array, batch: NDArray[np.int64]) -> Array:
+    """[batches, columns]: the mean of each batch's rows of `values` (rows contiguous)."""
+    starts = np.flatnonzero(np.r_[True, batch[1:] != batch[:-1]])
+    sizes = np.diff(np.r_[starts, len(batch)])
+    means: Array = np.add.reduceat(values, starts, axis=0) / sizes[:, None]
+    return means
+
+
+def batch_cycles(run_cycles: Array, slowest: Array, spread: Array) -> Array:
+    """[repeats, N]: the cycles each repeat's batch takes at k = 1..N steps: its expected
+    slowest count at k (`slowest` [R, N + 1], expected_slowest), plus what the run's own count
+    at N (`run_cycles` [R]) exceeded the model's there, carried to k in proportion to the
+    spread of the counts (`spread` [R, N + 1], the batch's mean cycle_spread): a slowest
+    count's lead over the mean grows with the spread, and the renewal model, each cycle drawn
+    on its own, makes the spread too small where acceptance clusters (module doc). At N the
+    batch runs the run's own cycles.
+
+    >>> batch_cycles(np.array([55.0]), np.array([[0, 133.0, 52.0]]), np.array([[0, 1.2, 2.4]]))
+    array([[134.5,  55. ]])
+    """
+    excess = run_cycles - slowest[:, -1]
+    at_n = spread[:, [-1]]
+    scale = np.divide(spread[:, 1:], at_n, out=np.ones_like(spread[:, 1:]), where=at_n > 0)
+    cycles: Array = slowest[:, 1:] + excess[:, None] * scale
+    return cycles
+
+
 def _normal_cdf(z: Array) -> Array:
     """The standard normal's CDF, to 1.5e-7 (Abramowitz and Stegun 7.1.26 for erf)."""
     u = np.abs(z) / math.sqrt(2.0)
@@ -604,13 +647,13 @@ def _normal_cdf(z: Array) -> Array:
 def _figures(
     a: _Arrays,
     cycles: Array,
-    slowest: Array,
+    batch: Array,
     measured: Sequence[tuple[int, Array]],
     toward_flat: float = 0.0,
     verify_scales: Sequence[float | None] = (),
 ) -> list[dict[str, float]]:
     """Steps 1..N's figures from one (drawn) observation; `cycles` from expected_cycles;
-    `slowest` [R, N + 1] from expected_slowest; `measured`: other step counts' drawn costs
+    `batch` [R, N] from batch_cycles; `measured`: other step counts' drawn costs
     [repeats, len(COSTS)], to refit on; `verify_scales`: per step count, verify over the run's
     own, or None (verify_scales())."""
     ks = range(1, a.steps + 1)
@@ -627,7 +670,6 @@ def _figures(
             for k, scale in zip(ks, verify_scales or (None,) * len(ks), strict=True)
         ]
     cycle = np.array([phase[CYCLE] for phase in phases])  # [K]
-    batch = a.run_cycles[:, None] * slowest[:, 1:] / slowest[:, [a.steps]]  # [R, K]
     spent_s = a.elapsed_s[:, None] + (batch * cycle - (a.run_cycles * means[CYCLE])[:, None]) / 1e3
     tok_s = np.median(a.tokens[:, None] / spent_s, axis=0)
     accept = a.tokens.sum() / cycles[:, 1:].sum(axis=0)

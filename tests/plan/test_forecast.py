@@ -375,11 +375,12 @@ def test_the_batch_runs_as_long_as_its_slowest_random_count_not_the_slowest_mean
     cycles is random: at 10 steps (1 to 11 tokens a cycle) the slowest of eight runs well past
     the mean, at 1 step hardly. Profiled at 10 steps, one cycle in 4 timed, the predicted tok/s
     at 1 step lands within 3.5% of what batches decoded at 1 step make at the predicted cycle
-    cost (-2.9, -1.6, +0.3% on these seeds), and at 3 steps within 6% (-5.1, -2.6, -0.4%): what
-    is left is the profiled run's own luck, carried as a ratio. Taking the largest of the
-    sequences' mean counts instead (as before) came out -7.7 to -10.3% at 1 step and -6.6 to
-    -8.4% at 3 here, and -8.3% at 1 step on an H100's trained head (benchmarks/results/
-    plan-h100-trained.md)."""
+    cost (-1.0, -1.9, -1.6% on these seeds), and at 3 steps within 6% (-4.6, -3.8, -3.1%): what
+    is left is the profiled run's own luck, carried to k in proportion to the counts' spread
+    (batch_cycles). Taking the largest of the sequences' mean counts instead came out -7.7 to
+    -10.3% at 1 step and -6.6 to -8.4% at 3 here, and -8.3% at 1 step on an H100's trained
+    head; carrying the run's count as a ratio of the slowest counts, -2.9 to +0.3% here and
+    -5.1 to -5.5% on the H100 (benchmarks/results/plan-h100-trained.md)."""
     steps, budget, rate, every = 10, 256, 0.85, 4
     cycle = costs(draft=1.2, verify=1.6, draft_extend=0.2, accept=0.1, other=0.1)
     truth_rng = np.random.default_rng(99)
