@@ -11,6 +11,7 @@ import pytest
 from perfgate.profile.trace import CPU_OPS, load_trace
 
 from ..conftest import REPO, run_perfgate
+from ..in_process import perfgate_main
 
 
 @pytest.fixture
@@ -69,7 +70,7 @@ def test_a_profile_of_the_default_scenario(project: Path) -> None:
 def test_bad_flags_are_refused_before_the_server_starts(
     project: Path, flags: list[str], message: str
 ) -> None:
-    done = run_perfgate("profile", *flags, cwd=project, timeout=60)
+    done = perfgate_main("profile", *flags, cwd=project)
     assert done.returncode == 64, done.stdout + done.stderr
     assert message in done.stderr
     assert not (project / ".perfgate").exists()
