@@ -25,6 +25,7 @@ from .conftest import (
     write_config,
 )
 from .hang import HANG_S
+from .in_process import perfgate_main
 
 pytestmark = pytest.mark.slow
 
@@ -118,7 +119,7 @@ def test_bad_input_fails_before_any_server_starts(
 ) -> None:  # type: ignore[no-untyped-def]
     write_config(tmp_path)
     setup(tmp_path)
-    result = run_perfgate("run", cwd=tmp_path)
+    result = perfgate_main("run", cwd=tmp_path)  # refused before pytest starts: in this process
     assert result.returncode == expected_code, result.stdout + result.stderr
     (line,) = result.stderr.strip().splitlines()
     assert line.startswith("perfgate: error: ") and expected in line
@@ -156,10 +157,10 @@ def test_a_server_that_fails_to_start_records_nothing(
 
 def test_unknown_scenario_and_flag(tmp_path: Path) -> None:
     write_config(tmp_path)
-    result = run_perfgate("run", "--scenario", "huge", cwd=tmp_path)
+    result = perfgate_main("run", "--scenario", "huge", cwd=tmp_path)
     assert result.returncode == 64
     assert "unknown scenario 'huge'; choose one of: tiny" in result.stderr
-    assert run_perfgate("run", "--no-such-flag", cwd=tmp_path).returncode == 64
+    assert perfgate_main("run", "--no-such-flag", cwd=tmp_path).returncode == 64
 
 
 _COUNTING_PLANS = """
