@@ -14,7 +14,8 @@ from perfgate.errors import ConfigError
 from perfgate.store import close_history, list_runs, open_history
 from perfgate.store.models import RunRow
 
-from .conftest import TINY_SCENARIO, run_perfgate, run_perfgate_while, write_config
+from .conftest import TINY_SCENARIO, run_perfgate_while, write_config
+from .in_process import perfgate_main
 from .lockdown import immutable, require_unshare, with_mounts
 
 LONG_NAME = "s" * 201
@@ -39,7 +40,7 @@ def test_an_immutable_history_is_refused_before_any_server_starts(tmp_path: Path
     url = f"sqlite:///{tmp_path / 'history.db'}"
     close_history(open_history(url))
     with immutable(tmp_path / "history.db"):
-        done = run_perfgate("run", "--no-gate", cwd=tmp_path)
+        done = perfgate_main("run", "--no-gate", cwd=tmp_path)  # refused before pytest starts
     assert done.returncode == 64, done.stdout + done.stderr
     assert f"{tmp_path / 'history.db'}: cannot be opened for writing" in done.stderr
     assert "chattr -i" in done.stderr
@@ -68,7 +69,7 @@ def test_a_history_under_a_file_is_refused_before_any_server_starts(tmp_path: Pa
     write_config(
         tmp_path, TINY_SCENARIO.replace("sqlite:///history.db", "sqlite:///afile/history.db")
     )
-    done = run_perfgate("run", "--no-gate", cwd=tmp_path)
+    done = perfgate_main("run", "--no-gate", cwd=tmp_path)  # refused before pytest starts
     assert done.returncode == 64, done.stdout + done.stderr
     assert f"{tmp_path / 'afile'}: is a file, so the history" in done.stderr
     assert _server_logs(tmp_path) == []
@@ -81,7 +82,7 @@ def test_a_sweep_refuses_a_history_it_cannot_write_before_any_server_starts(
     write_config(tmp_path)
     close_history(open_history(f"sqlite:///{tmp_path / 'history.db'}"))
     with immutable(tmp_path / "history.db"):
-        done = run_perfgate("sweep", "--scenario", "tiny", "--steps", "2,3", cwd=tmp_path)
+        done = perfgate_main("sweep", "--scenario", "tiny", "--steps", "2,3", cwd=tmp_path)
     assert done.returncode == 64, done.stdout + done.stderr
     assert "cannot be opened for writing" in done.stderr
     assert _server_logs(tmp_path) == []
@@ -106,10 +107,10 @@ def _make_immutable_while_measuring(folder: Path, argv: list[str], line: str) ->
 
 
 def _import_twice(folder: Path, kept: Path) -> None:
-    first = run_perfgate("history", "import", str(kept), cwd=folder)
+    first = perfgate_main("history", "import", str(kept), cwd=folder)
     assert first.returncode == 0, first.stdout + first.stderr
     assert "imported 1 run(s) as #1" in first.stdout
-    again = run_perfgate("history", "import", str(kept), cwd=folder)
+    again = perfgate_main("history", "import", str(kept), cwd=folder)
     assert again.returncode == 0, again.stdout + again.stderr
     assert "imported 0 run(s); 1 already in the history (#1)" in again.stdout
 
@@ -132,5 +133,5 @@ def test_a_run_whose_record_fails_is_kept_and_imported_once(tmp_path: Path) -> N
     assert _runs(url) == []
     _import_twice(tmp_path, kept)
     assert _runs(url) == [(1, "tiny")]
-    shown = run_perfgate("history", "show", "1", cwd=tmp_path)
+    shown = perfgate_main("history", "show", "1", cwd=tmp_path)
     assert "run #1: tiny" in shown.stdout and "equivalence: 2/2 prompts" in shown.stdout
