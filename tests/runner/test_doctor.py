@@ -15,12 +15,13 @@ from typing import Any
 
 import pytest
 
+from perfgate import devices
 from perfgate.store import close_history, open_history
 
 from .. import fake_smi
 from ..conftest import REPO, TINY_SCENARIO, run_perfgate, write_config
+from ..in_process import perfgate_main
 from ..lockdown import FAKE_CPU, fake_cpuinfo, immutable, require_unshare, with_mounts
-from .conftest import run_cli
 
 ON_CUDA = TINY_SCENARIO.replace('device = "cpu"', 'device = "cuda"')
 NO_GPU_PATH = "/usr/bin:/bin"
@@ -50,8 +51,12 @@ def _doctor(
     env = {"PATH": path, "PERFGATE_GPU_READER": "nvidia-smi", **LOCAL, **(env or {})}
     if read_only or cpuinfo:
         result = _cli_with_mounts(tmp_path, ["doctor", "--json", *args], env, read_only, cpuinfo)
-    else:
-        result = run_cli("doctor", "--json", *args, env=env, cwd=tmp_path)
+    else:  # in this process, which reads the GPUs afresh through the PATH given
+        devices.reset_cache()
+        with pytest.MonkeyPatch.context() as patch:
+            patch.delenv("PERFGATE_MACHINE_STATE", raising=False)
+            result = perfgate_main("doctor", "--json", *args, cwd=tmp_path, env=env)
+        devices.reset_cache()
     document = json.loads(result.stdout)
     for check in document["checks"]:
         if check["status"] == "fail":
@@ -380,7 +385,9 @@ def test_an_unreachable_history_and_a_bad_config(tmp_path: Path) -> None:
 
 def test_the_human_output(tmp_path: Path) -> None:
     write_config(tmp_path)
-    result = run_cli("doctor", "--profile", "laptop", env={**LOCAL, "CI": "true"}, cwd=tmp_path)
+    result = perfgate_main(
+        "doctor", "--profile", "laptop", env={**LOCAL, "CI": "true"}, cwd=tmp_path
+    )
     assert result.returncode == 64
     lines = result.stdout.splitlines()
     assert lines[-1] == "perfgate doctor: 1 problem(s), exit 64"
