@@ -4,8 +4,9 @@ A plan's profiled run holds its prediction in its config (``plan``, role ``profi
 measured figure of a step count is, newest first: the plan's own run at that count (the
 profiled one, or a confirmation, whose recorded error is the plan's own word), else the newest
 run on the same runner profile whose config is the profiled run's but for the chain's steps
-(and draft tokens, ``steps + 1``) and the entries a sweep or a plan adds: a sweep's point or
-another plan's. Each profiled run's newest version per plan name and profile is shown.
+(and draft tokens, ``steps + 1``) and the entries a sweep or a plan adds (a sweep point's
+place in its batch among them): a sweep's point or another plan's. Each profiled run's newest
+version per plan name and profile is shown.
 """
 
 from __future__ import annotations
@@ -16,7 +17,9 @@ from typing import Any
 
 from perfgate.report.sweeps import SWEPT, SweepRun
 
-ADDED = ("sweep", "plan")  # entries a sweep or a plan adds to a run's config
+# Entries a sweep or a plan adds to a run's config: its name, the plan's, and a sweep point's
+# place in its batch (perfgate.sweep.shards.SWEEP_RUN).
+ADDED = ("sweep", "plan", "sweep_run")
 
 
 @dataclass(frozen=True)

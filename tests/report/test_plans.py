@@ -37,7 +37,8 @@ PROFILED = {
 def test_each_step_count_shows_the_plan_s_own_run_else_another_of_the_same_config() -> None:
     runs = [
         run(1, 2, 120.0, sweep="x-sweep"),  # a sweep's point, before the plan
-        run(2, 3, 118.0, sweep="x-sweep"),
+        # `perfgate sweep` records each point's place in its batch, which differs per point.
+        run(2, 3, 118.0, sweep="x-sweep", sweep_run={"batch": "b", "point": 2, "points": 6}),
         run(3, 1, 999.0, repeats=3, sweep="other"),  # another config: never compared
         run(4, 1, 999.0, profile="gpu", sweep="x-sweep"),  # another profile
         run(5, 4, 90.0, sweep="x-plan", plan=PROFILED),
