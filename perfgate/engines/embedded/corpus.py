@@ -12,11 +12,13 @@ removed by another Python version moves no other docstring between the splits.
 from __future__ import annotations
 
 import ast
+import contextlib
 import functools
+import gc
 import hashlib
 import platform
 import sysconfig
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -71,15 +73,33 @@ def iter_docstrings(root: Path) -> Iterator[str]:
     for path in files:
         if SKIPPED_DIRS.intersection(path.relative_to(root).parts):
             continue
-        try:
-            tree = ast.parse(path.read_bytes())
-        except (SyntaxError, ValueError):  # a file for another Python version, say
-            continue
-        for node in ast.walk(tree):
-            if isinstance(node, NODES_WITH_DOCSTRINGS):
-                docstring = ast.get_docstring(node)
-                if docstring:
-                    yield docstring
+        # Parsing makes objects by the million, each tree freed as it is dropped (it holds no
+        # cycle): with the collector on, they set off its passes over the whole heap, which in
+        # a process that has imported torch doubled the corpus's CPU time (4.97 s, 2.35 s off).
+        with _collector_paused():
+            found = _docstrings(path)
+        yield from found
+
+
+def _docstrings(path: Path) -> Sequence[str]:
+    """The docstrings of one module, in ``ast.walk`` order (none where it does not parse)."""
+    try:
+        tree = ast.parse(path.read_bytes())
+    except (SyntaxError, ValueError):  # a file for another Python version, say
+        return ()
+    nodes = (node for node in ast.walk(tree) if isinstance(node, NODES_WITH_DOCSTRINGS))
+    return [docstring for node in nodes if (docstring := ast.get_docstring(node))]
+
+
+@contextlib.contextmanager
+def _collector_paused() -> Iterator[None]:
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
 
 
 @functools.cache
