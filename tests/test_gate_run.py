@@ -53,7 +53,7 @@ def test_record_approve_pass_then_catch_a_slower_verify(tmp_path: Path) -> None:
         more = run_perfgate("run", "--no-gate", cwd=tmp_path)
         assert more.returncode == 0, more.stdout + more.stderr
     ids = ("--run", "1", "--run", "2", "--run", "3")
-    approved = run_perfgate(
+    approved = perfgate_main(
         "baseline", "update", *ids, "--approved-by", "ci", "--reason", "first", cwd=tmp_path
     )
     assert approved.returncode == 0, approved.stderr
@@ -83,7 +83,7 @@ def test_record_approve_pass_then_catch_a_slower_verify(tmp_path: Path) -> None:
     assert table["accept_length"] == "pass", slow.stdout
     runs = _runs(db)
     # Attribution, from the same runs: the verify phase took the cycle's extra time.
-    judged = run_perfgate("gate", "--run", str(runs[-1][0]), "--json", cwd=tmp_path)
+    judged = perfgate_main("gate", "--run", str(runs[-1][0]), "--json", cwd=tmp_path)
     verdicts = {v["metric"]: v for v in json.loads(judged.stdout)["verdicts"]}
     why = verdicts["output_tok_s"]["attribution"]["summary"]
     assert re.search(r"verify \+[\d.]+ ms/cycle \(\+\d+%\) explains \d+%", why), why

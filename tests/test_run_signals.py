@@ -27,6 +27,7 @@ from .conftest import (
     wait_until_gone,
     write_config,
 )
+from .in_process import perfgate_main
 
 pytestmark = pytest.mark.slow
 
@@ -107,5 +108,5 @@ def test_ctrl_c_keeps_the_previous_sessions_pointer_and_says_it_recorded_nothing
     assert "perfgate exit code: 2" in text and "perfgate exit code: 0" not in text
     assert pointer.read_text() == before
     assert _recorded_runs(tmp_path / "history.db") == 1
-    summary = run_perfgate("ci", "summary", cwd=tmp_path)
+    summary = perfgate_main("ci", "summary", cwd=tmp_path)
     assert summary.returncode == 0 and "#1" in summary.stdout, summary.stdout + summary.stderr

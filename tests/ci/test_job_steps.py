@@ -28,6 +28,7 @@ from ..conftest import (
     run_perfgate,
     write_config,
 )
+from ..in_process import perfgate_main
 from . import fake_gh
 from .conftest import load_workflow
 from .job_runner import JobRunner, StepResult
@@ -76,7 +77,7 @@ def workspace(tmp_path_factory: pytest.TempPathFactory) -> Path:
         assert recorded.returncode == 0, recorded.stdout + recorded.stderr
     ids = ("--run", "1", "--run", "2", "--run", "3")
     approve = ("baseline", "update", *ids, "--approved-by", "ci", "--reason", "first")
-    assert run_perfgate(*approve, cwd=folder).returncode == 0
+    assert perfgate_main(*approve, cwd=folder).returncode == 0
     return folder
 
 

@@ -149,11 +149,12 @@ def test_the_embedded_engine_needs_no_sglang() -> None:
 
 
 def test_an_embedded_scenario_on_sglang_is_refused_naming_what_sglang_lacks(tmp_path) -> None:  # type: ignore[no-untyped-def]
-    from ..conftest import run_perfgate, write_config
+    from ..conftest import write_config
+    from ..in_process import perfgate_main
 
     write_config(tmp_path)  # the tiny embedded scenario: --num-threads 1, perfgate/... models
     for command in (("servers", "--dry-run"), ("run", "--no-gate")):
-        result = run_perfgate(*command, "--engine", "sglang", cwd=tmp_path)
+        result = perfgate_main(*command, "--engine", "sglang", cwd=tmp_path)
         assert result.returncode == 64, result.stdout + result.stderr
         (line,) = result.stderr.strip().splitlines()
         assert "scenarios.tiny: SGLang cannot run the embedded engine's own" in line, line

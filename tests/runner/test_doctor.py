@@ -235,7 +235,7 @@ def test_the_predicted_fingerprint_is_the_one_a_run_records(tmp_path: Path) -> N
     recorded = run_perfgate("run", "--no-gate", cwd=tmp_path, env=env)
     assert recorded.returncode == 0, recorded.stdout + recorded.stderr
     approve = ("baseline", "update", "--run", "1", "--approved-by", "ci", "--reason", "first")
-    approved = run_perfgate(*approve, cwd=tmp_path, env=env)
+    approved = perfgate_main(*approve, cwd=tmp_path, env=env)
     assert approved.returncode == 0, approved.stdout + approved.stderr
     (baseline,) = (tmp_path / "baselines").glob("*/tiny.json")
 

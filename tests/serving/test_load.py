@@ -18,7 +18,8 @@ from perfgate.serving.generator import LoadRun, RequestTiming
 from perfgate.serving.load import ServingLoad, arrival_gaps_s, build_requests
 from perfgate.serving.sglang_bench import parse_bench_output
 
-from ..conftest import TINY_SCENARIO, run_perfgate, write_config
+from ..conftest import TINY_SCENARIO, write_config
+from ..in_process import perfgate_main
 
 
 def _config(tmp_path: Path, serving: str, gated: str = "") -> Path:
@@ -61,7 +62,7 @@ def test_gating_a_serving_metric_without_a_load_is_bad_input(tmp_path: Path) -> 
         "[scenarios.tiny.tolerances]", 'gated = ["ttft_ms_p99"]\n[scenarios.tiny.tolerances]'
     )
     write_config(tmp_path, text)
-    done = run_perfgate("run", cwd=tmp_path)
+    done = perfgate_main("run", cwd=tmp_path)  # refused before pytest starts
     assert done.returncode == ExitCode.BAD_INPUT
     assert "scenarios.tiny.gated" in done.stderr and "[scenarios.tiny.serving]" in done.stderr
     assert len(done.stderr.strip().splitlines()) == 1

@@ -21,8 +21,8 @@ from perfgate.store import (
 from perfgate.store.database import parse_history_url
 from perfgate.store.models import RunRow
 
-from ..conftest import run_perfgate
 from ..factories import measurement, record
+from ..in_process import perfgate_main
 from .postgres import PostgresServer
 
 
@@ -116,7 +116,7 @@ def test_the_cli_says_one_line_and_exits_with_the_documented_code(tmp_path: Path
         ("postgresql://u@127.0.0.1:9/h?connect_timeout=3", ExitCode.INFRASTRUCTURE, "cannot reach"),
     ]
     for url, code, message in cases:
-        result = run_perfgate("history", "list", "--db", url, cwd=tmp_path, timeout=60)
+        result = perfgate_main("history", "list", "--db", url, cwd=tmp_path)
         assert result.returncode == code, result.stderr
         assert result.stderr.count("\n") == 1 and message in result.stderr
         assert result.stderr.startswith("perfgate: error: ") and result.stdout == ""

@@ -12,7 +12,8 @@ import sqlalchemy
 from perfgate.store import close_history, list_runs, open_history
 from perfgate.store.database import parse_history_url
 
-from ..conftest import run_perfgate, run_perfgate_while, write_config
+from ..conftest import run_perfgate_while, write_config
+from ..in_process import perfgate_main
 
 SPEC_MEASURING = "tiny-sweep spec: repeat 1 of"
 
@@ -67,10 +68,10 @@ def test_a_sweep_point_whose_record_fails_is_kept_and_imported_once(
     assert _scenarios(db_url) == []
 
     _admin(db_url, 'ALTER DATABASE "{db}" RESET default_transaction_read_only')
-    first = run_perfgate("history", "import", str(kept), "--db", db_url, cwd=tmp_path)
+    first = perfgate_main("history", "import", str(kept), "--db", db_url, cwd=tmp_path)
     assert first.returncode == 0, first.stdout + first.stderr
     assert "imported 1 run(s) as #" in first.stdout
-    again = run_perfgate("history", "import", str(kept), "--db", db_url, cwd=tmp_path)
+    again = perfgate_main("history", "import", str(kept), "--db", db_url, cwd=tmp_path)
     assert again.returncode == 0, again.stdout + again.stderr
     assert "imported 0 run(s); 1 already in the history" in again.stdout
     assert _scenarios(db_url) == ["tiny-sweep"]
