@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import ast
 import functools
+import gc
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -16,7 +17,12 @@ SRT = Path("sglang", "srt")
 
 @functools.cache
 def _parse(path: Path) -> ast.Module:
-    return ast.parse(path.read_text("utf-8"), filename=str(path))
+    tree = ast.parse(path.read_text("utf-8"), filename=str(path))
+    # Kept for the session, each tree's objects by the hundred thousand out of the collector's
+    # passes (once it has collected what was garbage): the module 35 -> 26 CPU s.
+    gc.collect()
+    gc.freeze()
+    return tree
 
 
 def module_path(root: Path, module: str) -> Path:
