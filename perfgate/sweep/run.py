@@ -97,6 +97,7 @@ class _EnvState:
     plain: ModeResult | None = None
     skip: str | None = None  # why none of its points can be measured
     plain_run: int | None = None
+    plain_s: float = 0.0  # the runner seconds its plain twin took (reused: the lookup's)
 
 
 @dataclass
@@ -127,8 +128,6 @@ class SweepRunner:
     _total: int = 0
     _points: list[PointResult] = field(default_factory=list)
     _plain: dict[str, float] = field(default_factory=dict)
-    _plain_reused: dict[str, int] = field(default_factory=dict)
-    _plain_s: dict[str, float] = field(default_factory=dict)
     _stops: list[str] = field(default_factory=list)
     _failures: list[str] = field(default_factory=list)
     _states: dict[EnvPoint, _EnvState] = field(default_factory=dict)
@@ -179,8 +178,12 @@ class SweepRunner:
             scenario=self.base.name,
             points=tuple(self._points),
             plain=dict(self._plain),
-            plain_reused=dict(self._plain_reused),
-            plain_s=dict(self._plain_s),
+            plain_reused={
+                s.label: s.plain.reused_from
+                for s in self._states.values()
+                if s.plain is not None and s.plain.reused_from is not None
+            },
+            plain_s={s.label: s.plain_s for s in self._states.values() if s.plain is not None},
             stops=tuple(self._stops),
             failures=tuple(self._failures),
         )
@@ -213,9 +216,8 @@ class SweepRunner:
             return state
         state.plain, state.plain_run = plain, plain.reused_from
         self._plain[state.label] = median_tok_s(plain)
-        took = self._plain_s[state.label] = time.monotonic() - clock
+        took = state.plain_s = time.monotonic() - clock
         if plain.reused_from is not None:
-            self._plain_reused[state.label] = plain.reused_from
             how = f"reused from run {plain.reused_from} (plain_max_age_h)"
         else:
             how = f"{took:.0f} s" + (f" ({servers.plain_note})" if servers.plain_note else "")
