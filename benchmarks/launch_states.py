@@ -109,6 +109,7 @@ def child(args: argparse.Namespace) -> dict[str, Any]:
         ready_s = time.perf_counter() - began
         device_blocks = timer.blocks_of(replay)
         served_blocks = Timer(torch.device("cpu"), args.replays, args.blocks).blocks_of(served)
+        prefill = prefill_ways(model, args, device)
     report = read_gpus(apps=False) if device.type == "cuda" else None
     at = torch.cuda.current_device() if device.type == "cuda" else 0
     gpu = next((g for g in report.gpus if g.index == at), report.gpus[0]) if report else None
@@ -122,10 +123,68 @@ def child(args: argparse.Namespace) -> dict[str, Any]:
         "device_cv": cv(device_blocks),
         "served_ms": statistics.median(served_blocks),
         "served_cv": cv(served_blocks),
+        **prefill,
         "sm_clock_mhz": gpu.sm_clock_mhz if gpu else None,
         "temperature_c": gpu.temperature_c if gpu else None,
         "clock_reasons": gpu.reasons() if gpu else [],
     }
+
+
+# The GPU's sleep queued ahead of a prefill, in its clock's cycles: 0.1 s at 2 GHz, longer than
+# any prefill's host side seen on record (13-32 ms on an H200: benchmarks/wall_parts.py).
+SLEEP_CYCLES = 200_000_000
+
+
+def prefill_ways(model: Any, args: argparse.Namespace, device: torch.device) -> dict[str, Any]:
+    """A batch's prefill (--batch prompts of --prefill-tokens, each from slot 0, as the
+    server's first forward of a batch), --prefills times after a warm-up, timed three ways:
+    ``prefill_served`` the clock around the forward and its tokens read back, as a server's
+    prefill ends; ``prefill_enqueue`` the clock until the forward returns, the host's own work
+    of queueing its kernels; on CUDA ``prefill_gpu``, the GPU's time alone: the forward
+    queued behind a sleep on the GPU longer than its host side, so that every kernel is
+    waiting when the GPU gets to it, timed by CUDA events. A launch whose served prefill is
+    slow with its GPU time unchanged is slow on the host; the enqueue says whether it is in
+    the queueing of kernels."""
+    tokens = args.prefill_tokens
+    ids = torch.randint(0, model.config.vocab_size, (args.batch, tokens), device=device)
+    positions = torch.arange(tokens, device=device).expand(args.batch, tokens)
+    kv_len = kv_bucket(tokens + 1, model.max_seq_len)
+
+    def forward() -> Tensor:
+        logits, _ = model(ids, positions, kv_len)  # causal
+        chosen: Tensor = model.greedy(logits[:, -1:])
+        return chosen
+
+    def sync() -> None:
+        if device.type == "cuda":
+            torch.cuda.synchronize()
+
+    for _ in range(3):  # the first compiles the prefill's shapes, as a server's first batch
+        forward().tolist()
+    served, enqueue, gpu = [], [], []
+    for _ in range(args.prefills):
+        sync()
+        began = time.perf_counter()
+        forward().tolist()
+        served.append((time.perf_counter() - began) * 1e3)
+        sync()
+        if device.type == "cuda":
+            torch.cuda._sleep(SLEEP_CYCLES)  # type: ignore[no-untyped-call]
+            start = torch.cuda.Event(enable_timing=True)  # type: ignore[no-untyped-call]
+            end = torch.cuda.Event(enable_timing=True)  # type: ignore[no-untyped-call]
+            start.record()
+        began = time.perf_counter()
+        forward()
+        enqueue.append((time.perf_counter() - began) * 1e3)
+        if device.type == "cuda":
+            end.record()
+            end.synchronize()
+            gpu.append(start.elapsed_time(end))
+    found: dict[str, Any] = {"prefill_tokens": tokens}
+    for way, values in (("served", served), ("enqueue", enqueue), ("gpu", gpu)):
+        found[f"prefill_{way}_ms"] = statistics.median(values) if values else None
+        found[f"prefill_{way}_cv"] = cv(values) if len(values) > 1 else None
+    return found
 
 
 VARIANTS = ("as-placed", "gpu-local", "one-cpu", "hash-seed", "fastest-cpus", "no-aslr")
@@ -256,13 +315,32 @@ def render(results: dict[str, Any]) -> str:
         )
     lines += ["", "| way | mean ms | across launches (CV) | within a launch (median CV) |"]
     lines.append("| --- | ---: | ---: | ---: |")
-    for way in ("device", "served"):
+    ways = ["device", "served"] + [
+        f"prefill_{way}" for way in ("gpu", "enqueue", "served") if _measured(launches, way)
+    ]
+    for way in ways:
         values = [row[f"{way}_ms"] for row in launches]
-        within = statistics.median(row[f"{way}_cv"] for row in launches)
+        within = statistics.median(row[f"{way}_cv"] or 0.0 for row in launches)
         lines.append(
             f"| {way} | {statistics.fmean(values):.3f} | {cv(values):.2%} | {within:.2%} |"
         )
+    if _measured(launches, "served"):
+        lines += ["", f"Prefill: {launches[0]['prefill_tokens']} tokens a prompt; per launch, ms:"]
+        lines += [
+            "",
+            "| launch | GPU alone | host's enqueue | served |",
+            "| ---: | ---: | ---: | ---: |",
+        ]
+        for n, row in enumerate(launches, 1):
+            lines.append(
+                f"| {n} | {_or_dash(row['prefill_gpu_ms'])} | {row['prefill_enqueue_ms']:.3f} "
+                f"| {row['prefill_served_ms']:.3f} |"
+            )
     return "\n".join(lines + _by_variant(launches) + _probes_against_host(launches)) + "\n"
+
+
+def _measured(launches: list[dict[str, Any]], way: str) -> bool:
+    return all(row.get(f"prefill_{way}_ms") is not None for row in launches)
 
 
 def _by_variant(launches: list[dict[str, Any]]) -> list[str]:
@@ -385,6 +463,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--launches", type=int, default=8)
     parser.add_argument("--replays", type=int, default=100)
     parser.add_argument("--blocks", type=int, default=7)
+    parser.add_argument(
+        "--prefill-tokens",
+        type=int,
+        default=48,
+        help="a prompt's, padded: the default prompts' longest is 47 bytes, a token each",
+    )
+    parser.add_argument("--prefills", type=int, default=20, help="timed prefills a launch")
     parser.add_argument(
         "--eager",
         action="store_true",

@@ -23,7 +23,7 @@ pytestmark = pytest.mark.slow
 def test_each_launch_is_a_process_of_its_own_with_both_ways_timed(tmp_path: Path) -> None:
     command = [sys.executable, str(SCRIPT), "--out", str(tmp_path), "--device", "cpu",
                "--model", "perfgate/llama-tiny", "--launches", "2", "--replays", "2",
-               "--blocks", "2", "--eager"]  # fmt: skip
+               "--blocks", "2", "--eager", "--prefill-tokens", "8", "--prefills", "2"]  # fmt: skip
     done = subprocess.run(command, capture_output=True, text=True, timeout=HANG_S, env=server_env())
     assert done.returncode == 0, done.stdout + done.stderr
     launches = json.loads((tmp_path / "results.json").read_text())["launches"]
@@ -32,9 +32,14 @@ def test_each_launch_is_a_process_of_its_own_with_both_ways_timed(tmp_path: Path
     for row in launches:
         assert row["device_ms"] > 0 and row["served_ms"] > 0 and row["allowed_cpus"] >= 1
         assert row["sm_clock_mhz"] is None  # no GPU to read here
+        # The prefill, timed as served and as the host's queueing; the GPU's time alone only
+        # where there is a GPU to queue behind.
+        assert row["prefill_served_ms"] > 0 and row["prefill_enqueue_ms"] > 0
+        assert row["prefill_gpu_ms"] is None and row["prefill_tokens"] == 8
     table = (tmp_path / "results.md").read_text()
     assert "| 2 |" in table and "| served |" in table and "| device |" in table
     assert "eager (--eager)" in table  # the record says how the target was built
+    assert "| prefill_served |" in table and "Prefill: 8 tokens a prompt" in table
 
 
 def test_the_record_says_how_many_layers_each_launch_compiled() -> None:

@@ -1,0 +1,85 @@
+"""benchmarks/wall_parts.py: which part of a repeat's wall time scatters between launches,
+read from a history's samples, phases and outputs."""
+
+from __future__ import annotations
+
+import importlib
+import json
+import sqlite3
+import sys
+from pathlib import Path
+
+import pytest
+
+from .conftest import REPO
+
+sys.path.insert(0, str(REPO / "benchmarks"))
+
+TOKENS = 400  # two prompts of 200 output ids each, the spec server's and the plain twin's
+
+
+def _history(path: Path, runs: list[tuple[float, float, str | None]]) -> Path:
+    """A history whose runs' spec servers take this prefill and this rest (ms a repeat),
+    with this injected slowdown (or none); the plain twins are always 400 ms, 10 of prefill."""
+    with sqlite3.connect(path) as connection:
+        connection.execute("CREATE TABLE runs (id, scenario, fingerprint)")
+        connection.execute("CREATE TABLE phases (run_id, mode, phase, repeat, cycles, mean_ms)")
+        connection.execute("CREATE TABLE samples (run_id, mode, metric, repeat, value)")
+        connection.execute("CREATE TABLE outputs (run_id, spec_ids, plain_ids)")
+        for run, (prefill, rest, injected) in enumerate(runs, 1):
+            fingerprint = {"injected_slowdown": injected} if injected else {}
+            connection.execute(
+                "INSERT INTO runs VALUES (?, 's', ?)", (run, json.dumps(fingerprint))
+            )
+            ids = json.dumps(list(range(200)))
+            connection.executemany("INSERT INTO outputs VALUES (?, ?, ?)", [(run, ids, ids)] * 2)
+            for repeat in (0, 1, 2):
+                for mode, pre, wall in (("spec", prefill, prefill + rest), ("plain", 10.0, 400.0)):
+                    # One prefill of `pre` ms, or two of half, as a batch over two prefills.
+                    cycles = 2 if repeat == 2 else 1
+                    connection.execute(
+                        "INSERT INTO phases VALUES (?, ?, 'prefill', ?, ?, ?)",
+                        (run, mode, repeat, cycles, pre / cycles),
+                    )
+                    connection.execute(
+                        "INSERT INTO samples VALUES (?, ?, 'output_tok_s', ?, ?)",
+                        (run, mode, repeat, TOKENS / wall * 1e3),
+                    )
+    return path
+
+
+def _cells(text: str, name: str) -> list[str]:
+    (row,) = [line for line in text.splitlines() if line.startswith(f"| {name} |")]
+    return [cell.strip() for cell in row.strip("|").split("|")]
+
+
+def test_launches_that_differ_in_their_prefill_alone_show_it_as_the_wall_s_spread(
+    tmp_path: Path,
+) -> None:
+    parts = importlib.import_module("wall_parts")
+    # Three launches: prefill 10, 20 and 30 ms, the rest always 170 ms. Run 4 had a slowdown
+    # injected: no launch of unchanged code, and left out.
+    db = _history(
+        tmp_path / "h.db",
+        [(10.0, 170.0, None), (20.0, 170.0, None), (30.0, 170.0, None), (90.0, 400.0, "cycle=0.1")],
+    )
+    text = parts.table([db])
+    spec = _cells(text, f"{db}, s, spec")
+    # Runs, mean wall, prefill mean (range); then the wall's spread between launches (sd 10 ms
+    # over a mean wall of 190 ms), all of it the prefill's, none the rest's; none within a run.
+    assert spec[1:4] == ["3", "190.0", "20.0 (10.0-30.0)"]
+    assert spec[4:8] == ["5.26%", "5.26%", "0.00%", "0.00%"]
+    assert spec[8] == "+1.00"
+    plain = _cells(text, f"{db}, s, plain")
+    assert plain[1:8] == ["3", "400.0", "10.0 (10.0-10.0)", "0.00%", "0.00%", "0.00%", "0.00%"]
+    assert plain[8] == "-"  # nothing moved: no correlation to state
+
+
+def test_a_file_that_is_no_history_exits_64_naming_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    parts = importlib.import_module("wall_parts")
+    other = tmp_path / "notes.txt"
+    other.write_text("not a database")
+    assert parts.main([str(other)]) == 64
+    assert f"{other}: not a perfgate history" in capsys.readouterr().err
