@@ -9,7 +9,10 @@
 # benchmarks/results/h200-real-weights.md):
 #   train     the large models' weights, once per machine (294 s);
 #   diagnose  benchmarks/launch_states.py: DIAG_LAUNCHES (8) fresh processes timing the decode
-#             step on the GPU and as the server's loop runs it, each with where it ran and how
+#             step on the GPU and as the server's loop runs it, and a batch's prefill as
+#             served, as the host's enqueue and as the GPU's time alone (the part of the
+#             launches' spread the H200 showed: results h200-gate-proof.md, 2026-12-06),
+#             each with where it ran and how
 #             fast its host was, in turn under each of DIAG_VARIANTS (default: as placed,
 #             pinned to the quarter of the CPUs fastest at its start, without address
 #             randomisation; launch_states.py names the others) (about 15 s a launch);
@@ -146,7 +149,8 @@ accept_length = 0.05
 verify_ms = 0.6
 decode_tok_s = 0.6
 EOF
-  diag_args=(--launches 2 --device cpu --model perfgate/llama-tiny --replays 2 --blocks 2 --eager)
+  diag_args=(--launches 2 --device cpu --model perfgate/llama-tiny --replays 2 --blocks 2 --eager \
+    --prefill-tokens 8 --prefills 2)
   series=${SERIES:-3} per_call=${LAUNCHES:-3} verdicts=${VERDICTS:-1} verify_slowdown=9
   device=cpu
 fi

@@ -12,12 +12,21 @@ predicts now, and, with ``--sweep NAME`` (the runs of that scenario name in the 
 as benchmarks/plan_accuracy.py records them), what was measured and both errors. Plans recorded
 before the observation was kept are named and skipped.
 
+Each launch draws its own prefill time (on an H200 the same batch's prefill took 13-33 ms from
+launch to launch, the decode cycles steady: benchmarks/wall_parts.py), and the model carries
+the profiled launch's into every step count. So, for a SQLite history, the table also gives
+each measured point "prefill levelled": its tokens over its median repeat's wall with its own
+prefill replaced by the profiled run's (``wall - prefill + profiled prefill``), and today's
+error against that: the model's own error, the launches' prefill states taken out.
+
 Exit code: 0; 64 on a history without a plan's profiled run; 69 where the history cannot be read.
 """
 
 from __future__ import annotations
 
 import argparse
+import sqlite3
+import statistics
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -27,6 +36,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from plan_accuracy import measured_by_steps
+from wall_parts import repeats
 
 from perfgate.errors import PerfgateError
 from perfgate.plan.compare import observation_of
@@ -49,23 +59,63 @@ def profiled_runs(db: str) -> list[tuple[int | None, str, dict[str, Any]]]:
     ]
 
 
-def replan(entry: dict[str, Any], swept: dict[int, dict[str, Any]]) -> list[str]:
-    """One profiled run's table: per step count, recorded and current prediction, measured."""
+def prefill_and_wall(db: str) -> dict[int, tuple[float, float, int]]:
+    """Per run of a SQLite history, its spec server's median prefill and repeat wall (ms) and
+    its output tokens; empty for another database."""
+    if not db.startswith("sqlite:///"):
+        return {}
+    path = db.removeprefix("sqlite:///")
+    found: dict[int, tuple[float, float, int]] = {}
+    with sqlite3.connect(f"file:{path}?mode=ro", uri=True) as connection:
+        for (run,) in connection.execute("SELECT id FROM runs"):
+            rows = repeats(connection, run, "spec")
+            (tokens,) = connection.execute(
+                "SELECT SUM(json_array_length(spec_ids)) FROM outputs WHERE run_id = ?", (run,)
+            ).fetchone()
+            if rows:
+                prefill = statistics.median(r["prefill"] for r in rows)
+                wall = statistics.median(r["wall"] for r in rows)
+                found[run] = (prefill, wall, tokens)
+    return found
+
+
+def levelled(
+    parts: dict[int, tuple[float, float, int]], run: int | None, profiled: int | None
+) -> float | None:
+    """A measured run's tok/s with its prefill replaced by the profiled run's."""
+    if run not in parts or profiled not in parts:
+        return None
+    prefill, wall, tokens = parts[run]
+    return tokens / (wall - prefill + parts[profiled][0]) * 1e3
+
+
+def replan(
+    entry: dict[str, Any],
+    swept: dict[int, dict[str, Any]],
+    parts: dict[int, tuple[float, float, int]] | None = None,
+    profiled: int | None = None,
+) -> list[str]:
+    """One profiled run's table: per step count, recorded and current prediction, measured,
+    and the measured with the profiled run's prefill (where the history has the parts)."""
     observation = observation_of(entry["observation"])
     now = predict(observation, entry["seed"], entry["replicates"])
     recorded = {p["steps"]: p["output_tok_s"][0] for p in entry["predicted"]}
     lines = [
         "| steps | recorded prediction | today's model | measured | recorded error | "
-        "today's error |",
-        "| ---: | ---: | ---: | ---: | ---: | ---: |",
+        "today's error | measured, prefill levelled | today's error on it |",
+        "| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
     ]
     for point in now.points:
         value, was = point["output_tok_s"].value, recorded.get(point.steps)
-        truth = swept.get(point.steps, {}).get("output_tok_s")
+        measured = swept.get(point.steps, {})
+        truth = measured.get("output_tok_s")
+        level = levelled(parts or {}, measured.get("run"), profiled)
         cells = [f"{was:.1f}" if was is not None else "-", f"{value:.1f}"]
         cells.append(f"{truth:.1f}" if truth else "-")
         cells.append(f"{was / truth - 1:+.1%}" if truth and was is not None else "-")
         cells.append(f"{value / truth - 1:+.1%}" if truth else "-")
+        cells.append(f"{level:.1f}" if level else "-")
+        cells.append(f"{value / level - 1:+.1%}" if level else "-")
         lines.append(f"| {point.steps} | " + " | ".join(cells) + " |")
     return lines
 
@@ -78,6 +128,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         profiled = profiled_runs(args.db)
         swept = measured_by_steps(args.db, args.sweep) if args.sweep else {}
+        parts = prefill_and_wall(args.db) if args.sweep else {}
     except PerfgateError as error:
         print(f"--db {args.db}: {error}", file=sys.stderr)
         return 69
@@ -91,7 +142,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if "observation" not in entry:
             print("Recorded before plans kept their observation: nothing to predict from.")
             continue
-        print("\n".join(replan(entry, swept)))
+        print("\n".join(replan(entry, swept, parts, run_id)))
     return 0
 
 

@@ -83,3 +83,15 @@ def test_a_file_that_is_no_history_exits_64_naming_it(
     other.write_text("not a database")
     assert parts.main([str(other)]) == 64
     assert f"{other}: not a perfgate history" in capsys.readouterr().err
+
+
+def test_replan_levels_a_measured_point_to_the_profiled_launch_s_prefill() -> None:
+    """benchmarks/replan.py judges the model on the sweep's points with each launch's own
+    prefill replaced by the profiled run's: the model's error without the launches' states."""
+    replan = importlib.import_module("replan")
+    # Run 3 measured 2000 tokens in a 200 ms repeat, 30 ms of it prefill; the profiled run 7
+    # prefilled in 10 ms: levelled, run 3 makes its tokens in 180 ms.
+    parts = {3: (30.0, 200.0, 2000), 7: (10.0, 150.0, 2000)}
+    assert replan.levelled(parts, 3, 7) == pytest.approx(2000 / 180 * 1e3)
+    assert replan.levelled(parts, 3, 3) == pytest.approx(2000 / 200 * 1e3)  # its own: as measured
+    assert replan.levelled(parts, 4, 7) is None and replan.levelled(parts, 3, None) is None
