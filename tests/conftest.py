@@ -14,6 +14,7 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
@@ -25,6 +26,9 @@ from perfgate.hardware import default_profile
 from . import cpu_costs
 from .hang import HANG_S
 from .store.postgres import REQUIRE_ENV, PostgresServer, PostgresUnavailable, running_postgres
+
+if TYPE_CHECKING:
+    from .recorded import RecordedProject
 
 REPO = Path(__file__).resolve().parent.parent
 # This machine's runner profile, as a gate run names it (the tests run without a GPU).
@@ -319,3 +323,14 @@ def postgres_server() -> Iterator[PostgresServer]:
         if os.environ.get(REQUIRE_ENV) == "1":
             pytest.fail(f"{REQUIRE_ENV}=1 but PostgreSQL cannot start: {why}")
         pytest.skip(f"PostgreSQL cases skipped: {why}")
+
+
+@pytest.fixture(scope="session")
+def recorded_project(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> RecordedProject:
+    """The tiny scenario's three recorded runs, approved as its baseline (tests/recorded.py):
+    made once for the session, to be copied (`copy_to`), never changed."""
+    from .recorded import shared_project  # it imports this module's helpers
+
+    return shared_project(request.config, tmp_path_factory)

@@ -15,7 +15,6 @@ import pytest
 
 from .conftest import (
     HERE_PROFILE,
-    ONE_RUN_SCENARIO,
     REPO,
     SLOW_VERIFY_MS,
     TINY_SCENARIO,
@@ -26,6 +25,7 @@ from .conftest import (
 )
 from .hang import HANG_S
 from .in_process import perfgate_main
+from .recorded import RecordedProject
 
 pytestmark = pytest.mark.slow
 
@@ -39,24 +39,17 @@ def _runs(db: Path) -> list[tuple[int, str]]:
         return connection.execute("SELECT id, status FROM runs ORDER BY id").fetchall()
 
 
-def test_record_approve_pass_then_catch_a_slower_verify(tmp_path: Path) -> None:
-    write_config(tmp_path, ONE_RUN_SCENARIO)  # a verdict of one run
+def test_record_approve_pass_then_catch_a_slower_verify(
+    recorded_project: RecordedProject, tmp_path: Path
+) -> None:
+    # Three runs recorded with --no-gate (a verdict of one run each) and approved as the
+    # baseline: the session's recorded project, copied.
+    first = recorded_project.first_run
+    assert f"tiny on {HERE_PROFILE}: run #1 PASS" in first
+    assert "equivalence: 2/2 prompts token-identical" in first
+    recorded_project.copy_to(tmp_path)
     db = tmp_path / "history.db"
-
-    first = run_perfgate("run", "--no-gate", cwd=tmp_path)
-    assert first.returncode == 0, first.stdout + first.stderr
-    assert f"tiny on {HERE_PROFILE}: run #1 PASS" in first.stdout
-    assert "equivalence: 2/2 prompts token-identical" in first.stdout
-
-    # One approved run shows nothing of how far launches land apart: approve three.
-    for _ in range(2):
-        more = run_perfgate("run", "--no-gate", cwd=tmp_path)
-        assert more.returncode == 0, more.stdout + more.stderr
-    ids = ("--run", "1", "--run", "2", "--run", "3")
-    approved = perfgate_main(
-        "baseline", "update", *ids, "--approved-by", "ci", "--reason", "first", cwd=tmp_path
-    )
-    assert approved.returncode == 0, approved.stderr
+    assert _runs(db) == [(1, "pass"), (2, "pass"), (3, "pass")]
     baseline = json.loads((tmp_path / "baselines" / HERE_PROFILE / "tiny.json").read_text())
     assert [r["run_id"] for r in baseline["runs"]] == [1, 2, 3]
     assert baseline["tolerances"]["verify_ms"] == 0.6
@@ -71,7 +64,7 @@ def test_record_approve_pass_then_catch_a_slower_verify(tmp_path: Path) -> None:
     for metric in ("output_tok_s", "verify_ms", "accept_length", "speedup"):
         assert metric in second.stdout
     before_slow = len(_runs(db))
-    assert before_slow >= 2
+    assert before_slow >= 4
 
     # A change that makes verify far slower: same config, same environment, slower code.
     slow = run_perfgate("run", cwd=tmp_path, env={"PERFGATE_DEBUG_VERIFY_DELAY_MS": SLOW_VERIFY_MS})

@@ -21,13 +21,13 @@ from perfgate.engines.supervise import descendants
 from .conftest import (
     RUN_WAIT_S,
     living,
-    run_perfgate,
     start_perfgate_run,
     wait_for_line,
     wait_until_gone,
     write_config,
 )
 from .in_process import perfgate_main
+from .recorded import RecordedProject
 
 pytestmark = pytest.mark.slow
 
@@ -86,11 +86,9 @@ def test_ending_perfgate_run_ends_its_servers_and_records_nothing(
 
 
 def test_ctrl_c_keeps_the_previous_sessions_pointer_and_says_it_recorded_nothing(
-    tmp_path: Path,
+    recorded_project: RecordedProject, tmp_path: Path
 ) -> None:
-    write_config(tmp_path)
-    first = run_perfgate("run", "--no-gate", cwd=tmp_path)
-    assert first.returncode == 0, first.stdout + first.stderr
+    recorded_project.copy_to(tmp_path)  # an earlier session recorded run 3 (3 runs in all)
     pointer = tmp_path / ".perfgate" / "last-session.json"
     before = pointer.read_text()
     process, output = start_perfgate_run(tmp_path)
@@ -107,6 +105,6 @@ def test_ctrl_c_keeps_the_previous_sessions_pointer_and_says_it_recorded_nothing
     assert "perfgate: interrupted: nothing was recorded" in text
     assert "perfgate exit code: 2" in text and "perfgate exit code: 0" not in text
     assert pointer.read_text() == before
-    assert _recorded_runs(tmp_path / "history.db") == 1
+    assert _recorded_runs(tmp_path / "history.db") == 3
     summary = perfgate_main("ci", "summary", cwd=tmp_path)
-    assert summary.returncode == 0 and "#1" in summary.stdout, summary.stdout + summary.stderr
+    assert summary.returncode == 0 and "#3" in summary.stdout, summary.stdout + summary.stderr

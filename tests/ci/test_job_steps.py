@@ -21,14 +21,12 @@ import pytest
 
 from ..conftest import (
     HERE_PROFILE,
-    ONE_RUN_SCENARIO,
     REPO,
     SLOW_VERIFY_MS,
     VERDICT_CODES,
-    run_perfgate,
     write_config,
 )
-from ..in_process import perfgate_main
+from ..recorded import RecordedProject
 from . import fake_gh
 from .conftest import load_workflow
 from .job_runner import JobRunner, StepResult
@@ -64,21 +62,15 @@ def _make_workspace(folder: Path) -> Path:
 
 
 @pytest.fixture(scope="module")
-def workspace(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The checkout, with an approved baseline for the tiny scenario (three recorded runs).
+def workspace(tmp_path_factory: pytest.TempPathFactory, recorded_project: RecordedProject) -> Path:
+    """The checkout, with an approved baseline for the tiny scenario: the session's recorded
+    project (three runs approved; tests/recorded.py), its config, history and baselines.
 
     One approved run would show nothing of how far launches land apart, and the gate would
     claim nothing from a single run against it.
     """
     folder = _make_workspace(tmp_path_factory.mktemp("workspace"))
-    write_config(folder, ONE_RUN_SCENARIO)  # a verdict of one run
-    for _ in range(3):
-        recorded = run_perfgate("run", "--no-gate", cwd=folder)
-        assert recorded.returncode == 0, recorded.stdout + recorded.stderr
-    ids = ("--run", "1", "--run", "2", "--run", "3")
-    approve = ("baseline", "update", *ids, "--approved-by", "ci", "--reason", "first")
-    assert perfgate_main(*approve, cwd=folder).returncode == 0
-    return folder
+    return recorded_project.copy_to(folder)  # its config: a verdict of one run
 
 
 def _runner(workspace: Path, temp: Path, extra: dict[str, str] | None = None) -> JobRunner:

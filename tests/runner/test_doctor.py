@@ -19,9 +19,10 @@ from perfgate import devices
 from perfgate.store import close_history, open_history
 
 from .. import fake_smi
-from ..conftest import REPO, TINY_SCENARIO, run_perfgate, write_config
+from ..conftest import REPO, TINY_SCENARIO, write_config
 from ..in_process import perfgate_main
 from ..lockdown import FAKE_CPU, fake_cpuinfo, immutable, require_unshare, with_mounts
+from ..recorded import RecordedProject
 
 ON_CUDA = TINY_SCENARIO.replace('device = "cpu"', 'device = "cuda"')
 NO_GPU_PATH = "/usr/bin:/bin"
@@ -226,24 +227,21 @@ def test_a_baseline_measured_with_another_driver(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
-def test_the_predicted_fingerprint_is_the_one_a_run_records(tmp_path: Path) -> None:
-    """A real run, approved as the baseline: doctor finds every field equal; under another CPU,
-    exactly that field differs."""
+def test_the_predicted_fingerprint_is_the_one_a_run_records(
+    recorded_project: RecordedProject, tmp_path: Path
+) -> None:
+    """Real runs, approved as the baseline (the session's recorded project): doctor finds every
+    field equal; under another CPU, exactly that field differs."""
     require_unshare()
-    write_config(tmp_path)
-    env = {**LOCAL, "PATH": f"{tmp_path / 'none'}:{os.environ['PATH']}"}
-    recorded = run_perfgate("run", "--no-gate", cwd=tmp_path, env=env)
-    assert recorded.returncode == 0, recorded.stdout + recorded.stderr
-    approve = ("baseline", "update", "--run", "1", "--approved-by", "ci", "--reason", "first")
-    approved = perfgate_main(*approve, cwd=tmp_path, env=env)
-    assert approved.returncode == 0, approved.stdout + approved.stderr
+    recorded_project.copy_to(tmp_path)
     (baseline,) = (tmp_path / "baselines").glob("*/tiny.json")
 
-    code, document = _doctor(tmp_path, env={"CI": "true", "PATH": env["PATH"]})
+    path = f"{tmp_path / 'none'}:{os.environ['PATH']}"
+    code, document = _doctor(tmp_path, env={"CI": "true", "PATH": path})
     check = _check(document, "baseline tiny")
     assert code == 0 and check["status"] == "ok", document
     assert check["detail"] == (
-        f"the run will be judged against the reviewed baseline {baseline} (1 approved run(s)): "
+        f"the run will be judged against the reviewed baseline {baseline} (3 approved run(s)): "
         "its fingerprint matches this machine's"
     )
     recorded_cpu = json.loads(baseline.read_text())["fingerprint"]["cpu"]

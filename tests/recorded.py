@@ -1,0 +1,75 @@
+"""One recorded and approved project of the tiny scenario, made once for the whole suite.
+
+The tests of what comes after recording (a gate run judged against a reviewed baseline, CI's
+steps, doctor's predictions) start from a copy of it instead of recording runs of their own:
+each run is a server pair. Under several workers (scripts/test) the first worker to need it
+records it and the others wait for it and read the same folder: a lock in the temporary root
+that the workers share.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from perfgate.ci.pointer import POINTER
+
+from .conftest import ONE_RUN_SCENARIO, run_perfgate, write_config
+from .in_process import perfgate_main
+
+RUNS = 3  # one approved run would show nothing of how far launches land apart
+
+
+@dataclass(frozen=True)
+class RecordedProject:
+    """A folder with perfgate.toml (ONE_RUN_SCENARIO: a verdict of one run), history.db with
+    runs 1-3 recorded by `perfgate run --no-gate` and baselines/PROFILE/tiny.json approving
+    them (`--approved-by ci --reason first`); `first_run` is what the first run printed."""
+
+    folder: Path
+    first_run: str
+
+    def copy_to(self, dest: Path) -> Path:
+        """Copy the project's files into `dest` (made where missing); return `dest`. The last
+        session's pointer names the copy's history and report, as if it had run there."""
+        shutil.copytree(self.folder, dest, symlinks=True, dirs_exist_ok=True)
+        pointer = dest / POINTER
+        pointer.write_text(pointer.read_text().replace(str(self.folder), str(dest)))
+        return dest
+
+
+def shared_project(config: pytest.Config, factory: pytest.TempPathFactory) -> RecordedProject:
+    """The session's recorded project, recorded here unless a worker did it already."""
+    root = factory.getbasetemp()
+    if hasattr(config, "workerinput"):
+        root = root.parent  # the session's temporary root, holding each worker's own
+    folder = root / "recorded-project"
+    # Written last, the first run's output: where it is, the project is complete.
+    first_run = root / "recorded-project-first-run.txt"
+    with (root / "recorded-project.lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released as the file closes
+        if not first_run.exists():
+            shutil.rmtree(folder, ignore_errors=True)  # what a failed attempt left
+            first_run.write_text(_record(folder))
+    return RecordedProject(folder, first_run.read_text())
+
+
+def _record(folder: Path) -> str:
+    """Record and approve the project in `folder`; return what its first run printed."""
+    folder.mkdir(parents=True)
+    write_config(folder, ONE_RUN_SCENARIO)
+    local = {"CI": ""}  # as on a developer's machine, also when the suite runs in CI
+    outputs = []
+    for _ in range(RUNS):
+        recorded = run_perfgate("run", "--no-gate", cwd=folder, env=local)
+        assert recorded.returncode == 0, recorded.stdout + recorded.stderr
+        outputs.append(recorded.stdout)
+    ids = [arg for n in range(1, RUNS + 1) for arg in ("--run", str(n))]
+    approve = ("baseline", "update", *ids, "--approved-by", "ci", "--reason", "first")
+    approved = perfgate_main(*approve, cwd=folder, env=local)
+    assert approved.returncode == 0, approved.stdout + approved.stderr
+    return outputs[0]
