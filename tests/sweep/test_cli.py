@@ -13,7 +13,7 @@ from perfgate.config import load_config
 from perfgate.results import RunRecord
 from perfgate.store import close_history, list_runs, open_history
 
-from ..conftest import REPO, TINY_SCENARIO, run_perfgate, write_config
+from ..conftest import REPO, TINY_SCENARIO, write_config
 from ..in_process import perfgate_main
 
 
@@ -36,7 +36,7 @@ def runs_in(db: Path) -> list[RunRecord]:
 @pytest.mark.slow
 def test_a_steps_sweep_of_the_default_scenario_is_recorded(repo_config: Path) -> None:
     folder = repo_config.parent
-    done = run_perfgate(
+    done = perfgate_main(
         *("sweep", "--sweep", "default-steps", "--steps", "2-3", "--repeats", "2"),
         *("--db", "sqlite:///sweeps.db", "--json", "s.json", "--markdown", "s.md"),
         cwd=folder,
@@ -59,7 +59,7 @@ def test_a_steps_sweep_of_the_default_scenario_is_recorded(repo_config: Path) ->
     assert [r.measurement.config["steps"] for r in runs] == [2, 3]
     assert runs[1].measurement.plain.reused_from == runs[0].id
     assert runs[1].measurement.plain.samples == runs[0].measurement.plain.samples
-    report = run_perfgate("report", "--db", "sqlite:///sweeps.db", "--out", "r.html", cwd=folder)
+    report = perfgate_main("report", "--db", "sqlite:///sweeps.db", "--out", "r.html", cwd=folder)
     assert (
         report.returncode == 0
         and '"sweeps":[{"name":"default-steps"' in (folder / "r.html").read_text()
@@ -69,7 +69,7 @@ def test_a_steps_sweep_of_the_default_scenario_is_recorded(repo_config: Path) ->
 @pytest.mark.slow
 def test_each_environment_point_reaches_its_servers(tmp_path: Path) -> None:
     write_config(tmp_path, TINY_SCENARIO)
-    done = run_perfgate(
+    done = perfgate_main(
         *("sweep", "--scenario", "tiny", "--steps", "2", "--repeats", "1"),
         *("--env", "PERFGATE_SWEEP_PROBE=a,b", "--no-early-stop"),
         cwd=tmp_path,
