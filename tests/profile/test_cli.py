@@ -10,7 +10,7 @@ import pytest
 
 from perfgate.profile.trace import CPU_OPS, load_trace
 
-from ..conftest import REPO, run_perfgate
+from ..conftest import REPO
 from ..in_process import perfgate_main
 
 
@@ -22,7 +22,7 @@ def project(tmp_path: Path) -> Path:
 
 @pytest.mark.slow
 def test_a_profile_of_the_default_scenario(project: Path) -> None:
-    done = run_perfgate(
+    done = perfgate_main(
         *("profile", "--cycles", "2", "--repeats", "2", "--out", "prof"), cwd=project
     )
     assert done.returncode == 0, done.stdout + done.stderr
