@@ -10,6 +10,7 @@ that the workers share.
 from __future__ import annotations
 
 import fcntl
+import json
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,10 +29,13 @@ RUNS = 3  # one approved run would show nothing of how far launches land apart
 class RecordedProject:
     """A folder with perfgate.toml (ONE_RUN_SCENARIO: a verdict of one run), history.db with
     runs 1-3 recorded by `perfgate run --no-gate` and baselines/PROFILE/tiny.json approving
-    them (`--approved-by ci --reason first`); `first_run` is what the first run printed."""
+    them (`--approved-by ci --reason first`). Each run is `perfgate run --no-gate` in a log
+    (its output to pipes, not a terminal) with TERM=xterm; `first_run` and `first_run_stderr`
+    are what the first one wrote to stdout and stderr."""
 
     folder: Path
     first_run: str
+    first_run_stderr: str
 
     def copy_to(self, dest: Path) -> Path:
         """Copy the project's files into `dest` (made where missing); return `dest`. The last
@@ -49,25 +53,27 @@ def shared_project(config: pytest.Config, factory: pytest.TempPathFactory) -> Re
         root = root.parent  # the session's temporary root, holding each worker's own
     folder = root / "recorded-project"
     # Written last, the first run's output: where it is, the project is complete.
-    first_run = root / "recorded-project-first-run.txt"
+    first_run = root / "recorded-project-first-run.json"
     with (root / "recorded-project.lock").open("w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)  # released as the file closes
         if not first_run.exists():
             shutil.rmtree(folder, ignore_errors=True)  # what a failed attempt left
-            first_run.write_text(_record(folder))
-    return RecordedProject(folder, first_run.read_text())
+            first_run.write_text(json.dumps(_record(folder)))
+    stdout, stderr = json.loads(first_run.read_text())
+    return RecordedProject(folder, stdout, stderr)
 
 
-def _record(folder: Path) -> str:
+def _record(folder: Path) -> tuple[str, str]:
     """Record and approve the project in `folder`; return what its first run printed."""
     folder.mkdir(parents=True)
     write_config(folder, ONE_RUN_SCENARIO)
-    local = {"CI": ""}  # as on a developer's machine, also when the suite runs in CI
+    # As on a developer's machine (also when the suite runs in CI), in a terminal's variables.
+    local = {"CI": "", "TERM": "xterm"}
     outputs = []
     for _ in range(RUNS):
         recorded = run_perfgate("run", "--no-gate", cwd=folder, env=local)
         assert recorded.returncode == 0, recorded.stdout + recorded.stderr
-        outputs.append(recorded.stdout)
+        outputs.append((recorded.stdout, recorded.stderr))
     ids = [arg for n in range(1, RUNS + 1) for arg in ("--run", str(n))]
     approve = ("baseline", "update", *ids, "--approved-by", "ci", "--reason", "first")
     approved = perfgate_main(*approve, cwd=folder, env=local)

@@ -16,7 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from .conftest import HERE_PROFILE, run_perfgate, write_config
+from .conftest import HERE_PROFILE, write_config
+from .recorded import RecordedProject
 
 pytestmark = pytest.mark.slow
 
@@ -57,12 +58,13 @@ def run_in_terminal(*args: str, cwd: Path, env: dict[str, str], timeout: float =
     return shown.decode("utf-8", errors="replace")
 
 
-def test_a_log_gets_one_line_per_step_and_no_carriage_return(tmp_path: Path) -> None:
-    write_config(tmp_path)
-    result = run_perfgate("run", "--no-gate", cwd=tmp_path, env={"TERM": "xterm"})
-    assert result.returncode == 0, result.stdout + result.stderr
-    out = result.stdout
-    assert "\r" not in out + result.stderr and "\x1b" not in out + result.stderr
+def test_a_log_gets_one_line_per_step_and_no_carriage_return(
+    recorded_project: RecordedProject,
+) -> None:
+    # The first run of the session's recorded project: `perfgate run --no-gate` of the tiny
+    # scenario with TERM=xterm, its output to pipes (tests/recorded.py).
+    out, err = recorded_project.first_run, recorded_project.first_run_stderr
+    assert "\r" not in out + err and "\x1b" not in out + err
     lines = out.splitlines()
     for mode in ("plain", "spec"):
         expected = [
