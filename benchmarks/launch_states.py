@@ -147,7 +147,7 @@ def prefill_ways(model: Any, args: argparse.Namespace, device: torch.device) -> 
     the queueing of kernels."""
     tokens = args.prefill_tokens
     ids = torch.randint(0, model.config.vocab_size, (args.batch, tokens), device=device)
-    positions = torch.arange(tokens, device=device).expand(args.batch, tokens)
+    positions = torch.arange(tokens, device=device).expand(args.batch, -1)  # as pad_prompts
     kv_len = kv_bucket(tokens + 1, model.max_seq_len)
 
     def forward() -> Tensor:
