@@ -24,6 +24,11 @@ right after timing. If ``device`` falls into groups, the state is the GPU's (clo
 placement of memory); if only ``served`` does, it is the host's, and the probe that moves with
 ``served - device`` across launches says where.
 
+Then each launch times a batch's prefill (``prefill_ways``), the one forward a server runs
+without a graph, whose time from launch to launch was the H200's spread of tok/s
+(benchmarks/results/h200-gate-proof.md, 2026-12-06): as served, as the host's enqueue, and as
+the GPU's time alone. Its per-launch table and its spread across launches are in results.md.
+
 ``--variants`` runs the launches in turn under each placement, interleaved so that a drift of
 the machine falls on all alike: ``as-placed`` (where the OS puts it), ``gpu-local`` (pinned to
 the CPUs local to the GPU, the whole set where the platform does not say), ``one-cpu`` (one
@@ -291,7 +296,8 @@ def _built(launches: list[dict[str, Any]]) -> str:
 def render(results: dict[str, Any]) -> str:
     launches = results["launches"]
     lines = [
-        f"# Decode step over fresh launches: {results['model']} on {results['device_name']}",
+        f"# Decode step and prefill over fresh launches: {results['model']} on "
+        f"{results['device_name']}",
         "",
         f"torch {results['torch_version']}; batch {results['batch']} at position "
         f"{results['position']}; per launch the median of {results['blocks']} blocks of "
