@@ -221,7 +221,8 @@ def _placement(path: Path, runs: Path, db: Path) -> list[str]:
         "spec prefill / accept / verify ms |",
         "| ---: | ---: | --- | --- | --- | --- | --- |",
     ]
-    pairs: list[tuple[float, float]] = []  # (sidecar loop us, spec accept ms) per launch
+    loops: list[float] = []  # the sidecar's loop us beside the spec server, per launch
+    host: dict[str, list[float]] = {"accept": [], "prefill": []}  # its phases, the same launches
     for line in path.read_text().splitlines():
         row = json.loads(line)
         run = run_of.get(row["label"])
@@ -239,20 +240,27 @@ def _placement(path: Path, runs: Path, db: Path) -> list[str]:
             f"{phases[p]:.3f}" if p in phases else "-" for p in ("prefill", "accept", "verify")
         )
         loop = (row.get("spec") or {}).get("sidecar_loop_us")
-        if loop is not None and "accept" in phases:
-            pairs.append((loop, phases["accept"]))
+        if loop is not None and all(p in phases for p in host):
+            loops.append(loop)
+            for phase, values in host.items():
+                values.append(phases[phase])
         lines.append(
             f"| {row['label']} | {run or '-'} | {cells[0]} | {cells[1]} | {speeds[0]} | "
             f"{speeds[1]} | {shown} |"
         )
-    if len(pairs) >= 3 and len({a for a, _ in pairs}) > 1 and len({b for _, b in pairs}) > 1:
-        r = statistics.correlation([a for a, _ in pairs], [b for _, b in pairs])
+    together = {
+        phase: statistics.correlation(loops, values)
+        for phase, values in host.items()
+        if len(loops) >= 3 and len(set(loops)) > 1 and len(set(values)) > 1
+    }
+    if together:
+        said = " and ".join(f"its {p} r = {r:+.2f}" for p, r in together.items())
         lines += [
             "",
-            f"Across {len(pairs)} launches the sidecar's loop and the spec server's accept "
-            f"phase correlate r = {r:+.2f}: near +1, a slow launch is a slow state of the "
-            "machine (a window the sidecar sees too); near 0 with accept still scattering, a "
-            "state of the server's own process.",
+            f"Across {len(loops)} launches the sidecar's loop and the spec server's host "
+            f"phases correlate: {said}. Near +1, a slow launch is a slow state of the machine "
+            "(a window the sidecar sees too); near 0 with the phase still scattering, a state "
+            "of the server's own process.",
         ]
     return lines
 

@@ -21,11 +21,11 @@ that is not a perfgate history.
 
 from __future__ import annotations
 
-import argparse
-import sqlite3
 import statistics
 import sys
 from pathlib import Path
+
+from recorded_history import connect, tables_main
 
 PAIRS = (
     ("spec accept", "spec prefill"),
@@ -37,7 +37,7 @@ PAIRS = (
 def run_phases(db: Path) -> dict[str, list[dict[str, float]]]:
     """Per scenario, per run without an injected slowdown: the median over repeats of each
     phase's mean ms, for the spec server's accept and prefill and the plain twin's prefill."""
-    with sqlite3.connect(f"file:{db}?mode=ro&immutable=1", uri=True) as connection:
+    with connect(db) as connection:
         runs = connection.execute(
             "SELECT id, scenario FROM runs "
             "WHERE json_extract(fingerprint, '$.injected_slowdown') IS NULL ORDER BY id"
@@ -94,23 +94,8 @@ def table(histories: list[Path]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("histories", nargs="+", type=Path)
-    parser.add_argument("--out", type=Path)
-    args = parser.parse_args(argv)
-    for db in args.histories:
-        try:
-            with sqlite3.connect(f"file:{db}?mode=ro&immutable=1", uri=True) as connection:
-                connection.execute("SELECT id, fingerprint FROM runs LIMIT 1")
-                connection.execute("SELECT run_id, mode, phase, mean_ms FROM phases LIMIT 1")
-        except sqlite3.Error as error:
-            print(f"{db}: not a perfgate history with a phases table ({error})", file=sys.stderr)
-            return 64
-    text = table(args.histories)
-    print(text, end="")
-    if args.out:
-        args.out.write_text(text)
-    return 0
+    columns = {"runs": "id, fingerprint", "phases": "run_id, mode, phase, mean_ms"}
+    return tables_main(argv, __doc__.split("\n")[0], columns, table)
 
 
 if __name__ == "__main__":

@@ -19,6 +19,8 @@ import statistics
 import sys
 from pathlib import Path
 
+from recorded_history import emit
+
 METRICS = (
     "output_tok_s",
     "verify_ms",
@@ -121,11 +123,7 @@ def main(argv: list[str] | None = None) -> int:
     if not args.db.is_file():
         print(f"launch_noise: {args.db}: no such history file", file=sys.stderr)
         return 64
-    text = table(args.db, args.scenario, args.after)
-    print(text, end="")
-    if args.out:
-        args.out.write_text(text)
-    return 0
+    return emit(table(args.db, args.scenario, args.after), args.out)
 
 
 if __name__ == "__main__":

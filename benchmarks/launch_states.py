@@ -160,19 +160,13 @@ def prefill_ways(model: Any, args: argparse.Namespace, device: torch.device) -> 
         chosen: Tensor = model.greedy(logits[:, -1:])
         return chosen
 
-    def sync() -> None:
-        if device.type == "cuda":
-            torch.cuda.synchronize()
-
     for _ in range(3):  # the first compiles the prefill's shapes, as a server's first batch
         forward().tolist()
     served, enqueue, gpu = [], [], []
-    for _ in range(args.prefills):
-        sync()
+    for _ in range(args.prefills):  # each timing starts idle: .tolist() and the event waited
         began = time.perf_counter()
         forward().tolist()
         served.append((time.perf_counter() - began) * 1e3)
-        sync()
         if device.type == "cuda":
             torch.cuda._sleep(SLEEP_CYCLES)  # type: ignore[no-untyped-call]
             start = torch.cuda.Event(enable_timing=True)  # type: ignore[no-untyped-call]

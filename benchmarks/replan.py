@@ -25,7 +25,6 @@ Exit code: 0; 64 on a history without a plan's profiled run; 69 where the histor
 from __future__ import annotations
 
 import argparse
-import sqlite3
 import statistics
 import sys
 from collections.abc import Sequence
@@ -36,6 +35,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from plan_accuracy import measured_by_steps
+from recorded_history import connect
 from wall_parts import repeats
 
 from perfgate.errors import PerfgateError
@@ -64,18 +64,14 @@ def prefill_and_wall(db: str) -> dict[int, tuple[float, float, int]]:
     its output tokens; empty for another database."""
     if not db.startswith("sqlite:///"):
         return {}
-    path = db.removeprefix("sqlite:///")
     found: dict[int, tuple[float, float, int]] = {}
-    with sqlite3.connect(f"file:{path}?mode=ro", uri=True) as connection:
+    with connect(db.removeprefix("sqlite:///"), immutable=False) as connection:
         for (run,) in connection.execute("SELECT id FROM runs"):
             rows = repeats(connection, run, "spec")
-            (tokens,) = connection.execute(
-                "SELECT SUM(json_array_length(spec_ids)) FROM outputs WHERE run_id = ?", (run,)
-            ).fetchone()
             if rows:
                 prefill = statistics.median(r["prefill"] for r in rows)
                 wall = statistics.median(r["wall"] for r in rows)
-                found[run] = (prefill, wall, tokens)
+                found[run] = (prefill, wall, int(rows[0]["tokens"]))
     return found
 
 

@@ -24,17 +24,19 @@ that is not a perfgate history.
 
 from __future__ import annotations
 
-import argparse
 import sqlite3
 import statistics
 import sys
 from pathlib import Path
 
+from recorded_history import connect, tables_main
+
 PARTS = ("wall", "prefill", "rest")
 
 
 def repeats(connection: sqlite3.Connection, run: int, mode: str) -> list[dict[str, float]]:
-    """Each repeat's wall, prefill and rest ms of one server of one run."""
+    """Each repeat's wall, prefill and rest ms of one server of one run, and the run's output
+    tokens (every repeat makes the same)."""
     ids = "spec_ids" if mode == "spec" else "plain_ids"
     (tokens,) = connection.execute(
         f"SELECT SUM(json_array_length({ids})) FROM outputs WHERE run_id = ?", (run,)
@@ -55,14 +57,15 @@ def repeats(connection: sqlite3.Connection, run: int, mode: str) -> list[dict[st
     ):
         if tokens and tok_s > 0 and repeat in prefill:
             wall = tokens / tok_s * 1e3
-            rows.append({"wall": wall, "prefill": prefill[repeat], "rest": wall - prefill[repeat]})
+            rest = wall - prefill[repeat]
+            rows.append({"wall": wall, "prefill": prefill[repeat], "rest": rest, "tokens": tokens})
     return rows
 
 
 def launches(db: Path) -> dict[tuple[str, str], list[list[dict[str, float]]]]:
     """Per (scenario, server), each unchanged run's repeats."""
     found: dict[tuple[str, str], list[list[dict[str, float]]]] = {}
-    with sqlite3.connect(f"file:{db}?mode=ro&immutable=1", uri=True) as connection:
+    with connect(db) as connection:
         runs = connection.execute(
             "SELECT id, scenario FROM runs "
             "WHERE json_extract(fingerprint, '$.injected_slowdown') IS NULL ORDER BY id"
@@ -107,29 +110,16 @@ def table(histories: list[Path]) -> str:
     return "\n".join(lines) + "\n"
 
 
+COLUMNS = {
+    "runs": "id, fingerprint",
+    "phases": "run_id, mode, phase, repeat, cycles, mean_ms",
+    "samples": "run_id, mode, metric, repeat, value",
+    "outputs": "run_id, spec_ids, plain_ids",
+}
+
+
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("histories", nargs="+", type=Path)
-    parser.add_argument("--out", type=Path)
-    args = parser.parse_args(argv)
-    for db in args.histories:
-        try:
-            with sqlite3.connect(f"file:{db}?mode=ro&immutable=1", uri=True) as connection:
-                connection.execute("SELECT id, fingerprint FROM runs LIMIT 1")
-                connection.execute(
-                    "SELECT run_id, mode, phase, cycles, mean_ms FROM phases LIMIT 1"
-                )
-                connection.execute("SELECT run_id, mode, metric, value FROM samples LIMIT 1")
-                connection.execute("SELECT run_id, spec_ids, plain_ids FROM outputs LIMIT 1")
-        except sqlite3.Error as error:
-            print(f"{db}: not a perfgate history with runs, phases, samples and outputs "
-                  f"({error})", file=sys.stderr)  # fmt: skip
-            return 64
-    text = table(args.histories)
-    print(text, end="")
-    if args.out:
-        args.out.write_text(text)
-    return 0
+    return tables_main(argv, __doc__.split("\n")[0], COLUMNS, table)
 
 
 if __name__ == "__main__":

@@ -9,8 +9,6 @@ import sqlite3
 import sys
 from pathlib import Path
 
-import pytest
-
 from .conftest import REPO
 
 sys.path.insert(0, str(REPO / "benchmarks"))
@@ -51,13 +49,3 @@ def test_a_process_state_moves_its_own_phases_and_not_its_twin_s(tmp_path: Path)
     (row,) = [line for line in text.splitlines() if line.startswith(f"| {db}")]
     across = [float(cell) for cell in row.strip("|").split("|")[-2:]]
     assert all(abs(r) < 0.5 for r in across), row
-
-
-def test_a_file_that_is_no_history_exits_64_naming_it(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
-    pairs = importlib.import_module("host_phase_pairs")
-    other = tmp_path / "notes.txt"
-    other.write_text("not a database")
-    assert pairs.main([str(other)]) == 64
-    assert f"{other}: not a perfgate history" in capsys.readouterr().err

@@ -75,16 +75,6 @@ def test_launches_that_differ_in_their_prefill_alone_show_it_as_the_wall_s_sprea
     assert plain[8] == "-"  # nothing moved: no correlation to state
 
 
-def test_a_file_that_is_no_history_exits_64_naming_it(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
-    parts = importlib.import_module("wall_parts")
-    other = tmp_path / "notes.txt"
-    other.write_text("not a database")
-    assert parts.main([str(other)]) == 64
-    assert f"{other}: not a perfgate history" in capsys.readouterr().err
-
-
 def test_replan_levels_a_measured_point_to_the_profiled_launch_s_prefill() -> None:
     """benchmarks/replan.py judges the model on the sweep's points with each launch's own
     prefill replaced by the profiled run's: the model's error without the launches' states."""
@@ -95,3 +85,17 @@ def test_replan_levels_a_measured_point_to_the_profiled_launch_s_prefill() -> No
     assert replan.levelled(parts, 3, 7) == pytest.approx(2000 / 180 * 1e3)
     assert replan.levelled(parts, 3, 3) == pytest.approx(2000 / 200 * 1e3)  # its own: as measured
     assert replan.levelled(parts, 4, 7) is None and replan.levelled(parts, 3, None) is None
+
+
+def test_replan_reads_each_run_s_median_prefill_wall_and_tokens_from_the_history(
+    tmp_path: Path,
+) -> None:
+    replan = importlib.import_module("replan")
+    db = _history(tmp_path / "h.db", [(10.0, 170.0, None), (30.0, 170.0, None)])
+    parts = replan.prefill_and_wall(f"sqlite:///{db}")
+    assert parts.keys() == {1, 2}
+    assert parts[1] == pytest.approx((10.0, 180.0, TOKENS)) and parts[1][2] == TOKENS
+    assert parts[2] == pytest.approx((30.0, 200.0, TOKENS))
+    # Run 2 levelled to run 1's prefill makes its tokens in run 1's time.
+    assert replan.levelled(parts, 2, 1) == pytest.approx(TOKENS / 180.0 * 1e3)
+    assert replan.prefill_and_wall("postgresql://host/db") == {}  # SQLite files only
