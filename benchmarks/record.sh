@@ -62,7 +62,18 @@ sys.exit(not m.entry_points(group="pytest11", name="perfgate"))' 2> /dev/null; t
 
 describe_machine() {
   nvidia-smi -L 2> /dev/null || echo "no nvidia-smi"
-  "$python" -c 'import sys, torch; print("python", sys.version.split()[0], "torch", torch.__version__, "cuda", torch.version.cuda, "GPUs", torch.cuda.device_count())'
+  # A CPU build of torch (a version ending +cpu: no CUDA, no ROCm) sees no GPU: the same line
+  # from its version.py, without importing torch (1.5 CPU s each CPU test of a script paid).
+  "$python" -c 'import importlib.util, pathlib, sys
+found = importlib.util.find_spec("torch")
+version = {}
+if found and found.submodule_search_locations:
+    exec(pathlib.Path(found.submodule_search_locations[0], "version.py").read_text(), version)
+if str(version.get("__version__", "")).endswith("+cpu"):
+    print("python", sys.version.split()[0], "torch", version["__version__"], "cuda", version["cuda"], "GPUs", 0)
+else:
+    import torch
+    print("python", sys.version.split()[0], "torch", torch.__version__, "cuda", torch.version.cuda, "GPUs", torch.cuda.device_count())'
 }
 
 use_wheels() {
