@@ -114,6 +114,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "max-autotune-no-cudagraphs); repeatable",
     )
     parser.add_argument(
+        "--threads",
+        type=int,
+        help="torch's CPU threads (default: torch's own choice; a CPU run's timings on a "
+        "shared machine hold steadier on one)",
+    )
+    parser.add_argument(
         "--kernels",
         action="store_true",
         help="on CUDA, also trace 20 replays of each compiled variant's decode step "
@@ -383,6 +389,8 @@ def render(results: dict[str, Any]) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    if args.threads is not None:
+        torch.set_num_threads(args.threads)
     args.out.mkdir(parents=True, exist_ok=True)
     write_results(args.out, measure(args), render)
     return 0

@@ -93,9 +93,10 @@ EOF
   # The verify forward of one token (--verify-tokens 1): the decode step's shape, so the
   # compiled layers serve it from the decode step's code, where a forward of 4 tokens compiled
   # them a second time (a cold compile on the CPU: ~15 s of g++); the table keeps every row.
-  # The compiled servers' own test: tests/embedded/test_fusion.py.
+  # The compiled servers' own test: tests/embedded/test_fusion.py. On one thread, as training
+  # and the servers: two on the shared CPU timed a step at 20-110 ms where one took 2-3 ms.
   bandwidth_args=(--device cpu --model perfgate/llama-tiny --replays 5 --blocks 3 --warmups 1
-    --verify-tokens 1)
+    --verify-tokens 1 --threads 1)
   # Inductor compiles in this process, not in a pool of workers each importing torch first.
   export TORCHINDUCTOR_COMPILE_THREADS=1
   # One point of the sweep: each point is a server of its own, and
