@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import signal
@@ -10,6 +11,7 @@ import sys
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
@@ -109,26 +111,76 @@ torch.utils._triton.triton_hash_with_backend = codegen.triton_hash_with_backend 
 """
 
 
-def triton_kernels_written(
-    script: str, cache: Path, *args: str, expect: str | None = None
-) -> list[str]:
-    """The names of the Triton kernels Inductor writes while script compiles, on this CPU.
+# The child of triton_kernels_written: each job's script in turn, each from a fresh start of
+# Dynamo (its compiled frames dropped), with its own Inductor cache directory and sys.argv.
+_EACH_JOB = """
+import json
+import os
+import sys
 
-    script runs in a fresh Python, after TRITON_ON_CPU, with args as its sys.argv[1:] and
-    cache as Inductor's cache directory, where the code is read. Triton's interpreter runs
-    the kernels: some run (pointwise ones), some fail (a reduction's), so a script that only
-    wants the code lets them fail; with expect, script must print it (its kernels ran and
-    checked out).
+import torch._dynamo
+
+for cache, script, argv in json.loads(sys.argv[1]):
+    os.environ["TORCHINDUCTOR_CACHE_DIR"] = cache
+    sys.argv[1:] = argv
+    torch._dynamo.reset()
+    exec(compile(script, "<script>", "exec"), {"__name__": "__main__"})
+    print(f"{cache}: script ended", flush=True)
+"""
+
+
+@dataclass(frozen=True)
+class Compiling:
+    """A script for ``triton_kernels_written``: it runs with args as its sys.argv[1:] and
+    cache as Inductor's cache directory, where the code it compiles is read."""
+
+    script: str
+    cache: Path
+    args: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Written:
+    """What a script compiled: its cache directory, the names of the Triton kernels there
+    (sorted), what it printed (None where it never ended) and, for a failure's message, all
+    that the child printed."""
+
+    cache: Path
+    kernels: list[str]
+    printed: str | None
+    output: str
+
+    def checked(self, expect: str | None = None) -> list[str]:
+        """The kernels, once the script has ended having written some; with expect, it must
+        have printed it (its kernels ran and checked out)."""
+        assert self.kernels and self.printed is not None, self.output
+        if expect is not None:
+            assert expect in self.printed, self.output
+        return self.kernels
+
+
+def triton_kernels_written(*jobs: Compiling) -> list[Written]:
+    """What Inductor writes while each job's script compiles, on this CPU, job by job.
+
+    The scripts run in turn in one fresh Python (one start of Python, torch, Inductor and
+    Triton for them all), after TRITON_ON_CPU; each starts with Dynamo reset and its own cache
+    directory, so that what one compiled is neither reused nor read for another. Triton's
+    interpreter runs the kernels: some run (pointwise ones), some fail (a reduction's), so a
+    script that only wants the code lets them fail. A script that fails ends the child: it and
+    those after it never end (``Written.checked`` fails, with the child's output).
     """
-    env = {**server_env(), "TRITON_INTERPRET": "1", "TORCHINDUCTOR_CACHE_DIR": str(cache)}
+    env = {**server_env(), "TRITON_INTERPRET": "1"}
     # Inductor compiles the Triton code in this process, not in a pool of workers it would
     # start first (each a Python that imports torch and Triton): the same code, for less.
     env["TORCHINDUCTOR_COMPILE_THREADS"] = "1"
-    command = [sys.executable, "-c", TRITON_ON_CPU + script, *args]
+    plan = json.dumps([[str(job.cache), job.script, list(job.args)] for job in jobs])
+    command = [sys.executable, "-c", TRITON_ON_CPU + _EACH_JOB, plan]
     done = subprocess.run(command, capture_output=True, text=True, timeout=HANG_S, env=env)
-    code = "".join(p.read_text() for p in cache.rglob("*.py"))
-    kernels = sorted(set(re.findall(r"def (triton_\w+)\(", code)))
-    assert kernels, done.stdout + done.stderr
-    if expect is not None:
-        assert expect in done.stdout, done.stdout + done.stderr
-    return kernels
+    written, rest = [], done.stdout
+    for job in jobs:
+        code = "".join(p.read_text() for p in job.cache.rglob("*.py"))
+        kernels = sorted(set(re.findall(r"def (triton_\w+)\(", code)))
+        printed, ended, rest = rest.partition(f"{job.cache}: script ended\n")
+        output = done.stdout + done.stderr
+        written.append(Written(job.cache, kernels, printed if ended else None, output))
+    return written

@@ -9,11 +9,9 @@ does not combine kernels."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
-from .common import triton_kernels_written
+from .common import Compiling, Written, triton_kernels_written
 
 COMPILE_THE_ENDS = """
 import torch
@@ -37,8 +35,8 @@ for ends in (
 
 
 @pytest.mark.slow
-def test_a_decode_steps_compiled_ends_are_one_kernel_each(tmp_path: Path) -> None:
-    kernels = triton_kernels_written(COMPILE_THE_ENDS, tmp_path)
+def test_a_decode_steps_compiled_ends_are_one_kernel_each(written: dict[str, Written]) -> None:
+    kernels = written["ends"].checked()
 
     assert len(kernels) == 4, kernels
     embedding, rope, mask, argmax = (
@@ -107,10 +105,26 @@ print("equal")
 """
 
 
+@pytest.fixture(scope="module")
+def written(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Written]:
+    """What COMPILE_THE_ENDS and COMBINED_EMBEDDING compiled, in one child (one start of
+    Python, torch, Inductor and Triton), each with its own cache directory. COMBINED_EMBEDDING
+    last: the grouping of combo kernels it sets is the process's."""
+    folder = tmp_path_factory.mktemp("compiled_ends")
+    names = ("ends", "combined")
+    jobs = (
+        Compiling(COMPILE_THE_ENDS, folder / "ends"),
+        Compiling(COMBINED_EMBEDDING, folder / "combined"),
+    )
+    return dict(zip(names, triton_kernels_written(*jobs), strict=True))
+
+
 @pytest.mark.slow
-def test_the_combined_embedding_kernel_computes_what_eager_code_does(tmp_path: Path) -> None:
+def test_the_combined_embedding_kernel_computes_what_eager_code_does(
+    written: dict[str, Written],
+) -> None:
     # The combined kernel as a GPU gets it (Triton's code, run here by its interpreter), on
     # shapes that change as a server's do, so that some of its sizes are symbolic.
-    kernels = triton_kernels_written(COMBINED_EMBEDDING, tmp_path, expect="equal")
-    code = "".join(p.read_text() for p in tmp_path.rglob("*.py"))
+    kernels = written["combined"].checked(expect="equal")
+    code = "".join(p.read_text() for p in written["combined"].cache.rglob("*.py"))
     assert "'num_kernels': 3" in code and "'xnumel_2': None" in code, kernels

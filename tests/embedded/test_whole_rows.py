@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from .common import triton_kernels_written
+from .common import Compiling, triton_kernels_written
 
 pytestmark = pytest.mark.slow
 
@@ -37,16 +37,19 @@ except Exception:  # the kernel, run by Triton's interpreter on the CPU
 """
 
 
-def _kernels(cache: Path, whole_rows: bool) -> tuple[list[str], list[str]]:
-    """The Triton kernels Inductor wrote for the norm, and its FX graph cache's keys."""
-    kernels = triton_kernels_written(COMPILE_A_NORM, cache, "on" if whole_rows else "off")
-    keys = sorted(p.name for p in (cache / "fxgraph").glob("*/*"))
-    return kernels, keys
-
-
 def test_a_norm_is_one_pass_with_whole_rows_and_two_without(tmp_path: Path) -> None:
-    looped, looped_keys = _kernels(tmp_path / "off", whole_rows=False)
-    whole, whole_keys = _kernels(tmp_path / "on", whole_rows=True)
+    # Both ways in one child, each with its own cache directory, from a fresh start of Dynamo:
+    # off, then on.
+    looped, whole = (
+        written.checked()
+        for written in triton_kernels_written(
+            Compiling(COMPILE_A_NORM, tmp_path / "off", ("off",)),
+            Compiling(COMPILE_A_NORM, tmp_path / "on", ("on",)),
+        )
+    )
+    looped_keys, whole_keys = (
+        sorted(p.name for p in (tmp_path / way / "fxgraph").glob("*/*")) for way in ("off", "on")
+    )
     assert looped == ["triton_red_fused_add_mean_mul_pow_rsqrt_0"]
     assert whole == ["triton_per_fused_add_mean_mul_pow_rsqrt_0"]
     assert looped_keys and whole_keys and not set(looped_keys) & set(whole_keys)
