@@ -1,6 +1,11 @@
 """The folded step's time by its kernels' configuration (folded_norms.BLOCK_F, NUM_WARPS).
 
 python benchmarks/folded_configs.py --out DIR       # on a CUDA machine, ~1 minute
+
+The step is compiled (``compile_layers``), as a CUDA server runs it; --eager leaves the layers
+uncompiled, the folded kernels called the same way: the script's path on a CPU under Triton's
+interpreter, where compiling costs more than the rest of the run and times nothing the GPU
+record needs.
 """
 
 from __future__ import annotations
@@ -33,14 +38,17 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
     fuse_projections(model)
     fold_norms(model)
     use_attention_backend(model, "triton")
-    compile_layers(model)
+    if not args.eager:
+        compile_layers(model)
     timer = Timer(device, args.replays, args.blocks, args.warmups)
     results: dict[str, Any] = {
         "model": args.model,
         "device_name": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
         "torch_version": torch.__version__,
-        "ms": {},
     }
+    if args.eager:  # a compiled run's record is as it was before --eager
+        results["compiled"] = False
+    results["ms"] = {}
     for block_f, warps in CONFIGS:
         folded_norms.BLOCK_F, folded_norms.NUM_WARPS = block_f, warps
         decode = step_ms(model, args, 1, timer)
@@ -55,7 +63,12 @@ def render(results: dict[str, Any]) -> str:
         f"# The folded step by its kernels' configuration: {results['model']} on "
         f"{results['device_name']}",
         "",
-        f"torch {results['torch_version']}.",
+        f"torch {results['torch_version']}"
+        + (
+            "; eager (--eager), the layers not compiled."
+            if results.get("compiled") is False
+            else "."
+        ),
         "",
         "| kernels' configuration | decode ms | verify ms |",
         "| --- | ---: | ---: |",
@@ -69,6 +82,12 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--out", type=Path, required=True)
     step_arguments(parser, interpreted_on_cpu=True)
+    parser.add_argument(
+        "--eager",
+        action="store_true",
+        help="leave the layers uncompiled (the folded kernels called the same way): the "
+        "script's path on a CPU, where compiling costs more than the rest of the run",
+    )
     args = parser.parse_args()
     require_interpreter_on_cpu(parser, args.device)
     args.out.mkdir(parents=True, exist_ok=True)
