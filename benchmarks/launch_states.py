@@ -369,18 +369,27 @@ PROBES = ("cpu", "cpu_node", "cpu_mhz", "python_loop_us", "launch_us", "launch_s
 
 
 def _probes_against_host(launches: list[dict[str, Any]]) -> list[str]:
-    """How each probe moves with the host's share of a step across launches (Pearson's r)."""
-    host = [r["served_ms"] - r["device_ms"] for r in launches]
-    lines = ["", "| probe | r with served - device | values |", "| --- | ---: | --- |"]
+    """How each probe moves across launches with the host's share of a step and, where it was
+    timed, with the host's enqueue of a prefill (Pearson's r)."""
+    targets = {"served - device": [r["served_ms"] - r["device_ms"] for r in launches]}
+    if _measured(launches, "enqueue"):
+        targets["the prefill's enqueue"] = [r["prefill_enqueue_ms"] for r in launches]
+    heads = "".join(f" r with {name} |" for name in targets)
+    lines = ["", f"| probe |{heads} values |", "| --- |" + " ---: |" * len(targets) + " --- |"]
     for probe in PROBES:
         values = [r.get(probe) for r in launches]
         shown = ", ".join(_or_dash(v) for v in values)
         numbers = [float(v) for v in values if isinstance(v, int | float)]
-        r = "-"
-        if len(numbers) == len(host) >= 3 and len(set(numbers)) > 1 and len(set(host)) > 1:
-            r = f"{statistics.correlation(numbers, host):+.2f}"
-        lines.append(f"| {probe} | {r} | {shown} |")
+        rs = "".join(f" {_r(numbers, target)} |" for target in targets.values())
+        lines.append(f"| {probe} |{rs} {shown} |")
     return lines
+
+
+def _r(numbers: list[float], target: list[float]) -> str:
+    """Pearson's r of two series, or a dash where a series is short, incomplete or flat."""
+    if len(numbers) == len(target) >= 3 and len(set(numbers)) > 1 and len(set(target)) > 1:
+        return f"{statistics.correlation(numbers, target):+.2f}"
+    return "-"
 
 
 def _or_dash(value: object) -> str:
@@ -484,8 +493,17 @@ def main(argv: list[str] | None = None) -> int:
         default=["as-placed"],
         help=f"placements to take in turn, comma-separated: {', '.join(VARIANTS)}",
     )
+    parser.add_argument(
+        "--render",
+        type=Path,
+        metavar="RESULTS_JSON",
+        help="measure nothing: print the tables of an earlier run's results.json",
+    )
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    if args.render is not None:
+        print(render(json.loads(args.render.read_text())), end="")
+        return 0
     if args.child:
         print(json.dumps(child(args)))
         return 0

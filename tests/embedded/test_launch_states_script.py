@@ -40,6 +40,12 @@ def test_each_launch_is_a_process_of_its_own_with_both_ways_timed(tmp_path: Path
     assert "| 2 |" in table and "| served |" in table and "| device |" in table
     assert "eager (--eager)" in table  # the record says how the target was built
     assert "| prefill_served |" in table and "Prefill: 8 tokens a prompt" in table
+    assert "r with the prefill's enqueue" in table
+    # --render measures nothing: it prints the tables of the results.json it is given.
+    rendered = subprocess.run([sys.executable, str(SCRIPT), "--render", str(tmp_path / "results.json")],
+                              capture_output=True, text=True, timeout=HANG_S, env=server_env())  # fmt: skip
+    assert rendered.returncode == 0, rendered.stderr
+    assert rendered.stdout == table
 
 
 def test_the_record_says_how_many_layers_each_launch_compiled() -> None:
@@ -52,3 +58,24 @@ def test_the_record_says_how_many_layers_each_launch_compiled() -> None:
     # A launch that compiled less than another is shown, not hidden behind the first.
     mixed = [{"compiled_layers": 5}, {"compiled_layers": 0}]
     assert launch_states._built(mixed) == "0, 5 layers compiled"
+
+
+def test_each_probe_is_set_against_the_step_s_host_share_and_the_prefill_s_enqueue() -> None:
+    """The probe table gives r with each: a probe that follows the prefill's enqueue and not
+    the step's host share shows +1.00 in the one column and its own r in the other."""
+    sys.path.insert(0, str(SCRIPT.parent))
+    launch_states = importlib.import_module("launch_states")
+    rows = [
+        {"served_ms": 1.40 + host, "device_ms": 1.40, "prefill_enqueue_ms": 2.0 * loop / 1000,
+         "python_loop_us": loop, "cpu": 3}
+        for host, loop in [(0.03, 1800.0), (0.05, 3100.0), (0.04, 1700.0), (0.03, 3300.0)]
+    ]  # fmt: skip
+    table = launch_states._probes_against_host(rows)
+    assert table[1] == "| probe | r with served - device | r with the prefill's enqueue | values |"
+    loop_row = next(line for line in table if line.startswith("| python_loop_us |"))
+    assert loop_row.split(" | ")[2] == "+1.00"  # the enqueue follows the loop exactly
+    assert loop_row.split(" | ")[1] not in ("+1.00", "-")
+    assert "| cpu | - | - |" in "\n".join(table)  # a flat probe has no r
+    # Without a timed prefill (an older record), only the step's column.
+    without = [{k: v for k, v in row.items() if k != "prefill_enqueue_ms"} for row in rows]
+    assert "prefill" not in launch_states._probes_against_host(without)[1]
