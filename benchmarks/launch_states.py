@@ -142,14 +142,17 @@ SLEEP_CYCLES = 200_000_000
 
 def prefill_ways(model: Any, args: argparse.Namespace, device: torch.device) -> dict[str, Any]:
     """A batch's prefill (--batch prompts of --prefill-tokens, each from slot 0, as the
-    server's first forward of a batch), --prefills times after a warm-up, timed three ways:
+    server's first forward of a batch), --prefills times after a warm-up, timed three ways
+    (four on CUDA):
     ``prefill_served`` the clock around the forward and its tokens read back, as a server's
     prefill ends; ``prefill_enqueue`` the clock until the forward returns, the host's own work
     of queueing its kernels; on CUDA ``prefill_gpu``, the GPU's time alone: the forward
     queued behind a sleep on the GPU longer than its host side, so that every kernel is
     waiting when the GPU gets to it, timed by CUDA events. A launch whose served prefill is
     slow with its GPU time unchanged is slow on the host; the enqueue says whether it is in
-    the queueing of kernels."""
+    the queueing of kernels. On CUDA also ``prefill_graph``: the same forward replayed from a
+    CUDA graph (a server's ``--cuda-graph-backend-prefill full``), timed as served, which
+    shows what taking the host's queueing out of the prefill leaves."""
     tokens = args.prefill_tokens
     ids = torch.randint(0, model.config.vocab_size, (args.batch, tokens), device=device)
     positions = torch.arange(tokens, device=device).expand(args.batch, -1)  # as pad_prompts
@@ -179,8 +182,22 @@ def prefill_ways(model: Any, args: argparse.Namespace, device: torch.device) -> 
             end.record()
             end.synchronize()
             gpu.append(start.elapsed_time(end))
+    graph = []
+    if device.type == "cuda":
+        runner = GraphRunner("cuda", prefill=True)
+
+        def replayed() -> Tensor:
+            (chosen,) = runner.run_prefill("prefill", lambda: (forward(),))
+            return chosen
+
+        replayed().tolist()  # captures
+        for _ in range(args.prefills):
+            began = time.perf_counter()
+            replayed().tolist()
+            graph.append((time.perf_counter() - began) * 1e3)
     found: dict[str, Any] = {"prefill_tokens": tokens}
-    for way, values in (("served", served), ("enqueue", enqueue), ("gpu", gpu)):
+    ways = (("served", served), ("enqueue", enqueue), ("gpu", gpu), ("graph", graph))
+    for way, values in ways:
         found[f"prefill_{way}_ms"] = statistics.median(values) if values else None
         found[f"prefill_{way}_cv"] = cv(values) if len(values) > 1 else None
     return found
@@ -316,7 +333,9 @@ def render(results: dict[str, Any]) -> str:
     lines += ["", "| way | mean ms | across launches (CV) | within a launch (median CV) |"]
     lines.append("| --- | ---: | ---: | ---: |")
     ways = ["device", "served"] + [
-        f"prefill_{way}" for way in ("gpu", "enqueue", "served") if _measured(launches, way)
+        f"prefill_{way}"
+        for way in ("gpu", "enqueue", "served", "graph")
+        if _measured(launches, way)
     ]
     for way in ways:
         values = [row[f"{way}_ms"] for row in launches]
@@ -328,13 +347,13 @@ def render(results: dict[str, Any]) -> str:
         lines += ["", f"Prefill: {launches[0]['prefill_tokens']} tokens a prompt; per launch, ms:"]
         lines += [
             "",
-            "| launch | GPU alone | host's enqueue | served |",
-            "| ---: | ---: | ---: | ---: |",
+            "| launch | GPU alone | host's enqueue | served | served from a graph |",
+            "| ---: | ---: | ---: | ---: | ---: |",
         ]
         for n, row in enumerate(launches, 1):
             lines.append(
                 f"| {n} | {_or_dash(row['prefill_gpu_ms'])} | {row['prefill_enqueue_ms']:.3f} "
-                f"| {row['prefill_served_ms']:.3f} |"
+                f"| {row['prefill_served_ms']:.3f} | {_or_dash(row.get('prefill_graph_ms'))} |"
             )
     return "\n".join(lines + _by_variant(launches) + _probes_against_host(launches)) + "\n"
 

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from perfgate.engines.embedded.args import build_parser, check_args, parse_args
-from perfgate.engines.embedded.engine import build_worker, load_drafter
+from perfgate.engines.embedded.engine import build_worker, graph_runner, load_drafter
 from perfgate.engines.embedded.graphs import GraphRunner
 from perfgate.engines.embedded.model import Transformer
 from perfgate.engines.embedded.params import CHAIN_ADJUSTED, SpecParams, resolve_spec_params
@@ -206,3 +206,18 @@ def test_the_overlap_schedule_is_on_unless_disabled_as_in_sglang(
     worker, _ = build_worker(args, check_args(args))
     assert isinstance(worker, EagleWorker if server else PlainWorker)
     assert worker.overlap is overlap
+
+
+def test_prefill_graphs_are_asked_for_by_sglang_s_flag_and_off_by_default() -> None:
+    """--cuda-graph-backend-prefill full captures prefills where CUDA graphs run at all;
+    its default, disabled, runs them eagerly; a backend this engine lacks is refused."""
+    cuda, cpu = torch.device("cuda"), torch.device("cpu")
+    default = graph_runner(_args(), cuda)
+    assert (default.mode, default.prefill) == ("cuda", False)
+    full = graph_runner(_args("--cuda-graph-backend-prefill", "full"), cuda)
+    assert (full.mode, full.prefill) == ("cuda", True)
+    off = _args("--cuda-graph-backend-prefill", "full", "--disable-cuda-graph")
+    assert graph_runner(off, cuda).mode == "off" and graph_runner(_args(), cpu).mode == "off"
+    assert "--cuda-graph-backend-prefill" in build_parser().format_help()
+    with pytest.raises(SystemExit):
+        _args("--cuda-graph-backend-prefill", "breakable")

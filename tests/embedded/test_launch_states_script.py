@@ -36,6 +36,7 @@ def test_each_launch_is_a_process_of_its_own_with_both_ways_timed(tmp_path: Path
         # where there is a GPU to queue behind.
         assert row["prefill_served_ms"] > 0 and row["prefill_enqueue_ms"] > 0
         assert row["prefill_gpu_ms"] is None and row["prefill_tokens"] == 8
+        assert row["prefill_graph_ms"] is None  # a replayed graph only on CUDA
     table = (tmp_path / "results.md").read_text()
     assert "| 2 |" in table and "| served |" in table and "| device |" in table
     assert "eager (--eager)" in table  # the record says how the target was built

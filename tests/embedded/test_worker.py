@@ -170,6 +170,39 @@ def test_emulated_cuda_graphs_give_the_same_outputs(
     assert plain.generate(requests(PROMPTS, MAX_NEW_TOKENS)) == plain_outputs
 
 
+def test_prefill_graphs_replay_per_shape_give_the_same_outputs_and_stop_at_their_cap(
+    spec_worker: SpecWorkerFactory,
+    plain_outputs: list[Generation],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """--cuda-graph-backend-prefill full: the target's prefill runs on one graph per batch
+    shape (emulated here: fixed buffers, outputs overwritten call after call), a batch of the
+    same shape replays it, and past PREFILL_SHAPES shapes prefills run eagerly; outputs stay
+    the target's greedy ones throughout, for speculative and plain decoding alike."""
+    worker = spec_worker("eagle3", 3, graphs="emulate")
+    worker.graphs.prefill = True
+    expected = [g.output_ids for g in plain_outputs]
+    assert [g.output_ids for g in worker.generate(requests(PROMPTS, MAX_NEW_TOKENS))] == expected
+    assert worker.graphs.prefills == 1
+    captures = worker.graphs.captures
+    # The same shape, the prompts in another order: replayed on the same buffers, nothing new.
+    flipped = worker.generate(requests(PROMPTS[::-1], MAX_NEW_TOKENS))
+    assert [g.output_ids for g in flipped] == expected[::-1]
+    assert worker.graphs.captures == captures and worker.graphs.prefills == 1
+    plain = PlainWorker(worker.target, worker.graphs)  # the plain path's own prefill shape
+    assert plain.generate(requests(PROMPTS, MAX_NEW_TOKENS)) == plain_outputs
+    assert worker.graphs.prefills == 2
+    # At the cap, a new shape (one prompt alone) runs eagerly and is not captured.
+    monkeypatch.setattr("perfgate.engines.embedded.graphs.PREFILL_SHAPES", 2)
+    alone = worker.generate(requests(PROMPTS[:1], MAX_NEW_TOKENS))
+    assert [g.output_ids for g in alone] == expected[:1]
+    assert worker.graphs.prefills == 2
+    # Without it (the default), prefills are never captured.
+    eager = spec_worker("eagle3", 3, graphs="emulate")
+    eager.generate(requests(PROMPTS, MAX_NEW_TOKENS))
+    assert eager.graphs.prefills == 0
+
+
 def test_logprobs_are_the_targets_for_spec_and_plain(
     spec_worker: SpecWorkerFactory, plain: PlainWorker
 ) -> None:

@@ -34,6 +34,10 @@ SPEC_MAX_RUNNING_REQUESTS = 48  # what SGLang sets for speculative servers when 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 DELAY_VARIABLE = "PERFGATE_DEBUG_VERIFY_DELAY_MS"
 LOG_LEVELS = ("debug", "info", "warning", "error", "critical")
+PREFILL_GRAPH_BACKENDS = (
+    "full",
+    "disabled",
+)  # SGLang's --cuda-graph-backend-prefill, less breakable
 
 logger = logging.getLogger(__name__)
 
@@ -114,6 +118,16 @@ def build_parser() -> argparse.ArgumentParser:
         "--disable-cuda-graph",
         action="store_true",
         help="run every forward eagerly on CUDA instead of replaying captured CUDA graphs",
+    )
+    add(
+        "--cuda-graph-backend-prefill",
+        choices=PREFILL_GRAPH_BACKENDS,
+        default="disabled",
+        help="full: capture the target's prefill forward in a CUDA graph per batch shape "
+        "(batch and padded prompt length, at most 8 shapes) and replay it, so that a repeated "
+        "batch's prefill is queued by one launch, not one per kernel; disabled (the default): "
+        "prefills run eagerly. SGLang 0.5.23 spells it the same, with breakable its default "
+        "on CUDA",
     )
     add(
         "--disable-overlap-schedule",

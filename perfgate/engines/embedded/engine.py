@@ -328,7 +328,7 @@ def build_worker(
         group = join_group(rank, args.tp_size, port, device)
     target = load_target(args.model_path, device, dtype, args.load_format)
     _check_vocab(target, "--model-path")
-    graphs = GraphRunner("cuda" if device.type == "cuda" and not args.disable_cuda_graph else "off")
+    graphs = graph_runner(args, device)
     drafter = None
     if spec is not None:
         drafter = load_drafter(args, target, device, dtype, spec.topk, graphs)
@@ -405,6 +405,13 @@ def _free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
         probe.bind(("127.0.0.1", 0))
         return int(probe.getsockname()[1])
+
+
+def graph_runner(args: argparse.Namespace, device: torch.device) -> GraphRunner:
+    """The CUDA graphs the server's flags ask for: every forward of a fixed shape on CUDA
+    unless --disable-cuda-graph, and the prefills too with --cuda-graph-backend-prefill full."""
+    mode = "cuda" if device.type == "cuda" and not args.disable_cuda_graph else "off"
+    return GraphRunner(mode, prefill=args.cuda_graph_backend_prefill == "full")
 
 
 def load_drafter(

@@ -8,7 +8,14 @@ bound by memory bandwidth. SGLang does the same (``--disable-cuda-graph`` turns 
 A graph replays on fixed buffers: each call copies its inputs into the buffers it was captured
 with, replays, and returns the graph's output buffers, which the next replay of the same shape
 overwrites (the caller uses them before that). The KV caches are read and written in place, so
-graphs are dropped when the caches are replaced. Prefills, of varying lengths, run eagerly.
+graphs are dropped when the caches are replaced.
+
+A prefill's shape (batch and padded prompt length) varies from batch to batch, and it runs
+eagerly unless the server asks for prefill graphs (``--cuda-graph-backend-prefill full``):
+then the target's prefill forward is captured per shape too, at most PREFILL_SHAPES of them
+(later shapes run eagerly), so that a benchmark's repeated batch is queued by one launch
+instead of a few hundred: its time is then the GPU's, not the host's. SGLang 0.5.23 captures
+prefills by default on CUDA (its ``breakable`` backend, per token-count bucket).
 
 Modes: ``cuda`` captures and replays; ``off`` runs eagerly; ``emulate`` runs eagerly on the same
 fixed buffers a graph would use, outputs overwritten call after call, so that the buffer
@@ -25,6 +32,10 @@ import torch
 from torch import Tensor
 
 WARMUP_RUNS = 2  # eager runs on a side stream before capture, as torch's docs advise
+# The most prefill shapes captured: each graph keeps its activations' memory, and a server fed
+# prompts of ever new lengths would otherwise capture one graph per batch.
+PREFILL_SHAPES = 8
+PREFILL = "prefill"  # the first element of a prefill's call site
 
 Outputs = tuple[Tensor, ...]
 
@@ -42,10 +53,12 @@ MODES = ("off", "cuda", "emulate")
 class GraphRunner:
     """Runs functions of tensors through CUDA graphs, one per call site and input shapes."""
 
-    def __init__(self, mode: str = "off") -> None:
+    def __init__(self, mode: str = "off", prefill: bool = False) -> None:
         if mode not in MODES:
             raise ValueError(f"graph mode {mode!r} is not one of {MODES}")
         self.mode = mode
+        self.prefill = prefill  # capture prefill forwards too (run_prefill)
+        self.prefills = 0  # prefill shapes among the graphs
         self.graphs: dict[Hashable, _Graph] = {}
         self.captures = 0  # graphs captured (or emulated) so far, for logs and tests
 
@@ -66,9 +79,20 @@ class GraphRunner:
                 buffer.copy_(value)
         return entry.outputs
 
+    def run_prefill(self, site: Hashable, fn: Callable[..., Outputs], *inputs: Tensor) -> Outputs:
+        """Return fn(*inputs) for a prefill: from a graph where prefill graphs are asked for and
+        this shape has one or PREFILL_SHAPES are not captured yet; else eagerly."""
+        key = ((PREFILL, site), *((t.shape, t.dtype) for t in inputs))
+        full = key not in self.graphs and self.prefills >= PREFILL_SHAPES
+        if self.mode == "off" or not self.prefill or full:
+            return tuple(fn(*inputs))
+        self.prefills += key not in self.graphs
+        return self.run((PREFILL, site), fn, *inputs)
+
     def reset(self) -> None:
         """Drop every graph: the buffers they read (the KV caches) were replaced."""
         self.graphs.clear()
+        self.prefills = 0
 
     def _new_graph(self, fn: Callable[..., Outputs], inputs: tuple[Tensor, ...]) -> _Graph:
         buffers = tuple(t.clone() for t in inputs)

@@ -73,6 +73,25 @@ def pad_prompts(requests: Sequence[Request], device: torch.device) -> Prompts:
     return Prompts(ids, lengths, positions)
 
 
+def prefill_forward(
+    target: Transformer,
+    graphs: GraphRunner,
+    prompts: Prompts,
+    kv_len: int,
+    capture: tuple[int, ...] = (),
+) -> tuple[Tensor, list[Tensor]]:
+    """The target's causal forward over the padded prompts: logits [B, P, vocab] and the hidden
+    states of the layers in capture; replayed from a graph where the runner captures prefills
+    (the outputs are then its buffers, which the next prefill of the shape overwrites)."""
+
+    def forward(ids: Tensor, positions: Tensor) -> tuple[Tensor, ...]:
+        logits, hidden = target(ids, positions, kv_len, capture)
+        return (logits, *hidden)
+
+    logits, *hidden = graphs.run_prefill((kv_len, capture), forward, prompts.ids, prompts.positions)
+    return logits, hidden
+
+
 def next_tokens(logits: Tensor, batch: Batch) -> Tensor:
     """The target's token after each position of logits [B, N, vocab], eagerly: [B, N]."""
     if batch.sampling is None:
@@ -122,8 +141,7 @@ class PlainWorker:
 
     def prefill(self, batch: Batch, prompts: Prompts) -> None:
         """Run the target over the prompts; commit each sequence's first token."""
-        kv_len = batch.kv_len(self.lookahead)
-        logits, _ = self.target(prompts.ids, prompts.positions, kv_len)  # causal
+        logits, _ = prefill_forward(self.target, self.graphs, prompts, batch.kv_len(self.lookahead))
         last = take_columns(logits, prompts.lengths - 1)  # [B, 1, vocab]
         batch.commit(next_tokens(last, batch), torch.ones_like(prompts.lengths), last)
 
@@ -291,7 +309,7 @@ class EagleWorker:
         """Run the target over the prompts, then the drafter; commit the first tokens."""
         kv_len = batch.kv_len(self.lookahead)
         capture = self.drafter.feature_layers
-        logits, hidden = self.target(prompts.ids, prompts.positions, kv_len, capture)  # causal
+        logits, hidden = prefill_forward(self.target, self.graphs, prompts, kv_len, capture)
         last = take_columns(logits, prompts.lengths - 1)  # [B, 1, vocab]
         first = next_tokens(last, batch)[:, 0]
         self.drafter.prefill(prompts.ids, prompts.lengths, first, features_of(hidden), kv_len)
