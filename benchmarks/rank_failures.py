@@ -8,7 +8,9 @@ rank and leave nothing behind? Measured over many runs.
         --extra-arg=dummy --max-new-tokens 256                          # one GPU: see below
 
 Each case is one `perfgate run --no-gate` of a scenario of its own (the tiny models by
-default, one torch thread), whose plain server (measured after the speculative one) loses a rank:
+default, one torch thread), whose plain server (measured after the speculative one) loses a rank;
+``--server spec`` has the speculative server lose it instead, the run's first server, so that no
+plain server starts (the tests' choice: half the launches):
 
 - WHEN: ``warmup`` (during perfgate's warm-up request), ``repeat`` (during repeat 2 of 3) or
   ``between`` (once repeat 1 is done, before repeat 2 reaches the rank);
@@ -72,8 +74,8 @@ RANK_MODULE = "perfgate.engines.embedded.rank"
 SERVER_MODULE = "perfgate.engines.embedded.server"
 # The speculative server's own flags, every name each has had: on its command lines only.
 SPECULATIVE_NAMES = frozenset(name for _, role in SPECULATIVE_FLAGS for name in all_names(role))
-# Batches of the plain server, as the embedded engine counts them (--debug-rank-exit): 1 is
-# its own warm-up, 2 perfgate's warm-up request, 3 and 4 repeats 1 and 2.
+# Batches of a server, as the embedded engine counts them (--debug-rank-exit): 1 is its own
+# warm-up, 2 perfgate's warm-up request, 3 and 4 repeats 1 and 2.
 FAULTS = {"warmup": "2:in", "repeat": "4:in", "between": "3:after"}
 POLL_S = 0.01  # for the rank's death
 SCAN_S = 0.2  # for the run's processes
@@ -142,11 +144,12 @@ def parse_case(text: str) -> Case:
 
 def config_text(case: Case, args: argparse.Namespace) -> str:
     extra = ["--num-threads", "1", *args.extra_arg] if args.device == "cpu" else args.extra_arg
-    plain = []
+    fault = []
     if case.how not in FROM_HERE:
         point, where = FAULTS[case.when].split(":")
         how = "kill" if case.how == "kill" else str(EXIT_CODE)
-        plain = ["--debug-rank-exit", f"{case.rank}:{point}:{where}:{how}"]
+        fault = ["--debug-rank-exit", f"{case.rank}:{point}:{where}:{how}"]
+    spec, plain = (fault, []) if args.server == "spec" else ([], fault)
     tokens = args.sigkill_max_new_tokens if case.how in FROM_HERE else args.max_new_tokens
     return textwrap.dedent(
         f"""
@@ -170,20 +173,23 @@ def config_text(case: Case, args: argparse.Namespace) -> str:
         warmup = 1
         startup_timeout_s = 300
         extra_args = {json.dumps(extra)}
+        spec_extra_args = {json.dumps(spec)}
         plain_extra_args = {json.dumps(plain)}
         """
     )
 
 
-def _rank_process(case: Case, tagged: list[ProcessInfo]) -> ProcessInfo | None:
-    """The process of the case's rank in the plain server, once that server started it. The
-    speculative server's processes (measured first, each rank given the server's flags) are
-    told apart by the speculative flags on their command lines (perfgate.spec.scenario)."""
+def _rank_process(case: Case, server: str, tagged: list[ProcessInfo]) -> ProcessInfo | None:
+    """The process of the case's rank in the `server` ("plain" or "spec") once that server
+    started it. The speculative server's processes (measured first, each rank given the
+    server's flags) are told apart by the speculative flags on their command lines
+    (perfgate.spec.scenario)."""
     for process in tagged:
         if "supervise.py" in process.cmdline:  # the supervisor's command line holds the server's
             continue
         words = process.cmdline.split()
-        if SPECULATIVE_NAMES & {word.split("=", 1)[0] for word in words}:
+        speculative = bool(SPECULATIVE_NAMES & {word.split("=", 1)[0] for word in words})
+        if speculative != (server == "spec"):
             continue
         if case.rank == 0 and SERVER_MODULE in words:
             return process
@@ -232,13 +238,13 @@ def run_case(case: Case, round_: int, args: argparse.Namespace, work: Path) -> O
                 tagged = [p for p in iter_processes() if (p.environ or {}).get(TAG) == tag]
                 groups |= {p.pgrp for p in tagged if p.pgrp}
                 if rank is None:
-                    rank = _rank_process(case, tagged)
+                    rank = _rank_process(case, args.server, tagged)
                     outcome.rank_pid = rank.pid if rank else None
                 if before:
                     peak = {k: max(v, peak.get(k, 0.0)) for k, v in _gpu_used().items()}
             if rank is not None and died_at is None:
                 shown = output.read_text(errors="replace")
-                if case.how in FROM_HERE and "soak plain: repeat 2 of" in shown:
+                if case.how in FROM_HERE and f"soak {args.server}: repeat 2 of" in shown:
                     send(rank, signal.SIGKILL)  # while its pid still names it
                 now = read_process(rank.pid)
                 if now is None or not now.alive or now.started != rank.started:
@@ -389,6 +395,13 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument(
         "--extra-arg", action="append", default=[], help="a server flag, both servers"
+    )
+    parser.add_argument(
+        "--server",
+        default="plain",
+        choices=("plain", "spec"),
+        help="the server that loses a rank: the plain twin (default), measured after the "
+        "speculative server, or the speculative server, the run's first",
     )
     parser.add_argument("--limit-s", type=float, default=10.0)
     parser.add_argument("--timeout-s", type=float, default=300.0, help="per run, before giving up")

@@ -1,9 +1,10 @@
 """A rank that dies after start-up ends `perfgate run` within seconds, with exit 69 naming the
 rank, how it ended and its last lines, and leaves no process behind.
 
-`perfgate run` over gloo with the tiny models and one torch thread; the rank ends itself
-through the embedded engine's `--debug-rank-exit` (SIGKILL or an exit code) during perfgate's
-warm-up, during a repeat, or between two repeats. A few representative cases: the loop over
+`perfgate run` over gloo with the tiny models and one torch thread; a rank of its first server
+(the speculative one: no plain server starts after it) ends itself through the embedded
+engine's `--debug-rank-exit` (SIGKILL or an exit code) during perfgate's warm-up, during a
+repeat, or between two repeats. A few representative cases: the loop over
 every case, many times, is benchmarks/rank_failures.py (its record:
 benchmarks/results/rank-failures-cpu.md), whose harness this uses.
 """
@@ -39,6 +40,7 @@ def _args() -> argparse.Namespace:
         max_new_tokens=8,
         sigkill_max_new_tokens=48,
         timeout_s=120.0,
+        server="spec",
     )
 
 
@@ -62,13 +64,13 @@ def test_a_rank_that_dies_ends_the_run_fast_naming_it(
     assert outcome.death_to_exit_s is not None and outcome.death_to_exit_s <= LIMIT_S, text
     rank, tp = chosen.rank, chosen.tp
     assert re.search(
-        rf"the plain server of scenario 'soak' ended while perfgate used it: rank {rank} of "
+        rf"the spec server of scenario 'soak' ended while perfgate used it: rank {rank} of "
         rf"{tp} \(pid {outcome.rank_pid}\) {re.escape(status)} after start-up",
         text,
     ), text
     where = "after" if chosen.when == "between" else "in"
     assert f"  [rank {rank}] ending rank {rank} {where} batch " in text  # its last line, quoted
-    assert f"soak plain: failed at {phase}" in text  # where perfgate was
+    assert f"soak spec: failed at {phase}" in text  # where perfgate was
     # Nothing left: in any process group seen during the run, or carrying the run's tag.
     assert outcome.left == [], outcome.left
     assert [
