@@ -1,11 +1,14 @@
 """`perfgate bisect` on the embedded engine, over a real git history with a planted slowdown.
 
-The repository (tests/bisect/repository.py) is a copy of perfgate's package whose commit 5
-of 8 makes verify sleep 200 ms a cycle: its servers are the commit's own code, reached by
+The repository (tests/bisect/repository.py) is a copy of perfgate's package whose commit 3
+of 4 makes verify sleep 200 ms a cycle: its servers are the commit's own code, reached by
 the bisect's rule (the commit's top first on the servers' path). The bisect is interrupted
-with Ctrl-C while its first commit between the ends is measured, and resumed; then a range
-without the slowdown is refused; the report shows both. One module: about ten measured
-runs of the tiny model.
+with Ctrl-C while its first commit between the ends is measured, and resumed; it steps once
+to a commit like the good end and once to one like the bad end (tests/bisect/test_search.py
+takes longer ranges through every path, without servers); then a range without the slowdown
+is refused; the report shows both. One module: about eight measured runs of the tiny model,
+each a server pair, three of them the good end's (fewer would leave the gate a single degree
+of freedom for the spread between launches, and the commits between more runs to decide).
 
 The load of a shared machine (its speed swings up to fivefold) must not decide the test: the
 Ctrl-C comes while a measurement is under way that every bisect of this range makes (the
@@ -41,7 +44,8 @@ from .repository import BISECT_SCENARIO, git, make_repository
 
 pytestmark = pytest.mark.slow
 
-SLOW_AT = 5
+COMMITS = 4  # after the good end: ceil(log2(4)) = 2 steps between the ends
+SLOW_AT = 3
 
 
 def _interrupted_at(project: Path, argv: list[str], *lines: str) -> tuple[int, str]:
@@ -76,26 +80,27 @@ def _interrupted_at(project: Path, argv: list[str], *lines: str) -> tuple[int, s
 
 def test_the_planted_slowdown_is_found_resumed_and_told_from_noise(tmp_path: Path) -> None:
     repo, project = tmp_path / "repo", tmp_path / "project"
-    ids = make_repository(repo, 8, slow_at=SLOW_AT)
+    ids = make_repository(repo, COMMITS, slow_at=SLOW_AT)
+    bad = ids[COMMITS]
     project.mkdir()
     write_config(project, BISECT_SCENARIO)
-    argv = ["bisect", "--scenario", "tiny", "--repo", str(repo), "--good", ids[0], "--bad", ids[8]]
+    argv = ["bisect", "--scenario", "tiny", "--repo", str(repo), "--good", ids[0], "--bad", bad]
 
-    # Ctrl-C while the first commit between the ends (4) is measured: once the bad end is
+    # Ctrl-C while the first commit between the ends (2) is measured: once the bad end is
     # judged (its line said), its spec server measures. Whatever the load, every bisect of
-    # this range measures commit 4, and for seconds after that line (its repeats, then its
+    # this range measures commit 2, and for seconds after that line (its repeats, then its
     # plain twin's launch): perfgate is surely still at work. Nothing is left behind.
-    measuring_4 = (f"bad   {ids[8][:10]} ", "tiny-bisect spec: repeat 1 of")
-    code, output = _interrupted_at(project, argv, *measuring_4)
+    measuring_2 = (f"bad   {bad[:10]} ", "tiny-bisect spec: repeat 1 of")
+    code, output = _interrupted_at(project, argv, *measuring_2)
     assert code == 130, output
     assert git(repo, "worktree", "list", "--porcelain").count("worktree ") == 1
-    assert git(repo, "status", "--porcelain") == "" and git(repo, "rev-parse", "HEAD") == ids[8]
+    assert git(repo, "status", "--porcelain") == "" and git(repo, "rev-parse", "HEAD") == bad
     before = _runs(project)
     # The good end's 3 runs, the bad end's: one, or more where the gate asked for another
-    # (a verdict inconclusive while this machine's load swings); none of commit 4's.
+    # (a verdict inconclusive while this machine's load swings); none of commit 2's.
     recorded = [r.context.commit for r in before]
     assert recorded[:3] == [ids[0]] * 3, output
-    assert recorded[3:] == [ids[8]] * len(recorded[3:]) and 1 <= len(recorded[3:]) <= 3, output
+    assert recorded[3:] == [bad] * len(recorded[3:]) and 1 <= len(recorded[3:]) <= 3, output
 
     # The same command resumes: the runs recorded are reused, the commit is found.
     done = perfgate_main(*argv, "--json", "bisect.json", cwd=project)
@@ -104,7 +109,7 @@ def test_the_planted_slowdown_is_found_resumed_and_told_from_noise(tmp_path: Pat
     assert [r.id for r in runs[: len(before)]] == [r.id for r in before]  # nothing lost
     _check_extra_runs_only_where_asked(runs, ids[0])
     measured = {m["index"]: m for m in found["measured"]}
-    assert [measured[i]["reused"] for i in (0, 8)] == [3, recorded.count(ids[8])]
+    assert [measured[i]["reused"] for i in (0, COMMITS)] == [3, recorded.count(bad)]
     if done.returncode == ExitCode.INCONCLUSIVE and _load_swung(project, ids[:SLOW_AT]):
         # This machine's load scattered the runs of the same code (the commits before the
         # slowdown) beyond what the tolerance lets the gate call like good: it says so, and
@@ -120,21 +125,24 @@ def test_the_planted_slowdown_is_found_resumed_and_told_from_noise(tmp_path: Pat
     else:
         assert done.returncode == ExitCode.PASS, done.stdout + done.stderr
         assert found["named"] == ids[SLOW_AT], done.stdout
-        assert f"Found: {ids[SLOW_AT][:10]} 'change 5: verify sleeps'" in done.stdout
+        assert f"Found: {ids[SLOW_AT][:10]} 'change {SLOW_AT}: verify sleeps'" in done.stdout
         assert "verify_ms regression" in done.stdout.split("Found: ")[1]  # the phase that moved
-        # ceil(log2(8)) = 3 commits between the ends, plus the two ends.
-        assert sorted(measured) == [0, 4, 5, 6, 8]
-        assert [measured[i]["reused"] for i in (4, 6, 5)] == [0, 0, 0]
-        assert [measured[i]["likeness"] for i in (8, 4, 6, 5)] == ["like-bad", "like-good"] + [
-            "like-bad"
-        ] * 2
+        # ceil(log2(4)) = 2 commits between the ends, plus the two ends.
+        assert sorted(measured) == [0, 2, 3, COMMITS]
+        assert [measured[i]["reused"] for i in (2, 3)] == [0, 0]
+        assert [measured[i]["likeness"] for i in (COMMITS, 2, 3)] == [
+            "like-bad",
+            "like-good",
+            "like-bad",
+        ]
         named = ids[SLOW_AT]
 
-    # A range without the slowdown: the ends are not told apart, the figures say why.
+    # A range without the slowdown: the ends are not told apart, the figures say why. Its bad
+    # end, commit 1 (the good end's code), was measured by no bisect before: it runs afresh.
     quiet = ["bisect", "--scenario", "tiny", "--repo", str(repo), "--good", ids[0]]
-    refused = perfgate_main(*quiet, "--bad", ids[3], cwd=project)
+    refused = perfgate_main(*quiet, "--bad", ids[1], cwd=project)
     assert "3 reused from the history" in refused.stdout  # the good end's runs
-    swung = refused.returncode != ExitCode.INCONCLUSIVE and _load_swung(project, [ids[0], ids[3]])
+    swung = refused.returncode != ExitCode.INCONCLUSIVE and _load_swung(project, [ids[0], ids[1]])
     if swung:
         # This machine's load slowed the bad end's runs (the good end's code) beyond the
         # widest tolerance the gate takes: the gate said what the runs showed, a regression.
@@ -142,7 +150,7 @@ def test_the_planted_slowdown_is_found_resumed_and_told_from_noise(tmp_path: Pat
         assert "like-bad: " in bad_line and "regression" in bad_line, refused.stdout
     else:
         assert refused.returncode == ExitCode.INCONCLUSIVE, refused.stdout + refused.stderr
-        assert f"Refused: {ids[0][:10]} (good) and {ids[3][:10]} (bad) are not told apart" in (
+        assert f"Refused: {ids[0][:10]} (good) and {ids[1][:10]} (bad) are not told apart" in (
             refused.stdout
         )
         # Under load the bad end may even look faster: anything but a regression is "not told
