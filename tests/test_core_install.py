@@ -26,7 +26,8 @@ from perfgate.pipeline import record_linked
 from perfgate.results import RunContext, RunRecord
 from perfgate.store import open_history
 
-from .conftest import REPO, TINY_SCENARIO, write_config
+from .built_wheel import session_wheel
+from .conftest import TINY_SCENARIO, write_config
 from .test_judging import noisy
 
 pytestmark = pytest.mark.slow
@@ -66,26 +67,17 @@ def _checked(done: subprocess.CompletedProcess[str]) -> subprocess.CompletedProc
 
 
 @pytest.fixture(scope="module")
-def core(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+def core(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Path]:
     """A virtual environment holding perfgate as `pip install perfgate` gives it; its bin/."""
     root = tmp_path_factory.mktemp("core-install")
-    source = root / "source"  # the checkout's files, so the build leaves nothing in it
-    listed = _checked(
-        _run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"], REPO)
-    )
-    for name in filter(None, listed.stdout.split("\0")):
-        if (REPO / name).is_file():
-            (source / name).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(REPO / name, source / name)
-    wheels = root / "wheels"
-    # The wheel `pip install perfgate` would fetch, built with this interpreter's setuptools.
-    build = ["--no-deps", "--no-build-isolation", "--wheel-dir", str(wheels), str(source)]
-    _checked(_run([sys.executable, "-m", "pip", "wheel", "--quiet", *build], root))
+    # The wheel `pip install perfgate` would fetch, built once for the suite (tests/built_wheel.py).
+    wheel = session_wheel(request.config, tmp_path_factory)
     # The environment without a pip of its own (ensurepip alone cost 3.8 CPU s): this
     # interpreter's pip installs into it (`--python`) as the environment's own would.
     venv = root / "venv"
     _checked(_run([sys.executable, "-m", "venv", "--without-pip", str(venv)], root))
-    (wheel,) = wheels.glob("perfgate-*.whl")
     _checked(_run([*_pip(venv / "bin"), "install", "--quiet", str(wheel)], root, 600))
     yield venv / "bin"
     shutil.rmtree(root, ignore_errors=True)

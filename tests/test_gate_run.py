@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from .built_wheel import session_wheel
 from .conftest import (
     HERE_PROFILE,
     REPO,
@@ -207,23 +208,16 @@ def test_perfgate_options_after_the_double_dash_are_refused(tmp_path: Path) -> N
     assert "give them to `perfgate run` itself, before `--`" in result.stdout
 
 
-def test_perfgate_run_of_an_installed_wheel_under_strict_warnings(tmp_path: Path) -> None:
+def test_perfgate_run_of_an_installed_wheel_under_strict_warnings(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory, tmp_path: Path
+) -> None:
     """perfgate as `pip install perfgate` gives it (a wheel, not editable), in a project whose
     pytest turns warnings into errors: pytest, started inside `perfgate run`, finds perfgate
     imported already, and must not make a warning (an error here) of that."""
-    source, site, project = tmp_path / "source", tmp_path / "site", tmp_path / "project"
-    listed = subprocess.run(
-        ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
-        cwd=REPO, capture_output=True, text=True, check=True,
-    )  # fmt: skip
-    for name in filter(None, listed.stdout.split("\0")):
-        if (REPO / name).is_file():
-            (source / name).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(REPO / name, source / name)
+    site, project = tmp_path / "site", tmp_path / "project"
+    # The wheel built once for the suite from this checkout's files (tests/built_wheel.py).
+    built = session_wheel(request.config, tmp_path_factory)
     pip = [sys.executable, "-m", "pip", "--disable-pip-version-check", "-q"]
-    wheel = ["wheel", "--no-deps", "--no-build-isolation", "-w", str(tmp_path / "w"), str(source)]
-    subprocess.run([*pip, *wheel], check=True, timeout=HANG_S)
-    (built,) = (tmp_path / "w").glob("perfgate-*.whl")
     install = ["install", "--no-deps", "--target", str(site), str(built)]
     subprocess.run([*pip, *install], check=True, timeout=HANG_S)
     project.mkdir()
