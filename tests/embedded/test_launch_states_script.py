@@ -47,6 +47,14 @@ def test_each_launch_is_a_process_of_its_own_with_both_ways_timed(tmp_path: Path
                               capture_output=True, text=True, timeout=HANG_S, env=server_env())  # fmt: skip
     assert rendered.returncode == 0, rendered.stderr
     assert rendered.stdout == table
+    assert "not timed" not in table and launches[0]["prefill_graph_error"] is None
+    # A capture the GPU refused is said in the record, the other ways kept.
+    sys.path.insert(0, str(SCRIPT.parent))
+    results = json.loads((tmp_path / "results.json").read_text())
+    results["launches"][1]["prefill_graph_error"] = "CUDA error: operation not permitted"
+    refused = importlib.import_module("launch_states").render(results)
+    assert "The prefill from a graph was not timed: CUDA error: operation not permitted" in refused
+    assert "| prefill_served |" in refused
 
 
 def test_the_record_says_how_many_layers_each_launch_compiled() -> None:
