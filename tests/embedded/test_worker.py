@@ -197,6 +197,15 @@ def test_prefill_graphs_replay_per_shape_give_the_same_outputs_and_stop_at_their
     alone = worker.generate(requests(PROMPTS[:1], MAX_NEW_TOKENS))
     assert [g.output_ids for g in alone] == expected[:1]
     assert worker.graphs.prefills == 2
+    # Nor is a batch of more tokens than PREFILL_TOKENS, whatever the count.
+    monkeypatch.setattr("perfgate.engines.embedded.graphs.PREFILL_SHAPES", 8)
+    monkeypatch.setattr("perfgate.engines.embedded.graphs.PREFILL_TOKENS", 2)
+    assert worker.generate(requests(PROMPTS[2:], MAX_NEW_TOKENS))[0].output_ids == expected[2]
+    assert worker.graphs.prefills == 3  # one prompt of one token: within the budget
+    assert [g.output_ids for g in worker.generate(requests(PROMPTS[1:2], MAX_NEW_TOKENS))] == [
+        expected[1]
+    ]
+    assert worker.graphs.prefills == 3  # 43 tokens: eager
     # Without it (the default), prefills are never captured.
     eager = spec_worker("eagle3", 3, graphs="emulate")
     eager.generate(requests(PROMPTS, MAX_NEW_TOKENS))

@@ -124,8 +124,9 @@ def build_parser() -> argparse.ArgumentParser:
         choices=PREFILL_GRAPH_BACKENDS,
         default="disabled",
         help="full: capture the target's prefill forward in a CUDA graph per batch shape "
-        "(batch and padded prompt length, at most 8 shapes) and replay it, so that a repeated "
-        "batch's prefill is queued by one launch, not one per kernel; disabled (the default): "
+        "(batch and padded prompt length; at most 8 shapes of at most 2048 tokens) and "
+        "replay it, so that a repeated batch's prefill is queued by one launch, not one per "
+        "kernel; disabled (the default): "
         "prefills run eagerly. SGLang 0.5.23 spells it the same, with breakable its default "
         "on CUDA",
     )

@@ -13,8 +13,9 @@ graphs are dropped when the caches are replaced.
 A prefill's shape (batch and padded prompt length) varies from batch to batch, and it runs
 eagerly unless the server asks for prefill graphs (``--cuda-graph-backend-prefill full``):
 then the target's prefill forward is captured per shape too, at most PREFILL_SHAPES of them
-(later shapes run eagerly), so that a benchmark's repeated batch is queued by one launch
-instead of a few hundred: its time is then the GPU's, not the host's. SGLang 0.5.23 captures
+of at most PREFILL_TOKENS tokens each (others run eagerly), so that a benchmark's repeated
+batch is queued by one launch instead of a few hundred: its time is then the GPU's, not the
+host's. SGLang 0.5.23 captures
 prefills by default on CUDA (its ``breakable`` backend, per token-count bucket).
 
 Modes: ``cuda`` captures and replays; ``off`` runs eagerly; ``emulate`` runs eagerly on the same
@@ -35,6 +36,10 @@ WARMUP_RUNS = 2  # eager runs on a side stream before capture, as torch's docs a
 # The most prefill shapes captured: each graph keeps its activations' memory, and a server fed
 # prompts of ever new lengths would otherwise capture one graph per batch.
 PREFILL_SHAPES = 8
+# The most tokens (batch x padded prompt length) a captured prefill holds: its logits and
+# activations stay in the graph's memory. A larger prefill runs eagerly, as SGLang captures
+# prefills up to a token budget (--piecewise-cuda-graph-max-tokens, 2048 by default in 0.5.12).
+PREFILL_TOKENS = 2048
 PREFILL = "prefill"  # the first element of a prefill's call site
 
 Outputs = tuple[Tensor, ...]
@@ -81,12 +86,14 @@ class GraphRunner:
 
     def run_prefill(self, site: Hashable, fn: Callable[..., Outputs], *inputs: Tensor) -> Outputs:
         """Return fn(*inputs) for a prefill: from a graph where prefill graphs are asked for and
-        this shape has one or PREFILL_SHAPES are not captured yet; else eagerly."""
+        this shape has one, or may have one (fewer than PREFILL_SHAPES captured, its first
+        input, the token ids, no more than PREFILL_TOKENS); else eagerly."""
         key = ((PREFILL, site), *((t.shape, t.dtype) for t in inputs))
-        full = key not in self.graphs and self.prefills >= PREFILL_SHAPES
-        if self.mode == "off" or not self.prefill or full:
+        new = key not in self.graphs
+        too_many = new and (self.prefills >= PREFILL_SHAPES or inputs[0].numel() > PREFILL_TOKENS)
+        if self.mode == "off" or not self.prefill or too_many:
             return tuple(fn(*inputs))
-        self.prefills += key not in self.graphs
+        self.prefills += new
         return self.run((PREFILL, site), fn, *inputs)
 
     def reset(self) -> None:
