@@ -10,8 +10,9 @@
 #   train     the large models' weights, once per machine (294 s);
 #   diagnose  benchmarks/launch_states.py: DIAG_LAUNCHES (8) fresh processes timing the decode
 #             step on the GPU and as the server's loop runs it, and a batch's prefill as
-#             served, as the host's enqueue and as the GPU's time alone (the part of the
-#             launches' spread the H200 showed: results h200-gate-proof.md, 2026-12-06),
+#             served, as the host's enqueue, as the GPU's time alone and replayed from a CUDA
+#             graph (the part of the launches' spread the H200 showed, the host's queueing:
+#             results h200-gate-proof.md, 2026-12-06),
 #             each with where it ran and how
 #             fast its host was, in turn under each of DIAG_VARIANTS (default: as placed,
 #             pinned to the quarter of the CPUs fastest at its start, without address
