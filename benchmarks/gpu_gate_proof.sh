@@ -250,7 +250,7 @@ finish() { # the state into OUTDIR (all but the installed wheels), whatever happ
   tar czf "$out/state.tgz" -C "$state" --exclude=./site . 2> /dev/null ||
     echo "== could not copy $state into $out/state.tgz"
   echo "== $(date -u +%FT%TZ) done, exit $1"
-  exit "$1"
+  record_finish "$1" "$state=STATE" # OUTDIR's files read on other machines: no path of this one
 }
 
 stage_diagnose() {
