@@ -11,7 +11,6 @@ the workers share, as tests/recorded.py does for the recorded project.
 
 from __future__ import annotations
 
-import fcntl
 import os
 import shutil
 import subprocess
@@ -22,17 +21,14 @@ import pytest
 
 from .conftest import REPO
 from .hang import HANG_S
+from .session_once import session_lock
 
 
 def session_wheel(config: pytest.Config, factory: pytest.TempPathFactory) -> Path:
     """The path of the session's perfgate wheel, built here unless a worker did it already.
     Read-only for the tests: they install it, never change it."""
-    root = factory.getbasetemp()
-    if hasattr(config, "workerinput"):
-        root = root.parent  # the session's temporary root, holding each worker's own
-    folder = root / "perfgate-wheel"
-    with (root / "perfgate-wheel.lock").open("w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)  # released as the file closes
+    with session_lock(config, factory, "perfgate-wheel") as root:
+        folder = root / "perfgate-wheel"
         if not list(folder.glob("perfgate-*.whl")):
             shutil.rmtree(folder, ignore_errors=True)  # what a failed attempt left
             _build(folder)

@@ -9,7 +9,6 @@ that the workers share.
 
 from __future__ import annotations
 
-import fcntl
 import json
 import shutil
 from dataclasses import dataclass
@@ -21,6 +20,7 @@ from perfgate.ci.pointer import POINTER
 
 from .conftest import ONE_RUN_SCENARIO, run_perfgate, write_config
 from .in_process import perfgate_main
+from .session_once import session_lock
 
 RUNS = 3  # one approved run would show nothing of how far launches land apart
 
@@ -48,14 +48,10 @@ class RecordedProject:
 
 def shared_project(config: pytest.Config, factory: pytest.TempPathFactory) -> RecordedProject:
     """The session's recorded project, recorded here unless a worker did it already."""
-    root = factory.getbasetemp()
-    if hasattr(config, "workerinput"):
-        root = root.parent  # the session's temporary root, holding each worker's own
-    folder = root / "recorded-project"
-    # Written last, the first run's output: where it is, the project is complete.
-    first_run = root / "recorded-project-first-run.json"
-    with (root / "recorded-project.lock").open("w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)  # released as the file closes
+    with session_lock(config, factory, "recorded-project") as root:
+        folder = root / "recorded-project"
+        # Written last, the first run's output: where it is, the project is complete.
+        first_run = root / "recorded-project-first-run.json"
         if not first_run.exists():
             shutil.rmtree(folder, ignore_errors=True)  # what a failed attempt left
             first_run.write_text(json.dumps(_record(folder)))
