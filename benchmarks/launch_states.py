@@ -158,8 +158,8 @@ def prefill_ways(model: Any, args: argparse.Namespace, device: torch.device) -> 
     positions = torch.arange(tokens, device=device).expand(args.batch, -1)  # as pad_prompts
     kv_len = kv_bucket(tokens + 1, model.max_seq_len)
 
-    def forward() -> Tensor:
-        logits, _ = model(ids, positions, kv_len)  # causal
+    def forward(tokens: Tensor = ids) -> Tensor:
+        logits, _ = model(tokens, positions, kv_len)  # causal
         chosen: Tensor = model.greedy(logits[:, -1:])
         return chosen
 
@@ -186,7 +186,7 @@ def prefill_ways(model: Any, args: argparse.Namespace, device: torch.device) -> 
     graph: list[float] = []
     if device.type == "cuda":
         try:
-            graph = _replayed_prefills(forward, args.prefills)
+            graph = _replayed_prefills(forward, ids, args.prefills, "cuda")
         except RuntimeError as failed:  # a capture refused: said in the record, the rest kept
             found["prefill_graph_error"] = str(failed).strip().splitlines()[0][:200]
     ways = (("served", served), ("enqueue", enqueue), ("gpu", gpu), ("graph", graph))
@@ -196,12 +196,15 @@ def prefill_ways(model: Any, args: argparse.Namespace, device: torch.device) -> 
     return found
 
 
-def _replayed_prefills(forward: Callable[[], Tensor], count: int) -> list[float]:
-    """ms of `count` prefills replayed from one CUDA graph of forward, each as served."""
-    runner = GraphRunner("cuda", prefill=True)
+def _replayed_prefills(
+    forward: Callable[[Tensor], Tensor], ids: Tensor, count: int, mode: str
+) -> list[float]:
+    """ms of `count` prefills of ids replayed from one graph of forward (GraphRunner's `mode`:
+    cuda, or emulate to test this on a CPU), each as served."""
+    runner = GraphRunner(mode, prefill=True)
 
     def replayed() -> Tensor:
-        (chosen,) = runner.run_prefill("prefill", lambda: (forward(),))
+        (chosen,) = runner.run_prefill("prefill", lambda tokens: (forward(tokens),), ids)
         return chosen
 
     replayed().tolist()  # captures

@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 
 import perfgate
 
@@ -88,3 +89,20 @@ def test_each_probe_is_set_against_the_step_s_host_share_and_the_prefill_s_enque
     # Without a timed prefill (an older record), only the step's column.
     without = [{k: v for k, v in row.items() if k != "prefill_enqueue_ms"} for row in rows]
     assert "prefill" not in launch_states._probes_against_host(without)[1]
+
+
+def test_the_replayed_prefill_passes_its_tokens_through_the_graph_s_buffers() -> None:
+    """The fourth way (CUDA only) replays the prefill from a graph whose input is the prompts'
+    tokens: emulated here, its forward reads the buffer the tokens were copied into."""
+    sys.path.insert(0, str(SCRIPT.parent))
+    launch_states = importlib.import_module("launch_states")
+    ids = torch.arange(12).reshape(3, 4)
+    seen: list[torch.Tensor] = []
+
+    def forward(tokens: torch.Tensor) -> torch.Tensor:
+        seen.append(tokens)
+        return tokens.sum(dim=1)
+
+    times = launch_states._replayed_prefills(forward, ids, 3, "emulate")
+    assert len(times) == 3 and all(t >= 0 for t in times)
+    assert seen and all(t is not ids and torch.equal(t, ids) for t in seen)  # the buffer's copy
