@@ -20,10 +20,11 @@ baseline's spread, capped at the scenario's max_runs and at what 600 s of runner
 and the runner time of a verdict is its runs times what a run took on the H200 (the median
 launch on average, the slowest for the most runs).
 
-The settings: the tolerances perfgate.toml had before, the goal's, the chosen ones (what
-perfgate.toml sets), the derived ones (what `baseline update` derives from the approved
-launches where the scenario sets no tok/s or speedup tolerance: 3%, or wider where their
-spread asks; ``derived``), the goal's on launches whose tok/s and speedup scatter 0.5, 0.35
+The settings: the tolerances perfgate.toml had first, the goal's, the chosen ones (what
+perfgate.toml set before the scenario's prefill graphs: tok/s 7%, speedup 10%), the shipped
+ones (perfgate.toml now: verify and accept length 1%, and tok/s, speedup and decode_tok_s as
+`baseline update` derives them from the approved launches: 3%, or wider where their spread
+asks; ``derived``), the goal's on launches whose tok/s and speedup scatter 0.5, 0.35
 and 0.25 times as much as measured (``LAUNCH_SCALES``), the rest as measured: what a cure of
 the launch spread at its source must reach for the goal's tolerances to hold; and the chosen
 tolerances against 5 approved launches with every verdict judged on its first run alone
@@ -132,9 +133,10 @@ class GpuSetting:
     noise: Mapping[str, Noise] | None = None  # None: GPU_NOISE
 
 
-# The GPU scenario's tolerances as perfgate.toml sets them now: the tightest round figures at
-# which these goals hold on the measured noise (tok/s and speedup 7% and 10%, not the 3% the
-# goals ask: see gate-quality.md), verify 1%, decode_tok_s 3.5%.
+# The GPU scenario's tolerances as perfgate.toml set them before its prefill graphs: the
+# tightest round figures at which these goals hold on the H200's noise of GPU_NOISE (tok/s and
+# speedup 7% and 10%, not the 3% the goals ask: see gate-quality.md), verify 1%, decode_tok_s
+# 3.5%. perfgate.toml now sets SHIPPED and leaves the rest to `baseline update` (derived()).
 CHOSEN = {
     "output_tok_s": 0.07,
     "speedup": 0.10,
@@ -162,13 +164,18 @@ def gpu_settings(noise: Mapping[str, Noise] | None = None) -> tuple[GpuSetting, 
     return tuple(replace(s, noise=noise) for s in _settings(noise))
 
 
+# What perfgate.toml sets for the GPU scenario since its prefill graphs (2026-12-06): the
+# GPU's own figures; tok/s, speedup and decode_tok_s are left to `baseline update`.
+SHIPPED = {"accept_length": 0.01, "verify_ms": 0.01}
+DERIVED = ("output_tok_s", "speedup", "decode_tok_s")
+
+
 def derived(baseline_runs: int, noise: Mapping[str, Noise] | None = None) -> dict[str, float]:
-    """The GPU scenario's chosen tolerances with tok/s and speedup left out of perfgate.toml,
-    as `baseline update` then derives them from the approved launches: the default 3%, or
-    wider where their spread supports no sharper verdict (supported())."""
+    """The GPU scenario's tolerances as shipped (SHIPPED), with the metrics perfgate.toml
+    leaves out as `baseline update` derives them from the approved launches: the default 3%,
+    or wider where their spread supports no sharper verdict (supported())."""
     found = supported(baseline_runs, noise)
-    wider = {m: max(DEFAULT_TOLERANCE, found[m]) for m in HOST_CARRIED}
-    return {**CHOSEN, **wider}
+    return {**SHIPPED, **{m: max(DEFAULT_TOLERANCE, found[m]) for m in DERIVED}}
 
 
 def _settings(noise: Mapping[str, Noise] | None = None) -> tuple[GpuSetting, ...]:
@@ -181,8 +188,8 @@ def _settings(noise: Mapping[str, Noise] | None = None) -> tuple[GpuSetting, ...
         GpuSetting("the goal's tolerances, 20 approved", goal, GATED_WITH_DECODE, 20),
         GpuSetting("chosen, 10 approved", CHOSEN, GATED_WITH_DECODE, 10),
         GpuSetting("chosen, 20 approved", CHOSEN, GATED_WITH_DECODE, 20),
-        GpuSetting("derived, 10 approved", derived(10, noise), GATED_WITH_DECODE, 10),
-        GpuSetting("derived, 20 approved", derived(20, noise), GATED_WITH_DECODE, 20),
+        GpuSetting("shipped (derived), 10 approved", derived(10, noise), GATED_WITH_DECODE, 10),
+        GpuSetting("shipped (derived), 20 approved", derived(20, noise), GATED_WITH_DECODE, 20),
         *(
             GpuSetting(
                 f"the goal's, 10 approved, launches x{scale:g}",
