@@ -122,6 +122,12 @@ SHAPES = (
     # scenario on this noise, metric by metric at its own tolerances: gate_quality_gpu.py.
     Shape("H200 fifth (10), tok/s", within_sd=0.0091 * 3 / 7, between_sd=0.0263 * 3 / 7),
     Shape("H200 fifth (10), speedup", within_sd=0.0154 * 0.3, between_sd=0.0395 * 0.3),
+    # Measured with prefill graphs (--cuda-graph-backend-prefill full), 10 fresh launches on an
+    # H100 (benchmarks/results/h200-gate-proof.md, 2026-12-06, third lease; noise.md there):
+    # tok/s 0.20% within a run and 0.17% between launches, speedup 0.23% and 0.17%, against
+    # the 3% `baseline update` derives for both from them: as measured, not scaled.
+    Shape("H100 prefill graphs (10), tok/s", within_sd=0.0020, between_sd=0.0017),
+    Shape("H100 prefill graphs (10), speedup", within_sd=0.0023, between_sd=0.0017),
 )
 
 
