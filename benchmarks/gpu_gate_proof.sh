@@ -56,28 +56,24 @@
 # (all but the installed wheels) into OUTDIR/state.tgz; to go on in another lease, unpack it
 # into .cache/gpu-gate-proof here, carry that folder, and start with `train`. `train`,
 # `launch` and `verdicts` check the weights against the series' (STATE/weights.json, from the
-# first check: benchmarks/gate_proof.py weights) and exit 64 where they differ. At the
-# scenario's own settings (ten approved, up to 10 runs a verdict) a verdict takes 4.3 runs on
-# the committed noise (5.2 for the tok/s loss; benchmarks/gate_quality_gpu.py), so fifteen
-# verdicts take about 60 minutes, more than a lease; a CURE that calms the launches brings
-# that down, which `diagnose` is for. What fits:
+# first check: benchmarks/gate_proof.py weights) and exit 64 where they differ.
 #
-# QUICK=1, the must-show in one lease, about 27 minutes with the start: 5 launches approved,
-# every verdict judged on its first run alone (MAX_RUNS=1), 5 verdicts of each kind:
-#   1. QUICK=1 benchmarks/gpu_gate_proof.sh OUT train launch            8 min: 3 launches
-#   2. QUICK=1 benchmarks/gpu_gate_proof.sh OUT launch approve verdicts 9 min: 2 more, the
-#                                                                        plan, ~7 verdicts
-#   3. QUICK=1 benchmarks/gpu_gate_proof.sh OUT verdicts record         7.5 min: the other 8
-#   The simulation's prediction for it (gate_quality_gpu.py, "chosen, 5 approved, max_runs 1"):
-#   unchanged code 30% inconclusive, 0.05% falsely flagged, the tok/s loss caught in 46%,
-#   verify +2% in 100%; the chosen settings' rates are the simulation's, on the launches
-#   measured: `python benchmarks/gate_quality_gpu.py --history OUT/history.db`.
-# About 15 minutes: QUICK=1 SERIES=3 with `train launch approve record` (10 min with the
-# start), then VERDICTS=1 with `verdicts record` (3.5 min: one verdict of each kind).
-# About 10 minutes: that first call alone (trained, 3 launches' noise, the plan).
-# The full proof, `train diagnose`, then `launch` and `launch approve` (ten launches, 18.5
-# minutes for the three with the start), then `verdicts` and `record`: the diagnosis, the
-# noise, the plan and two or three verdicts in a lease.
+# What fits a lease, with the scenario's prefill graphs (on an H100: a launch 38-40 s, 61 s
+# the first; each verdict decided on its first run, 38-39 s; benchmarks/results/
+# h200-gate-proof.md, 2026-12-06, third lease): the full proof, about 25 minutes with the
+# start, in three or four calls back to back:
+#   1. benchmarks/gpu_gate_proof.sh OUT train diagnose launch   (DIAG_LAUNCHES=3: 326 + 67 s,
+#                                                                then launches to the call's end)
+#   2. benchmarks/gpu_gate_proof.sh OUT launch approve verdicts  the other launches, the plan,
+#                                                                verdicts to the call's end
+#   3. benchmarks/gpu_gate_proof.sh OUT verdicts record          the rest of the fifteen
+# On launches that scatter as the H200's did before prefill graphs (tok/s 2.63%), the
+# tolerances `baseline update` derives (3.9% / 5.7%) take 9.2 runs a verdict
+# (gate_quality_gpu.py), so fifteen verdicts take over an hour: QUICK=1 then approves 5
+# launches and judges every verdict on its first run alone (MAX_RUNS=1), the must-show in
+# one lease; its rates are gate_quality_gpu.py's "shipped, 5 approved, max_runs 1 (QUICK=1)"
+# row, and on the launches measured `python benchmarks/gate_quality_gpu.py --history
+# OUT/history.db`.
 # Expected exits: unchanged code 0 (75 is counted, and is what the proof measures); an injected
 # slowdown 1 (or 75 at one run a verdict). State (the history, the baseline, the tables) lives
 # in .cache/gpu-gate-proof/ of the checkout (STATE to move it); every step's command, exit
