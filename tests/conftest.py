@@ -188,7 +188,7 @@ def run_perfgate(
     *args: str,
     cwd: Path,
     env: dict[str, str] | None = None,
-    timeout: float = 300,
+    timeout: float = HANG_S,
     python_flags: tuple[str, ...] = (),
 ) -> subprocess.CompletedProcess[str]:
     """Run the `perfgate` CLI as a user would, in a fresh interpreter (`python_flags` first)."""

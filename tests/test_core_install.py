@@ -28,6 +28,7 @@ from perfgate.store import open_history
 
 from .built_wheel import session_wheel
 from .conftest import TINY_SCENARIO, write_config
+from .hang import HANG_S
 from .test_judging import noisy
 
 pytestmark = pytest.mark.slow
@@ -48,7 +49,7 @@ sys.meta_path.insert(0, _EngineImportWatcher())
 
 
 def _run(
-    argv: list[str], cwd: Path, timeout: float = 300, **env: str
+    argv: list[str], cwd: Path, timeout: float = HANG_S, **env: str
 ) -> subprocess.CompletedProcess[str]:
     base = {
         k: v

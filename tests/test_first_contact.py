@@ -53,7 +53,7 @@ def clone(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
         ["git", "clone", "--quiet", "--no-hardlinks", str(REPO), str(folder)],
         check=True,
         capture_output=True,
-        timeout=120,
+        timeout=HANG_S,
     )
     yield folder
     shutil.rmtree(folder, ignore_errors=True)

@@ -8,6 +8,8 @@ from pathlib import Path
 
 from perfgate.probe import BOOT_DIR
 
+from .hang import HANG_S
+
 CHAINING = """
 import importlib.machinery, importlib.util, os, sys
 print("second ran", flush=True)
@@ -29,7 +31,7 @@ def test_a_sitecustomize_that_runs_the_probes_back_runs_once_and_the_server_star
     env["PYTHONPATH"] = os.pathsep.join([str(BOOT_DIR), str(second)])
     done = subprocess.run(
         [sys.executable, "-c", "print('main ran')"],
-        env=env, capture_output=True, text=True, timeout=60, check=False,
+        env=env, capture_output=True, text=True, timeout=HANG_S, check=False,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
     assert "RecursionError" not in done.stderr, done.stderr[-2000:]

@@ -14,6 +14,8 @@ from pathlib import Path
 
 import pytest
 
+from .hang import HANG_S
+
 REPO = Path(__file__).resolve().parents[1]
 
 # The environment a script's steps run in, given the script's interpreter and its checkout.
@@ -28,7 +30,7 @@ def _use_checkout(python: str, repo: Path) -> dict[str, str]:
         "unset PYTEST_PLUGINS PYTHONPATH; use_checkout; env"
     )
     done = subprocess.run(
-        ["bash", "-c", script], capture_output=True, text=True, check=True, timeout=60
+        ["bash", "-c", script], capture_output=True, text=True, check=True, timeout=HANG_S
     )
     return _parse(done.stdout)
 
@@ -50,7 +52,7 @@ def _sglang_live(python: str, checkout: Path) -> dict[str, str]:
         env={**env, "PYTHON": str(stand_in)},
         capture_output=True,
         check=False,  # a bare interpreter fails the step itself; its environment is the point
-        timeout=120,
+        timeout=HANG_S,
     )
     return _parse(seen.read_text())
 

@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from .conftest import HERE_PROFILE, write_config
+from .hang import HANG_S
 from .recorded import RecordedProject
 
 pytestmark = pytest.mark.slow
@@ -24,7 +25,7 @@ pytestmark = pytest.mark.slow
 READY = r"ready in [\d.]+ s"
 
 
-def run_in_terminal(*args: str, cwd: Path, env: dict[str, str], timeout: float = 300) -> str:
+def run_in_terminal(*args: str, cwd: Path, env: dict[str, str], timeout: float = HANG_S) -> str:
     """Run the `perfgate` CLI on a pseudo-terminal 100 columns wide; return all it showed."""
     main, terminal = pty.openpty()
     fcntl.ioctl(terminal, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 100, 0, 0))

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from .conftest import REPO
+from .hang import HANG_S
 
 SCRIPT = REPO / "benchmarks" / "sglang_live.sh"
 sys.path.insert(0, str(REPO / "benchmarks"))
@@ -27,7 +28,7 @@ def _script(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "PYTHON": sys.executable, "STATE": str(tmp_path / "state"),
            "WORK": str(tmp_path / "work"), "STAGED": str(tmp_path / "staged")}  # fmt: skip
     return subprocess.run(
-        [str(SCRIPT), *args], capture_output=True, text=True, env=env, check=False, timeout=120
+        [str(SCRIPT), *args], capture_output=True, text=True, env=env, check=False, timeout=HANG_S
     )
 
 

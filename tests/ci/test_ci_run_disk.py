@@ -8,6 +8,7 @@ import subprocess
 from pathlib import Path
 
 from ..conftest import REPO
+from ..hang import HANG_S
 from ..lockdown import require_unshare
 
 
@@ -29,7 +30,7 @@ def test_too_little_disk_for_the_temporary_folders_exits_1_naming_it(tmp_path: P
         env={**os.environ, "TMPDIR": str(small)},
         capture_output=True,
         text=True,
-        timeout=60,
+        timeout=HANG_S,
         check=False,
     )
     assert done.returncode == 1, done.stdout + done.stderr

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from ..conftest import REPO
+from ..hang import HANG_S
 from .conftest import WORKFLOWS, linter
 
 BAD_WORKFLOW = """\
@@ -35,7 +36,7 @@ jobs:
 def _actionlint(cwd: Path, *files: str) -> subprocess.CompletedProcess[str]:
     command = [linter("actionlint"), "-shellcheck", linter("shellcheck"), "-no-color", *files]
     return subprocess.run(
-        command, cwd=cwd, capture_output=True, text=True, timeout=120, check=False
+        command, cwd=cwd, capture_output=True, text=True, timeout=HANG_S, check=False
     )
 
 
@@ -44,7 +45,7 @@ def _zizmor(target: Path) -> list[dict]:  # type: ignore[type-arg]
         [linter("zizmor"), "--offline", "--format=json", "--no-progress", str(target)],
         capture_output=True,
         text=True,
-        timeout=120,
+        timeout=HANG_S,
         check=False,
     )
     assert done.returncode in (0, 11, 12, 13, 14), done.stderr  # 1x: findings of some severity

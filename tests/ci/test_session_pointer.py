@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 from ..conftest import REPO, TINY_SCENARIO, write_config
+from ..hang import HANG_S
 
 
 def test_a_refused_session_leaves_its_error_and_code(tmp_path: Path) -> None:
@@ -31,7 +32,7 @@ def test_a_refused_session_leaves_its_error_and_code(tmp_path: Path) -> None:
         env=env,
         capture_output=True,
         text=True,
-        timeout=120,
+        timeout=HANG_S,
         check=False,
     )
     assert done.returncode == 64, done.stdout

@@ -78,7 +78,7 @@ def server_env() -> dict[str, str]:
 
 @contextmanager
 def serving(
-    flags: Sequence[str], log: Path, start_timeout_s: float = 90.0
+    flags: Sequence[str], log: Path, start_timeout_s: float = HANG_S
 ) -> Iterator[httpx.Client]:
     """An embedded server on 127.0.0.1 with flags and one thread, its stderr in log; stopped
     with SIGTERM after."""
@@ -87,7 +87,7 @@ def serving(
     with log.open("wb") as stderr:
         process = subprocess.Popen([*argv, "--num-threads", "1"], stderr=stderr, env=server_env())
     try:
-        with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=60.0) as client:
+        with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=HANG_S) as client:
             wait_healthy(client, process, log, start_timeout_s)
             yield client
     finally:

@@ -17,6 +17,7 @@ from perfgate.engines.embedded.params import CHAIN_ADJUSTED, SpecParams, resolve
 from perfgate.engines.embedded.worker import EagleWorker, PlainWorker
 from perfgate.errors import ConfigError, ExitCode
 
+from ..hang import HANG_S
 from .common import CPU, DRAFT, SERVER_MODULE, TARGET, server_env
 
 SPEC = [
@@ -146,7 +147,7 @@ def test_feature_layer_override_parses_three_layers(capsys: pytest.CaptureFixtur
 
 def test_bad_combination_exits_64_with_one_line() -> None:
     command = [sys.executable, "-m", SERVER_MODULE, "--model-path", TARGET, "--tp-size", "3"]
-    done = subprocess.run(command, capture_output=True, text=True, timeout=60, env=server_env())
+    done = subprocess.run(command, capture_output=True, text=True, timeout=HANG_S, env=server_env())
     assert done.returncode == ExitCode.BAD_INPUT
     assert done.stderr.strip().splitlines() == [
         "error: --tp-size: 3 ranks cannot split the 4 attention heads of --model-path; "
@@ -163,7 +164,7 @@ def test_a_tree_too_large_exits_64_at_launch() -> None:
         *("--speculative-num-steps", "2", "--speculative-eagle-topk", "2"),
         *("--speculative-num-draft-tokens", "9"),
     ]
-    done = subprocess.run(command, capture_output=True, text=True, timeout=60, env=server_env())
+    done = subprocess.run(command, capture_output=True, text=True, timeout=HANG_S, env=server_env())
     assert done.returncode == ExitCode.BAD_INPUT
     assert done.stderr.strip().splitlines() == [
         "error: --speculative-num-draft-tokens: 9 with --speculative-num-steps 2 and "

@@ -203,10 +203,10 @@ def test_a_server_with_enable_torch_compile_serves_speculative_decoding(tmp_path
         *("--speculative-draft-model-path", DRAFT, "--speculative-num-steps", "3"),
         "--enable-torch-compile",
     )
-    with serving(flags, log, start_timeout_s=120.0) as client:
+    with serving(flags, log) as client:
         greedy = {"temperature": 0, "max_new_tokens": 24}
         body = {"text": "The quick brown fox", "sampling_params": greedy}
-        response = client.post("/generate", json=body, timeout=120.0)
+        response = client.post("/generate", json=body)
     assert response.status_code == 200, response.text
     answer = response.json()
     assert len(answer["output_ids"]) == 24

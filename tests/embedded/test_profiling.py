@@ -22,6 +22,7 @@ from perfgate.probe import probe_env
 from perfgate.profile.trace import load_trace
 
 from ..conftest import TINY_SCENARIO, write_config
+from ..hang import HANG_S
 from .common import SpecWorkerFactory
 
 
@@ -148,7 +149,7 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[httpx.Cli
     command = server_command(scenario, "spec", port=free_port(), extra_env=env)
     with (
         running_server(command, folder / "server.log", 60) as server,
-        httpx.Client(base_url=server.base_url, timeout=60) as client,
+        httpx.Client(base_url=server.base_url, timeout=HANG_S) as client,
     ):
         yield client, folder
 

@@ -53,5 +53,5 @@ def test_the_timing_runs_and_writes_both_ways_for_decode_and_verify(tmp_path: Pa
 
 def test_the_check_refuses_to_run_outside_the_interpreter() -> None:
     command = [sys.executable, str(SCRIPT), "--check"]
-    done = subprocess.run(command, capture_output=True, text=True, timeout=120, env=server_env())
+    done = subprocess.run(command, capture_output=True, text=True, timeout=HANG_S, env=server_env())
     assert done.returncode == 2 and "TRITON_INTERPRET=1" in done.stderr, done.stderr

@@ -19,6 +19,7 @@ from perfgate.engines.embedded.server import READY_LINE
 from perfgate.engines.embedded.worker import PlainWorker
 from perfgate.engines.launch import free_port
 
+from ..hang import HANG_S
 from .common import DRAFT, SERVER_MODULE, TARGET, server_env, wait_healthy
 
 STEPS = 3
@@ -56,7 +57,7 @@ def _serve(
             [sys.executable, "-m", SERVER_MODULE, *flags], stderr=stderr, env=server_env()
         )
     try:
-        with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=30.0) as client:
+        with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=HANG_S) as client:
             wait_healthy(client, process, log, START_TIMEOUT_S)
             yield client, log
     finally:
@@ -195,7 +196,7 @@ def test_server_exits_when_its_parent_dies(tmp_path: Path) -> None:
         subprocess.Popen(
             [sys.executable, "-c", launcher], stdout=subprocess.PIPE, env=server_env()
         ) as parent,
-        httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=30.0) as client,
+        httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=HANG_S) as client,
     ):
         assert parent.stdout is not None
         pid = int(parent.stdout.readline())

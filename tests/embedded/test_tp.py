@@ -23,6 +23,7 @@ from perfgate.probe import probe_env
 from perfgate.probe.reader import rank_cycle_ms, read_records, wait_until_complete
 from perfgate.prompts import load_prompt_set
 
+from ..hang import HANG_S
 from .common import DRAFT, SERVER_MODULE, TARGET, server_env, wait_healthy
 
 pytestmark = pytest.mark.slow
@@ -51,7 +52,7 @@ def _server(
             env={**server_env(), **(env or {})},
         )
     try:
-        with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=60.0) as client:
+        with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=HANG_S) as client:
             wait_healthy(client, process, log, START_TIMEOUT_S)
             yield client, process
     finally:
@@ -169,7 +170,11 @@ def test_a_rank_that_cannot_start_ends_the_server_with_exit_69(tmp_path: Path) -
         "time.sleep(60)\n"
     )
     done = subprocess.run(
-        [sys.executable, "-c", script], capture_output=True, text=True, timeout=60, env=server_env()
+        [sys.executable, "-c", script],
+        capture_output=True,
+        text=True,
+        timeout=HANG_S,
+        env=server_env(),
     )
     assert done.returncode == 69, done.stderr
     assert "unrecognized arguments: --no-such-flag" in done.stderr  # rank 1's own words

@@ -22,6 +22,7 @@ from perfgate.engines.embedded import ranks
 from perfgate.engines.processes import iter_processes
 
 from ..conftest import REPO
+from ..hang import HANG_S
 
 sys.path.insert(0, str(REPO / "benchmarks"))
 import rank_failures
@@ -39,7 +40,7 @@ def _args() -> argparse.Namespace:
         extra_arg=[],
         max_new_tokens=8,
         sigkill_max_new_tokens=48,
-        timeout_s=120.0,
+        timeout_s=HANG_S,
         server="spec",
     )
 

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from ..conftest import REPO
+from ..hang import HANG_S
 
 SCRIPT = REPO / "benchmarks" / "gpu_tp2.sh"
 
@@ -51,7 +52,7 @@ def test_the_endings_stage_on_the_cpu_leaves_no_process_and_says_so(tmp_path: Pa
             text=True,
             check=False,
             env={**_env(), "ENDINGS": "1", "TMPDIR": str(tmp_path)},
-            timeout=400,
+            timeout=HANG_S,
         )
         assert other.poll() is None, "the endings stage killed an engine process not its own"
     finally:

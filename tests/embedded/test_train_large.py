@@ -25,6 +25,7 @@ from perfgate.engines.launch import free_port
 from perfgate.errors import ConfigError
 from perfgate.progress import SILENT
 
+from ..hang import HANG_S
 from .common import CPU, DRAFT, SERVER_MODULE, TARGET, server_env, serving
 
 SCALE = 0.005  # 3, 2 and 3 steps of the large recipe's batches of 32 x 256 bytes
@@ -242,7 +243,7 @@ def _without_weights(tmp_path: Path, *flags: str) -> subprocess.CompletedProcess
         env=env,
         capture_output=True,
         text=True,
-        timeout=120,
+        timeout=HANG_S,
         check=False,
     )
 

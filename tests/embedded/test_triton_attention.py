@@ -16,6 +16,7 @@ from perfgate.engines.embedded import triton_attention
 from perfgate.engines.embedded.args import resolve_attention_backend
 from perfgate.errors import ConfigError
 
+from ..hang import HANG_S
 from .common import CPU, SERVER_MODULE, TARGET, server_env
 from .interpreted import CHECKS, assert_checks_hold
 
@@ -80,7 +81,7 @@ def test_a_server_asked_for_triton_on_a_cpu_exits_64_naming_the_flag() -> None:
     done = subprocess.run(
         [sys.executable, "-m", SERVER_MODULE, "--model-path", TARGET, "--device", "cpu",
          "--attention-backend", "triton", "--port", "1"],
-        env=server_env(), capture_output=True, text=True, timeout=120,
+        env=server_env(), capture_output=True, text=True, timeout=HANG_S,
     )  # fmt: skip
     assert done.returncode == 64, done.stderr[-2000:]
     assert "--attention-backend: triton runs on CUDA only" in done.stderr

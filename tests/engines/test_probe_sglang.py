@@ -18,6 +18,8 @@ from pathlib import Path
 from perfgate.probe import probe_env
 from perfgate.probe.reader import read_records, wait_until_complete
 
+from ..hang import HANG_S
+
 TP_WORKER = """
 import time
 class TpModelWorker:
@@ -91,7 +93,7 @@ def test_every_rank_times_the_phases_of_spec_v2(tmp_path: Path) -> None:
         env={**os.environ, **env},
         capture_output=True,
         text=True,
-        timeout=120,
+        timeout=HANG_S,
         check=False,
     )
     assert done.returncode == 0, done.stderr
@@ -137,7 +139,7 @@ def test_the_probe_brings_nothing_heavy_into_the_server(tmp_path: Path) -> None:
         env={**os.environ, **env},
         capture_output=True,
         text=True,
-        timeout=60,
+        timeout=HANG_S,
         check=False,
     )
     assert done.stdout.split("\n")[0] == "[] True", done.stdout + done.stderr
@@ -163,7 +165,7 @@ def test_the_plain_twin_times_whole_decode_steps(tmp_path: Path) -> None:
         env={**os.environ, **env},
         capture_output=True,
         text=True,
-        timeout=60,
+        timeout=HANG_S,
         check=False,
     )
     assert done.returncode == 0, done.stderr

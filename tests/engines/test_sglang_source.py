@@ -339,7 +339,7 @@ def test_an_argument_sglang_does_not_know_is_bad_input_with_its_message(tmp_path
     argv = (sys.executable, "-c", script, "--model-path", "org/m", "--num-threads", "1")
     command = ServerCommand("tp8", "sglang", "plain", argv, {}, "127.0.0.1", free_port())
     with pytest.raises(ConfigError) as caught:
-        start_server(command, tmp_path / "log", startup_timeout_s=300)
+        start_server(command, tmp_path / "log", startup_timeout_s=HANG_S)
     assert (
         "refused its arguments: sglang serve: error: unrecognized arguments: --num-threads 1"
         in (str(caught.value))

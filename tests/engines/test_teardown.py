@@ -22,6 +22,8 @@ from pathlib import Path
 
 import pytest
 
+from ..hang import HANG_S
+
 REPO = Path(__file__).resolve().parents[2]
 ROUNDS = 4
 KINDS = ("sigint", "sigterm", "sigkill", "crash", "startup-timeout")
@@ -113,7 +115,7 @@ def _launch(tmp_path: Path, server: str, mark: str, hang: bool) -> subprocess.Po
 
 
 def _wait(
-    condition: object, launcher: subprocess.Popen[bytes], what: str, timeout_s: float = 60
+    condition: object, launcher: subprocess.Popen[bytes], what: str, timeout_s: float = HANG_S
 ) -> None:
     deadline = time.monotonic() + timeout_s
     while not condition():  # type: ignore[operator]

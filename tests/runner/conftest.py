@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from ..conftest import REPO
+from ..hang import HANG_S
 
 
 @pytest.fixture
@@ -20,7 +21,7 @@ def runner_name() -> str:
 
 
 def run_cli(
-    *args: str, env: dict[str, str], cwd: Path, timeout: float = 120
+    *args: str, env: dict[str, str], cwd: Path, timeout: float = HANG_S
 ) -> subprocess.CompletedProcess[str]:
     """`perfgate ARGS` as the hook scripts call it, with `env` over this environment."""
     full = {**os.environ, "PYTHONPATH": str(REPO), **env}

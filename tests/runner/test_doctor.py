@@ -20,6 +20,7 @@ from perfgate.store import close_history, open_history
 
 from .. import fake_smi
 from ..conftest import REPO, TINY_SCENARIO, write_config
+from ..hang import HANG_S
 from ..in_process import perfgate_main
 from ..lockdown import FAKE_CPU, fake_cpuinfo, immutable, require_unshare, with_mounts
 from ..recorded import RecordedProject
@@ -80,7 +81,7 @@ def _cli_with_mounts(
         [sys.executable, "-m", "perfgate", *args], read_only=read_only, cpuinfo=cpuinfo
     )
     return subprocess.run(
-        argv, cwd=cwd, env=full, capture_output=True, text=True, timeout=120, check=False
+        argv, cwd=cwd, env=full, capture_output=True, text=True, timeout=HANG_S, check=False
     )
 
 

@@ -22,6 +22,8 @@ from pathlib import Path
 
 import sqlalchemy
 
+from ..hang import HANG_S
+
 REQUIRE_ENV = "PERFGATE_REQUIRE_POSTGRES"
 BINDIR_ENV = "PERFGATE_POSTGRES_BINDIR"
 SUPERUSER = "perfgate"
@@ -92,7 +94,7 @@ def running_postgres() -> Iterator[PostgresServer]:
             cwd=root,  # a folder the server's user can enter (the checkout may not be)
             capture_output=True,
             text=True,
-            timeout=120,
+            timeout=HANG_S,
             check=False,
         )
         if result.returncode != 0:

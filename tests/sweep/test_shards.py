@@ -34,6 +34,7 @@ from perfgate.sweep.shards import (
 
 from ..conftest import write_config
 from ..factories import measurement, record
+from ..hang import HANG_S
 from ..in_process import perfgate_main
 from ..store.postgres import (
     PostgresServer,
@@ -103,7 +104,7 @@ def test_shards_against_one_postgresql_history_collect_to_the_unsharded_sweep(
             _start(tmp_path, url, "--shard", f"{i}/3", "--batch", "b1", env=hang if i == 3 else None)
             for i in (1, 2, 3)
         ]  # fmt: skip
-        assert [p.wait(timeout=120) for p in (whole, *shards[:2])] == [0, 0, 0]
+        assert [p.wait(timeout=HANG_S) for p in (whole, *shards[:2])] == [0, 0, 0]
         deadline = time.monotonic() + 60
         while not marker.exists():
             assert shards[2].poll() is None and time.monotonic() < deadline
@@ -126,7 +127,7 @@ def test_shards_against_one_postgresql_history_collect_to_the_unsharded_sweep(
         assert len(killed) == 2 and all(r.measurement.spec.samples["output_tok_s"] for r in killed)
 
         # Shard 3 again fills the batch: the same points and best as the unsharded sweep.
-        assert _start(tmp_path, url, "--shard", "3/3", "--batch", "b1").wait(timeout=120) == 0
+        assert _start(tmp_path, url, "--shard", "3/3", "--batch", "b1").wait(timeout=HANG_S) == 0
         code, sharded, text = _collect(tmp_path, url, "b1")
         assert code == ExitCode.PASS, text
         code, unsharded, _ = _collect(tmp_path, url, "whole")
