@@ -34,10 +34,8 @@ SPEC_MAX_RUNNING_REQUESTS = 48  # what SGLang sets for speculative servers when 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 DELAY_VARIABLE = "PERFGATE_DEBUG_VERIFY_DELAY_MS"
 LOG_LEVELS = ("debug", "info", "warning", "error", "critical")
-PREFILL_GRAPH_BACKENDS = (
-    "full",
-    "disabled",
-)  # SGLang's --cuda-graph-backend-prefill, less breakable
+# SGLang's --cuda-graph-backend-prefill choices this engine has (not SGLang's breakable).
+PREFILL_GRAPH_BACKENDS = ("full", "disabled")
 
 logger = logging.getLogger(__name__)
 

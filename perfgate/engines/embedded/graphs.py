@@ -45,6 +45,11 @@ PREFILL = "prefill"  # the first element of a prefill's call site
 Outputs = tuple[Tensor, ...]
 
 
+def _key(site: Hashable, inputs: tuple[Tensor, ...]) -> Hashable:
+    """A graph's key: its call site and its inputs' shapes and dtypes."""
+    return (site, *((t.shape, t.dtype) for t in inputs))
+
+
 @dataclass
 class _Graph:
     graph: Any  # torch.cuda.CUDAGraph
@@ -71,7 +76,7 @@ class GraphRunner:
         """Return fn(*inputs), replayed from a graph when the inputs allow it."""
         if self.mode == "off":
             return tuple(fn(*inputs))
-        key = (site, *((t.shape, t.dtype) for t in inputs))
+        key = _key(site, inputs)
         entry = self.graphs.get(key)
         if entry is None:
             entry = self.graphs[key] = self._new_graph(fn, inputs)
@@ -88,12 +93,12 @@ class GraphRunner:
         """Return fn(*inputs) for a prefill: from a graph where prefill graphs are asked for and
         this shape has one, or may have one (fewer than PREFILL_SHAPES captured, its first
         input, the token ids, no more than PREFILL_TOKENS); else eagerly."""
-        key = ((PREFILL, site), *((t.shape, t.dtype) for t in inputs))
-        new = key not in self.graphs
-        too_many = new and (self.prefills >= PREFILL_SHAPES or inputs[0].numel() > PREFILL_TOKENS)
-        if self.mode == "off" or not self.prefill or too_many:
+        if self.mode == "off" or not self.prefill:
             return tuple(fn(*inputs))
-        self.prefills += new
+        if _key((PREFILL, site), inputs) not in self.graphs:
+            if self.prefills >= PREFILL_SHAPES or inputs[0].numel() > PREFILL_TOKENS:
+                return tuple(fn(*inputs))
+            self.prefills += 1
         return self.run((PREFILL, site), fn, *inputs)
 
     def reset(self) -> None:
