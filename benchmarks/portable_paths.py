@@ -7,15 +7,20 @@ not carry the checkout's absolute path, the interpreter's or a temporary folder'
 replaced: the checkout (``.``) and this interpreter (``python3``); ``--replace PATH=NAME``
 adds more (the output folder, a work folder). Files are rewritten in place, ``.gz`` ones
 too, and a SQLite history (``.db``) in every text value of every table; the longest path is
-replaced first, so a folder inside another keeps its own name.
+replaced first, so a folder inside another keeps its own name. A gzipped tar (a proof's
+state.tgz) is rewritten member by member.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import gzip
+import shutil
 import sqlite3
 import sys
+import tarfile
+import tempfile
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
@@ -35,10 +40,12 @@ def portable(text: str, names: Mapping[str, str]) -> str:
 
 
 def rewrite(file: Path, names: Mapping[str, str]) -> None:
-    """Rewrite `file` (gzipped if it ends in .gz, a SQLite history if in .db) with the paths
-    replaced."""
+    """Rewrite `file` (gzipped if it ends in .gz, a SQLite history if in .db, a gzipped tar
+    if in .tgz or .tar.gz) with the paths replaced."""
     if file.suffix == ".db":
         rewrite_history(file, names)
+    elif file.name.endswith((".tgz", ".tar.gz")):
+        rewrite_archive(file, names)
     elif file.name.endswith(".gz"):
         with gzip.open(file, "rt", encoding="utf-8") as handle:
             text = handle.read()
@@ -46,6 +53,26 @@ def rewrite(file: Path, names: Mapping[str, str]) -> None:
             handle.write(portable(text, names))
     else:
         file.write_text(portable(file.read_text("utf-8"), names), "utf-8")
+
+
+def rewrite_archive(file: Path, names: Mapping[str, str]) -> None:
+    """Rewrite every text file of a gzipped tar (a state.tgz: its history, tables, logs) with
+    the paths replaced, members in their order; binary members as they were. The new archive
+    replaces the old one whole."""
+    with tempfile.TemporaryDirectory() as work:
+        unpacked = Path(work) / "unpacked"
+        with tarfile.open(file, "r:gz") as tar:
+            members = tar.getmembers()
+            tar.extractall(unpacked, filter="data")
+        for member in members:
+            if member.isfile():
+                with contextlib.suppress(UnicodeDecodeError):  # binary: kept as it was
+                    rewrite(unpacked / member.name, names)
+        packed = Path(work) / "packed.tgz"
+        with tarfile.open(packed, "w:gz") as tar:
+            for member in members:
+                tar.add(unpacked / member.name, arcname=member.name, recursive=False)
+        shutil.move(packed, file)
 
 
 def rewrite_history(file: Path, names: Mapping[str, str]) -> None:

@@ -129,7 +129,6 @@ record_finish() {
   exec 1>&- 2>&-
   wait "$tee_pid" # run.log is whole before its paths are replaced
   # The record is read on other machines: this one's paths become names (., python3, ...).
-  find "$out" -type f ! -name '*.tgz' \
-    -exec "$python" "$repo/benchmarks/portable_paths.py" "${names[@]}" {} +
+  find "$out" -type f -exec "$python" "$repo/benchmarks/portable_paths.py" "${names[@]}" {} +
   exit "$status"
 }
