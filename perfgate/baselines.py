@@ -11,7 +11,11 @@ Schema 2 (this perfgate writes it)::
                "reason": "...", "commit": "abc123",
                "samples": {"output_tok_s": [one value per repeat], ...},
                "phase_ms": {"spec": {"verify": [mean ms per cycle, per repeat], ...},
-                            "plain": {"cycle": [...]}}}]}
+                            "plain": {"cycle": [...]}},
+               "machine": "gpus-3f2a9c0d1e4b"}]}
+
+A run's ``machine`` (optional; perfgate.hardware.machine_id) names the machine it ran on:
+the machines of one runner profile share its baseline, and a verdict on another says so.
 
 Schema 1 files (no ``phase_ms``) are read as schema 2 with no phase means: the gate judges
 them as before and says attribution is unavailable; `perfgate baseline update` or
@@ -61,6 +65,7 @@ class BaselineRun:
     commit: str | None
     samples: Mapping[str, tuple[float, ...]]
     phase_ms: PhaseMs = field(default_factory=dict)
+    machine: str | None = None  # the machine it ran on (perfgate.hardware.machine_id), if known
 
 
 @dataclass(frozen=True)
@@ -84,6 +89,10 @@ class Baseline:
             for metric, values in run.samples.items():
                 result.setdefault(metric, []).append(values)
         return result
+
+    def machines(self) -> tuple[str, ...]:
+        """The machines the approved runs ran on, as far as they name one, in order."""
+        return tuple(dict.fromkeys(run.machine for run in self.runs if run.machine))
 
     def phase_runs(self, mode: str = "spec") -> list[Mapping[str, tuple[float, ...]]]:
         """Per approved run that has them, the phase means of one server mode."""
@@ -249,6 +258,12 @@ def _parse_run(check: _Checker, index: int, raw: Any, version: int) -> BaselineR
     check.that(run_id is None or isinstance(run_id, int), f"{where}.run_id", "must be an integer")
     commit = raw.get("commit")
     check.that(commit is None or isinstance(commit, str), f"{where}.commit", "must be a string")
+    machine = raw.get("machine")
+    check.that(
+        machine is None or (isinstance(machine, str) and machine != ""),
+        f"{where}.machine",
+        "must be a machine's name (a non-empty string) or absent",
+    )
     return BaselineRun(
         run_id=run_id,
         approved_by=check.text(raw, "approved_by", where),
@@ -257,6 +272,7 @@ def _parse_run(check: _Checker, index: int, raw: Any, version: int) -> BaselineR
         commit=commit,
         samples=parsed,
         phase_ms=_parse_phase_ms(check, where, raw) if version >= 2 else {},
+        machine=machine,
     )
 
 
@@ -357,6 +373,7 @@ def dump_baseline(baseline: Baseline) -> str:
                     mode: {phase: [round(v, 6) for v in vs] for phase, vs in phases.items()}
                     for mode, phases in run.phase_ms.items()
                 },
+                **({"machine": run.machine} if run.machine else {}),
             }
             for run in baseline.runs
         ],
@@ -400,12 +417,15 @@ def approve_run(
     commit: str | None,
     approved_by: str,
     reason: str,
+    machine: str | None = None,
     now: datetime | None = None,
 ) -> Baseline:
     """Return the baseline with the run appended (keeping the last `keep`).
 
     A run whose fingerprint differs from the baseline's starts a new history: the older runs
-    were measured in another environment and cannot be compared with it.
+    were measured in another environment and cannot be compared with it. `fingerprint` is
+    the environment without the machine (perfgate.fingerprint.reference_fingerprint): runs of
+    several machines of one kind share a baseline, and each names its `machine`.
     """
     stamp = (now or datetime.now(UTC)).isoformat(timespec="seconds")
     run = BaselineRun(
@@ -418,6 +438,7 @@ def approve_run(
         phase_ms={
             mode: {p: tuple(v) for p, v in phases.items()} for mode, phases in phase_ms.items()
         },
+        machine=machine,
     )
     previous = baseline.runs if baseline and baseline.fingerprint == fingerprint else ()
     keep = baseline.keep if baseline else DEFAULT_KEEP

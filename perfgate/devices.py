@@ -37,7 +37,7 @@ from types import ModuleType
 from typing import Any, Protocol
 
 from perfgate.errors import ConfigError, InfrastructureError
-from perfgate.hardware import GpuInfo, default_profile
+from perfgate.hardware import GpuInfo, default_profile, machine_id
 
 VISIBLE_VARIABLE = "CUDA_VISIBLE_DEVICES"  # which GPUs a process sees (CUDA's own variable)
 READER_VARIABLE = "PERFGATE_GPU_READER"
@@ -491,8 +491,8 @@ def read_gpus(apps: bool = True, timeout_s: float = TIMEOUT_S) -> GpuReport | No
 @functools.cache
 def detect_gpus() -> GpuInfo | None:
     """The GPUs as the fingerprint and the runner profile name them: model, count, driver,
-    CUDA. Read once per process (`reset_cache` forgets it); None where there is no GPU or
-    the driver does not answer."""
+    CUDA, and the machine (all its GPUs' UUIDs, digested). Read once per process
+    (`reset_cache` forgets it); None where there is no GPU or the driver does not answer."""
     reader = current_reader()
     if reader is None:
         return None
@@ -504,7 +504,13 @@ def detect_gpus() -> GpuInfo | None:
         return None
     first = report.gpus[0]
     cuda = reader.cuda_version(TIMEOUT_S) or "unknown"
-    return GpuInfo(name=first.name, driver=first.driver, cuda=cuda, count=len(report.gpus))
+    return GpuInfo(
+        name=first.name,
+        driver=first.driver,
+        cuda=cuda,
+        count=len(report.gpus),
+        machine=machine_id([gpu.uuid for gpu in report.gpus]),
+    )
 
 
 def listed_devices(environ: Mapping[str, str]) -> str | None:

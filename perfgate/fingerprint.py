@@ -22,6 +22,12 @@ from perfgate.version import perfgate_version
 # Variables that change performance; their values join the fingerprint as `env.NAME`.
 PERF_ENV_PREFIXES = ("NCCL_", "SGLANG_", "PYTORCH_", "TORCH_", "CUDA_", "OMP_", "MKL_")
 PERF_ENV_IGNORED = {"PERFGATE_PROBE_DIR", "TORCH_HOME"}
+# Which machine ran it (perfgate.hardware.machine_id): recorded, never a reason for two runs to
+# be incomparable. A runner pool's machines share a baseline; a verdict names a machine that
+# none of the baseline's approved runs ran on (perfgate.reference.machine_note).
+MACHINE_FIELD = "machine"
+# Fields that tell about a run without making it incomparable with others.
+SOFT_FIELDS = (slowdown.FINGERPRINT_FIELD, MACHINE_FIELD)
 
 
 def scenario_digest(scenario: Scenario) -> str:
@@ -52,6 +58,8 @@ def collect_fingerprint(
     }
     if gpus:
         print_ |= {"driver": gpus.driver, "cuda": gpus.cuda}
+        if gpus.machine:
+            print_[MACHINE_FIELD] = gpus.machine
         # The GPUs' clock and power settings, as the runner's job-started hook saved them.
         print_ |= load_state_fingerprint(env)
     else:
@@ -96,11 +104,17 @@ def injected(fingerprint: Mapping[str, str]) -> str | None:
 
 
 def reference_fingerprint(fingerprint: Mapping[str, str]) -> dict[str, str]:
-    """What a run's reference must match: its fingerprint without an injected slowdown.
+    """What a run's reference must match: its fingerprint without the soft fields.
 
-    A run slowed on purpose is judged against runs of the same environment that were not.
+    A run slowed on purpose is judged against runs of the same environment that were not; a
+    run on another machine of the same kind against the baseline its pool shares.
     """
-    return {k: v for k, v in fingerprint.items() if k != slowdown.FINGERPRINT_FIELD}
+    return {k: v for k, v in fingerprint.items() if k not in SOFT_FIELDS}
+
+
+def machine(fingerprint: Mapping[str, str]) -> str | None:
+    """The machine a run's fingerprint says it ran on, or None (a CPU run, an older run)."""
+    return fingerprint.get(MACHINE_FIELD) or None
 
 
 def diff_fingerprints(
@@ -110,7 +124,8 @@ def diff_fingerprints(
 
     An injected slowdown (perfgate.spec.slowdown) is no difference: a run slowed on purpose is
     judged against the baseline it would be judged against unslowed, which is what it checks.
-    No baseline holds one (`perfgate baseline update` refuses such runs).
+    No baseline holds one (`perfgate baseline update` refuses such runs). Nor is the machine:
+    the machines of one kind share a baseline, which names those its runs ran on.
     """
     baseline, current = reference_fingerprint(baseline), reference_fingerprint(current)
     fields = sorted(set(baseline) | set(current))

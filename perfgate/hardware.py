@@ -4,6 +4,7 @@ No GPU is asked here; the fingerprint and the devices both build on it."""
 
 from __future__ import annotations
 
+import hashlib
 import os
 import platform
 import re
@@ -19,6 +20,18 @@ class GpuInfo:
     driver: str
     cuda: str
     count: int
+    # Which machine: a digest of its GPUs' UUIDs (`machine_id`); "" where they are not known.
+    machine: str = ""
+
+
+def machine_id(gpu_uuids: list[str] | tuple[str, ...]) -> str:
+    """A machine named by its GPUs: a short digest of their UUIDs, in any order.
+
+    Two machines of one kind (the same GPU model, driver and settings) differ in speed (every
+    GPU phase of one H100 ran 1.1% faster than another's: benchmarks/results/
+    h200-gate-proof.md, 2026-12-06, fourth lease), so a run names the machine it ran on."""
+    blob = ",".join(sorted(gpu_uuids)).encode()
+    return "gpus-" + hashlib.sha256(blob).hexdigest()[:12]
 
 
 def _output(command: list[str]) -> str | None:

@@ -19,7 +19,7 @@ from perfgate import metrics
 from perfgate.baselines import DEFAULT_KEEP, Baseline, BaselineRun, load_baseline
 from perfgate.config import Scenario
 from perfgate.errors import ConfigError, ExitCode
-from perfgate.fingerprint import diff_fingerprints, injected
+from perfgate.fingerprint import diff_fingerprints, injected, machine
 from perfgate.gate import DEFAULT_TOLERANCE, Status, Verdict, incomparable
 from perfgate.results import Measurement, RunRecord
 
@@ -115,7 +115,8 @@ def choose_reference(
     if reviewed is not None:
         differences = diff_fingerprints(reviewed.fingerprint, measurement.fingerprint)
         if not differences:
-            return Reference(_reviewed_words(reviewed), reviewed)
+            words = _reviewed_words(reviewed) + machine_note(reviewed, measurement.fingerprint)
+            return Reference(words, reviewed)
         shown = _shown(reviewed.path)
         fields = ", ".join(
             f"{name} ({old or 'unset'} -> {new or 'unset'})" for name, old, new in differences
@@ -177,6 +178,23 @@ def _reviewed_words(baseline: Baseline) -> str:
     count = len(baseline.runs)
     shown = _shown(baseline.path)
     return f"judged against the reviewed baseline {shown} ({count} approved run(s))"
+
+
+def machine_note(baseline: Baseline, fingerprint: Mapping[str, str]) -> str:
+    """Words for a run on a machine that none of the baseline's approved runs ran on; "" for
+    one they did, or where the run or the baseline names no machine.
+
+    Machines of one kind share a baseline, but not their speed: the approved runs' spread says
+    how a machine varies between launches, not how far another machine sits from it.
+    """
+    here = machine(fingerprint)
+    known = baseline.machines()
+    if here is None or not known or here in known:
+        return ""
+    return (
+        f"; this run's machine, {here}, ran none of them (they ran on {', '.join(known)}): "
+        "a machine's own speed is not in their spread; approve runs of this machine too"
+    )
 
 
 def _shown(path: Path | None) -> str:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -11,7 +12,7 @@ from perfgate.baselines import approve_run, dump_baseline, load_baseline, write_
 from perfgate.errors import ConfigError
 
 
-def _approve(existing=None, fingerprint=None, run_id=1):  # type: ignore[no-untyped-def]
+def _approve(existing=None, fingerprint=None, run_id=1, machine=None):  # type: ignore[no-untyped-def]
     return approve_run(
         existing,
         profile="cpu",
@@ -25,6 +26,7 @@ def _approve(existing=None, fingerprint=None, run_id=1):  # type: ignore[no-unty
         commit="abc",
         approved_by="alice",
         reason="first baseline",
+        machine=machine,
     )
 
 
@@ -51,6 +53,24 @@ def test_keeps_the_last_k_runs_and_restarts_on_a_new_environment() -> None:
     assert [r.run_id for r in moved.runs] == [9]
 
 
+def test_the_machines_of_one_kind_share_a_baseline_and_each_run_names_its_own(
+    tmp_path: Path,
+) -> None:
+    baseline = _approve(machine="gpus-a")
+    baseline = _approve(baseline, run_id=2, machine="gpus-b")
+    baseline = _approve(baseline, run_id=3, machine="gpus-a")
+    baseline = _approve(baseline, run_id=4)  # a run that names no machine (an older perfgate)
+    assert [r.run_id for r in baseline.runs] == [1, 2, 3, 4]  # one history, not four
+    assert baseline.machines() == ("gpus-a", "gpus-b")
+    path = tmp_path / "tiny.json"
+    write_baseline(baseline, path)
+    assert load_baseline(path).machines() == ("gpus-a", "gpus-b")
+    assert "machine" not in json.loads(path.read_text())["runs"][3]  # none named: no field
+    # The machines are the kept runs' own: those of runs that rotated out go with them.
+    kept = _approve(replace(baseline, keep=2), run_id=5, machine="gpus-c")
+    assert [r.run_id for r in kept.runs] == [4, 5] and kept.machines() == ("gpus-c",)
+
+
 @pytest.mark.parametrize(
     ("mutate", "field"),
     [
@@ -70,6 +90,8 @@ def test_keeps_the_last_k_runs_and_restarts_on_a_new_environment() -> None:
         (lambda d: d["runs"][0].pop("approved_by"), "runs[0].approved_by"),
         (lambda d: d["runs"][0]["samples"].pop("verify_ms"), "runs[*].samples.verify_ms"),
         (lambda d: d.update(gated=["speed"]), "gated"),
+        (lambda d: d["runs"][0].update(machine=""), "runs[0].machine"),
+        (lambda d: d["runs"][0].update(machine=7), "runs[0].machine"),
     ],
 )
 def test_invalid_files_name_the_field(tmp_path: Path, mutate, field: str) -> None:  # type: ignore[no-untyped-def]

@@ -21,7 +21,7 @@ from perfgate.devices import (
 from perfgate.engines.gpu_memory import GpuWatch, check_gpus_for, query_gpus
 from perfgate.errors import ConfigError, InfrastructureError
 from perfgate.fingerprint import collect_fingerprint
-from perfgate.hardware import GpuInfo
+from perfgate.hardware import GpuInfo, machine_id
 from perfgate.runner.gpu_health import fingerprint_fields
 
 from . import fake_nvml, fake_smi
@@ -43,6 +43,8 @@ H200X2_FINGERPRINT = {
     "model": "perfgate/llama-tiny",
     "torch": "2.0",
 }
+# ... and, since, the machine: its GPUs' UUIDs digested (NVML reads the same).
+H200X2_MACHINE = {"machine": machine_id([row["uuid"] for row in ROWS])}
 H200X2_SETTINGS = {
     "driver": "580.159.04",
     "gpu_app_clock_mhz": "1785",
@@ -77,7 +79,7 @@ def test_nvidia_smi_gives_the_fingerprint_it_gave_before(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     _smi(monkeypatch, tmp_path, ROWS)
-    assert _fingerprint(tmp_path, detect_gpus()) == H200X2_FINGERPRINT
+    assert _fingerprint(tmp_path, detect_gpus()) == H200X2_FINGERPRINT | H200X2_MACHINE
     report = read_gpus()
     assert report is not None and report.source == "nvidia-smi"
     assert fingerprint_fields(report.gpus) == H200X2_SETTINGS
@@ -94,7 +96,7 @@ def test_nvml_reads_the_machine_nvidia_smi_reads(
     through_nvml = read_gpus()
     assert through_nvml is not None and through_nvml.source == "NVML"
     assert through_nvml == through_smi  # every field of every GPU, and the processes
-    assert _fingerprint(tmp_path, detect_gpus()) == H200X2_FINGERPRINT
+    assert _fingerprint(tmp_path, detect_gpus()) == H200X2_FINGERPRINT | H200X2_MACHINE
     assert fingerprint_fields(through_nvml.gpus) == H200X2_SETTINGS
 
 
@@ -200,7 +202,7 @@ def test_the_machine_is_read_once_what_it_does_every_time(
 ) -> None:
     state = _smi(monkeypatch, tmp_path, ROWS)
     first = detect_gpus()
-    assert first == GpuInfo("NVIDIA H200", "580.159.04", "12.8", 2)
+    assert first == GpuInfo("NVIDIA H200", "580.159.04", "12.8", 2, H200X2_MACHINE["machine"])
     assert detect_gpus() is first
     queries = [q for q in _queries(state) if q.startswith("--query-gpu")]
     assert len(queries) == 1 and len(_queries(state)) == 2  # the query, and the CUDA header
@@ -241,7 +243,8 @@ def _gpu(index: int, used_mib: float) -> Gpu:
 def test_a_fake_reader_stands_for_the_machine_in_process() -> None:
     fake = FakeReader([_gpu(0, 500.0), _gpu(1, 500.0)], cuda="12.9")
     with use_reader(fake):
-        assert detect_gpus() == GpuInfo("NVIDIA H200", "580.159.04", "12.9", 2)
+        machine = machine_id(["GPU-1", "GPU-0"])  # the UUIDs, in any order
+        assert detect_gpus() == GpuInfo("NVIDIA H200", "580.159.04", "12.9", 2, machine)
         assert len(check_gpus_for(2, {}, "scenarios.x.tp", query_gpus())) == 2
         watch = GpuWatch.snapshot(fake.gpus[:1])
         fake.gpus[0] = _gpu(0, 90000.0)  # the server holds its memory

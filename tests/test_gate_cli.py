@@ -223,3 +223,36 @@ def test_gate_judges_a_run_again_as_its_session_did(project: Path, capsys, scena
     assert result["status"] == status.value and code == int(status_exit_code(status))
     again = {v["metric"]: (v["status"], v["alpha"]) for v in result["verdicts"]}
     assert again == {v.metric: (v.status.value, pytest.approx(v.alpha)) for v in run.looks[-1]}
+
+
+def _on(machine: str, seed: int) -> RunRecord:
+    """A clean run of the tiny scenario on one machine of a pool (the fingerprint names it)."""
+    measured = noisy(seed)
+    fingerprint = {**measured.fingerprint, "machine": machine}
+    return RunRecord(
+        replace(measured, fingerprint=fingerprint), RunContext(commit="c0"), (), Status.PASS
+    )
+
+
+def test_a_pool_shares_a_baseline_and_a_verdict_names_a_machine_it_never_saw(
+    tmp_path: Path, capsys
+) -> None:  # type: ignore[no-untyped-def]
+    write_config(tmp_path, CONFIG)
+    pool = record(tmp_path, [_on("gpus-a", 0), _on("gpus-a", 1), _on("gpus-b", 2)])
+    # Without a reviewed baseline a run is judged against its own machine's runs alone.
+    (first_on_c,) = record(tmp_path, [_on("gpus-c", 3)])
+    assert cli(tmp_path, "gate", "--run", str(first_on_c)) == 0
+    assert "first run of tiny on this machine" in capsys.readouterr().out
+
+    assert approve(tmp_path, *pool) == 0  # two machines, one environment: one baseline
+    document = json.loads((tmp_path / "baselines" / "cpu" / "tiny.json").read_text())
+    assert [r["machine"] for r in document["runs"]] == ["gpus-a", "gpus-a", "gpus-b"]
+    assert "machine" not in document["fingerprint"]
+    (on_b, on_c) = record(tmp_path, [_on("gpus-b", 4), _on("gpus-c", 5)])
+    capsys.readouterr()
+    assert cli(tmp_path, "gate", "--run", str(on_b)) == 0
+    assert "ran none of them" not in " ".join(capsys.readouterr().out.split())
+    assert cli(tmp_path, "gate", "--run", str(on_c)) == 0  # judged as ever: a note, no status
+    said = " ".join(capsys.readouterr().out.split())  # wrapped at 100 columns
+    assert "(3 approved run(s)); this run's machine, gpus-c, ran none of them (they ran on " in said
+    assert "gpus-a, gpus-b): a machine's own speed is not in their spread" in said
