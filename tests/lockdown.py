@@ -13,7 +13,12 @@ from pathlib import Path
 
 import pytest
 
-FAKE_CPU = "Intel(R) Xeon(R) Processor @ 2.80GHz"
+from perfgate.hardware import cpu_model
+
+# Another CPU model than this machine's: the first of these that it is not (a test that fakes
+# a foreign CPU must not pass or fail by the model of the machine it runs on).
+_CPU_MODELS = ("Intel(R) Xeon(R) Processor @ 2.80GHz", "Intel(R) Xeon(R) Platinum 8480+")
+FAKE_CPU = next(model for model in _CPU_MODELS if model != cpu_model())
 # Run "$@" after "--" once each folder before it is bind-mounted read-only over itself. The
 # namespace is private (unshare's default propagation): the mounts end with the command, and no
 # other process sees them.

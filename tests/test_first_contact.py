@@ -16,12 +16,15 @@ from pathlib import Path
 
 import pytest
 
+from perfgate.hardware import cpu_slug
+
 from .conftest import REPO, VERDICT_CODES
 from .hang import HANG_S
 from .in_process import perfgate_main
+from .lockdown import FAKE_CPU
 
-FOREIGN_CPU = "Intel(R) Xeon(R) Processor @ 2.80GHz"
-FOREIGN_PROFILE = f"cpu-intel-xeon-{os.cpu_count()}c"
+FOREIGN_CPU = FAKE_CPU  # another model than this machine's
+FOREIGN_PROFILE = f"cpu-{cpu_slug(FOREIGN_CPU)}-{os.cpu_count()}c"
 
 
 def _can_fake_cpuinfo() -> bool:

@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 
 from perfgate import devices
+from perfgate.hardware import cpu_slug
 from perfgate.store import close_history, open_history
 
 from .. import fake_smi
@@ -199,7 +200,7 @@ def test_a_baseline_measured_on_another_cpu(tmp_path: Path) -> None:
 
     # Without --profile, the profile names the CPU: no baseline is looked for under AMD's.
     code, document = _doctor(tmp_path, "--scenario", "embedded-default", cpuinfo=cpuinfo)
-    profile = f"cpu-intel-xeon-{os.cpu_count()}c"
+    profile = f"cpu-{cpu_slug(FAKE_CPU)}-{os.cpu_count()}c"
     assert code == 0 and _check(document, "baseline embedded-default")["detail"].startswith(
         f"no reviewed baseline for runner profile {profile} "
     )
