@@ -248,6 +248,10 @@ def test_a_pool_shares_a_baseline_and_a_verdict_names_a_machine_it_never_saw(
     document = json.loads((tmp_path / "baselines" / "cpu" / "tiny.json").read_text())
     assert [r["machine"] for r in document["runs"]] == ["gpus-a", "gpus-a", "gpus-b"]
     assert "machine" not in document["fingerprint"]
+    capsys.readouterr()
+    assert cli(tmp_path, "baseline", "show", "--scenario", "tiny", "--profile", "cpu") == 0
+    shown = capsys.readouterr().out
+    assert f"run #{pool[2]} (on gpus-b) approved by alice at " in shown
     (on_b, on_c) = record(tmp_path, [_on("gpus-b", 4), _on("gpus-c", 5)])
     capsys.readouterr()
     assert cli(tmp_path, "gate", "--run", str(on_b)) == 0

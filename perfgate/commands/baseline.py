@@ -294,8 +294,10 @@ def render_baseline(baseline: Baseline) -> list[str]:
         )
     lines += _render_phases(baseline)
     for run in baseline.runs:
+        where = f" (on {run.machine})" if run.machine else ""
         lines.append(
-            f"  run #{run.run_id} approved by {run.approved_by} at {run.approved_at}: {run.reason}"
+            f"  run #{run.run_id}{where} approved by {run.approved_by} at {run.approved_at}: "
+            f"{run.reason}"
         )
     return lines
 
