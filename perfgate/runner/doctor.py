@@ -31,7 +31,7 @@ from perfgate.engines.launch import free_port
 from perfgate.errors import ConfigError, ExitCode, PerfgateError
 from perfgate.hardware import GpuInfo
 from perfgate.machine_state import STATE_VARIABLE
-from perfgate.reference import fix_commands, missing_baseline, requires_baseline
+from perfgate.reference import fix_commands, machine_note, missing_baseline, requires_baseline
 from perfgate.runner.gpu_health import GpuProblem, Limits, find_problems
 from perfgate.runner.predict import PredictedServer, predict_fingerprint, predict_server
 from perfgate.selection import Selection, selection_from
@@ -410,6 +410,8 @@ def _judge_baseline(
     if prediction.unchecked:
         unchecked = "; ".join(f"{f} ({why})" for f, why in prediction.unchecked.items())
         detail += f", but for fields a running server tells: {unchecked}"
+    if note := machine_note(baseline, prediction.fingerprint):
+        return Check(name, WARN, detail + note, 0, f"to add this machine's runs, {fix}")
     return Check(name, OK, detail)
 
 

@@ -16,7 +16,13 @@ from typing import Any
 import pytest
 
 from perfgate import devices
-from perfgate.hardware import cpu_slug
+from perfgate.baselines import approve_run
+from perfgate.config import load_config
+from perfgate.fingerprint import reference_fingerprint
+from perfgate.hardware import GpuInfo, cpu_slug
+from perfgate.runner.doctor import Machine, _judge_baseline
+from perfgate.runner.predict import predict_fingerprint
+from perfgate.spec.options import GateOptions
 from perfgate.store import close_history, open_history
 
 from .. import fake_smi
@@ -431,3 +437,39 @@ def test_torch_is_needed_only_where_a_scenario_runs_the_embedded_engine(
     else:
         assert torch.status == "ok", torch
         assert torch.detail.startswith("torch not installed: only the embedded engine needs it")
+
+
+@pytest.mark.parametrize("approved_on", ["gpus-elsewhere", "gpus-here"])
+def test_a_baseline_none_of_whose_runs_ran_on_this_machine_is_a_warning(
+    tmp_path: Path, approved_on: str
+) -> None:
+    scenario = load_config(write_config(tmp_path)).scenarios["tiny"]
+    gpus = GpuInfo("NVIDIA H100 80GB HBM3", "580.159.04", "13.0", 1, machine="gpus-here")
+    predicted = predict_fingerprint(scenario, None, gpus, {})
+    baseline = approve_run(
+        None,
+        profile="h100x1",
+        scenario="tiny",
+        fingerprint=reference_fingerprint(predicted.fingerprint),
+        samples={"output_tok_s": [100.0, 101.0]},
+        phase_ms={},
+        tolerances={"output_tok_s": 0.03},
+        gated=["output_tok_s"],
+        run_id=1,
+        commit="c0",
+        approved_by="alice",
+        reason="r",
+        machine=approved_on,
+    )
+    machine = Machine(GateOptions(), {}, gpus=gpus)
+    check = _judge_baseline(machine, "baseline tiny", scenario, baseline, gpus, True, "h100x1")
+    if approved_on == "gpus-here":
+        assert check.status == "ok" and "ran none of them" not in check.detail
+        return
+    assert check.status == "warn" and check.exit_code == 0  # a warning, even in CI
+    assert "(1 approved run(s)): its fingerprint matches this machine's" in check.detail
+    assert check.detail.endswith(
+        "; this run's machine, gpus-here, ran none of them (they ran on gpus-elsewhere): a "
+        "machine's own speed is not in their spread; approve runs of this machine too"
+    )
+    assert check.fix.startswith("to add this machine's runs, record on this runner with ")
