@@ -49,6 +49,12 @@ METRICS: dict[str, Metric] = {
             "tokens per second of decode cycles, per sequence (accept length over cycle time)",
         ),
         Metric("verify_ms", Direction.LOWER_IS_BETTER, "ms", "verify phase per cycle (median)"),
+        Metric(
+            "verify_steps",
+            Direction.LOWER_IS_BETTER,
+            "steps",
+            "verify phase per cycle in the plain twin's decode steps (same run)",
+        ),
         Metric("draft_ms", Direction.LOWER_IS_BETTER, "ms", "draft phase per cycle (median)"),
         Metric(
             "draft_extend_ms",
@@ -128,5 +134,10 @@ EXPLAINED = ("output_tok_s", "speedup", "decode_tok_s")
 # The speculative server's metrics derived from its others (perfgate.results.Measurement):
 # `speedup` from both servers' tok/s; `decode_tok_s` from its accept length and cycle time,
 # the throughput of its decode cycles alone, as the probe times them (on a GPU, with CUDA
-# events), without the prefill, the HTTP round trip and the time between cycles.
-DERIVED = ("speedup", "decode_tok_s")
+# events), without the prefill, the HTTP round trip and the time between cycles;
+# `verify_steps`, its verify over the plain twin's decode step (the target's one-token
+# forward on the same GPUs, in the same run), in which a machine's own speed divides out:
+# between two H100s of one kind verify_ms differed by 1.2% and verify_steps by 0.2%
+# (benchmarks/results/h200-gate-proof.md, 2026-12-06, fourth lease). It does not see a
+# change that slows the target's forward everywhere alike; verify_ms and tok/s do.
+DERIVED = ("speedup", "decode_tok_s", "verify_steps")

@@ -80,9 +80,10 @@ class Measurement:
 
     def derived_samples(self) -> dict[str, tuple[float, ...]]:
         """Per repeat, the metrics derived from the measured ones (``metrics.DERIVED``):
-        ``speedup`` over the plain twin's tok/s, and ``decode_tok_s``, 1000 times the accept
+        ``speedup`` over the plain twin's tok/s, ``decode_tok_s``, 1000 times the accept
         length over the cycle's median ms (tokens per second of decode cycles, per
-        sequence); each where its inputs were measured."""
+        sequence), and ``verify_steps``, the verify's median ms over the plain twin's decode
+        step's, repeat by repeat; each where its inputs were measured."""
         result = {}
         spec_tok_s = self.spec.samples.get("output_tok_s", ())
         plain_tok_s = self.plain.samples.get("output_tok_s", ())
@@ -95,6 +96,12 @@ class Measurement:
         if accept and len(accept) == len(cycle):
             result["decode_tok_s"] = tuple(
                 1000.0 * a / c for a, c in zip(accept, cycle, strict=True) if c > 0
+            )
+        verify = self.spec.samples.get("verify_ms", ())
+        step = self.plain.samples.get("cycle_ms", ())
+        if verify and len(verify) == len(step):
+            result["verify_steps"] = tuple(
+                v / s for v, s in zip(verify, step, strict=True) if s > 0
             )
         return result
 

@@ -14,7 +14,7 @@ from perfgate.config import load_config
 from perfgate.gate import Status, judge_look
 from perfgate.gate.planning import plan_runs, supported_tolerance
 from perfgate.pipeline import ScenarioRun, record_linked
-from perfgate.results import RunContext, RunRecord
+from perfgate.results import Measurement, RunContext, RunRecord
 from perfgate.store import load_run, open_history
 from perfgate.verdict_text import render_record
 
@@ -140,6 +140,35 @@ def test_decode_throughput_is_the_accept_length_over_the_cycle_and_is_recorded(
         loaded = load_run(db, recorded.id or 0)
     assert "decode_tok_s" not in loaded.measurement.spec.samples  # derived again, not stored twice
     assert loaded.measurement.samples()["decode_tok_s"] == (1500.0, 500.0)
+
+
+def test_verify_in_plain_steps_divides_a_machines_own_speed_out(tmp_path: Path) -> None:
+    m = noisy(71)
+
+    def on(speed: float, verify_slowdown: float = 1.0) -> Measurement:
+        """The run on a machine whose GPU takes `speed` times as long for everything."""
+        spec = {
+            **m.spec.samples,
+            "verify_ms": (2.0 * speed * verify_slowdown, 2.2 * speed * verify_slowdown),
+        }
+        plain = {"output_tok_s": (100.0, 100.0), "cycle_ms": (1.0 * speed, 1.1 * speed)}
+        return replace(
+            m,
+            spec=replace(m.spec, samples={k: v[:2] for k, v in spec.items()}),
+            plain=replace(m.plain, samples=plain),
+        )
+
+    assert on(1.0).samples()["verify_steps"] == (2.0, 2.0)
+    assert on(0.99).samples()["verify_steps"] == pytest.approx((2.0, 2.0))  # verify_ms -1%
+    assert on(0.99, 1.02).samples()["verify_steps"] == pytest.approx((2.04, 2.04))
+    no_plain_step = replace(on(1.0), plain=replace(m.plain, samples={"output_tok_s": (9.0, 9.0)}))
+    assert "verify_steps" not in no_plain_step.samples()  # where it is not measured, absent
+    sessions = open_history(f"sqlite:///{tmp_path / 'h.db'}")
+    with sessions.begin() as db:
+        (recorded,) = record_linked(db, [RunRecord(on(0.99), RunContext(), (), Status.PASS)])
+    with sessions() as db:
+        loaded = load_run(db, recorded.id or 0)
+    assert loaded.measurement.samples()["verify_steps"] == pytest.approx((2.0, 2.0))
 
 
 def test_an_approval_derives_the_tolerances_a_scenario_leaves_unset_from_the_spread(

@@ -5,7 +5,7 @@ from __future__ import annotations
 from perfgate import metrics
 from perfgate.session import GateSession
 
-PHASE_METRICS = ("verify_ms", "draft_ms", "draft_extend_ms", "cycle_ms")
+PHASE_METRICS = ("verify_ms", "verify_steps", "draft_ms", "draft_extend_ms", "cycle_ms")
 
 
 def test_phase_breakdown(perfgate_session: GateSession, perfgate_scenario: str) -> None:
