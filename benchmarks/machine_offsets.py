@@ -14,7 +14,7 @@ the ``--reference`` runs (those a baseline approved). A machine is the fingerpri
 recorded before perfgate named machines), else "?". Two tables: every run, its machine and
 injected slowdown (the fingerprint's ``injected_slowdown``); and per machine and slowdown,
 the range over its runs of each change. Where a machine is a few tenths of a percent faster
-or slower in every GPU phase, verify moves with it and verify / plain step does not.
+or slower in every GPU phase, verify moves with it and verify_steps does not.
 
 Writes the tables (markdown) to stdout, and to ``--out`` where given. Exit 0; 64 on a file
 that is not a perfgate history, or on runs named that it does not hold.
@@ -41,7 +41,7 @@ FIGURES = (
     ("draft_extend", "spec", "draft_extend_ms"),
     ("cycle", "spec", "cycle_ms"),
 )
-PAIRED = "verify / plain step"
+PAIRED = "verify_steps"  # perfgate.metrics: verify over the plain step, per repeat
 
 
 def run_ids(text: str) -> list[int]:
