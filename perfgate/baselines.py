@@ -37,6 +37,7 @@ from typing import Any
 from perfgate import metrics
 from perfgate.errors import ConfigError
 from perfgate.files import write_text_atomically
+from perfgate.spec.environment import machine, reference_fingerprint
 
 SCHEMA_VERSION = 2
 READABLE_VERSIONS = (1, 2)
@@ -258,9 +259,9 @@ def _parse_run(check: _Checker, index: int, raw: Any, version: int) -> BaselineR
     check.that(run_id is None or isinstance(run_id, int), f"{where}.run_id", "must be an integer")
     commit = raw.get("commit")
     check.that(commit is None or isinstance(commit, str), f"{where}.commit", "must be a string")
-    machine = raw.get("machine")
+    ran_on = raw.get("machine")
     check.that(
-        machine is None or (isinstance(machine, str) and machine != ""),
+        ran_on is None or (isinstance(ran_on, str) and ran_on != ""),
         f"{where}.machine",
         "must be a machine's name (a non-empty string) or absent",
     )
@@ -272,7 +273,7 @@ def _parse_run(check: _Checker, index: int, raw: Any, version: int) -> BaselineR
         commit=commit,
         samples=parsed,
         phase_ms=_parse_phase_ms(check, where, raw) if version >= 2 else {},
-        machine=machine,
+        machine=ran_on,
     )
 
 
@@ -417,16 +418,16 @@ def approve_run(
     commit: str | None,
     approved_by: str,
     reason: str,
-    machine: str | None = None,
     now: datetime | None = None,
 ) -> Baseline:
     """Return the baseline with the run appended (keeping the last `keep`).
 
     A run whose fingerprint differs from the baseline's starts a new history: the older runs
-    were measured in another environment and cannot be compared with it. `fingerprint` is
-    the environment without the machine (perfgate.fingerprint.reference_fingerprint): runs of
-    several machines of one kind share a baseline, and each names its `machine`.
+    were measured in another environment and cannot be compared with it. The environment is
+    the run's fingerprint less its soft fields (perfgate.spec.environment): runs of several
+    machines of one kind share a baseline, and each approved run names its machine.
     """
+    environment = reference_fingerprint(fingerprint)
     stamp = (now or datetime.now(UTC)).isoformat(timespec="seconds")
     run = BaselineRun(
         run_id=run_id,
@@ -438,14 +439,14 @@ def approve_run(
         phase_ms={
             mode: {p: tuple(v) for p, v in phases.items()} for mode, phases in phase_ms.items()
         },
-        machine=machine,
+        machine=machine(fingerprint),
     )
-    previous = baseline.runs if baseline and baseline.fingerprint == fingerprint else ()
+    previous = baseline.runs if baseline and baseline.fingerprint == environment else ()
     keep = baseline.keep if baseline else DEFAULT_KEEP
     fresh = Baseline(
         profile=profile,
         scenario=scenario,
-        fingerprint=dict(fingerprint),
+        fingerprint=environment,
         tolerances=dict(tolerances),
         gated=tuple(gated),
         keep=keep,

@@ -16,18 +16,13 @@ from perfgate.hardware import GpuInfo, cpu_model
 from perfgate.machine_state import load_state_fingerprint
 from perfgate.sglang.facts import release
 from perfgate.spec import slowdown
+from perfgate.spec.environment import MACHINE_FIELD, reference_fingerprint
 from perfgate.spec.scenario import digest_fields
 from perfgate.version import perfgate_version
 
 # Variables that change performance; their values join the fingerprint as `env.NAME`.
 PERF_ENV_PREFIXES = ("NCCL_", "SGLANG_", "PYTORCH_", "TORCH_", "CUDA_", "OMP_", "MKL_")
 PERF_ENV_IGNORED = {"PERFGATE_PROBE_DIR", "TORCH_HOME"}
-# Which machine ran it (perfgate.hardware.machine_id): recorded, never a reason for two runs to
-# be incomparable. A runner pool's machines share a baseline; a verdict names a machine that
-# none of the baseline's approved runs ran on (perfgate.reference.machine_note).
-MACHINE_FIELD = "machine"
-# Fields that tell about a run without making it incomparable with others.
-SOFT_FIELDS = (slowdown.FINGERPRINT_FIELD, MACHINE_FIELD)
 
 
 def scenario_digest(scenario: Scenario) -> str:
@@ -101,20 +96,6 @@ def injection_field(server_info: Mapping[str, Any]) -> dict[str, str]:
 def injected(fingerprint: Mapping[str, str]) -> str | None:
     """The slowdown a run's fingerprint says was injected into it, or None."""
     return fingerprint.get(slowdown.FINGERPRINT_FIELD) or None
-
-
-def reference_fingerprint(fingerprint: Mapping[str, str]) -> dict[str, str]:
-    """What a run's reference must match: its fingerprint without the soft fields.
-
-    A run slowed on purpose is judged against runs of the same environment that were not; a
-    run on another machine of the same kind against the baseline its pool shares.
-    """
-    return {k: v for k, v in fingerprint.items() if k not in SOFT_FIELDS}
-
-
-def machine(fingerprint: Mapping[str, str]) -> str | None:
-    """The machine a run's fingerprint says it ran on, or None (a CPU run, an older run)."""
-    return fingerprint.get(MACHINE_FIELD) or None
 
 
 def diff_fingerprints(

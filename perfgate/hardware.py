@@ -9,6 +9,7 @@ import os
 import platform
 import re
 import subprocess
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 
@@ -24,10 +25,10 @@ class GpuInfo:
     machine: str = ""
 
 
-def machine_id(gpu_uuids: list[str] | tuple[str, ...]) -> str:
+def machine_id(gpu_uuids: Iterable[str]) -> str:
     """A machine named by its GPUs: a short digest of their UUIDs, in any order.
 
-    Two machines of one kind (the same GPU model, driver and settings) differ in speed (every
+    Two machines of one kind (the same GPU model, driver and fingerprint) differ in speed (every
     GPU phase of one H100 ran 1.1% faster than another's: benchmarks/results/
     h200-gate-proof.md, 2026-12-06, fourth lease), so a run names the machine it ran on."""
     blob = ",".join(sorted(gpu_uuids)).encode()

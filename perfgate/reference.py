@@ -19,9 +19,10 @@ from perfgate import metrics
 from perfgate.baselines import DEFAULT_KEEP, Baseline, BaselineRun, load_baseline
 from perfgate.config import Scenario
 from perfgate.errors import ConfigError, ExitCode
-from perfgate.fingerprint import diff_fingerprints, injected, machine
+from perfgate.fingerprint import diff_fingerprints, injected
 from perfgate.gate import DEFAULT_TOLERANCE, Status, Verdict, incomparable
 from perfgate.results import Measurement, RunRecord
+from perfgate.spec.environment import machine
 
 # Statuses of earlier runs that may stand as a local reference: a regression or an error
 # never does (the next run would be judged against the slow state it flagged).

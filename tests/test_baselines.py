@@ -13,11 +13,13 @@ from perfgate.errors import ConfigError
 
 
 def _approve(existing=None, fingerprint=None, run_id=1, machine=None):  # type: ignore[no-untyped-def]
+    """Approve a run of this fingerprint, on this machine (the fingerprint's soft field)."""
+    fingerprint = {**(fingerprint or {"gpu": "none"}), **({"machine": machine} if machine else {})}
     return approve_run(
         existing,
         profile="cpu",
         scenario="tiny",
-        fingerprint=fingerprint or {"gpu": "none"},
+        fingerprint=fingerprint,
         samples={"output_tok_s": [100.0, 101.0], "verify_ms": [5.0, 5.1]},
         phase_ms={"spec": {"verify": (5.2, 5.3), "cycle": (7.0, 7.1)}, "plain": {"cycle": (3.0,)}},
         tolerances={"output_tok_s": 0.05, "verify_ms": 0.1},
@@ -26,7 +28,6 @@ def _approve(existing=None, fingerprint=None, run_id=1, machine=None):  # type: 
         commit="abc",
         approved_by="alice",
         reason="first baseline",
-        machine=machine,
     )
 
 
@@ -62,6 +63,7 @@ def test_the_machines_of_one_kind_share_a_baseline_and_each_run_names_its_own(
     baseline = _approve(baseline, run_id=4)  # a run that names no machine (an older perfgate)
     assert [r.run_id for r in baseline.runs] == [1, 2, 3, 4]  # one history, not four
     assert baseline.machines() == ("gpus-a", "gpus-b")
+    assert baseline.fingerprint == {"gpu": "none"}  # the environment: no machine in it
     path = tmp_path / "tiny.json"
     write_baseline(baseline, path)
     assert load_baseline(path).machines() == ("gpus-a", "gpus-b")

@@ -24,7 +24,7 @@ from perfgate.commands.common import one_scenario
 from perfgate.config import Config, Scenario, load_config
 from perfgate.devices import runner_profile
 from perfgate.errors import ConfigError
-from perfgate.fingerprint import diff_fingerprints, injected, machine, reference_fingerprint
+from perfgate.fingerprint import diff_fingerprints, injected
 from perfgate.gate import DEFAULT_BETA, DEFAULT_TOLERANCE
 from perfgate.gate.attribution import cycle_profile
 from perfgate.gate.estimate import clean_runs
@@ -197,8 +197,7 @@ def update_baseline(
             baseline,
             profile=m.profile,
             scenario=m.scenario,
-            fingerprint=reference_fingerprint(m.fingerprint),
-            machine=machine(m.fingerprint),
+            fingerprint=m.fingerprint,
             samples=m.samples(),
             phase_ms=m.phase_ms(),
             tolerances=tolerances,
@@ -221,8 +220,7 @@ def update_baseline(
 
 def _empty(first: Measurement, keep: int) -> Baseline:
     """A baseline of no runs yet that keeps `keep` (its runs come from the approval)."""
-    environment = reference_fingerprint(first.fingerprint)
-    return Baseline(first.profile, first.scenario, environment, {}, (), keep=keep)
+    return Baseline(first.profile, first.scenario, dict(first.fingerprint), {}, (), keep=keep)
 
 
 def derive_tolerances(

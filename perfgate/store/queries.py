@@ -138,7 +138,8 @@ def comparable_runs(
 
     An injected slowdown (perfgate.spec.slowdown) in `fingerprint` is left out of the match,
     and no run that had one is chosen: a run slowed on purpose is judged against the runs that
-    were not, and never stands as a reference itself."""
+    were not, and never stands as a reference itself. The machine (the other soft field,
+    perfgate.spec.environment) is matched: a local reference is this machine's own runs."""
     query = (
         RunFilter(scenario, profile)
         .apply(select(RunRow.id, RunRow.fingerprint))

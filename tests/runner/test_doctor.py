@@ -16,9 +16,7 @@ from typing import Any
 import pytest
 
 from perfgate import devices
-from perfgate.baselines import approve_run
 from perfgate.config import load_config
-from perfgate.fingerprint import reference_fingerprint
 from perfgate.hardware import GpuInfo, cpu_slug
 from perfgate.runner.doctor import Machine, _judge_baseline
 from perfgate.runner.predict import predict_fingerprint
@@ -31,6 +29,7 @@ from ..hang import HANG_S
 from ..in_process import perfgate_main
 from ..lockdown import FAKE_CPU, fake_cpuinfo, immutable, require_unshare, with_mounts
 from ..recorded import RecordedProject
+from ..test_reference import _reviewed
 
 ON_CUDA = TINY_SCENARIO.replace('device = "cpu"', 'device = "cuda"')
 NO_GPU_PATH = "/usr/bin:/bin"
@@ -445,22 +444,8 @@ def test_a_baseline_none_of_whose_runs_ran_on_this_machine_is_a_warning(
 ) -> None:
     scenario = load_config(write_config(tmp_path)).scenarios["tiny"]
     gpus = GpuInfo("NVIDIA H100 80GB HBM3", "580.159.04", "13.0", 1, machine="gpus-here")
-    predicted = predict_fingerprint(scenario, None, gpus, {})
-    baseline = approve_run(
-        None,
-        profile="h100x1",
-        scenario="tiny",
-        fingerprint=reference_fingerprint(predicted.fingerprint),
-        samples={"output_tok_s": [100.0, 101.0]},
-        phase_ms={},
-        tolerances={"output_tok_s": 0.03},
-        gated=["output_tok_s"],
-        run_id=1,
-        commit="c0",
-        approved_by="alice",
-        reason="r",
-        machine=approved_on,
-    )
+    predicted = predict_fingerprint(scenario, None, gpus, {}).fingerprint
+    baseline = _reviewed(predicted | {"machine": approved_on})  # the run it approved ran there
     machine = Machine(GateOptions(), {}, gpus=gpus)
     check = _judge_baseline(machine, "baseline tiny", scenario, baseline, gpus, True, "h100x1")
     if approved_on == "gpus-here":
