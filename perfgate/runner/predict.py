@@ -2,7 +2,8 @@
 
 A run's fingerprint is `collect_fingerprint` over the speculative server's /server_info. Most of
 what that server reports is known without launching it: the embedded engine reports perfgate's
-version, its interpreter's torch and `model_identity` of the model folders it loads; SGLang
+version, its interpreter's `torch.__version__` (which may name a local build, `+cu130`, that
+the package metadata lacks) and `model_identity` of the model folders it loads; SGLang
 reports its release (read from the scenario's interpreter) and no model identity, so the
 fingerprint keeps the scenario's model names and perfgate's own torch. The prediction is that
 same function over the predicted /server_info, so the two cannot drift apart. A field that only
@@ -79,6 +80,11 @@ def predict_server(scenario: Scenario, environ: Mapping[str, str]) -> PredictedS
 
     info: dict[str, Any] = {"version": perfgate_version()}
     unchecked = {}
+    torch_version = _server_torch()
+    if torch_version is None:
+        unchecked["torch"] = "torch is not installed"
+    else:
+        info["torch_version"] = torch_version
     seeded = load_format_of((*scenario.extra_args, *scenario.spec_extra_args)) == "dummy"
     for key, field, name in (
         ("model_identity", "model", scenario.model),
@@ -105,6 +111,16 @@ def predict_fingerprint(
     for field in server.unchecked:
         fingerprint.pop(field, None)
     return Prediction(fingerprint, dict(server.unchecked))
+
+
+def _server_torch() -> str | None:
+    """torch as the embedded server reports it: ``torch.__version__``, whose local part
+    (``+cu130``) the package's metadata may lack; None where torch is not installed."""
+    try:
+        import torch
+    except ImportError:
+        return None
+    return str(torch.__version__)
 
 
 def _embedded_identity(name: str, seeded: bool = False) -> tuple[str | None, str]:

@@ -458,3 +458,22 @@ def test_a_baseline_none_of_whose_runs_ran_on_this_machine_is_a_warning(
         "machine's own speed is not in their spread; approve runs of this machine too"
     )
     assert check.fix.startswith("to add this machine's runs, record on this runner with ")
+
+
+def test_the_predicted_torch_is_the_one_the_embedded_server_reports(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The server reports ``torch.__version__``; a CUDA build's metadata may lack its local part
+    (on an H100: 2.11.0 against 2.11.0+cu130), and doctor then called a matching baseline
+    another environment."""
+    import torch
+
+    from perfgate import fingerprint
+    from perfgate.runner.predict import predict_server
+
+    monkeypatch.setattr(fingerprint, "_installed", lambda name: "0.0.metadata")
+    monkeypatch.setattr(torch, "__version__", "2.11.0+cu130")
+    scenario = load_config(write_config(tmp_path)).scenarios["tiny"]
+    server = predict_server(scenario, {})
+    assert server.info["torch_version"] == "2.11.0+cu130" and "torch" not in server.unchecked
+    assert predict_fingerprint(scenario, server, None, {}).fingerprint["torch"] == "2.11.0+cu130"
