@@ -12,7 +12,7 @@ come in as a callable.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from perfgate import metrics
@@ -28,6 +28,10 @@ from perfgate.spec.environment import machine
 # never does (the next run would be judged against the slow state it flagged).
 REFERENCE_STATUSES = (Status.PASS, Status.IMPROVEMENT, Status.INCONCLUSIVE)
 CI_VALUES = ("true", "1", "yes")
+# Approved runs of one machine enough to judge its runs by them alone: their spread between
+# launches is then that machine's own, and no other machine's speed offsets the verdict (on
+# H100s of one kind one machine ran every GPU phase 1.1% faster, more than verify's 1%).
+MACHINE_RUNS = 3
 
 
 @dataclass(frozen=True)
@@ -116,8 +120,8 @@ def choose_reference(
     if reviewed is not None:
         differences = diff_fingerprints(reviewed.fingerprint, measurement.fingerprint)
         if not differences:
-            words = _reviewed_words(reviewed) + machine_note(reviewed, measurement.fingerprint)
-            return Reference(words, reviewed)
+            judged_by, note = machine_reference(reviewed, measurement.fingerprint)
+            return Reference(_reviewed_words(reviewed) + note, judged_by)
         shown = _shown(reviewed.path)
         fields = ", ".join(
             f"{name} ({old or 'unset'} -> {new or 'unset'})" for name, old, new in differences
@@ -179,6 +183,24 @@ def _reviewed_words(baseline: Baseline) -> str:
     count = len(baseline.runs)
     shown = _shown(baseline.path)
     return f"judged against the reviewed baseline {shown} ({count} approved run(s))"
+
+
+def machine_reference(baseline: Baseline, fingerprint: Mapping[str, str]) -> tuple[Baseline, str]:
+    """The approved runs a run is judged by, and words for the machine's part in it.
+
+    Where the baseline holds at least MACHINE_RUNS approved runs of the run's own machine and
+    runs of others too, those runs alone: a pool's machines share a baseline, not their speed.
+    Otherwise all of them, with machine_note's words where the machine ran none.
+    """
+    here = machine(fingerprint)
+    own = tuple(run for run in baseline.runs if here is not None and run.machine == here)
+    if len(own) < MACHINE_RUNS or len(own) == len(baseline.runs):
+        return baseline, machine_note(baseline, fingerprint)
+    words = (
+        f"; by the {len(own)} of this run's machine, {here}, alone: other machines' speed is "
+        "not in its reference"
+    )
+    return replace(baseline, runs=own), words
 
 
 def machine_note(baseline: Baseline, fingerprint: Mapping[str, str]) -> str:

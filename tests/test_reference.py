@@ -13,6 +13,7 @@ from perfgate.config import Scenario
 from perfgate.context import detect_context
 from perfgate.gate import Status, Verdict
 from perfgate.hardware import cpu_slug, default_profile
+from perfgate.measured_verdicts import judge_measurements
 from perfgate.reference import choose_reference, fix_commands, requires_baseline
 from perfgate.results import RunContext, RunRecord
 
@@ -178,3 +179,67 @@ def test_a_local_verdict_takes_one_run_a_reviewed_one_the_scenarios_budget() -> 
     )
     assert local.run_budget(3) == 1
     assert reviewed.run_budget(3) == 3
+
+
+def _pool(a_tok_s: float, b_tok_s: float, b_runs: int):  # type: ignore[no-untyped-def]
+    """A reviewed baseline of runs on gpus-a, then `b_runs` on gpus-b, each at its speed (the
+    default keep, 5, holds the newest)."""
+    baseline = None
+    plan = [("gpus-a", a_tok_s, seed) for seed in (0, 1, 2)]
+    plan += [("gpus-b", b_tok_s, seed) for seed in range(3, 3 + b_runs)]
+    for run_id, (machine, tok_s, seed) in enumerate(plan, start=1):
+        m = noisy(seed, tok_s=tok_s)
+        baseline = approve_run(
+            baseline,
+            profile="cpu",
+            scenario="tiny",
+            fingerprint={**FINGERPRINT, "machine": machine},
+            samples=m.samples(),
+            phase_ms=m.phase_ms(),
+            tolerances={"output_tok_s": 0.03},
+            gated=["output_tok_s"],
+            run_id=run_id,
+            commit="c0",
+            approved_by="alice",
+            reason="r",
+        )
+    assert baseline is not None
+    return replace(baseline, path=Path("baselines/cpu/tiny.json"))
+
+
+def _on_b(seed: int, tok_s: float):  # type: ignore[no-untyped-def]
+    m = noisy(seed, tok_s=tok_s)
+    return replace(m, fingerprint={**FINGERPRINT, "machine": "gpus-b"})
+
+
+def test_a_machine_with_three_approved_runs_is_judged_by_them_alone() -> None:
+    """Machine b runs 9% faster than a (three tolerances): a change that slows b by 6% (two)
+    is a regression against b's own approved runs, where against the whole pool, whose spread
+    holds both machines' speeds, it is not; unchanged code on b passes."""
+    reviewed = _pool(120.0, 130.8, b_runs=3)
+    current = _on_b(11, 130.8)
+    chosen = choose_reference(current, reviewed, _must_not_ask, SCENARIO, require_baseline=True)
+    assert chosen.baseline is not None
+    assert [run.machine for run in chosen.baseline.runs] == ["gpus-b"] * 3
+    assert chosen.description == (
+        "judged against the reviewed baseline baselines/cpu/tiny.json (5 approved run(s)); by "
+        "the 3 of this run's machine, gpus-b, alone: other machines' speed is not in its "
+        "reference"
+    )
+    (unchanged,) = judge_measurements([current], chosen.baseline)
+    assert unchanged.status is Status.PASS, unchanged
+    slowed = _on_b(12, 130.8 * 0.94)
+    (own,) = judge_measurements([slowed], chosen.baseline)
+    (pooled,) = judge_measurements([slowed], reviewed)
+    assert own.status is Status.REGRESSION and pooled.status is not Status.REGRESSION, (own, pooled)
+
+
+def test_fewer_approved_runs_of_the_machine_judge_by_the_whole_pool() -> None:
+    reviewed = _pool(120.0, 120.0, b_runs=2)
+    chosen = choose_reference(
+        _on_b(11, 120.0), reviewed, _must_not_ask, SCENARIO, require_baseline=True
+    )
+    assert chosen.baseline is reviewed
+    assert chosen.description == (
+        "judged against the reviewed baseline baselines/cpu/tiny.json (5 approved run(s))"
+    )

@@ -31,7 +31,12 @@ from perfgate.engines.launch import free_port
 from perfgate.errors import ConfigError, ExitCode, PerfgateError
 from perfgate.hardware import GpuInfo
 from perfgate.machine_state import STATE_VARIABLE
-from perfgate.reference import fix_commands, machine_note, missing_baseline, requires_baseline
+from perfgate.reference import (
+    fix_commands,
+    machine_reference,
+    missing_baseline,
+    requires_baseline,
+)
 from perfgate.runner.gpu_health import GpuProblem, Limits, find_problems
 from perfgate.runner.predict import PredictedServer, predict_fingerprint, predict_server
 from perfgate.selection import Selection, selection_from
@@ -410,9 +415,10 @@ def _judge_baseline(
     if prediction.unchecked:
         unchecked = "; ".join(f"{f} ({why})" for f, why in prediction.unchecked.items())
         detail += f", but for fields a running server tells: {unchecked}"
-    if note := machine_note(baseline, prediction.fingerprint):
+    judged_by, note = machine_reference(baseline, prediction.fingerprint)
+    if note and judged_by is baseline:  # the machine ran none of the approved runs
         return Check(name, WARN, detail + note, 0, f"to add this machine's runs, {fix}")
-    return Check(name, OK, detail)
+    return Check(name, OK, detail + note)
 
 
 def check_machine_state(machine: Machine) -> list[Check]:

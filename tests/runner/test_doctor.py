@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 
 from perfgate import devices
+from perfgate.baselines import approve_run
 from perfgate.config import load_config
 from perfgate.hardware import GpuInfo, cpu_slug
 from perfgate.runner.doctor import Machine, _judge_baseline
@@ -458,6 +459,39 @@ def test_a_baseline_none_of_whose_runs_ran_on_this_machine_is_a_warning(
         "machine's own speed is not in their spread; approve runs of this machine too"
     )
     assert check.fix.startswith("to add this machine's runs, record on this runner with ")
+
+
+def test_three_approved_runs_of_this_machine_are_what_its_run_is_judged_by(
+    tmp_path: Path,
+) -> None:
+    scenario = load_config(write_config(tmp_path)).scenarios["tiny"]
+    gpus = GpuInfo("NVIDIA H100 80GB HBM3", "580.159.04", "13.0", 1, machine="gpus-here")
+    predicted = predict_fingerprint(scenario, None, gpus, {}).fingerprint
+    baseline = _reviewed(predicted | {"machine": "gpus-elsewhere"})
+    run = baseline.runs[0]
+    for run_id in (2, 3, 4):  # the same figures, approved again as runs of this machine
+        baseline = approve_run(
+            baseline,
+            profile=baseline.profile,
+            scenario=baseline.scenario,
+            fingerprint=predicted | {"machine": "gpus-here"},
+            samples=run.samples,
+            phase_ms=run.phase_ms,
+            tolerances=baseline.tolerances,
+            gated=baseline.gated,
+            run_id=run_id,
+            commit="c0",
+            approved_by="alice",
+            reason="r",
+        )
+    machine = Machine(GateOptions(), {}, gpus=gpus)
+    check = _judge_baseline(machine, "baseline tiny", scenario, baseline, gpus, True, "h100x1")
+    assert check.status == "ok", check
+    assert "(4 approved run(s)): its fingerprint matches this machine's" in check.detail
+    assert check.detail.endswith(
+        "; by the 3 of this run's machine, gpus-here, alone: other machines' speed is not in "
+        "its reference"
+    )
 
 
 def test_the_predicted_torch_is_the_one_the_embedded_server_reports(
