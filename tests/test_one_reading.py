@@ -6,7 +6,9 @@ worked out in eight, GitHub's variables in four modules)."""
 from __future__ import annotations
 
 import ast
+import functools
 from collections import defaultdict
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -45,7 +47,10 @@ def _is_environment(node: ast.expr) -> bool:
 def environment_reads(source: str) -> list[tuple[str, int]]:
     """(variable, line) of each read: `environ.get(NAME)`, `os.getenv(NAME)`,
     `environ[NAME]`, and an `Option(..., env=NAME)` whose default the variable supplies."""
-    tree = ast.parse(source)
+    return _environment_reads(ast.parse(source))
+
+
+def _environment_reads(tree: ast.Module) -> list[tuple[str, int]]:
     constants = _constants(tree)
     reads = []
     for node in ast.walk(tree):
@@ -71,17 +76,46 @@ def environment_reads(source: str) -> list[tuple[str, int]]:
     return reads
 
 
+@dataclass(frozen=True)
+class _Module:
+    """A package module, parsed once for every scan of this file: its calls, as
+    (`name` of `name(...)` or None, `attr` of `something.attr(...)` or "", line)."""
+
+    path: Path
+    tree: ast.Module
+    functions: list[tuple[int, int, str]]  # (first line, last line, name), in ast.walk order
+    calls: list[tuple[str | None, str, int]]
+
+
+@functools.cache
+def _parsed(package: Path) -> tuple[_Module, ...]:
+    """The package's modules (cached: parsing and walking the package is most of each scan)."""
+    modules = []
+    for path in sorted(package.rglob("*.py")):
+        tree = ast.parse(path.read_text("utf-8"))
+        nodes = list(ast.walk(tree))
+        functions = [(n.lineno, n.end_lineno or n.lineno, n.name) for n in nodes
+                     if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))]  # fmt: skip
+        calls = [
+            (getattr(n.func, "id", None), getattr(n.func, "attr", ""), n.lineno)
+            for n in nodes
+            if isinstance(n, ast.Call)
+        ]
+        modules.append(_Module(path, tree, functions, calls))
+    return tuple(modules)
+
+
 def _reads_by_variable() -> dict[str, list[str]]:
     """variable -> the places that read it: a place is a top-level function or class of a
     module (`model_cache_root` tests its variable, then reads it: one place), or the module's
     own top level."""
     where: dict[str, list[str]] = defaultdict(list)
-    for path in sorted(PACKAGE.rglob("*.py")):
-        tree = ast.parse(path.read_text("utf-8"))
+    for module in _parsed(PACKAGE):
+        path, tree = module.path, module.tree
         spans = [
             (n.lineno, n.end_lineno or n.lineno, n.name) for n in tree.body if hasattr(n, "name")
         ]
-        for name, line in environment_reads(path.read_text("utf-8")):
+        for name, line in _environment_reads(tree):
             owner = next((f for start, end, f in spans if start <= line <= end), "<module>")
             place = f"{path.relative_to(REPO)}:{owner}"
             if place not in where[name]:
@@ -123,19 +157,13 @@ def callers(name: str, *, method: bool = False) -> list[str]:
     """`file:function` of every call of `name` in the package, as `name(...)` or
     `something.name(...)` (with `method`, only the latter)."""
     found = []
-    for path in sorted(PACKAGE.rglob("*.py")):
-        tree = ast.parse(path.read_text("utf-8"))
-        spans = [(n.lineno, n.end_lineno or n.lineno, n.name) for n in ast.walk(tree)
-                 if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))]  # fmt: skip
-        for node in ast.walk(tree):
-            if not isinstance(node, ast.Call):
-                continue
-            called = getattr(node.func, "attr", "")
-            if not method:
-                called = getattr(node.func, "id", None) or called
+    for module in _parsed(PACKAGE):
+        for function, attr, line in module.calls:
+            called = attr if method else function or attr
             if called == name:
-                inner = [f for a, b, f in spans if a <= node.lineno <= b]
-                found.append(f"{path.relative_to(REPO)}:{inner[-1] if inner else '<module>'}")
+                inner = [f for a, b, f in module.functions if a <= line <= b]
+                owner = inner[-1] if inner else "<module>"
+                found.append(f"{module.path.relative_to(REPO)}:{owner}")
     return found
 
 

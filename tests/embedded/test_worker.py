@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import math
 import time
 from collections.abc import Callable
@@ -25,12 +26,28 @@ def plain_outputs(plain: PlainWorker) -> list[Generation]:
     return plain.generate(requests(PROMPTS, MAX_NEW_TOKENS))
 
 
+@pytest.fixture(scope="module")
+def chain_outputs(spec_worker: SpecWorkerFactory) -> Callable[[str, int], list[Generation]]:
+    """(draft kind, num_steps) -> a chain's generations of PROMPTS, MAX_NEW_TOKENS each,
+    decoded once for the tests that read the same ones: a generation starts over at position
+    0, so a second would be the same."""
+
+    @functools.cache
+    def decode(kind: str, num_steps: int) -> list[Generation]:
+        return spec_worker(kind, num_steps).generate(requests(PROMPTS, MAX_NEW_TOKENS))
+
+    return decode
+
+
 @pytest.mark.parametrize("num_steps", [1, 2, 3, 5])
 @pytest.mark.parametrize("kind", DRAFT_KINDS)
 def test_chain_output_equals_plain_greedy(
-    spec_worker: SpecWorkerFactory, plain_outputs: list[Generation], kind: str, num_steps: int
+    chain_outputs: Callable[[str, int], list[Generation]],
+    plain_outputs: list[Generation],
+    kind: str,
+    num_steps: int,
 ) -> None:
-    generations = spec_worker(kind, num_steps).generate(requests(PROMPTS, MAX_NEW_TOKENS))
+    generations = chain_outputs(kind, num_steps)
     for generation, expected in zip(generations, plain_outputs, strict=True):
         assert generation.output_ids == expected.output_ids
         assert generation.spec_verify_ct == len(generation.correct_drafts) > 0
@@ -82,9 +99,11 @@ def test_tree_output_equals_plain_greedy(
         assert max(generation.correct_drafts) <= num_steps
 
 
-def test_a_tree_accepts_more_than_its_chain(spec_worker: SpecWorkerFactory) -> None:
+def test_a_tree_accepts_more_than_its_chain(
+    spec_worker: SpecWorkerFactory, chain_outputs: Callable[[str, int], list[Generation]]
+) -> None:
     """Side branches catch what the draft's first choice misses: more tokens per verify."""
-    chain = spec_worker("perturbed", 3).generate(requests(PROMPTS, MAX_NEW_TOKENS))
+    chain = chain_outputs("perturbed", 3)
     tree = spec_worker("perturbed", 3, 4, 16).generate(requests(PROMPTS, MAX_NEW_TOKENS))
     assert sum(g.accept_tokens for g in tree) / sum(g.spec_verify_ct for g in tree) > sum(
         g.accept_tokens for g in chain
@@ -93,9 +112,9 @@ def test_a_tree_accepts_more_than_its_chain(spec_worker: SpecWorkerFactory) -> N
 
 @pytest.mark.parametrize("num_steps", [1, 3, 4])
 def test_target_as_its_own_draft_accepts_every_draft(
-    spec_worker: SpecWorkerFactory, num_steps: int
+    chain_outputs: Callable[[str, int], list[Generation]], num_steps: int
 ) -> None:
-    generations = spec_worker("self", num_steps).generate(requests(PROMPTS, MAX_NEW_TOKENS))
+    generations = chain_outputs("self", num_steps)
     for generation in generations:
         # Accept length steps + 1 every cycle; the first token comes from prefill.
         assert generation.correct_drafts == (num_steps,) * generation.spec_verify_ct
@@ -150,6 +169,12 @@ def test_max_new_tokens_is_honoured_exactly(
         generation = worker.generate(requests(PROMPTS[:1], max_new_tokens))[0]
         assert generation.output_ids == expected[:max_new_tokens]
         assert generation.completion_tokens == max_new_tokens
+
+
+def test_plain_decoding_honours_max_new_tokens_exactly(plain: PlainWorker) -> None:
+    """Once, not per draft kind above: plain decoding has none."""
+    expected = plain.generate(requests(PROMPTS[:1], 10))[0].output_ids
+    for max_new_tokens in range(11):
         plain_cut = plain.generate(requests(PROMPTS[:1], max_new_tokens))[0]
         assert plain_cut.output_ids == expected[:max_new_tokens]
 
@@ -363,11 +388,14 @@ def test_requests_that_do_not_fit_are_refused(spec_worker: SpecWorkerFactory) ->
 
 
 def test_verify_is_timed_at_each_width_after_a_batch_and_outputs_stay_exact(
-    spec_worker: SpecWorkerFactory, plain_outputs: list[Generation]
+    spec_worker: SpecWorkerFactory, plain_outputs: list[Generation], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """--debug-time-verify-widths: the first batch after it is asked for times the verify
     forward at the widths named and at the run's own, on fixed buffers as on CUDA; that batch
     and the next stay the target's greedy outputs, and the next times nothing again."""
+    # Two rounds, not 20: the timings' precision is not checked here, and the rounds' order
+    # is (test_a_narrow_chain_is_the_drafted_chain_cut_to_its_width, at 3).
+    monkeypatch.setattr("perfgate.engines.embedded.worker.WIDTH_REPLAYS", 2)
     worker = spec_worker("perturbed", 4, graphs="emulate")
     worker.verify_widths = (2,)
     first = worker.generate(requests(PROMPTS, MAX_NEW_TOKENS))

@@ -20,6 +20,9 @@ from perfgate.plan.forecast import (
 )
 
 FEW = 50  # bootstrap replicates: the point values do not depend on them
+# None at all, for tests that read point values alone: each is the observation's own draw
+# (predict's draw 0), the same at any count of replicates, which cost the most here.
+POINT_ONLY = 0
 
 
 def costs(draft: float, verify: float, draft_extend: float, accept: float, other: float) -> dict:
@@ -179,7 +182,7 @@ def test_a_probe_timing_one_cycle_in_a_few_gives_the_run_s_accept_length_back(
     as far as its few timed cycles cannot tell it apart (see _credible)."""
     for seed in range(3):
         observation, accept_length = sampled_every(every, seed)
-        predicted = predict(observation, replicates=FEW).at(6)["accept_length"].value
+        predicted = predict(observation, replicates=POINT_ONLY).at(6)["accept_length"].value
         assert predicted == pytest.approx(accept_length, rel=within)
 
 
@@ -189,7 +192,7 @@ def test_sequences_short_of_their_budget_share_the_repeat_s_tokens() -> None:
     for seed in range(3):
         observation, accept_length = sampled_every(4, seed)
         loose = replace(observation, budget=10_000)  # one no sequence reached
-        predicted = predict(loose, replicates=FEW).at(6)["accept_length"].value
+        predicted = predict(loose, replicates=POINT_ONLY).at(6)["accept_length"].value
         assert predicted == pytest.approx(accept_length, rel=0.02)
 
 
@@ -200,7 +203,7 @@ def test_sequences_that_accept_apart_keep_their_own_acceptance() -> None:
     sequence's guessed tokens: +2.9, +2.9, +1.8%)."""
     for seed in range(3):
         observation, accept_length = sampled_every(4, seed, rates=(0.9, 0.4))
-        predicted = predict(observation, replicates=FEW).at(6)["accept_length"].value
+        predicted = predict(observation, replicates=POINT_ONLY).at(6)["accept_length"].value
         assert predicted == pytest.approx(accept_length, rel=0.025)
 
 
@@ -405,7 +408,7 @@ def test_the_batch_runs_as_long_as_its_slowest_random_count_not_the_slowest_mean
                 )
             )
         observation = Observation(steps, 8, tuple(repeats), budget)
-        prediction = predict(observation, replicates=FEW)
+        prediction = predict(observation, replicates=POINT_ONLY)
         for k, cycles in mean_batch_cycles.items():
             point = prediction.at(k)
             truth = 8 * budget / (0.02 + cycles * point["cycle_ms"].value / 1e3)

@@ -15,6 +15,7 @@ import pytest
 from perfgate.config import Scenario, load_config
 from perfgate.errors import ExitCode
 from perfgate.measure import run_rounds
+from perfgate.plan.forecast import Forecast, Observation
 from perfgate.plan.render import plan_json, render_markdown
 from perfgate.plan.results import PlanResult, PlanSpec
 from perfgate.plan.run import PlanRunner
@@ -24,6 +25,7 @@ from perfgate.results import ModeResult, PhaseSummary, RunContext
 from ..conftest import REPO, write_config
 from ..factories import mode_result
 from ..sweep.test_runner import recorded
+from .test_forecast import FEW
 
 # Two sequences: one accepts two drafts a cycle, the other one, whatever the chain's length.
 DEPTHS = ((2, 1), (2, 1))
@@ -94,6 +96,21 @@ class PlanServers:
                 rows = (0, 1) if depths else ()
                 found.append(CycleRecord("cycle", 1, index, moment, ms, 1, 0, depths, rows))
         return found
+
+
+@pytest.fixture(autouse=True)
+def few_replicates(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The runner's forecasts draw FEW bootstrap replicates by default, not 1000: these tests
+    read the predictions' values, the same at any count (each is the observation's own draw,
+    tests/plan/test_forecast.py), and that an interval holds its value, true at any count."""
+    of = Forecast.of.__func__  # type: ignore[attr-defined]
+
+    def forecast_of(
+        cls: type[Forecast], observation: Observation, seed: int = 0, replicates: int = FEW
+    ) -> Forecast:
+        return of(cls, observation, seed, replicates)  # type: ignore[no-any-return]
+
+    monkeypatch.setattr(Forecast, "of", classmethod(forecast_of))
 
 
 @pytest.fixture
