@@ -209,8 +209,7 @@ failed=0
   echo "# The gate on a GPU: summary"
   echo
   echo '```'
-  nvidia-smi -L 2> /dev/null || echo "no nvidia-smi"
-  "$python" -c 'import sys, torch; print("python", sys.version.split()[0], "torch", torch.__version__, "cuda", torch.version.cuda, "GPUs", torch.cuda.device_count())'
+  describe_machine # record.sh's: no torch import where torch is a CPU build
   echo '```'
   echo
   echo "CURE=$cure (the placement of every perfgate run of the series and its verdicts);" \

@@ -6,7 +6,9 @@ import os
 import re
 import sys
 import textwrap
+import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -14,7 +16,7 @@ import pytest
 from perfgate.engines.launch import free_port, running_server, start_server
 from perfgate.engines.server_commands import ServerCommand
 from perfgate.errors import ConfigError, InfrastructureError
-from perfgate.progress import Reporter
+from perfgate.progress import Detail, Reporter, Step
 
 from .conftest import FakeStream
 
@@ -39,9 +41,11 @@ SERVER = textwrap.dedent(
         print("--speculative-num-steps must be >= 1", flush=True); sys.exit(64)
     if mode == "hang":
         time.sleep(600)
-    if mode == "slow":
-        print("loading shard 1 of 2", flush=True); time.sleep(0.6)
-        print("\x1b[32mloading\x1b[0m shard 2 of 2", flush=True); time.sleep(0.6)
+    if mode == "slow":  # each line stays the last one until the test has seen it used
+        def shown(shard):
+            while not os.path.exists(f"{sys.argv[2]}.shard{shard}"): time.sleep(0.01)
+        print("loading shard 1 of 2", flush=True); shown(1)
+        print("\x1b[32mloading\x1b[0m shard 2 of 2", flush=True); shown(2)
     class Ok(http.server.BaseHTTPRequestHandler):
         def do_GET(self):
             self.send_response(200); self.end_headers()
@@ -144,9 +148,24 @@ def test_missing_interpreter(tmp_path: Path) -> None:
         start_server(command, tmp_path / "log", startup_timeout_s=1)
 
 
+def _go_on_once(seen: Callable[[str], bool], pids_file: Path) -> None:
+    """Let the "slow" stand-in log its next shard once `seen(its line)`: a start as slow as
+    the test needs, and no slower than that."""
+
+    def release() -> None:
+        for shard in (1, 2):
+            deadline = time.monotonic() + 10  # then the test's own assertions say what is missing
+            while not seen(f"loading shard {shard} of 2") and time.monotonic() < deadline:
+                time.sleep(0.01)
+            Path(f"{pids_file}.shard{shard}").touch()
+
+    threading.Thread(target=release, daemon=True).start()
+
+
 def test_a_terminal_sees_the_start_and_the_servers_last_log_line(tmp_path: Path) -> None:
     command, pids = _command(tmp_path, "slow")
     stream = FakeStream(tty=True)
+    _go_on_once(lambda line: f", {line}" in stream.getvalue(), pids)
     progress = Reporter(stream, width=lambda: 200, environ={"TERM": "xterm"}, interval_s=0.05)
     with running_server(command, tmp_path / "log", 30, progress=progress):
         pass
@@ -159,9 +178,21 @@ def test_a_terminal_sees_the_start_and_the_servers_last_log_line(tmp_path: Path)
     assert shown.endswith(last + "\x1b[0m\n")
 
 
-def test_a_log_gets_one_line_at_the_start_and_one_at_the_end(tmp_path: Path) -> None:
-    command, _ = _command(tmp_path, "slow")
+def test_a_log_gets_one_line_at_the_start_and_one_at_the_end(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    command, pids = _command(tmp_path, "slow")
     stream = FakeStream(tty=False)
+    # The launcher handed each of the server's lines to the log's step, which shows none.
+    details: list[str] = []
+    real_update = Step.update
+
+    def update(step: Step, detail: Detail) -> None:
+        details.append(detail() if callable(detail) else detail)
+        real_update(step, detail)
+
+    monkeypatch.setattr(Step, "update", update)
+    _go_on_once(lambda line: line in details, pids)
     with running_server(command, tmp_path / "log", 30, progress=Reporter(stream)):
         pass
     start, ready = stream.getvalue().splitlines()

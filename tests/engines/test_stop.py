@@ -77,6 +77,20 @@ def _marked(tag: str | None) -> list[int]:
     return [p.pid for p in iter_processes() if (p.environ or {}).get(SERVER_MARKER) == tag]
 
 
+@pytest.fixture
+def short_crash_grace(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The supervisor waits 0.2 s, not its 2 s, before it SIGKILLs the stubborn child a crashed
+    server left behind: the same SIGTERM-then-SIGKILL sweep, without the idle seconds."""
+    real = launch.supervised_argv
+
+    def argv(command: ServerCommand, lifeline: int) -> list[str]:
+        found = real(command, lifeline)
+        server_at = found.index("--")
+        return [*found[:server_at], "--grace-s", "0.2", *found[server_at:]]
+
+    monkeypatch.setattr(launch, "supervised_argv", argv)
+
+
 def _kill_supervisor(server: launch.Server) -> None:
     """What the out-of-memory killer may do: the supervisor dies, the server lives on."""
     os.kill(server.process.pid, signal.SIGKILL)
@@ -119,6 +133,7 @@ def test_the_group_is_not_signalled_once_its_leader_is_reaped(
                 os.kill(pid, signal.SIGKILL)
 
 
+@pytest.mark.usefixtures("short_crash_grace")
 def test_a_server_that_ends_while_used_is_reported_with_its_last_word(tmp_path: Path) -> None:
     command, _ = _command(tmp_path)
     started = time.monotonic()
@@ -138,6 +153,7 @@ def test_a_server_that_ends_while_used_is_reported_with_its_last_word(tmp_path: 
     assert _marked(tag) == []
 
 
+@pytest.mark.usefixtures("short_crash_grace")
 def test_a_server_killed_by_a_signal_is_named_as_rank_0(tmp_path: Path) -> None:
     command, _ = _command(tmp_path, "kill")
     with (
@@ -150,14 +166,17 @@ def test_a_server_killed_by_a_signal_is_named_as_rank_0(tmp_path: Path) -> None:
     assert "was killed by SIGKILL (signal 9)" in str(caught.value)
 
 
+@pytest.mark.usefixtures("short_crash_grace")
 def test_gpu_memory_a_failed_server_still_holds_is_named_in_the_error(
     tmp_path: Path, fake_gpus: SetGpus
 ) -> None:
     command, _ = _command(tmp_path)
     gpus = (query_gpus() or [])[:2]
+    # GPU 0 never frees its memory here: waiting for it would only delay the same error (the
+    # wait's polling is tested in test_gpu_memory.py).
     with (
         pytest.raises(InfrastructureError) as caught,
-        running_server(command, tmp_path / "log", 30, gpus=gpus, release_timeout_s=0.5) as server,
+        running_server(command, tmp_path / "log", 30, gpus=gpus, release_timeout_s=0) as server,
         EngineClient(server.base_url, 30) as client,
     ):
         fake_gpus(8, used_mib=[30000.0, 500.0, *[500.0] * 6])  # GPU 0 stays held after it
