@@ -314,3 +314,21 @@ def test_sglang_clients_find_the_model_its_tokenizer_and_the_batch_limit(
     state = server_info["internal_states"][0]
     assert state["effective_max_running_requests_per_dp"] == 48  # SGLang's spec default
     assert state["last_gen_throughput"] >= 0.0
+
+
+def test_a_second_stop_signal_is_ignored_while_the_server_stops() -> None:
+    """The launcher and its supervisor may both send SIGTERM: the first leaves serve_forever,
+    and a later one must not raise again in the cleanup or in Python's atexit."""
+    from perfgate.engines.embedded import server
+
+    saved = {signum: signal.getsignal(signum) for signum in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        for signum in saved:
+            signal.signal(signum, server._on_signal)
+        with pytest.raises(server._Stop):
+            server._on_signal(signal.SIGTERM, None)
+        assert signal.getsignal(signal.SIGTERM) is signal.SIG_IGN
+        assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN
+    finally:
+        for signum, handler in saved.items():
+            signal.signal(signum, handler)

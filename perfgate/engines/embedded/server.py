@@ -272,6 +272,11 @@ class _Stop(BaseException):
 
 
 def _on_signal(signum: int, frame: FrameType | None) -> None:
+    """Leave serve_forever, once: the launcher and its supervisor may both send SIGTERM, and a
+    second one raised again in the server's cleanup or in Python's atexit ends it with a
+    traceback (seen once in the tests' server logs)."""
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     raise _Stop(signum)
 
 
