@@ -12,10 +12,12 @@ a running server can tell is named as unchecked, never guessed.
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from perfgate.config import Scenario
@@ -115,12 +117,19 @@ def predict_fingerprint(
 
 def _server_torch() -> str | None:
     """torch as the embedded server reports it: ``torch.__version__``, whose local part
-    (``+cu130``) the package's metadata may lack; None where torch is not installed."""
-    try:
-        import torch
-    except ImportError:
+    (``+cu130``) the package's metadata may lack; None where torch is not installed. Read from
+    torch's own version.py, not by importing torch (2 s and more, which doctor need not pay)."""
+    found = importlib.util.find_spec("torch")
+    if found is None or not found.submodule_search_locations:
         return None
-    return str(torch.__version__)
+    names: dict[str, Any] = {}
+    try:
+        source = Path(found.submodule_search_locations[0], "version.py").read_text()
+        exec(compile(source, "torch/version.py", "exec"), names)  # constants and a typing import
+    except (OSError, SyntaxError):
+        return None
+    version = names.get("__version__")
+    return str(version) if version else None
 
 
 def _embedded_identity(name: str, seeded: bool = False) -> tuple[str | None, str]:

@@ -499,15 +499,34 @@ def test_the_predicted_torch_is_the_one_the_embedded_server_reports(
 ) -> None:
     """The server reports ``torch.__version__``; a CUDA build's metadata may lack its local part
     (on an H100: 2.11.0 against 2.11.0+cu130), and doctor then called a matching baseline
-    another environment."""
-    import torch
+    another environment. Doctor reads it from torch's version.py, without importing torch."""
+    import importlib.machinery
+    import importlib.util
 
     from perfgate import fingerprint
     from perfgate.runner.predict import predict_server
 
-    monkeypatch.setattr(fingerprint, "_installed", lambda name: "0.0.metadata")
-    monkeypatch.setattr(torch, "__version__", "2.11.0+cu130")
+    fake = tmp_path / "site" / "torch"
+    fake.mkdir(parents=True)
+    (fake / "version.py").write_text("__version__ = '2.11.0+cu130'\ncuda = '13.0'\n")
+    spec = importlib.machinery.ModuleSpec("torch", None, is_package=True)
+    spec.submodule_search_locations = [str(fake)]
+    real_find_spec = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util,
+        "find_spec",
+        lambda name, *a: spec if name == "torch" else real_find_spec(name, *a),
+    )
+    monkeypatch.setattr(fingerprint, "_installed", lambda name: "2.11.0")  # the metadata's
     scenario = load_config(write_config(tmp_path)).scenarios["tiny"]
     server = predict_server(scenario, {})
     assert server.info["torch_version"] == "2.11.0+cu130" and "torch" not in server.unchecked
     assert predict_fingerprint(scenario, server, None, {}).fingerprint["torch"] == "2.11.0+cu130"
+
+
+def test_the_predicted_torch_here_is_torchs_own_version() -> None:
+    import torch
+
+    from perfgate.runner.predict import _server_torch
+
+    assert _server_torch() == torch.__version__
