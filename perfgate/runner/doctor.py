@@ -33,6 +33,7 @@ from perfgate.hardware import GpuInfo
 from perfgate.machine_state import STATE_VARIABLE
 from perfgate.reference import (
     fix_commands,
+    machine_note,
     machine_reference,
     missing_baseline,
     requires_baseline,
@@ -415,10 +416,10 @@ def _judge_baseline(
     if prediction.unchecked:
         unchecked = "; ".join(f"{f} ({why})" for f, why in prediction.unchecked.items())
         detail += f", but for fields a running server tells: {unchecked}"
-    judged_by, note = machine_reference(baseline, prediction.fingerprint)
-    if note and judged_by is baseline:  # the machine ran none of the approved runs
-        return Check(name, WARN, detail + note, 0, f"to add this machine's runs, {fix}")
-    return Check(name, OK, detail + note)
+    if unseen := machine_note(baseline, prediction.fingerprint):
+        return Check(name, WARN, detail + unseen, 0, f"to add this machine's runs, {fix}")
+    _, judged_by = machine_reference(baseline, prediction.fingerprint)
+    return Check(name, OK, detail + judged_by)
 
 
 def check_machine_state(machine: Machine) -> list[Check]:

@@ -98,19 +98,19 @@ class PlanServers:
         return found
 
 
-@pytest.fixture(autouse=True)
-def few_replicates(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The runner's forecasts draw FEW bootstrap replicates by default, not 1000: these tests
+class FewReplicates(Forecast):
+    """The runner's forecasts at FEW bootstrap replicates by default, not 1000: these tests
     read the predictions' values, the same at any count (each is the observation's own draw,
     tests/plan/test_forecast.py), and that an interval holds its value, true at any count."""
-    of = Forecast.of.__func__  # type: ignore[attr-defined]
 
-    def forecast_of(
-        cls: type[Forecast], observation: Observation, seed: int = 0, replicates: int = FEW
-    ) -> Forecast:
-        return of(cls, observation, seed, replicates)  # type: ignore[no-any-return]
+    @classmethod
+    def of(cls, observation: Observation, seed: int = 0, replicates: int = FEW) -> Forecast:
+        return Forecast.of(observation, seed, replicates)
 
-    monkeypatch.setattr(Forecast, "of", classmethod(forecast_of))
+
+@pytest.fixture(autouse=True)
+def few_replicates(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("perfgate.plan.run.Forecast", FewReplicates)
 
 
 @pytest.fixture
