@@ -165,6 +165,11 @@ def verdict(args: argparse.Namespace) -> int:
         "planned_runs": first.planned_runs if first else None,
         "run_budget": first.run_budget if first else None,
         "runner_s": first.runner_s if first else None,
+        # The approved runs it was judged by, and the words that say whose (this machine's own
+        # alone, where the baseline holds enough of them: perfgate.reference.machine_reference).
+        "baseline_runs": first.baseline_runs if first else None,
+        "machine": record.measurement.fingerprint.get("machine"),
+        "judged_against": record.judged_against,
         "wall_s": args.wall_s,
         "why": why,
     }
@@ -286,14 +291,24 @@ def _host_phases(db: Path, run: int) -> dict[str, float]:
     return {phase: float(ms) for phase, ms in rows}
 
 
+def _judged_by(row: dict[str, Any]) -> str:
+    """Which approved runs judged a verdict: its machine's own, or all (rows of older calls
+    recorded neither)."""
+    count = row.get("baseline_runs")
+    if count is None:
+        return "-"
+    own = "this run's machine" in (row.get("judged_against") or "")
+    return f"{count} of its machine" if own else f"{count} (all)"
+
+
 def _verdicts(path: Path) -> list[str]:
     if not path.is_file():
         return ["(none judged)"]
     rows = [json.loads(line) for line in path.read_text().splitlines()]
     lines = [
         "| kind | run | exit | status | output_tok_s | speedup | verify_ms | decode_tok_s | "
-        "runs (planned first look / most) | runner time | wall |",
-        "| --- | ---: | ---: | --- | --- | --- | --- | --- | ---: | ---: | ---: |",
+        "runs (planned first look / most) | judged by | runner time | wall |",
+        "| --- | ---: | ---: | --- | --- | --- | --- | --- | ---: | --- | ---: | ---: |",
     ]
     for r in rows:
         cells = []
@@ -303,7 +318,8 @@ def _verdicts(path: Path) -> list[str]:
         runner = "-" if r["runner_s"] is None else f"{r['runner_s']:.0f} s"
         lines.append(
             f"| {r['kind']} | {r['run']} | {r['exit']} | {r['status']} | {' | '.join(cells)} | "
-            f"{r['runs']} ({r['planned_runs']} / {r['run_budget']}) | {runner} | {r['wall_s']} s |"
+            f"{r['runs']} ({r['planned_runs']} / {r['run_budget']}) | {_judged_by(r)} | "
+            f"{runner} | {r['wall_s']} s |"
         )
     lines += [
         "",

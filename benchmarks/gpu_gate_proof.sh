@@ -26,6 +26,10 @@
 #             approval (`perfgate baseline update --keep SERIES`), and the plan of a verdict
 #             against it with the cycle slowdown that costs 6% of tok/s (benchmarks/
 #             gate_proof.py plan: plan.md);
+#   machine   MACHINE_LAUNCHES (3) fresh `perfgate run --no-gate` on this machine, approved beside
+#             the series' (its `baseline update` keeps them all), so that this machine's verdicts
+#             are judged by its own runs (perfgate.reference.machine_reference: a machine of the
+#             kind whose speed sits apart from the series' host's); once per machine;
 #   verdicts  `perfgate run` of SCENARIO judged against that baseline, in turn unchanged,
 #             with PERFGATE_DEBUG_SLOW_PHASE=cycle=F (tok/s -6%) and with verify=0.02, until
 #             VERDICTS (5) of each are judged; each verdict's exit, statuses, runs and runner
@@ -92,7 +96,7 @@ if [[ "${1:-}" == "--smoke" ]]; then
   shift
 fi
 if [[ $# -lt 2 ]]; then
-  echo "usage: $0 [--smoke] OUTDIR STAGE... (train diagnose launch approve verdicts record)" >&2
+  echo "usage: $0 [--smoke] OUTDIR STAGE... (train diagnose launch approve machine verdicts record)" >&2
   exit 64
 fi
 out=$1
@@ -101,7 +105,7 @@ shift
 source "$(dirname "$0")/stages.sh"
 # shellcheck source=record.sh source-path=SCRIPTDIR
 source "$(dirname "$0")/record.sh"
-check_stages "train diagnose launch approve verdicts record" "$@"
+check_stages "train diagnose launch approve machine verdicts record" "$@"
 record_start "$out" append # one run.log over the calls of a proof
 use_checkout
 state=${STATE:-$repo/.cache/gpu-gate-proof}
@@ -311,6 +315,50 @@ stage_approve() {
   cp "$state/noise.md" "$out/noise.md"
 }
 
+this_machine() { # the machine a run here names (a digest of its GPUs' UUIDs), or ""
+  "$python" -c 'from perfgate.devices import detect_gpus; g = detect_gpus(); print(g.machine if g else "")' 2> /dev/null
+}
+
+stage_machine() {
+  local here want=${MACHINE_LAUNCHES:-3} have n ids=() approve=() longest=90 started took
+  if [[ ! -f $state/baselines/approved ]]; then
+    echo "== machine: no approved series yet (stages launch, approve)"
+    failed=1
+    return 0
+  fi
+  here=$(this_machine)
+  if [[ -z $here ]]; then
+    echo "== machine: this machine names no GPUs, so no run of it names its machine: nothing to approve"
+    return 0
+  fi
+  if [[ -f $state/machine-$here.approved ]]; then
+    echo "== machine: $here's launches were approved already"
+    return 0
+  fi
+  check_weights
+  have=$(awk -v m="$here" '$1 == m' "$state/machine-runs.txt" 2> /dev/null | wc -l)
+  for ((n = have + 1; n <= want; n++)); do
+    if ((SECONDS + longest > call_s)); then
+      echo "== machine launch $n of $want may pass this call's $call_s s: stopping; call again"
+      return 0
+    fi
+    started=$SECONDS
+    step "machine launch $n of $want ($here)" 0 "$run_limit" "${placed[@]}" "$python" -m perfgate \
+      run --scenario "$scenario" "${paths[@]}" --no-gate --report ''
+    echo "$here $(last_run_id)" >> "$state/machine-runs.txt"
+    took=$((SECONDS - started))
+    ((took > longest)) && longest=$took
+  done
+  mapfile -t ids < <(awk -v m="$here" '$1 == m {print $2}' "$state/machine-runs.txt")
+  for id in "${ids[@]}"; do approve+=(--run "$id"); done
+  [[ ${APPROVE_FORCE:-0} == 1 ]] && approve+=(--force)
+  # Kept: the series and every machine's own launches (none of them is pushed out).
+  step "approve $here's ${#ids[@]} runs" 0 60 "$python" -m perfgate baseline update \
+    "${approve[@]}" --keep "$((series + $(wc -l < "$state/machine-runs.txt")))" "${paths[@]}" \
+    --approved-by gpu_gate_proof.sh --reason "this machine's own launches: it is judged by them" &&
+    touch "$state/machine-$here.approved"
+}
+
 judged_of() { # verdicts of a kind judged so far
   local count
   count=$(grep -c "\"kind\": \"$1\"" "$state/verdicts.jsonl" 2> /dev/null)
@@ -378,6 +426,7 @@ for stage_name in "$@"; do
     diagnose) stage_diagnose ;;
     launch) stage_launch ;;
     approve) stage_approve ;;
+    machine) stage_machine ;;
     verdicts) stage_verdicts ;;
     record) stage_record ;;
   esac

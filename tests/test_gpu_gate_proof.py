@@ -32,8 +32,9 @@ def test_an_unknown_stage_exits_64_naming_the_stages(tmp_path: Path) -> None:
         env={"PATH": "/usr/bin:/bin", "STATE": str(tmp_path / "state")},
     )
     assert done.returncode == 64
-    assert "unknown stage 'verdict'; stages are train, diagnose, launch, approve, verdicts" in (
-        done.stderr
+    assert (
+        "unknown stage 'verdict'; stages are train, diagnose, launch, approve, machine, verdicts"
+        in (done.stderr)
     )
 
 
@@ -120,6 +121,23 @@ def test_the_verdict_table_counts_each_kind(tmp_path: Path) -> None:
     text = "\n".join(proof._verdicts(tmp_path / "verdicts.jsonl"))
     assert "| unchanged | 1 | 0 | 1 | 0 | 2.00 | 104 s |" in text
     assert "| verify_plus_2 | 1 | 1 | 0 | 0 | 2.00 | 104 s |" in text
+
+
+def test_the_verdict_table_says_whose_approved_runs_judged_each_verdict(tmp_path: Path) -> None:
+    proof = importlib.import_module("gate_proof")
+    pool = "judged against the reviewed baseline b.json (13 approved run(s))"
+    own = pool + "; by the 3 of this run's machine, gpus-e, alone: other machines' speed is not"
+    rows = [
+        {"kind": "unchanged", "run": n, "exit": 0, "status": "pass", "metrics": {}, "runs": 1,
+         "planned_runs": 1, "run_budget": 10, "runner_s": 36.0, "wall_s": 38, "why": {}, **extra}
+        for n, extra in enumerate(
+            [{}, {"baseline_runs": 13, "judged_against": pool},
+             {"baseline_runs": 3, "judged_against": own}], 1
+        )
+    ]  # fmt: skip
+    (tmp_path / "verdicts.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    lines = proof._verdicts(tmp_path / "verdicts.jsonl")
+    assert [line.split(" | ")[9] for line in lines[2:5]] == ["-", "13 (all)", "3 of its machine"]
 
 
 def test_the_gpu_simulation_catches_a_slower_verify_at_the_chosen_tolerances() -> None:
