@@ -29,7 +29,8 @@
 #   machine   MACHINE_LAUNCHES (3) fresh `perfgate run --no-gate` on this machine, approved beside
 #             the series' (its `baseline update` keeps them all), so that this machine's verdicts
 #             are judged by its own runs (perfgate.reference.machine_reference: a machine of the
-#             kind whose speed sits apart from the series' host's); once per machine;
+#             kind whose speed sits apart from the series' host's); once per machine; a call
+#             that could not make them all judges no verdict (the pool would judge it);
 #   verdicts  `perfgate run` of SCENARIO judged against that baseline, in turn unchanged,
 #             with PERFGATE_DEBUG_SLOW_PHASE=cycle=F (tok/s -6%) and with verify=0.02, until
 #             VERDICTS (5) of each are judged; each verdict's exit, statuses, runs and runner
@@ -315,6 +316,7 @@ stage_approve() {
   cp "$state/noise.md" "$out/noise.md"
 }
 
+machine_pending=0 # set by stage_machine where this machine's launches are not all made
 this_machine() { # the machine a run here names (a digest of its GPUs' UUIDs), or ""
   "$python" -c 'from perfgate.devices import detect_gpus; g = detect_gpus(); print(g.machine if g else "")' 2> /dev/null
 }
@@ -340,6 +342,7 @@ stage_machine() {
   for ((n = have + 1; n <= want; n++)); do
     if ((SECONDS + longest > call_s)); then
       echo "== machine launch $n of $want may pass this call's $call_s s: stopping; call again"
+      machine_pending=1 # no verdict in this call: it would not be judged by this machine's runs
       return 0
     fi
     started=$SECONDS
@@ -392,6 +395,10 @@ stage_verdicts() {
   if [[ ! -f $state/baselines/approved ]]; then
     echo "== verdicts: no approved series yet (stages launch, approve)"
     failed=1
+    return 0
+  fi
+  if ((machine_pending)); then
+    echo "== verdicts: this machine's own launches are not all made (stage machine); call again"
     return 0
   fi
   check_weights

@@ -369,3 +369,24 @@ def test_tolerances_derived_from_quiet_launches_are_the_default_and_wider_from_n
     assert 0.03 < wide["output_tok_s"] < gpu.CHOSEN["output_tok_s"]
     assert 0.03 < wide["speedup"] < gpu.CHOSEN["speedup"]
     assert gpu.shipped()[1] == ("output_tok_s", "speedup", "decode_tok_s")
+
+
+def test_a_call_that_cannot_make_the_machine_s_launches_judges_no_verdict(tmp_path: Path) -> None:
+    """Stage machine stopped by the call's time: the verdicts wait for the next call, since
+    the pool, not this machine's own runs, would judge them."""
+    from . import fake_smi
+
+    state = tmp_path / "state"
+    (state / "baselines").mkdir(parents=True)
+    (state / "baselines" / "approved").touch()
+    env = fake_smi.install(tmp_path / "smi", fake_smi.gpus(1))
+    done = proof_script(
+        tmp_path, "as-placed", "machine", "verdicts", PYTHON=sys.executable,
+        SCENARIO="embedded-default", CALL_S="0", PATH=env["PATH"],
+        FAKE_NVIDIA_SMI=env["FAKE_NVIDIA_SMI"], PERFGATE_GPU_READER=env["PERFGATE_GPU_READER"],
+    )  # fmt: skip
+    said = done.stdout + done.stderr
+    assert done.returncode == 0, said
+    assert "machine launch 1 of 3 may pass this call's 0 s: stopping; call again" in said
+    assert "verdicts: this machine's own launches are not all made (stage machine)" in said
+    assert not (state / "machine-runs.txt").exists() and not (state / "verdicts.jsonl").exists()
