@@ -14,7 +14,9 @@ the ``--reference`` runs (those a baseline approved). A machine is the fingerpri
 recorded before perfgate named machines), else "?". Two tables: every run, its machine and
 injected slowdown (the fingerprint's ``injected_slowdown``); and per machine and slowdown,
 the range over its runs of each change. Where a machine is a few tenths of a percent faster
-or slower in every GPU phase, verify moves with it and verify_steps does not.
+or slower in every GPU phase, verify moves with it and verify_steps does not. Where the
+history has them, the servers' time to first token (ttft_ms) too: the host's side of a
+request, where a machine can sit apart with its GPU's work the same.
 
 Writes the tables (markdown) to stdout, and to ``--out`` where given. Exit 0; 64 on a file
 that is not a perfgate history, or on runs named that it does not hold.
@@ -42,6 +44,9 @@ FIGURES = (
     ("cycle", "spec", "cycle_ms"),
 )
 PAIRED = "verify_steps"  # perfgate.metrics: verify over the plain step, per repeat
+# The host's side of a request, where a history has it (a machine can sit apart there alone:
+# h200-gate-proof.md, 2026-12-06, sixth lease): shown where every reference run has it.
+HOST_SIDE = (("spec ttft", "spec", "ttft_ms"), ("plain ttft", "plain", "ttft_ms"))
 
 
 def run_ids(text: str) -> list[int]:
@@ -72,6 +77,9 @@ def figures(connection: sqlite3.Connection, run: int) -> dict[str, float] | None
     if not paired:
         return None
     found[PAIRED] = statistics.median(paired)
+    for column, mode, metric in HOST_SIDE:
+        if measured := values(mode, metric):
+            found[column] = statistics.median(measured.values())
     return found
 
 
@@ -87,6 +95,7 @@ def tables(db: Path, reference: list[int], hosts: dict[int, str]) -> str:
     if absent:
         raise LookupError(f"{db}: no complete run {', '.join(map(str, absent))} to refer to")
     columns = [c for c, *_ in FIGURES] + [PAIRED]
+    columns += [c for c, *_ in HOST_SIDE if all(c in runs[r][1] for r in reference)]
     centre = {c: statistics.fmean(runs[r][1][c] for r in reference) for c in columns}
     changes: dict[tuple[str, str], list[tuple[int, dict[str, float]]]] = {}
     lines = [
@@ -98,9 +107,9 @@ def tables(db: Path, reference: list[int], hosts: dict[int, str]) -> str:
     for run, (fingerprint, facts) in runs.items():
         machine = fingerprint.get("machine") or hosts.get(run, "?")
         injected = fingerprint.get("injected_slowdown") or "none"
-        change = {c: facts[c] / centre[c] - 1 for c in columns}
+        change = {c: facts[c] / centre[c] - 1 for c in columns if c in facts}
         changes.setdefault((machine, injected), []).append((run, change))
-        cells = " | ".join(f"{change[c]:+.2%}" for c in columns)
+        cells = " | ".join(f"{change[c]:+.2%}" if c in change else "-" for c in columns)
         lines.append(f"| {run} | {machine} | {injected} | {cells} |")
     lines += [
         "",
@@ -112,8 +121,12 @@ def tables(db: Path, reference: list[int], hosts: dict[int, str]) -> str:
     for (machine, injected), group in changes.items():
         ranges = []
         for c in columns:
-            low, high = min(ch[c] for _, ch in group), max(ch[c] for _, ch in group)
-            ranges.append(f"{low:+.2%}" if low == high else f"{low:+.2%}..{high:+.2%}")
+            seen = [ch[c] for _, ch in group if c in ch]
+            low, high = (min(seen), max(seen)) if seen else (None, None)
+            if low is None or high is None:
+                ranges.append("-")
+            else:
+                ranges.append(f"{low:+.2%}" if low == high else f"{low:+.2%}..{high:+.2%}")
         lines.append(f"| {machine} | {injected} | {len(group)} | {' | '.join(ranges)} |")
     return "\n".join(lines) + "\n"
 

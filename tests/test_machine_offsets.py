@@ -16,9 +16,12 @@ from .conftest import REPO
 sys.path.insert(0, str(REPO / "benchmarks"))
 
 
-def _history(path: Path, runs: list[tuple[str | None, float, float, str | None]]) -> Path:
+def _history(
+    path: Path, runs: list[tuple[str | None, float, float, str | None]], ttft: float | None = None
+) -> Path:
     """Runs of (machine, GPU speed factor, verify slowdown, injected): every repeat's phases
-    and the plain step take their times times the factor, verify also times the slowdown."""
+    and the plain step take their times times the factor, verify also times the slowdown;
+    with `ttft`, both servers' time to first token that many ms times the run's number."""
     with sqlite3.connect(path) as connection:
         connection.execute("CREATE TABLE runs (id, fingerprint)")
         connection.execute("CREATE TABLE samples (run_id, mode, metric, repeat, value)")
@@ -37,6 +40,8 @@ def _history(path: Path, runs: list[tuple[str | None, float, float, str | None]]
                     ("spec", "cycle_ms"): 3.0 * factor,
                     ("plain", "cycle_ms"): 1.0 * factor,
                 }
+                if ttft is not None:
+                    values |= {("spec", "ttft_ms"): ttft * run, ("plain", "ttft_ms"): ttft * run}
                 connection.executemany(
                     "INSERT INTO samples VALUES (?, ?, ?, ?, ?)",
                     [(run, m, name, repeat, v) for (m, name), v in values.items()],
@@ -72,6 +77,20 @@ def test_a_faster_machine_moves_verify_and_not_verify_over_the_plain_step(
     ]  # fmt: skip
     assert _cells(text, "| 4 |")[5] == "+0.98%" and _cells(text, "| 4 |")[9] == "+2.00%"
     assert _cells(text, "| gpus-a | none |")[2:] == ["2"] + ["+0.00%"] * 7
+
+
+def test_a_machine_slower_on_the_host_s_side_shows_in_its_time_to_first_token(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    offsets = importlib.import_module("machine_offsets")
+    # Runs 1-2 approved (ttft 4 and 8 ms: mean 6), run 3 the same GPU with ttft 12 ms.
+    runs = [("gpus-a", 1.0, 1.0, None)] * 2 + [("gpus-e", 1.0, 1.0, None)]
+    db = _history(tmp_path / "history.db", runs, ttft=4.0)
+    assert offsets.main([str(db), "--reference", "1-2"]) == 0
+    text = capsys.readouterr().out
+    assert "| verify_steps | spec ttft | plain ttft |" in text
+    assert _cells(text, "| 3 |")[3:] == ["+0.00%"] * 7 + ["+100.00%"] * 2
+    assert _cells(text, "| gpus-e | none |")[-2:] == ["+100.00%", "+100.00%"]
 
 
 def test_bad_input_is_exit_64_naming_it(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
