@@ -297,7 +297,9 @@ def _judged_by(row: dict[str, Any]) -> str:
     count = row.get("baseline_runs")
     if count is None:
         return "-"
-    own = "this run's machine" in (row.get("judged_against") or "")
+    from perfgate.reference import OWN_MACHINE
+
+    own = OWN_MACHINE in (row.get("judged_against") or "")
     return f"{count} of its machine" if own else f"{count} (all)"
 
 

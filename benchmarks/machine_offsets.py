@@ -122,11 +122,13 @@ def tables(db: Path, reference: list[int], hosts: dict[int, str]) -> str:
         ranges = []
         for c in columns:
             seen = [ch[c] for _, ch in group if c in ch]
-            low, high = (min(seen), max(seen)) if seen else (None, None)
-            if low is None or high is None:
+            low, high = min(seen, default=None), max(seen, default=None)
+            if low is None or high is None:  # no run of the group has it
                 ranges.append("-")
+            elif low == high:
+                ranges.append(f"{low:+.2%}")
             else:
-                ranges.append(f"{low:+.2%}" if low == high else f"{low:+.2%}..{high:+.2%}")
+                ranges.append(f"{low:+.2%}..{high:+.2%}")
         lines.append(f"| {machine} | {injected} | {len(group)} | {' | '.join(ranges)} |")
     return "\n".join(lines) + "\n"
 

@@ -32,6 +32,9 @@ CI_VALUES = ("true", "1", "yes")
 # launches is then that machine's own, and no other machine's speed offsets the verdict (on
 # H100s of one kind one machine ran every GPU phase 1.1% faster, more than verify's 1%).
 MACHINE_RUNS = 3
+# What a run's reference words say where its machine's own approved runs judged it alone
+# (machine_reference); records read it back (benchmarks/gate_proof.py).
+OWN_MACHINE = "of this run's machine"
 
 
 @dataclass(frozen=True)
@@ -197,7 +200,7 @@ def machine_reference(baseline: Baseline, fingerprint: Mapping[str, str]) -> tup
     if len(own) < MACHINE_RUNS or len(own) == len(baseline.runs):
         return baseline, machine_note(baseline, fingerprint)
     words = (
-        f"; by the {len(own)} of this run's machine, {here}, alone: other machines' speed is "
+        f"; by the {len(own)} {OWN_MACHINE}, {here}, alone: other machines' speed is "
         "not in its reference"
     )
     return replace(baseline, runs=own), words

@@ -125,19 +125,40 @@ def test_the_verdict_table_counts_each_kind(tmp_path: Path) -> None:
 
 def test_the_verdict_table_says_whose_approved_runs_judged_each_verdict(tmp_path: Path) -> None:
     proof = importlib.import_module("gate_proof")
-    pool = "judged against the reviewed baseline b.json (13 approved run(s))"
-    own = pool + "; by the 3 of this run's machine, gpus-e, alone: other machines' speed is not"
+    from perfgate.baselines import Baseline, BaselineRun
+    from perfgate.reference import machine_reference
+
+    def words(machines: list[str], here: str) -> str:
+        """What perfgate says of a run on `here` judged against runs of `machines`."""
+        runs = tuple(
+            BaselineRun(run_id=i, approved_by="a", approved_at="t", reason="r", commit=None,
+                        samples={}, machine=m)
+            for i, m in enumerate(machines, 1)
+        )  # fmt: skip
+        baseline = Baseline(profile="p", scenario="s", keep=13, gated=(), tolerances={},
+                            fingerprint={}, runs=runs)  # fmt: skip
+        return (
+            "judged against the reviewed baseline"
+            + machine_reference(baseline, {"machine": here})[1]
+        )
+
+    pool = words(["gpus-a"] * 10, "gpus-a")
+    unseen = words(["gpus-a"] * 10, "gpus-e")  # "this run's machine, gpus-e, ran none of them"
+    own = words(["gpus-a"] * 10 + ["gpus-e"] * 3, "gpus-e")
     rows = [
         {"kind": "unchanged", "run": n, "exit": 0, "status": "pass", "metrics": {}, "runs": 1,
          "planned_runs": 1, "run_budget": 10, "runner_s": 36.0, "wall_s": 38, "why": {}, **extra}
         for n, extra in enumerate(
             [{}, {"baseline_runs": 13, "judged_against": pool},
+             {"baseline_runs": 10, "judged_against": unseen},
              {"baseline_runs": 3, "judged_against": own}], 1
         )
     ]  # fmt: skip
     (tmp_path / "verdicts.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     lines = proof._verdicts(tmp_path / "verdicts.jsonl")
-    assert [line.split(" | ")[9] for line in lines[2:5]] == ["-", "13 (all)", "3 of its machine"]
+    assert [line.split(" | ")[9] for line in lines[2:6]] == [
+        "-", "13 (all)", "10 (all)", "3 of its machine",
+    ]  # fmt: skip
 
 
 def test_the_gpu_simulation_catches_a_slower_verify_at_the_chosen_tolerances() -> None:

@@ -12,6 +12,7 @@ a running server can tell is named as unchecked, never guessed.
 
 from __future__ import annotations
 
+import ast
 import importlib.util
 import os
 import sys
@@ -118,18 +119,24 @@ def predict_fingerprint(
 def _server_torch() -> str | None:
     """torch as the embedded server reports it: ``torch.__version__``, whose local part
     (``+cu130``) the package's metadata may lack; None where torch is not installed. Read from
-    torch's own version.py, not by importing torch (2 s and more, which doctor need not pay)."""
+    the literal in torch's own version.py, neither importing torch (2 s and more, which doctor
+    need not pay) nor running that file."""
     found = importlib.util.find_spec("torch")
     if found is None or not found.submodule_search_locations:
         return None
-    names: dict[str, Any] = {}
     try:
-        source = Path(found.submodule_search_locations[0], "version.py").read_text()
-        exec(compile(source, "torch/version.py", "exec"), names)  # constants and a typing import
+        tree = ast.parse(Path(found.submodule_search_locations[0], "version.py").read_text())
     except (OSError, SyntaxError):
         return None
-    version = names.get("__version__")
-    return str(version) if version else None
+    for node in tree.body:
+        if (
+            isinstance(node, ast.Assign)
+            and any(isinstance(t, ast.Name) and t.id == "__version__" for t in node.targets)
+            and isinstance(node.value, ast.Constant)
+            and isinstance(node.value.value, str)
+        ):
+            return node.value.value
+    return None
 
 
 def _embedded_identity(name: str, seeded: bool = False) -> tuple[str | None, str]:
