@@ -8,6 +8,10 @@ both backends, so a killed upgrade leaves the old schema, never half of the new 
 
 The version lives in Alembic's ``alembic_version`` table. A history at a revision this perfgate
 does not know was written by a newer perfgate: it is refused, untouched.
+
+Alembic is imported only to migrate, stamp or read a revision's shape: a history already at
+head is opened without it (its import is a third of a ``perfgate`` process's start-up). So the
+revisions are also named here, in ``REVISIONS``, and a test holds them to the migrations folder.
 """
 
 from __future__ import annotations
@@ -15,17 +19,21 @@ from __future__ import annotations
 import functools
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from alembic import command
-from alembic.config import Config
-from alembic.script import ScriptDirectory
 from sqlalchemy import Connection, Engine, create_engine, inspect, text
 
 from perfgate.errors import ConfigError
 from perfgate.store.database import WRITE_LOCK
 
+if TYPE_CHECKING:
+    from alembic.config import Config
+
 MIGRATIONS = Path(__file__).resolve().parent / "migrations"
-FIRST_REVISION = "0001"
+# Every revision in migrations/versions, oldest first (tests/store/test_migrations.py reads the
+# folder with Alembic and fails where this differs): a new migration adds its revision here.
+REVISIONS = ("0001", "0002", "0003", "0004", "0005")
+FIRST_REVISION = REVISIONS[0]
 # The tables of the first released schema: a history created before migrations existed holds
 # exactly these, with no version table, and is adopted as FIRST_REVISION.
 FIRST_TABLES = frozenset({"runs", "samples", "phases", "outputs", "verdicts"})
@@ -91,6 +99,8 @@ class SchemaState:
 
 def alembic_config(connection: Connection | None = None) -> Config:
     """Alembic's configuration for perfgate's migrations, on `connection` when given."""
+    from alembic.config import Config
+
     config = Config()
     config.set_main_option("script_location", str(MIGRATIONS))
     config.set_main_option("path_separator", "os")
@@ -99,22 +109,14 @@ def alembic_config(connection: Connection | None = None) -> Config:
     return config
 
 
-@functools.cache
-def _scripts() -> ScriptDirectory:
-    return ScriptDirectory.from_config(alembic_config())
-
-
 def head_revision() -> str:
     """The newest schema revision this perfgate knows."""
-    head = _scripts().get_current_head()
-    assert head is not None, "perfgate ships at least one migration"
-    return head
+    return REVISIONS[-1]
 
 
-@functools.cache
 def known_revisions() -> frozenset[str]:
     """Every schema revision this perfgate ships."""
-    return frozenset(script.revision for script in _scripts().walk_revisions())
+    return frozenset(REVISIONS)
 
 
 def read_schema_state(connection: Connection, *, shape: bool = False) -> SchemaState:
@@ -156,14 +158,16 @@ def revisions_of(shape: Shape) -> tuple[str, ...]:
 @functools.cache
 def revision_shapes() -> dict[str, Shape]:
     """Each revision's shape, oldest first, as its migrations make it in an empty database."""
+    from alembic import command
+
     engine = create_engine("sqlite://")  # in memory, one connection
     shapes = {}
     try:
         with engine.begin() as connection:
             config = alembic_config(connection)
-            for script in reversed(list(_scripts().walk_revisions())):
-                command.upgrade(config, script.revision)
-                shapes[script.revision] = read_shape(connection)
+            for revision in REVISIONS:
+                command.upgrade(config, revision)
+                shapes[revision] = read_shape(connection)
     finally:
         engine.dispose()
     return shapes
@@ -209,6 +213,8 @@ def _stamp_fix(tables_at: tuple[str, ...] | None) -> str:
 def stamp_schema(engine: Engine, revision: str, where: str) -> SchemaState:
     """Record `revision` as the history's only one, if its tables are at it; return the state
     it was found in. Nothing else is changed."""
+    from alembic import command
+
     if revision not in known_revisions():
         raise ConfigError(
             f"unknown schema revision {revision!r}",
@@ -237,6 +243,8 @@ def upgrade_schema(engine: Engine, where: str) -> SchemaState:
         check_schema(state, where)
         if state.is_current:
             return state
+        from alembic import command
+
         config = alembic_config(connection)
         if state.current is None and state.tables:  # created before migrations existed
             command.stamp(config, FIRST_REVISION)

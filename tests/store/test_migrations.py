@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 from alembic import command
 from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
+from alembic.script import ScriptDirectory
 from sqlalchemy import Connection, Engine, MetaData, Table, inspect, text
 
 from perfgate.gate.verdict import Status
@@ -23,7 +27,7 @@ from perfgate.store import (
 )
 from perfgate.store.database import create_history_engine, parse_history_url
 from perfgate.store.models import Base
-from perfgate.store.schema import FIRST_REVISION, alembic_config, head_revision
+from perfgate.store.schema import FIRST_REVISION, REVISIONS, alembic_config, head_revision
 
 START = datetime(2026, 3, 1, 9, 30, tzinfo=UTC)
 
@@ -140,6 +144,30 @@ def test_every_revision_downgrades_and_upgrades_again(db_url: str) -> None:
         assert _tables(connection) <= {"alembic_version"}
     migrate(db_url, "head")
     assert inspect_history(db_url).is_current
+
+
+def test_the_named_revisions_are_the_migrations_folders_oldest_first() -> None:
+    # A history at head opens without importing Alembic, by the revisions schema.py names:
+    # a migration added to the folder but not to REVISIONS would leave histories unmigrated.
+    scripts = ScriptDirectory.from_config(alembic_config())
+    chain = [script.revision for script in scripts.walk_revisions()]
+    assert tuple(reversed(chain)) == REVISIONS
+    assert head_revision() == scripts.get_current_head()
+
+
+def test_a_history_at_head_opens_without_importing_alembic(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'history.db'}"
+    close_history(open_history(url))  # created and migrated here
+    code = (
+        "import sys\n"
+        "from perfgate.store import close_history, open_history\n"
+        f"close_history(open_history({url!r}))\n"
+        "print(sorted(m for m in sys.modules if m.split('.')[0] == 'alembic'))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True
+    )
+    assert done.stdout.strip() == "[]", done.stdout + done.stderr
 
 
 def _tables(connection: Connection) -> set[str]:
