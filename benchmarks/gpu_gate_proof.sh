@@ -362,6 +362,13 @@ stage_machine() {
     touch "$state/machine-$here.approved"
 }
 
+machine_unapproved() { # this machine's launches begun (stage machine) but not yet approved
+  local here
+  here=$(this_machine)
+  [[ -n $here && ! -f $state/machine-$here.approved ]] &&
+    awk -v m="$here" '$1 == m {found = 1} END {exit !found}' "$state/machine-runs.txt" 2> /dev/null
+}
+
 judged_of() { # verdicts of a kind judged so far
   local count
   count=$(grep -c "\"kind\": \"$1\"" "$state/verdicts.jsonl" 2> /dev/null)
@@ -397,7 +404,9 @@ stage_verdicts() {
     failed=1
     return 0
   fi
-  if ((machine_pending)); then
+  # Also where a call without the stage follows one that began it: the pool, not the runs
+  # this machine's stage was making, would judge the verdicts.
+  if ((machine_pending)) || machine_unapproved; then
     echo "== verdicts: this machine's own launches are not all made (stage machine); call again"
     return 0
   fi

@@ -411,3 +411,29 @@ def test_a_call_that_cannot_make_the_machine_s_launches_judges_no_verdict(tmp_pa
     assert "machine launch 1 of 3 may pass this call's 0 s: stopping; call again" in said
     assert "verdicts: this machine's own launches are not all made (stage machine)" in said
     assert not (state / "machine-runs.txt").exists() and not (state / "verdicts.jsonl").exists()
+
+
+def test_a_machine_whose_launches_are_begun_judges_no_verdict_until_they_are_approved(
+    tmp_path: Path,
+) -> None:
+    """A call of the verdicts alone, after one that began this machine's launches: the
+    verdicts would be judged by the pool, not by the runs the machine's stage is making."""
+    from perfgate.hardware import machine_id
+
+    from . import fake_smi
+
+    state = tmp_path / "state"
+    (state / "baselines").mkdir(parents=True)
+    (state / "baselines" / "approved").touch()
+    listed = fake_smi.gpus(1)
+    (state / "machine-runs.txt").write_text(f"{machine_id([listed[0]['uuid']])} 48\n")
+    env = fake_smi.install(tmp_path / "smi", listed)
+    done = proof_script(
+        tmp_path, "as-placed", "verdicts", PYTHON=sys.executable, SCENARIO="embedded-default",
+        PATH=env["PATH"], FAKE_NVIDIA_SMI=env["FAKE_NVIDIA_SMI"],
+        PERFGATE_GPU_READER=env["PERFGATE_GPU_READER"],
+    )  # fmt: skip
+    said = done.stdout + done.stderr
+    assert done.returncode == 0, said
+    assert "verdicts: this machine's own launches are not all made (stage machine)" in said
+    assert not (state / "verdicts.jsonl").exists()
