@@ -55,7 +55,9 @@ spec_extra_args = ["--debug-simulate-accept-rate", "0.7"]
 equivalence = "report"
 EOF
   } > "$config"
-  steps=1-2 pairs=5 repeats=2 budget_overhead=60 budget_sweep=60 limit=120 every_limit=60
+  # A block of the probe benchmark is one repeat of the prompts: its pairs are what the
+  # ratio and its interval are made of, and a second repeat per block only spent CPU time.
+  steps=1-2 pairs=5 repeats=1 budget_overhead=60 budget_sweep=60 limit=120 every_limit=60
   # The CPU's clock times every cycle already (probe-overhead.json's every is 1), so the
   # second measurement repeats the first: the fewest pairs it takes (probe_overhead.py's 2).
   every_pairs=2
