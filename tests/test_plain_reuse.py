@@ -99,16 +99,31 @@ def test_the_newest_young_enough_original_is_reused(tmp_path: Path) -> None:
     assert find_reusable_plain(sessions, SCENARIO, "unknown", now=now) is None
 
 
+def _reusing_scenario() -> str:
+    """The tiny scenario with plain_max_age_h, measured as briefly as a run allows: one
+    prompt of 8 tokens, one timed repeat, no warm-up. The test reads where the plain figures
+    came from, never the figures; each run is still a server pair (the spec server, then the
+    plain twin unless it is reused). It fails loudly if the tiny scenario moves."""
+    from .conftest import TINY_SCENARIO
+
+    text = TINY_SCENARIO
+    for old, new in (
+        ("startup_timeout_s = 60", "startup_timeout_s = 60\nplain_max_age_h = 24"),
+        (', "Create a new instance of"]', "]"),
+        ("max_new_tokens = 24", "max_new_tokens = 8"),
+        ("repeats = 3", "repeats = 1"),
+        ("warmup = 1", "warmup = 0"),
+    ):
+        assert old in text, f"tests/conftest.py's TINY_SCENARIO no longer has {old!r}"
+        text = text.replace(old, new)
+    return text
+
+
 @pytest.mark.slow
 def test_a_pull_request_run_reuses_the_twin_and_main_refreshes_it(tmp_path: Path) -> None:
-    from .conftest import TINY_SCENARIO, run_perfgate, write_config
+    from .conftest import run_perfgate, write_config
 
-    write_config(
-        tmp_path,
-        TINY_SCENARIO.replace(
-            "startup_timeout_s = 60", "startup_timeout_s = 60\nplain_max_age_h = 24"
-        ),
-    )
+    write_config(tmp_path, _reusing_scenario())
     pr = {"GITHUB_HEAD_REF": "feature/faster-draft", "GITHUB_REF_NAME": ""}
     first = run_perfgate("run", "--no-gate", cwd=tmp_path, env=pr)
     assert first.returncode == 0, first.stdout + first.stderr
