@@ -113,12 +113,19 @@ torch.utils._triton.triton_hash_with_backend = codegen.triton_hash_with_backend 
 
 # The child of triton_kernels_written: each job's script in turn, each from a fresh start of
 # Dynamo (its compiled frames dropped), with its own Inductor cache directory and sys.argv.
+# Without two costs of Triton's interpreter (interpreter_waste.py) that change neither the code
+# Inductor writes nor what its kernels compute: an argmax's reduction, which calls a jit helper
+# for each pair of entries, spent two thirds of its run patching triton.language again.
 _EACH_JOB = """
 import json
 import os
 import sys
 
 import torch._dynamo
+
+from tests.embedded import interpreter_waste
+
+interpreter_waste.skip()
 
 for cache, script, argv in json.loads(sys.argv[1]):
     os.environ["TORCHINDUCTOR_CACHE_DIR"] = cache

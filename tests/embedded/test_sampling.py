@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
+
 import pytest
 import torch
 
 from perfgate.engines.embedded.batch import Request
+from perfgate.engines.embedded.model import KV_BUCKET, Transformer
 from perfgate.engines.embedded.sampling import (
     GREEDY,
     Sampling,
@@ -69,9 +73,26 @@ def test_speculative_sampling_commits_the_targets_tokens(
         assert sum(s.spec_verify_ct for s in sampled) < 3 * 24  # drafts were accepted
 
 
+@contextmanager
+def caches_of(models: tuple[Transformer, ...], rows: int, slots: int) -> Iterator[None]:
+    """The models' KV caches at rows x slots for the block, then at their former shape.
+
+    Grown by a worker, a cache of a few rows that once held the whole context (2048 slots)
+    keeps them: 300 rows of it are 2.5 GB of zeros a model, written while only the first
+    slots are read, and held by the session's models for every test after."""
+    before = [model.cache_shape() for model in models]
+    for model in models:
+        model.setup_cache(rows, slots)
+    try:
+        yield
+    finally:
+        for model, shape in zip(models, before, strict=True):
+            model.setup_cache(*shape)
+
+
 @pytest.mark.slow
 def test_speculative_sampling_matches_plain_sampling_in_distribution(
-    plain: PlainWorker, spec_worker: SpecWorkerFactory
+    plain: PlainWorker, spec_worker: SpecWorkerFactory, target: Transformer, self_draft: Transformer
 ) -> None:
     # The first two output tokens of one prompt, sampled 300 times each way: the speculative
     # worker accepts drafts by the target's own draws, so its pairs follow the plain ones.
@@ -83,8 +104,9 @@ def test_speculative_sampling_matches_plain_sampling_in_distribution(
             counts[key] = counts.get(key, 0) + 1
         return counts
 
-    plain_pairs = pairs(plain, 0)
-    spec_pairs = pairs(spec_worker("self", 2), 10_000)
+    with caches_of((target, self_draft), 300, KV_BUCKET):  # the slots these requests read
+        plain_pairs = pairs(plain, 0)
+        spec_pairs = pairs(spec_worker("self", 2), 10_000)
     top = sorted(plain_pairs, key=plain_pairs.__getitem__, reverse=True)[:3]
     for pair in top:
         assert spec_pairs.get(pair, 0) / 300 == pytest.approx(plain_pairs[pair] / 300, abs=0.09)
