@@ -27,6 +27,7 @@ from .conftest import (
 from .hang import HANG_S
 from .in_process import perfgate_main
 from .recorded import RecordedProject
+from .short_scenario import SHORT_SCENARIO
 
 pytestmark = pytest.mark.slow
 
@@ -183,17 +184,34 @@ sys.exit(code)
 """
 
 
-def test_perfgate_run_builds_its_plan_once_and_hands_it_to_the_session(tmp_path: Path) -> None:
-    """The plan `perfgate run` checks before pytest starts is the one the session measures
-    by: not turned back into flags and built again from them."""
-    write_config(tmp_path)
-    script = tmp_path / "counting.py"
+@pytest.fixture(scope="module")
+def counted_run(tmp_path_factory: pytest.TempPathFactory) -> subprocess.CompletedProcess[str]:
+    """`perfgate run --no-gate --report=` through _COUNTING_PLANS, from a folder that holds a
+    copy of perfgate too (a checkout of another version, say). The script starts as the
+    `perfgate` console script does: its own folder on sys.path, not the current one. One run,
+    read by the test of the plan and by the test of the copy."""
+    folder, scripts = tmp_path_factory.mktemp("counted"), tmp_path_factory.mktemp("scripts")
+    decoy = folder / "perfgate"
+    (decoy / "suites").mkdir(parents=True)
+    (decoy / "__init__.py").write_text('raise ImportError("the copy in the current folder")\n')
+    (decoy / "suites" / "__init__.py").write_text("")
+    (decoy / "suites" / "conftest.py").write_text("")
+    write_config(folder, SHORT_SCENARIO)
+    script = scripts / "counting.py"
     script.write_text(_COUNTING_PLANS)
-    result = subprocess.run(
+    return subprocess.run(
         [sys.executable, str(script), "run", "--no-gate", "--report="],
-        cwd=tmp_path, capture_output=True, text=True, timeout=HANG_S, check=False,
+        cwd=folder, capture_output=True, text=True, timeout=HANG_S, check=False,
         env={k: v for k, v in os.environ.items() if k != "PERFGATE_DB_URL"},
     )  # fmt: skip
+
+
+def test_perfgate_run_builds_its_plan_once_and_hands_it_to_the_session(
+    counted_run: subprocess.CompletedProcess[str],
+) -> None:
+    """The plan `perfgate run` checks before pytest starts is the one the session measures
+    by: not turned back into flags and built again from them."""
+    result = counted_run
     assert result.returncode == 0, result.stdout + result.stderr
     assert f"tiny on {HERE_PROFILE}: run #1 PASS" in result.stdout
     assert "sessions over the plan built: [True]" in result.stderr
@@ -221,7 +239,7 @@ def test_perfgate_run_of_an_installed_wheel_under_strict_warnings(
     install = ["install", "--no-deps", "--target", str(site), str(built)]
     subprocess.run([*pip, *install], check=True, timeout=HANG_S)
     project.mkdir()
-    write_config(project)
+    write_config(project, SHORT_SCENARIO)
     (project / "pyproject.toml").write_text(
         '[tool.pytest.ini_options]\nfilterwarnings = ["error"]\n'
     )
@@ -252,7 +270,7 @@ def test_perfgate_run_with_the_plugin_named_in_pytest_plugins_under_strict_warni
         REPO / "perfgate", site / "perfgate", ignore=shutil.ignore_patterns("__pycache__")
     )
     project.mkdir()
-    write_config(project)
+    write_config(project, SHORT_SCENARIO)
     (project / "pyproject.toml").write_text(
         '[tool.pytest.ini_options]\nfilterwarnings = ["error"]\n'
     )
@@ -266,16 +284,13 @@ def test_perfgate_run_with_the_plugin_named_in_pytest_plugins_under_strict_warni
     assert "cannot be rewritten" not in out
 
 
-def test_a_copy_of_perfgate_in_the_current_folder_is_never_imported(tmp_path: Path) -> None:
-    # A checkout of another perfgate version, say, in the folder the gate is run from.
-    decoy = tmp_path / "perfgate"
-    (decoy / "suites").mkdir(parents=True)
-    (decoy / "__init__.py").write_text('raise ImportError("the copy in the current folder")\n')
-    (decoy / "suites" / "__init__.py").write_text("")
-    (decoy / "suites" / "conftest.py").write_text("")
-    write_config(tmp_path)
-    # `perfgate` as its console script runs it: the current folder is not on sys.path.
-    result = run_perfgate("run", "--no-gate", cwd=tmp_path, python_flags=("-P",))
+def test_a_copy_of_perfgate_in_the_current_folder_is_never_imported(
+    counted_run: subprocess.CompletedProcess[str],
+) -> None:
+    # The run started as the console script starts it, from a folder with a copy of perfgate
+    # that raises on import: neither the command, nor the pytest it becomes, nor the servers
+    # it starts may import that copy.
+    result = counted_run
     assert result.returncode == 0, result.stdout + result.stderr
     assert f"tiny on {HERE_PROFILE}: run #1 PASS" in result.stdout
     assert "the copy in the current folder" not in result.stdout + result.stderr
@@ -296,7 +311,7 @@ def test_a_command_run_from_another_copy_collects_the_suites_of_the_copy_pytest_
     shutil.copytree(
         REPO / "perfgate", checkout / "perfgate", ignore=shutil.ignore_patterns("__pycache__")
     )
-    write_config(checkout)
+    write_config(checkout, SHORT_SCENARIO)
     result = run_perfgate("run", "--no-gate", cwd=checkout, env={"PYTHONPATH": str(installed)})
     assert result.returncode == 0, result.stdout + result.stderr
     assert "ImportPathMismatchError" not in result.stdout + result.stderr

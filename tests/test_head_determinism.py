@@ -5,24 +5,25 @@ that part are told apart (exit 1)."""
 from __future__ import annotations
 
 import importlib
-import os
-import subprocess
 import sys
+from collections.abc import Iterator
 
 import pytest
+import torch
 
 from .conftest import REPO
 
 sys.path.insert(0, str(REPO / "benchmarks"))
-SCRIPT = REPO / "benchmarks" / "head_determinism.py"
 
 
-def run_script(*args: str) -> subprocess.CompletedProcess[str]:
-    command = [sys.executable, str(SCRIPT), *args]
-    # On one thread, as training's smoke runs (--threads 1): two on a shared 2-core CPU spent
-    # 10 CPU s a run of the head where one spent 1.6-3 s, for the same bits run to run.
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    return subprocess.run(command, capture_output=True, text=True, check=False, cwd=REPO, env=env)
+@pytest.fixture
+def one_torch_thread() -> Iterator[None]:
+    """On one thread, as training's smoke runs (--threads 1): two on a shared 2-core CPU spent
+    10 CPU s a run of the head where one spent 1.6-3 s, for the same bits run to run."""
+    previous = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(previous)
 
 
 def math_row(table: str) -> list[str]:
@@ -30,11 +31,19 @@ def math_row(table: str) -> list[str]:
     return [cell.strip() for cell in row.strip("|").split("|")]
 
 
-@pytest.mark.slow  # trains the tiny head twice after reading the corpus: 7-10 s
-def test_two_runs_of_the_tiny_head_agree_bit_for_bit_and_the_table_says_so() -> None:
-    done = run_script("--steps", "2")
-    assert done.returncode == 0, done.stderr[-2000:]
-    cells = math_row(done.stdout)
+@pytest.mark.slow  # reads the corpus, then trains the tiny head twice: about 7 CPU s
+@pytest.mark.usefixtures("one_torch_thread")
+def test_two_runs_of_the_tiny_head_agree_bit_for_bit_and_the_table_says_so(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # The script's main in this process: both runs it compares are its own, in one process
+    # either way, and a child would first import torch and the engine afresh (2-3 CPU s).
+    script = importlib.import_module("head_determinism")
+    monkeypatch.setattr(sys, "argv", ["head_determinism.py", "--steps", "2"])
+    code = script.main()
+    out = capsys.readouterr().out
+    assert code == 0, out
+    cells = math_row(out)
     assert cells[1] == cells[2] and cells[3] == "0.00e+00" and cells[4] == cells[5]
     assert cells[6] == "yes"
 

@@ -10,6 +10,7 @@ import pytest
 from perfgate.commands.run import SUITES
 
 from .conftest import HERE_PROFILE, TINY_SCENARIO, run_perfgate, write_config
+from .short_scenario import SHORT_SCENARIO
 
 pytestmark = pytest.mark.slow
 
@@ -17,7 +18,8 @@ pytestmark = pytest.mark.slow
 def test_suites_run_under_pytest_with_benchmark_json(
     pytester: pytest.Pytester, tmp_path: Path
 ) -> None:
-    config = write_config(tmp_path, TINY_SCENARIO.replace("repeats = 3", "repeats = 2"))
+    # Two repeats: two timings in each server's benchmark data.
+    config = write_config(tmp_path, SHORT_SCENARIO.replace("repeats = 1", "repeats = 2"))
     bench = tmp_path / "bench.json"
     result = pytester.runpytest_subprocess(
         str(SUITES),
@@ -45,7 +47,7 @@ def test_both_servers_are_timed_whatever_order_pytest_collects_the_tests_in(
     """Some pytest releases group a session-scoped parameter's tests so that the verdicts
     come between the two measurements; the suites put them back. The servers start in the
     plan's order (speculative, then plain) even where pytest asks for the plain one first."""
-    config = write_config(tmp_path, TINY_SCENARIO.replace("repeats = 3", "repeats = 2"))
+    config = write_config(tmp_path, SHORT_SCENARIO)
     pytester.makepyfile(
         reorder="""
 import pytest

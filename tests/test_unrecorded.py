@@ -17,6 +17,7 @@ from perfgate.store.models import RunRow
 from .conftest import TINY_SCENARIO, run_perfgate_while, write_config
 from .in_process import perfgate_main
 from .lockdown import immutable, require_unshare, with_mounts
+from .short_scenario import SHORT_SCENARIO
 
 LONG_NAME = "s" * 201
 
@@ -117,11 +118,13 @@ def _import_twice(folder: Path, kept: Path) -> None:
 
 @pytest.mark.slow
 def test_a_run_whose_record_fails_is_kept_and_imported_once(tmp_path: Path) -> None:
-    write_config(tmp_path)
+    write_config(tmp_path, SHORT_SCENARIO)
     url = f"sqlite:///{tmp_path / 'history.db'}"
     close_history(open_history(url))
+    # Made immutable while the first server measures: the plain twin's start still lies
+    # between that and the record, however short the repeats.
     code, text = _make_immutable_while_measuring(
-        tmp_path, ["run", "--no-gate"], "tiny plain: repeat 1 of"
+        tmp_path, ["run", "--no-gate"], "tiny spec: repeat 1 of"
     )
     assert code == 64, text
     assert "history.db: can be read but not written" in text
