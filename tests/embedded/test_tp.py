@@ -11,9 +11,11 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -109,39 +111,113 @@ def _scored(client: httpx.Client, ids: list[int], start: int) -> list[tuple[int,
     return pairs + [(entry[1], entry[0]) for entry in tops]
 
 
-@pytest.mark.parametrize("mode", ["spec", "plain"])
-def test_tp2_over_gloo_gives_tp1s_outputs_on_the_default_prompts(mode: str, tmp_path: Path) -> None:
+# A TP2 server of each mode serves every check that can read it: its outputs against a TP1
+# server's, its probe records (spec) and, last, its end by a signal, which no rank may outlive.
+# Each launch is two processes that import torch, so the tests share them (SIGKILL, which
+# leaves no server to read, gets one of its own).
+ENDED_BY = {"spec": signal.SIGINT, "plain": signal.SIGTERM}
+SCORED = list(b"Hello, world!")
+
+
+@dataclass(frozen=True)
+class Ending:
+    """A TP2 server's rank processes once it answered /health, and those still running
+    GONE_TIMEOUT_S after a signal ended the server."""
+
+    ranks: list[int]
+    alive: bool  # every rank was running while the server served
+    outlived: list[int]
+
+
+@dataclass(frozen=True)
+class Served:
+    """What a TP1 and a TP2 server of one mode answered, one after the other, and how the TP2
+    server ended (by ENDED_BY[mode])."""
+
+    tp1: list[list[int]]
+    tp1_scores: list[tuple[int, float]]
+    tp2: list[list[int]]
+    tp2_scores: list[tuple[int, float]]
+    info: dict[str, Any]
+    pid: int  # the TP2 server's, rank 0
+    probe_dir: Path  # its probe's records (spec)
+    probed: tuple[float, float]  # when its request of "Hello, world!" was sent and answered
+    ending: Ending
+
+
+def _serve(mode: str, folder: Path) -> Served:
     prompts = list(load_prompt_set("default"))
     flags = SPEC if mode == "spec" else ()
-    scored = list(b"Hello, world!")
-    with _server(tmp_path / "tp1.log", *flags) as (client, _):
+    with _server(folder / "tp1.log", *flags) as (client, _):
         tp1 = _outputs(client, prompts)
-        tp1_scores = _scored(client, scored, 4)
-    with _server(tmp_path / "tp2.log", "--tp-size", "2", *flags) as (client, _):
+        tp1_scores = _scored(client, SCORED, 4)
+    probe_dir = folder / "probe"
+    env = probe_env(probe_dir, "embedded", mode="spec") if mode == "spec" else None
+    with _server(folder / "tp2.log", "--tp-size", "2", *flags, env=env) as (client, process):
+        ranks = _children(process.pid)
+        alive = all(_alive(pid) for pid in ranks)
         info = client.get("/server_info").json()
         tp2 = _outputs(client, prompts)
-        tp2_scores = _scored(client, scored, 4)
-    assert info["tp_size"] == 2
-    assert all(len(output) == GREEDY["max_new_tokens"] for output in tp1)
-    assert tp2 == tp1
-    # Teacher forcing runs on every rank too: the same tokens, logprobs within rounding.
-    assert len(tp1_scores) == len(scored) - 4 + 3 * (len(scored) - 5)
-    assert [token for token, _ in tp2_scores] == [token for token, _ in tp1_scores]
-    assert [lp for _, lp in tp2_scores] == pytest.approx([lp for _, lp in tp1_scores], abs=1e-4)
-
-
-def test_every_rank_writes_probe_records_that_carry_its_rank(tmp_path: Path) -> None:
-    probe_dir = tmp_path / "probe"
-    env = probe_env(probe_dir, "embedded", mode="spec")
-    with _server(tmp_path / "server.log", "--tp-size", "2", *SPEC, env=env) as (client, process):
-        (rank1,) = _children(process.pid)
+        tp2_scores = _scored(client, SCORED, 4)
         started = time.time()
         _outputs(client, ["Hello, world!"])
         finished = time.time()
-        wait_until_complete(probe_dir, finished)
-    cycles = [r for r in read_records(probe_dir) if r.kind == "cycle"]
-    assert {(r.rank, r.pid) for r in cycles} == {(0, process.pid), (1, rank1)}
-    spread = rank_cycle_ms(cycles, started, finished)
+        if mode == "spec":
+            wait_until_complete(probe_dir, finished)
+        ending = Ending(ranks, alive, _end(process, ENDED_BY[mode], ranks))
+    return Served(
+        tp1, tp1_scores, tp2, tp2_scores, info, process.pid, probe_dir, (started, finished), ending
+    )
+
+
+def _end(process: subprocess.Popen[bytes], sig: signal.Signals, ranks: list[int]) -> list[int]:
+    """Send sig to the server alone, not its process group; return the ranks still running
+    GONE_TIMEOUT_S after it ended."""
+    os.kill(process.pid, sig)
+    process.wait(timeout=GONE_TIMEOUT_S)
+    deadline = time.monotonic() + GONE_TIMEOUT_S
+    while any(_alive(pid) for pid in ranks) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return [pid for pid in ranks if _alive(pid)]
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory: pytest.TempPathFactory) -> Callable[[str], Served]:
+    """Each mode's servers, run on the first test that asks and read by those after it."""
+    runs: dict[str, Served] = {}
+
+    def run(mode: str) -> Served:
+        if mode not in runs:
+            runs[mode] = _serve(mode, tmp_path_factory.mktemp(f"tp-{mode}"))
+        return runs[mode]
+
+    return run
+
+
+@pytest.mark.parametrize("mode", ["spec", "plain"])
+def test_tp2_over_gloo_gives_tp1s_outputs_on_the_default_prompts(
+    mode: str, served: Callable[[str], Served]
+) -> None:
+    run = served(mode)
+    assert run.info["tp_size"] == 2
+    assert all(len(output) == GREEDY["max_new_tokens"] for output in run.tp1)
+    assert run.tp2 == run.tp1
+    # Teacher forcing runs on every rank too: the same tokens, logprobs within rounding.
+    assert len(run.tp1_scores) == len(SCORED) - 4 + 3 * (len(SCORED) - 5)
+    assert [token for token, _ in run.tp2_scores] == [token for token, _ in run.tp1_scores]
+    assert [lp for _, lp in run.tp2_scores] == pytest.approx(
+        [lp for _, lp in run.tp1_scores], abs=1e-4
+    )
+
+
+def test_every_rank_writes_probe_records_that_carry_its_rank(
+    served: Callable[[str], Served],
+) -> None:
+    run = served("spec")
+    (rank1,) = run.ending.ranks
+    cycles = [r for r in read_records(run.probe_dir) if r.kind == "cycle"]
+    assert {(r.rank, r.pid) for r in cycles} == {(0, run.pid), (1, rank1)}
+    spread = rank_cycle_ms(cycles, *run.probed)
     assert set(spread) == {"rank_cycle_ms.0", "rank_cycle_ms.1", "rank_cycle_ms.spread"}
     assert spread["rank_cycle_ms.spread"] >= 0.0
 
@@ -149,17 +225,20 @@ def test_every_rank_writes_probe_records_that_carry_its_rank(tmp_path: Path) -> 
 @pytest.mark.parametrize(
     "sig", [signal.SIGKILL, signal.SIGTERM, signal.SIGINT], ids=lambda s: s.name
 )
-def test_no_rank_process_outlives_the_server(sig: signal.Signals, tmp_path: Path) -> None:
-    with _server(tmp_path / "server.log", "--tp-size", "2") as (client, process):
-        ranks = _children(process.pid)
-        assert len(ranks) == 1 and _alive(ranks[0])
-        _outputs(client, ["Hello"])
-        os.kill(process.pid, sig)  # the server alone, not its process group
-        process.wait(timeout=GONE_TIMEOUT_S)
-        deadline = time.monotonic() + GONE_TIMEOUT_S
-        while _alive(ranks[0]) and time.monotonic() < deadline:
-            time.sleep(0.05)
-        assert not _alive(ranks[0]), f"rank 1 (pid {ranks[0]}) outlived the server ({sig.name})"
+def test_no_rank_process_outlives_the_server(
+    sig: signal.Signals, served: Callable[[str], Served], tmp_path: Path
+) -> None:
+    modes = [mode for mode, ended_by in ENDED_BY.items() if ended_by == sig]
+    if modes:  # the end of that mode's shared TP2 server
+        ending = served(modes[0]).ending
+    else:
+        with _server(tmp_path / "server.log", "--tp-size", "2") as (client, process):
+            ranks = _children(process.pid)
+            alive = all(_alive(pid) for pid in ranks)
+            _outputs(client, ["Hello"])
+            ending = Ending(ranks, alive, _end(process, sig, ranks))
+    assert len(ending.ranks) == 1 and ending.alive
+    assert ending.outlived == [], f"rank 1 (pid {ending.ranks[0]}) outlived the server ({sig.name})"
 
 
 def test_a_rank_that_cannot_start_ends_the_server_with_exit_69(tmp_path: Path) -> None:

@@ -30,6 +30,12 @@ import rank_failures
 pytestmark = pytest.mark.slow
 
 LIMIT_S = 10.0
+# The harness scans /proc for the run's processes every SCAN_S (0.2 s): each scan reads every
+# process's environment, 5-10 ms of this process's CPU on a machine of 100 processes, a
+# second's worth over a run. Twice a second still finds the rank seconds before it dies (it
+# imports torch and loads its shards first) and every process group of the run (each lives
+# for seconds); the rank's death is still polled every 10 ms.
+SCAN_S = 0.5
 
 
 def _args() -> argparse.Namespace:
@@ -54,8 +60,9 @@ def _args() -> argparse.Namespace:
     ],
 )
 def test_a_rank_that_dies_ends_the_run_fast_naming_it(
-    case: str, phase: str, status: str, tmp_path: Path
+    case: str, phase: str, status: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    monkeypatch.setattr(rank_failures, "SCAN_S", SCAN_S)
     chosen = rank_failures.parse_case(case)
     outcome = rank_failures.run_case(chosen, 1, _args(), tmp_path)
     (output,) = tmp_path.glob("*/output.txt")

@@ -3,20 +3,21 @@
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
 
 import pytest
 
 from perfgate.profile.trace import CPU_OPS, load_trace
 
-from ..conftest import REPO
 from ..in_process import perfgate_main
+from ..shortened_default import shortened_default
 
 
 @pytest.fixture
 def project(tmp_path: Path) -> Path:
-    shutil.copy(REPO / "perfgate.toml", tmp_path / "perfgate.toml")
+    """The repository's perfgate.toml, the default scenario's requests cut from 64 new tokens
+    to 16: 2 profiled cycles and the same 2 of each unprofiled repeat need no more."""
+    shortened_default(tmp_path, max_new_tokens=16)
     return tmp_path
 
 

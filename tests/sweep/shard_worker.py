@@ -2,6 +2,8 @@
 
     python tests/sweep/shard_worker.py sweep --shard 2/3 ...
 
+(`stand_in_init` puts the stand-in in the test's own process, for a sweep run there.)
+
 Everything but the servers is the real command: the grid, the shard's share, the history it
 records to, the output. The stand-in's tok/s follow `curve` (steps and NCCL_PROTO); with
 $HANG_AT set to a label (`steps=4 NCCL_PROTO=LL`), its speculative server writes
@@ -13,6 +15,7 @@ from __future__ import annotations
 import os
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -45,16 +48,17 @@ def servers(scenario: Scenario, mode: str, folder: Path, **_: Any) -> ModeResult
     return replace(result, samples={**result.samples, "output_tok_s": repeats})
 
 
-def _with_stand_in() -> None:
+def stand_in_init() -> Callable[..., None]:
+    """SweepRunner.__init__ with `servers` as its measure: the stand-in, in this process."""
     original = SweepRunner.__init__
 
     def init(self: SweepRunner, *args: Any, **kwargs: Any) -> None:
         kwargs.setdefault("measure", servers)
         original(self, *args, **kwargs)
 
-    SweepRunner.__init__ = init  # type: ignore[method-assign]
+    return init
 
 
 if __name__ == "__main__":
-    _with_stand_in()
+    SweepRunner.__init__ = stand_in_init()  # type: ignore[method-assign]
     sys.exit(main(sys.argv[1:]))

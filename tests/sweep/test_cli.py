@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import re
-import shutil
 from pathlib import Path
 
 import pytest
@@ -13,15 +12,17 @@ from perfgate.config import load_config
 from perfgate.results import RunRecord
 from perfgate.store import close_history, list_runs, open_history
 
-from ..conftest import REPO, TINY_SCENARIO, write_config
+from ..conftest import TINY_SCENARIO, write_config
 from ..in_process import perfgate_main
+from ..shortened_default import shortened_default
 
 
 @pytest.fixture
 def repo_config(tmp_path: Path) -> Path:
-    """The repository's perfgate.toml, in a folder of its own (its runs and logs land there)."""
-    shutil.copy(REPO / "perfgate.toml", tmp_path / "perfgate.toml")
-    return tmp_path / "perfgate.toml"
+    """The repository's perfgate.toml, in a folder of its own (its runs and logs land there),
+    the default scenario's requests cut from 64 new tokens to 16: a few decode cycles a point
+    give its accept length and verify share, each token more costs the sweep's three servers."""
+    return shortened_default(tmp_path, max_new_tokens=16)
 
 
 def runs_in(db: Path) -> list[RunRecord]:

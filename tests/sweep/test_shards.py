@@ -23,6 +23,7 @@ from perfgate.errors import ConfigError, ExitCode
 from perfgate.store import close_history, list_runs, open_history
 from perfgate.sweep.collected import render_collected
 from perfgate.sweep.grid import SweepSpec
+from perfgate.sweep.run import SweepRunner
 from perfgate.sweep.shards import (
     SWEEP_RUN,
     Shard,
@@ -40,10 +41,12 @@ from ..store.postgres import (
     PostgresServer,
     fresh_database,
 )
+from .shard_worker import stand_in_init
 
 WORKER = Path(__file__).resolve().parent / "shard_worker.py"
 SPEC = SweepSpec("s", "tiny", steps=(1, 2, 3, 4, 5, 6), env={"NCCL_PROTO": ("LL", "Simple")})
 GRID = ["--scenario", "tiny", "--name", "steps", "--steps", "1-6", "--env", "NCCL_PROTO=LL,Simple"]
+UNSET = ("PERFGATE_", "GITHUB_")  # the shards' environment: neither a history nor a CI run
 
 
 def test_the_shards_share_the_grid_round_robin_and_stably() -> None:
@@ -65,17 +68,32 @@ def test_a_bad_shard_is_refused(text: str) -> None:
     assert parse_shard(" 2/ 3") == Shard(2, 3)
 
 
+def _argv(project: Path, url: str, *flags: str) -> list[str]:
+    return ["sweep", "--config", str(project / "perfgate.toml"), "--db", url, *GRID, *flags]
+
+
 def _start(project: Path, url: str, *flags: str, env: dict[str, str] | None = None):  # type: ignore[no-untyped-def]
-    environ = {k: v for k, v in os.environ.items() if not k.startswith(("PERFGATE_", "GITHUB_"))}
-    argv = ["sweep", "--config", str(project / "perfgate.toml"), "--db", url, *GRID, *flags]
+    environ = {k: v for k, v in os.environ.items() if not k.startswith(UNSET)}
     with (project / f"out-{time.monotonic_ns()}.txt").open("wb") as output:
         return subprocess.Popen(
-            [sys.executable, str(WORKER), *argv],
+            [sys.executable, str(WORKER), *_argv(project, url, *flags)],
             cwd=project,
             env={**environ, **(env or {})},
             stdout=output,
             stderr=subprocess.STDOUT,
         )
+
+
+def _sweep_here(project: Path, url: str, *flags: str) -> None:
+    """The sweep `_start` runs, run in this process to its end (exit 0), the stand-in as its
+    servers: for the sweeps no test kills, a process would only add a start of Python and
+    perfgate's imports."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(SweepRunner, "__init__", stand_in_init())
+        for name in [name for name in os.environ if name.startswith(UNSET)]:
+            patch.delenv(name)
+        done = perfgate_main(*_argv(project, url, *flags), cwd=project)
+    assert done.returncode == 0, done.stdout + done.stderr
 
 
 def _collect(project: Path, url: str, batch: str) -> tuple[int, dict, str]:  # type: ignore[type-arg]
@@ -98,13 +116,13 @@ def test_shards_against_one_postgresql_history_collect_to_the_unsharded_sweep(
     write_config(tmp_path)
     marker = tmp_path / "hanging"
     with fresh_database(postgres_server) as url:
-        whole = _start(tmp_path, url, "--batch", "whole")
         hang = {"HANG_AT": "steps=3 NCCL_PROTO=Simple", "HANG_MARKER": str(marker)}
         shards = [
             _start(tmp_path, url, "--shard", f"{i}/3", "--batch", "b1", env=hang if i == 3 else None)
             for i in (1, 2, 3)
         ]  # fmt: skip
-        assert [p.wait(timeout=HANG_S) for p in (whole, *shards[:2])] == [0, 0, 0]
+        _sweep_here(tmp_path, url, "--batch", "whole")  # while the shards record to the history
+        assert [p.wait(timeout=HANG_S) for p in shards[:2]] == [0, 0]
         deadline = time.monotonic() + 60
         while not marker.exists():
             assert shards[2].poll() is None and time.monotonic() < deadline
@@ -127,7 +145,7 @@ def test_shards_against_one_postgresql_history_collect_to_the_unsharded_sweep(
         assert len(killed) == 2 and all(r.measurement.spec.samples["output_tok_s"] for r in killed)
 
         # Shard 3 again fills the batch: the same points and best as the unsharded sweep.
-        assert _start(tmp_path, url, "--shard", "3/3", "--batch", "b1").wait(timeout=HANG_S) == 0
+        _sweep_here(tmp_path, url, "--shard", "3/3", "--batch", "b1")
         code, sharded, text = _collect(tmp_path, url, "b1")
         assert code == ExitCode.PASS, text
         code, unsharded, _ = _collect(tmp_path, url, "whole")
