@@ -100,22 +100,19 @@ def test_the_newest_young_enough_original_is_reused(tmp_path: Path) -> None:
 
 
 def _reusing_scenario() -> str:
-    """The tiny scenario with plain_max_age_h, measured as briefly as a run allows: one
-    prompt of 8 tokens, one timed repeat, no warm-up. The test reads where the plain figures
-    came from, never the figures; each run is still a server pair (the spec server, then the
-    plain twin unless it is reused). It fails loudly if the tiny scenario moves."""
-    from .conftest import TINY_SCENARIO
+    """SHORT_SCENARIO (one timed repeat, no warm-up) with plain_max_age_h and one prompt of 8
+    tokens: the test reads where the plain figures came from, never the figures; each run is
+    still a server pair (the spec server, then the plain twin unless it is reused)."""
+    from .short_scenario import SHORT_SCENARIO
 
-    text = TINY_SCENARIO
-    for old, new in (
-        ("startup_timeout_s = 60", "startup_timeout_s = 60\nplain_max_age_h = 24"),
-        (', "Create a new instance of"]', "]"),
-        ("max_new_tokens = 24", "max_new_tokens = 8"),
-        ("repeats = 3", "repeats = 1"),
-        ("warmup = 1", "warmup = 0"),
-    ):
-        assert old in text, f"tests/conftest.py's TINY_SCENARIO no longer has {old!r}"
-        text = text.replace(old, new)
+    text = SHORT_SCENARIO.replace(
+        "startup_timeout_s = 60", "startup_timeout_s = 60\nplain_max_age_h = 24"
+    )
+    text = text.replace(', "Create a new instance of"]', "]").replace(
+        "max_new_tokens = 24", "max_new_tokens = 8"
+    )
+    assert "plain_max_age_h = 24" in text and "max_new_tokens = 8" in text
+    assert "Create a new instance of" not in text
     return text
 
 
