@@ -11,7 +11,10 @@ from collections.abc import Iterator
 import pytest
 import torch
 
+from perfgate.engines.embedded import train
+
 from .conftest import REPO
+from .training_corpus import shared_corpus
 
 sys.path.insert(0, str(REPO / "benchmarks"))
 
@@ -31,14 +34,20 @@ def math_row(table: str) -> list[str]:
     return [cell.strip() for cell in row.strip("|").split("|")]
 
 
-@pytest.mark.slow  # reads the corpus, then trains the tiny head twice: about 7 CPU s
+@pytest.mark.slow  # trains the tiny head twice: about 5 CPU s (with the corpus, if first: 7)
 @pytest.mark.usefixtures("one_torch_thread")
 def test_two_runs_of_the_tiny_head_agree_bit_for_bit_and_the_table_says_so(
-    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    request: pytest.FixtureRequest,
+    tmp_path_factory: pytest.TempPathFactory,
 ) -> None:
     # The script's main in this process: both runs it compares are its own, in one process
     # either way, and a child would first import torch and the engine afresh (2-3 CPU s).
     script = importlib.import_module("head_determinism")
+    # The session's corpus, not a build of its own (2-4 CPU s): both runs read the same one.
+    corpus = shared_corpus(request.config, tmp_path_factory)
+    monkeypatch.setattr(train, "load_corpus", lambda: corpus)
     monkeypatch.setattr(sys, "argv", ["head_determinism.py", "--steps", "2"])
     code = script.main()
     out = capsys.readouterr().out

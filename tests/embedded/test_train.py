@@ -20,19 +20,14 @@ import torch
 
 from perfgate.cli import main as cli_main
 from perfgate.engines.embedded import train
-from perfgate.engines.embedded.corpus import (
-    EVAL_BUCKET,
-    Corpus,
-    iter_docstrings,
-    load_corpus,
-    stdlib_root,
-)
+from perfgate.engines.embedded.corpus import EVAL_BUCKET, Corpus, load_corpus, stdlib_root
 from perfgate.engines.embedded.loading import MODELS_DIR, load_draft, load_target
 from perfgate.engines.embedded.losses import draft_loss, unroll_mask
 from perfgate.engines.embedded.model import Eagle3Draft, Transformer
 from perfgate.progress import Reporter
 
 from ..conftest import FakeStream
+from ..training_corpus import shared_corpus
 from .common import CPU
 
 CHECK_STEPS = 20
@@ -49,8 +44,13 @@ def record() -> dict[str, Any]:
 
 
 @pytest.fixture(scope="module")
-def bound(record: dict[str, Any]) -> float:
-    corpus = load_corpus()
+def corpus(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Corpus:
+    """The session's corpus: built once, whichever worker needs it first."""
+    return shared_corpus(request.config, tmp_path_factory)
+
+
+@pytest.fixture(scope="module")
+def bound(record: dict[str, Any], corpus: Corpus) -> float:
     if len(corpus.text) < train.MIN_CORPUS_BYTES:
         pytest.fail(f"{stdlib_root()}: this Python's standard library ships no sources to train on")
     return SAME_CORPUS_BOUND if corpus.digest == record["corpus_sha256"] else OTHER_CORPUS_BOUND
@@ -65,32 +65,33 @@ def test_the_record_pins_what_the_weights_were_trained_on(record: dict[str, Any]
 
 
 @pytest.mark.slow  # reruns training steps or the whole recipe at a small scale
-def test_the_corpus_is_built_deterministically(record: dict[str, Any]) -> None:
-    corpus = load_corpus()
-    again = Corpus(corpus.python_version, tuple(d.encode() for d in iter_docstrings(stdlib_root())))
-    assert again.digest == corpus.digest
+def test_the_corpus_is_built_deterministically(record: dict[str, Any], corpus: Corpus) -> None:
+    again = load_corpus.__wrapped__()  # a build of its own, not the session's (cached) one
+    assert again is not corpus and again.digest == corpus.digest
     if corpus.python_version == record["python_version"]:
         assert corpus.digest == record["corpus_sha256"]
     assert len(corpus.text) > train.MIN_CORPUS_BYTES and len(corpus.split(EVAL_BUCKET)) > 10_000
 
 
 @pytest.mark.slow  # reruns training steps or the whole recipe at a small scale
-def test_pretraining_reproduces_its_first_losses(record: dict[str, Any], bound: float) -> None:
+def test_pretraining_reproduces_its_first_losses(
+    record: dict[str, Any], bound: float, corpus: Corpus
+) -> None:
     model = train.build_target()
     spec = train.phase("pretrain")
-    losses = train.run_target_phase(model, spec, train.sources_of(load_corpus(), spec), CHECK_STEPS)
+    losses = train.run_target_phase(model, spec, train.sources_of(corpus, spec), CHECK_STEPS)
     expected = record["losses"]["pretrain"][str(CHECK_STEPS)]
     assert train.checkpoints(losses)[str(CHECK_STEPS)] == pytest.approx(expected, rel=bound)
 
 
 @pytest.mark.slow  # reruns training steps or the whole recipe at a small scale
 def test_draft_distillation_reproduces_its_first_losses(
-    record: dict[str, Any], bound: float
+    record: dict[str, Any], bound: float, corpus: Corpus
 ) -> None:
     frozen = load_target(train.NAME_PREFIX + train.TARGET_NAME, CPU, torch.float32)
     head = train.build_draft(frozen)
     spec = train.phase("draft")
-    sources = train.sources_of(load_corpus(), spec)
+    sources = train.sources_of(corpus, spec)
     losses = train.run_draft_phase(head, frozen, spec, sources, CHECK_STEPS)
     expected = record["losses"]["draft"][str(CHECK_STEPS)]
     assert train.checkpoints(losses)[str(CHECK_STEPS)] == pytest.approx(expected, rel=bound)
@@ -98,9 +99,13 @@ def test_draft_distillation_reproduces_its_first_losses(
 
 @pytest.mark.slow  # reruns training steps or the whole recipe at a small scale
 def test_the_shipped_weights_score_what_training_recorded(
-    record: dict[str, Any], bound: float, target: Transformer, eagle_head: Eagle3Draft
+    record: dict[str, Any],
+    bound: float,
+    corpus: Corpus,
+    target: Transformer,
+    eagle_head: Eagle3Draft,
 ) -> None:
-    data = train.as_tokens(load_corpus().split(EVAL_BUCKET))
+    data = train.as_tokens(corpus.split(EVAL_BUCKET))
     scores = train.evaluate(target, eagle_head, data, train.phase("draft").unroll)
     assert scores["target_loss"] == pytest.approx(record["eval"]["target_loss"], rel=bound)
     assert scores["draft_agreement"] == pytest.approx(record["eval"]["draft_agreement"], rel=bound)
@@ -194,8 +199,12 @@ def test_a_terminal_gets_a_bar_of_the_steps() -> None:
 
 @pytest.mark.slow  # reruns training steps or the whole recipe at a small scale
 def test_the_command_trains_and_writes_loadable_models(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    corpus: Corpus,
 ) -> None:
+    monkeypatch.setattr(train, "load_corpus", lambda: corpus)  # the session's, not a rebuild
     flags = ["--out", str(tmp_path), "--scale", "0.001", "--skip-quality"]
     assert cli_main(["embedded", "train", *flags]) == 0
     out, err = capsys.readouterr()

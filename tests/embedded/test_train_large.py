@@ -20,7 +20,7 @@ from safetensors import safe_open
 
 from perfgate.cli import main as cli_main
 from perfgate.engines.embedded import train
-from perfgate.engines.embedded.corpus import load_corpus
+from perfgate.engines.embedded.corpus import Corpus
 from perfgate.engines.embedded.loading import load_draft, load_target
 from perfgate.engines.embedded.recipes import LARGE, recipe_cache_dir, recipe_key
 from perfgate.engines.launch import free_port
@@ -28,6 +28,7 @@ from perfgate.errors import ConfigError
 from perfgate.progress import SILENT
 
 from ..hang import HANG_S
+from ..training_corpus import shared_corpus
 from .common import CPU, DRAFT, SERVER_MODULE, TARGET, server_env, serving
 
 SCALE = 0.005  # 3, 2 and 3 steps
@@ -62,19 +63,25 @@ SMALL_DRAFT = {
 CONFIGS = (json.dumps(SMALL_TARGET).encode(), json.dumps(SMALL_DRAFT).encode())
 
 
-def _train_small(out: Path, quality: bool = False) -> dict[str, Any]:
-    return train.train_into(
-        out, load_corpus(), LARGE, PHASES, CPU, quality, "test", CONFIGS, SILENT
-    )
+def _train_small(out: Path, corpus: Corpus, quality: bool = False) -> dict[str, Any]:
+    return train.train_into(out, corpus, LARGE, PHASES, CPU, quality, "test", CONFIGS, SILENT)
 
 
 @pytest.fixture(scope="module")
-def trained(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, Any]]:
+def corpus(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Corpus:
+    """The session's corpus: built once, whichever worker needs it first."""
+    return shared_corpus(request.config, tmp_path_factory)
+
+
+@pytest.fixture(scope="module")
+def trained(
+    tmp_path_factory: pytest.TempPathFactory, corpus: Corpus
+) -> tuple[Path, dict[str, Any]]:
     """The shrunk large recipe, trained into a model cache of its own."""
     root = tmp_path_factory.mktemp("models")
     cache = recipe_cache_dir("large", CONFIGS, PHASES, {"PERFGATE_MODEL_CACHE": str(root)})
     with train.staged(cache) as work:
-        record = _train_small(work, quality=True)
+        record = _train_small(work, corpus, quality=True)
     return cache, record
 
 
@@ -133,12 +140,12 @@ def test_the_cached_models_load_and_serve(
 
 @pytest.mark.slow  # trains the shrunk large recipe a second time
 def test_the_same_recipe_gives_the_same_loss_curve_on_the_cpu(
-    trained: tuple[Path, dict[str, Any]], tmp_path: Path
+    trained: tuple[Path, dict[str, Any]], tmp_path: Path, corpus: Corpus
 ) -> None:
     """The module's training again, in another folder and without its quality measurement:
     the same curves, scores and weights, byte for byte."""
     cache, first = trained
-    second = _train_small(tmp_path)
+    second = _train_small(tmp_path, corpus)
     assert first["loss_curves"] == second["loss_curves"]
     assert first["eval"] == second["eval"]
     for name in (LARGE.target, LARGE.draft):

