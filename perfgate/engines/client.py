@@ -6,6 +6,8 @@ name it has had (perfgate.sglang.facts.FACTS, newest first), so one client reads
 
 from __future__ import annotations
 
+import functools
+import ssl
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -69,6 +71,14 @@ class Completion:
         )
 
 
+@functools.cache
+def tls_context() -> ssl.SSLContext:
+    """httpx's default TLS context (`verify=True`), made once per process: each httpx.Client
+    would make its own, loading the CA bundle again (about 50 ms of CPU), twice for every
+    server launched (its health poll, then its client)."""
+    return httpx.create_ssl_context()
+
+
 class RequestRefused(InfrastructureError):
     """The server answered a request with HTTP 4xx: it does not support what was asked."""
 
@@ -83,7 +93,9 @@ class EngineClient:
         transport: httpx.BaseTransport | None = None,
     ) -> None:
         self.base_url = base_url
-        self._http = httpx.Client(base_url=base_url, timeout=timeout_s, transport=transport)
+        self._http = httpx.Client(
+            base_url=base_url, timeout=timeout_s, transport=transport, verify=tls_context()
+        )
 
     def close(self) -> None:
         self._http.close()

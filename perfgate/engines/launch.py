@@ -21,7 +21,7 @@ import httpx
 from perfgate.config import Scenario
 from perfgate.devices import Gpu
 from perfgate.engines import processes, supervise
-from perfgate.engines.client import RequestRefused
+from perfgate.engines.client import RequestRefused, tls_context
 from perfgate.engines.gpu_memory import GpuWatch
 from perfgate.engines.listener import foreign_listeners
 from perfgate.engines.server_commands import Mode, ServerCommand, server_command
@@ -413,7 +413,7 @@ def check_listener(server: Server) -> None:
 def _wait_healthy(server: Server, timeout_s: float, step: Step) -> None:
     deadline = time.monotonic() + timeout_s
     url = server.base_url + "/health"
-    with httpx.Client(timeout=2.0) as client:
+    with httpx.Client(timeout=2.0, verify=tls_context()) as client:
         while True:
             code = server.exit_code()
             if code is not None:
