@@ -25,6 +25,12 @@ pytestmark = pytest.mark.slow
 # The run's first server (the speculative one, measured before its plain twin) is enough:
 # waiting for the twin would pay for a whole measurement and another TP2 launch first.
 SERVING_LINE = "tiny spec: repeat 1 of"
+# No warm-up: it is one more generation before the line, and nothing here reads a figure. The
+# three repeats stay: they keep the server measuring while the test finds its ranks and signals.
+SCENARIO = TINY_SCENARIO.replace("warmup = 1", "warmup = 0").replace(
+    'device = "cpu"', 'device = "cpu"\ntp = 2'
+)
+assert "warmup = 0" in SCENARIO and "tp = 2" in SCENARIO
 RANK_MODULE = b"perfgate.engines.embedded.rank\0"  # /proc/PID/cmdline: NUL-separated
 
 
@@ -39,7 +45,7 @@ def _is_rank(pid: int) -> bool:
     "sig", [signal.SIGKILL, signal.SIGTERM, signal.SIGINT], ids=lambda s: s.name
 )
 def test_ending_perfgate_run_ends_every_rank(tmp_path: Path, sig: signal.Signals) -> None:
-    write_config(tmp_path, TINY_SCENARIO.replace('device = "cpu"', 'device = "cpu"\ntp = 2'))
+    write_config(tmp_path, SCENARIO)
     process, output = start_perfgate_run(tmp_path)
     started: list[int] = []
     try:
