@@ -5,6 +5,9 @@ tests to make cheaper: a test that waits on a process costs little, one that com
 much whatever its duration. Each test's figure is its process's CPU (user and system) over
 setup, call and teardown, plus that of every child process it waited for (servers, compilers,
 scripts), read from getrusage. Works under ``-n`` (each worker measures its own tests).
+A process no parent waited for is not counted: where a test ends a `perfgate run` by a signal
+that leaves its servers to another parent, the figure is a fraction of the cost
+(tests/embedded/test_tp_run.py's SIGTERM and SIGKILL cases: about 1.5 of 6 CPU s).
 
     .venv/bin/python -m pytest -n 3 --dist loadfile --no-loadscope-reorder --cpu-costs 30
 """
