@@ -4,10 +4,12 @@ probe switch it measures: a server launched without the probe."""
 from __future__ import annotations
 
 import gzip
+import importlib
 import json
 import os
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -29,6 +31,16 @@ FILES = [
     "sweep.json",
     "sweep.md",
 ]
+
+
+def _benchmark_main(module: str) -> Callable[[list[str]], int]:
+    """A script of benchmarks/ to run in this process: its main, imported from there."""
+    sys.path.insert(0, str(REPO / "benchmarks"))
+    try:
+        main: Callable[[list[str]], int] = importlib.import_module(module).main
+    finally:
+        sys.path.remove(str(REPO / "benchmarks"))
+    return main
 
 
 @pytest.mark.slow
@@ -101,11 +113,7 @@ def test_the_probe_s_cost_between_fresh_launches(
     # process of its own only imported perfgate again. One repeat a launch: each pair's two
     # launches are what the table is made of.
     config = write_config(tmp_path)
-    sys.path.insert(0, str(REPO / "benchmarks"))
-    try:
-        from probe_overhead import main
-    finally:
-        sys.path.remove(str(REPO / "benchmarks"))
+    main = _benchmark_main("probe_overhead")
     code = main(["--config", str(config), "--scenario", "tiny", "--how", "launches",
                  "--pairs", "2", "--repeats", "1", "--out", str(tmp_path / "out")])  # fmt: skip
     assert code == 0, capsys.readouterr().err
@@ -131,11 +139,7 @@ def test_switching_the_probe_in_process_needs_the_embedded_engine(tmp_path: Path
 
 
 def test_a_record_names_paths_portably_longest_first(tmp_path: Path) -> None:
-    sys.path.insert(0, str(REPO / "benchmarks"))
-    try:
-        from portable_paths import main
-    finally:
-        sys.path.remove(str(REPO / "benchmarks"))
+    main = _benchmark_main("portable_paths")
     record = tmp_path / "out" / "r.json"
     record.parent.mkdir()
     record.write_text(f"{tmp_path}/out/probe {tmp_path}/x {REPO}/perfgate {sys.executable} -m")

@@ -11,6 +11,7 @@ from collections.abc import Callable, Iterator
 import pytest
 import torch
 
+from perfgate.engines.embedded.corpus import Corpus
 from perfgate.engines.embedded.drafters import Drafter, Eagle3Drafter, StandaloneDrafter
 from perfgate.engines.embedded.graphs import GraphRunner
 from perfgate.engines.embedded.loading import load_draft, load_target
@@ -18,6 +19,7 @@ from perfgate.engines.embedded.model import Eagle3Draft, Transformer
 from perfgate.engines.embedded.params import SpecParams
 from perfgate.engines.embedded.worker import EagleWorker, PlainWorker
 
+from ..training_corpus import shared_corpus
 from .common import CPU, DRAFT, TARGET, SpecWorkerFactory
 
 
@@ -28,6 +30,12 @@ def one_torch_thread() -> Iterator[None]:
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(previous)
+
+
+@pytest.fixture(scope="session")
+def corpus(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Corpus:
+    """The training corpus of the session: built once, whichever worker needs it first."""
+    return shared_corpus(request.config, tmp_path_factory)
 
 
 @pytest.fixture(scope="session")

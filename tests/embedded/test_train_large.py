@@ -28,7 +28,6 @@ from perfgate.errors import ConfigError
 from perfgate.progress import SILENT
 
 from ..hang import HANG_S
-from ..training_corpus import shared_corpus
 from .common import CPU, DRAFT, SERVER_MODULE, TARGET, server_env, serving
 
 SCALE = 0.005  # 3, 2 and 3 steps
@@ -65,12 +64,6 @@ CONFIGS = (json.dumps(SMALL_TARGET).encode(), json.dumps(SMALL_DRAFT).encode())
 
 def _train_small(out: Path, corpus: Corpus, quality: bool = False) -> dict[str, Any]:
     return train.train_into(out, corpus, LARGE, PHASES, CPU, quality, "test", CONFIGS, SILENT)
-
-
-@pytest.fixture(scope="module")
-def corpus(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Corpus:
-    """The session's corpus: built once, whichever worker needs it first."""
-    return shared_corpus(request.config, tmp_path_factory)
 
 
 @pytest.fixture(scope="module")

@@ -6,27 +6,15 @@ from __future__ import annotations
 
 import importlib
 import sys
-from collections.abc import Iterator
 
 import pytest
-import torch
 
 from perfgate.engines.embedded import train
+from perfgate.engines.embedded.corpus import Corpus
 
-from .conftest import REPO
-from .training_corpus import shared_corpus
+from ..conftest import REPO
 
 sys.path.insert(0, str(REPO / "benchmarks"))
-
-
-@pytest.fixture
-def one_torch_thread() -> Iterator[None]:
-    """On one thread, as training's smoke runs (--threads 1): two on a shared 2-core CPU spent
-    10 CPU s a run of the head where one spent 1.6-3 s, for the same bits run to run."""
-    previous = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(previous)
 
 
 def math_row(table: str) -> list[str]:
@@ -35,18 +23,13 @@ def math_row(table: str) -> list[str]:
 
 
 @pytest.mark.slow  # trains the tiny head twice: about 5 CPU s (with the corpus, if first: 7)
-@pytest.mark.usefixtures("one_torch_thread")
 def test_two_runs_of_the_tiny_head_agree_bit_for_bit_and_the_table_says_so(
-    monkeypatch: pytest.MonkeyPatch,
-    capsys: pytest.CaptureFixture[str],
-    request: pytest.FixtureRequest,
-    tmp_path_factory: pytest.TempPathFactory,
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], corpus: Corpus
 ) -> None:
     # The script's main in this process: both runs it compares are its own, in one process
     # either way, and a child would first import torch and the engine afresh (2-3 CPU s).
     script = importlib.import_module("head_determinism")
     # The session's corpus, not a build of its own (2-4 CPU s): both runs read the same one.
-    corpus = shared_corpus(request.config, tmp_path_factory)
     monkeypatch.setattr(train, "load_corpus", lambda: corpus)
     monkeypatch.setattr(sys, "argv", ["head_determinism.py", "--steps", "2"])
     code = script.main()
