@@ -22,7 +22,9 @@ import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import Any
 
+from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
 
 from perfgate.baselines import Baseline
@@ -44,6 +46,7 @@ from perfgate.progress import SILENT, Reporter
 from perfgate.reference import history_baseline
 from perfgate.results import Measurement, RunContext, RunRecord
 from perfgate.store import RunFilter, history, list_runs
+from perfgate.store.bisect_steps import BisectStep, record_bisect_step
 
 # The package a commit must hold under one of its source folders for its servers to run its
 # code (not the installed one), per engine.
@@ -98,10 +101,10 @@ class BisectRunner:
         with history(self.history_url) as sessions, Worktrees(spec.repo) as trees:
             self._sessions, self._trees = sessions, trees
             self._earlier = self._earlier_runs(sessions)
-            good = self._good_end()
+            good = self._step(self._good_end())
             self.say(good_line(good))
             size = len(spec.commits) - 1
-            bad = self._judged(size, spec.scenario.gated)
+            bad = self._step(self._judged(size, spec.scenario.gated))
             self.say(bad_line(bad))
             result = BisectResult(spec.id, spec.scenario.name, spec.name, spec.commits, good, bad)
             if result.refused:
@@ -110,7 +113,7 @@ class BisectRunner:
             steps: list[CommitRuns] = []
             known: dict[int, Likeness] = {}
             while (position := locate(size, known)).next is not None:
-                runs = self._judged(position.next, metrics, bad.verdicts)
+                runs = self._step(self._judged(position.next, metrics, bad.verdicts))
                 known[runs.index] = runs.likeness or Likeness.FAILED
                 steps.append(runs)
                 self.say(step_line(runs, len(steps), size, position))
@@ -227,15 +230,7 @@ class BisectRunner:
         servers = self._servers[commit.sha]
         folder = self.workdir / commit.sha[:12] / f"run-{number}"
         measurement = servers.measure(scenario, folder)
-        tag = {
-            "id": self.spec.id,
-            "scenario": base.name,
-            "good": self.spec.commits[0].sha,
-            "bad": self.spec.commits[-1].sha,
-            "index": self.spec.commits.index(commit),
-            "commits": len(self.spec.commits) - 1,
-            "sources": list(self.spec.sources),
-        }
+        tag = {**self._tag(), "index": self.spec.commits.index(commit)}
         config = {**measurement.config, "python": base.python, BISECT_KEY: tag}
         return replace(measurement, config=config)
 
@@ -265,6 +260,42 @@ class BisectRunner:
         root = self.config_file.parent if self.config_file else Path.cwd()
         (recorded,) = record_runs(self._sessions, [record], root, f"bisect-{self.spec.id}")
         return recorded
+
+    def _tag(self) -> dict[str, Any]:
+        """The bisect's entry in its runs' config and its steps, less a commit's place."""
+        return {
+            "id": self.spec.id,
+            "scenario": self.spec.scenario.name,
+            "good": self.spec.commits[0].sha,
+            "bad": self.spec.commits[-1].sha,
+            "commits": len(self.spec.commits) - 1,
+            "sources": list(self.spec.sources),
+        }
+
+    def _step(self, runs: CommitRuns) -> CommitRuns:
+        """Record how a commit was judged and the runs it read (perfgate.store.bisect_steps):
+        the runs reused from the history are this bisect's only trace at that commit. A step
+        that cannot be recorded is said and skipped: its runs are in the history all the same,
+        and the next bisect of the range judges it again."""
+        assert self._sessions is not None
+        likeness = "good end" if runs.index == 0 else (runs.likeness or Likeness.FAILED).value
+        step = BisectStep(
+            self.spec.id,
+            self.spec.name,
+            self.profile,
+            runs.index,
+            runs.commit.sha,
+            likeness,
+            tuple(runs.run_ids),
+            self._tag(),
+        )
+        try:
+            with self._sessions.begin() as session:
+                record_bisect_step(session, step)
+        except SQLAlchemyError as error:
+            first = str(error).splitlines()[0]
+            self.say(f"note: {runs.commit.short}: how it was judged is not recorded ({first})")
+        return runs
 
     def _remove(self, commit: Commit) -> None:
         if self._trees is not None:

@@ -248,7 +248,12 @@ def bisects_of(columns: HistoryColumns) -> list[Bisect]:
         for run_id, facts in by_run.items():
             verdict = Verdict(metric, Status(facts.status), "", change=facts.change)
             verdicts.setdefault(run_id, []).append(verdict)
-    return find_bisects(columns.runs, tok_s.get, lambda run_id: verdicts.get(run_id, []))
+    return find_bisects(
+        columns.runs,
+        tok_s.get,
+        lambda run_id: verdicts.get(run_id, []),
+        columns.bisect_steps,
+    )
 
 
 def _sweep_payload(sweep: Sweep) -> dict[str, Any]:

@@ -18,6 +18,7 @@ from sqlalchemy import ScalarSelect, Select, Text, case, cast, func, select
 from sqlalchemy.orm import Session
 
 from perfgate.results import RunRecord
+from perfgate.store.bisect_steps import BisectStep, bisect_steps
 from perfgate.store.models import PhaseRow, RunRow, SampleRow, VerdictRow
 from perfgate.store.queries import RunFilter
 from perfgate.store.records import as_utc
@@ -79,13 +80,15 @@ class HistoryColumns:
     itself for 3 or 4 repeats, and, like it, deaf to one wild repeat), else their mean.
     `phase_ms[(mode, phase)][run_id]` is the phase's mean ms per cycle, averaged over the
     repeats (means, so that the named phases and `other` add up to the cycle).
-    `verdicts[metric][run_id]` is the metric's recorded verdict.
+    `verdicts[metric][run_id]` is the metric's recorded verdict. `bisect_steps` are the
+    bisects' judged commits under the selection's name and profile, oldest first.
     """
 
     runs: list[RunFacts]
     values: dict[tuple[str, str], dict[int, float]] = field(default_factory=dict)
     phase_ms: dict[tuple[str, str], dict[int, float]] = field(default_factory=dict)
     verdicts: dict[str, dict[int, VerdictFacts]] = field(default_factory=dict)
+    bisect_steps: list[BisectStep] = field(default_factory=list)
 
 
 def history_columns(session: Session, where: RunFilter | None = None) -> HistoryColumns:
@@ -111,6 +114,7 @@ def history_columns(session: Session, where: RunFilter | None = None) -> History
     ):
         facts = VerdictFacts(**dict(zip(_FACTS, stored, strict=True)))
         columns.verdicts.setdefault(metric, {})[run_id] = facts
+    columns.bisect_steps = bisect_steps(session, where)
     return columns
 
 

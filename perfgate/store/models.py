@@ -118,3 +118,22 @@ class VerdictRow(Base):
     tolerance: Mapped[float | None] = mapped_column(Float)
     # runs, baseline_runs, p_value, alpha, with_runs and the attribution, as JSON
     detail: Mapped[dict[str, Any] | None] = mapped_column(JSON)
+
+
+class BisectStepRow(Base):
+    """One commit as a bisect judged it: the runs it read (reused from the history or measured)
+    and its likeness. A bisect that reuses another's runs records no run of its own at that
+    commit; this row is how its report still shows the commit (perfgate.report.bisects)."""
+
+    __tablename__ = "bisect_steps"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    bisect: Mapped[str] = mapped_column(String(40), index=True)
+    name: Mapped[str] = mapped_column(String(200))  # the scenario its runs are recorded under
+    profile: Mapped[str] = mapped_column(String(200))
+    position: Mapped[int]  # the commit's place in the range: 0 the good end
+    commit: Mapped[str] = mapped_column(String(64))
+    likeness: Mapped[str] = mapped_column(String(20))  # "good end", or a Likeness value
+    run_ids: Mapped[list[int]] = mapped_column(JSON)
+    tag: Mapped[dict[str, Any]] = mapped_column(JSON)  # the bisect's entry in its runs' config
+    recorded_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))

@@ -32,11 +32,15 @@ if TYPE_CHECKING:
 MIGRATIONS = Path(__file__).resolve().parent / "migrations"
 # Every revision in migrations/versions, oldest first (tests/store/test_migrations.py reads the
 # folder with Alembic and fails where this differs): a new migration adds its revision here.
-REVISIONS = ("0001", "0002", "0003", "0004", "0005")
+REVISIONS = ("0001", "0002", "0003", "0004", "0005", "0006")
 FIRST_REVISION = REVISIONS[0]
 # The tables of the first released schema: a history created before migrations existed holds
 # exactly these, with no version table, and is adopted as FIRST_REVISION.
 FIRST_TABLES = frozenset({"runs", "samples", "phases", "outputs", "verdicts"})
+# The tables a perfgate history holds at some revision: the first schema's, and from 0006 on
+# the bisects' steps besides. A database without a recorded revision that holds other tables
+# is not a perfgate history.
+HISTORY_TABLES = (FIRST_TABLES, FIRST_TABLES | {"bisect_steps"})
 VERSION_TABLE = "alembic_version"
 # pg_advisory_xact_lock key: "perfgate" in ASCII, so other applications' keys do not collide.
 POSTGRES_LOCK_KEY = int.from_bytes(b"perfgate", "big")
@@ -90,7 +94,7 @@ class SchemaState:
         """True when the database holds tables but is not a perfgate history."""
         if self.current is not None or not self.tables:
             return False
-        return self.tables != FIRST_TABLES
+        return self.tables not in HISTORY_TABLES
 
     @property
     def is_current(self) -> bool:

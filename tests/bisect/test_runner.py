@@ -27,7 +27,7 @@ from perfgate.errors import ConfigError, ExitCode, InfrastructureError
 from perfgate.report.chart_data import bisects_of
 from perfgate.results import ModeResult, RunContext, RunRecord
 from perfgate.store import close_history, list_runs, open_history
-from perfgate.store.columns import columns_from_records
+from perfgate.store.columns import columns_from_records, history_columns
 
 from ..conftest import write_config
 from ..factories import mode_result
@@ -248,6 +248,26 @@ def test_a_narrower_bisect_reuses_the_commits_measured_before(
     assert second.id != first.id
     assert second.named is not None and second.named.sha == ids[5]
     assert len(servers.launches) == 2 * 1  # only commit 3 is new: 0, 6, 5 were measured
+
+    # The report shows the narrower bisect whole: the commits it judged from the first one's
+    # runs too, where it recorded no run of its own.
+    sessions = open_history(load_config(project).history_url)
+    try:
+        with sessions() as session:
+            reported = {b.id: b for b in bisects_of(history_columns(session))}
+    finally:
+        close_history(sessions)
+    narrower = reported[second.id]
+    judged = sorted((second.good, second.bad, *second.steps), key=lambda c: c.index)
+    assert [(c.index, c.commit, set(c.run_ids)) for c in narrower.commits] == [
+        (c.index, c.commit.sha, set(c.run_ids)) for c in judged
+    ]
+    assert [c.likeness for c in narrower.commits] == [
+        "good end",
+        *(str(c.likeness) for c in judged[1:]),
+    ]
+    assert narrower.named == ids[5] and narrower.state.startswith(f"named {ids[5][:10]}")
+    assert reported[first.id].named == ids[5]
 
 
 def test_a_commit_that_fails_is_stepped_around(project: Path, tmp_path: Path) -> None:

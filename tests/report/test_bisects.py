@@ -11,11 +11,14 @@ from perfgate.gate.verdict import Verdict
 from perfgate.report import render_report
 from perfgate.report.chart_data import bisects_of
 from perfgate.results import RunContext, RunRecord
+from perfgate.store.bisect_steps import BisectStep
 from perfgate.store.columns import columns_from_records
 
 from ..factories import measurement
 
 COMMITS = [f"{i:02d}" * 20 for i in range(9)]  # 40 hex digits each
+TAG_B2 = {"id": "b2", "scenario": "tiny", "good": COMMITS[0], "bad": COMMITS[6], "commits": 6,
+          "sources": ["."]}  # fmt: skip
 
 
 def bisect_run(index: int, status: Status, bisect: str = "b1", tok_s: float = 200.0) -> RunRecord:
@@ -92,3 +95,34 @@ def test_each_commit_is_judged_from_its_recorded_verdicts_by_the_bisects_rule() 
     (found,), _ = _bisects(runs_with(-0.85))
     assert [(c.index, c.likeness) for c in found.commits][1:] == [(4, "like-bad"), (8, "like-bad")]
     assert found.state == "unfinished: commit 2 of 8 is next"
+
+
+def test_a_bisect_that_reused_another_s_runs_shows_the_commits_it_judged_from_them() -> None:
+    """Bisect b2 (commits 0-6 of b1's range) judged 0, 4, 5 and 6 from b1's runs and measured
+    only commit 3: its steps say how it judged each, with the runs it read."""
+    R, P = Status.REGRESSION, Status.PASS
+    first = _runs((8, R), (4, P), (6, R), (5, R))  # runs 1-3 (the good end), 4 (8), 5, 6, 7
+    mine = bisect_run(3, P)
+    mine = replace(
+        mine,
+        measurement=replace(
+            mine.measurement, config={**mine.measurement.config, BISECT_KEY: {**TAG_B2, "index": 3}}
+        ),
+    )
+    columns = columns_from_records([replace(r, id=i + 1) for i, r in enumerate([*first, mine])])
+    judged = ((0, "good end", (1, 2, 3)), (6, "like-bad", (6,)), (3, "like-good", (8,)),
+              (4, "like-good", (5,)), (5, "like-bad", (7,)))  # fmt: skip
+    columns.bisect_steps = [
+        BisectStep("b2", "tiny-bisect", "cpu", index, COMMITS[index], likeness, ids, TAG_B2)
+        for index, likeness, ids in judged
+    ]
+    found = {b.id: b for b in bisects_of(columns)}
+
+    b2 = found["b2"]
+    assert [(c.index, c.run_ids, c.likeness) for c in b2.commits] == [
+        (0, (1, 2, 3), "good end"), (3, (8,), "like-good"), (4, (5,), "like-good"),
+        (5, (7,), "like-bad"), (6, (6,), "like-bad"),
+    ]  # fmt: skip
+    assert b2.size == 6 and b2.named == COMMITS[5] and b2.state.startswith("named 0505050505")
+    assert b2.commits[2].tok_s == columns.values[("spec", "output_tok_s")][5]  # b1's run
+    assert found["b1"].named == COMMITS[5]  # b1 as before, from its own runs

@@ -13,11 +13,19 @@ from sqlalchemy.orm import Session, sessionmaker
 from perfgate.errors import ConfigError
 from perfgate.store import close_history, list_runs, load_run, open_history, record_run
 from perfgate.store.database import BUSY_TIMEOUT_S
-from perfgate.store.models import Base, OutputRow, PhaseRow, RunRow, SampleRow, VerdictRow
+from perfgate.store.models import (
+    Base,
+    BisectStepRow,
+    OutputRow,
+    PhaseRow,
+    RunRow,
+    SampleRow,
+    VerdictRow,
+)
 
 from ..factories import measurement, record
 
-TABLES = (RunRow, SampleRow, PhaseRow, OutputRow, VerdictRow)
+TABLES = (RunRow, SampleRow, PhaseRow, OutputRow, VerdictRow, BisectStepRow)
 
 
 def row_counts(sessions: sessionmaker[Session]) -> dict[str, int]:
