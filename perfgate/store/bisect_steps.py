@@ -8,7 +8,7 @@ by the report (perfgate.report.bisects).
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -71,7 +71,6 @@ def bisect_steps(session: Session, where: RunFilter | None = None) -> list[Bisec
 
 
 def _step(row: BisectStepRow) -> BisectStep:
-    ids: Sequence[int] = row.run_ids or ()
     return BisectStep(
         row.bisect,
         row.name,
@@ -79,8 +78,8 @@ def _step(row: BisectStepRow) -> BisectStep:
         row.position,
         row.commit,
         row.likeness,
-        tuple(int(i) for i in ids),
-        dict(row.tag or {}),
+        tuple(row.run_ids),
+        row.tag,
         row.id,
         as_utc(row.recorded_at),
     )

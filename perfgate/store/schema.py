@@ -25,6 +25,7 @@ from sqlalchemy import Connection, Engine, create_engine, inspect, text
 
 from perfgate.errors import ConfigError
 from perfgate.store.database import WRITE_LOCK
+from perfgate.store.models import Base
 
 if TYPE_CHECKING:
     from alembic.config import Config
@@ -37,10 +38,9 @@ FIRST_REVISION = REVISIONS[0]
 # The tables of the first released schema: a history created before migrations existed holds
 # exactly these, with no version table, and is adopted as FIRST_REVISION.
 FIRST_TABLES = frozenset({"runs", "samples", "phases", "outputs", "verdicts"})
-# The tables a perfgate history holds at some revision: the first schema's, and from 0006 on
-# the bisects' steps besides. A database without a recorded revision that holds other tables
-# is not a perfgate history.
-HISTORY_TABLES = (FIRST_TABLES, FIRST_TABLES | {"bisect_steps"})
+# Every table of this perfgate's schema (its models): a database without a recorded revision
+# is a perfgate history only if it holds the first schema's tables and none but these.
+HISTORY_TABLES = frozenset(Base.metadata.tables)
 VERSION_TABLE = "alembic_version"
 # pg_advisory_xact_lock key: "perfgate" in ASCII, so other applications' keys do not collide.
 POSTGRES_LOCK_KEY = int.from_bytes(b"perfgate", "big")
@@ -94,7 +94,7 @@ class SchemaState:
         """True when the database holds tables but is not a perfgate history."""
         if self.current is not None or not self.tables:
             return False
-        return self.tables not in HISTORY_TABLES
+        return not FIRST_TABLES <= self.tables <= HISTORY_TABLES
 
     @property
     def is_current(self) -> bool:

@@ -21,12 +21,19 @@ TAG_B2 = {"id": "b2", "scenario": "tiny", "good": COMMITS[0], "bad": COMMITS[6],
           "sources": ["."]}  # fmt: skip
 
 
-def bisect_run(index: int, status: Status, bisect: str = "b1", tok_s: float = 200.0) -> RunRecord:
-    tag = {"id": bisect, "scenario": "tiny", "good": COMMITS[0], "bad": COMMITS[8],
-           "index": index, "commits": 8, "sources": ["."]}  # fmt: skip
+def bisect_run(
+    index: int,
+    status: Status,
+    bisect: str = "b1",
+    tok_s: float = 200.0,
+    tag: dict[str, object] | None = None,
+) -> RunRecord:
+    """A run of bisect `bisect` over commits 0-8 at commit `index`, or of the bisect `tag`."""
+    base = tag or {"id": bisect, "scenario": "tiny", "good": COMMITS[0], "bad": COMMITS[8],
+                   "commits": 8, "sources": ["."]}  # fmt: skip
     start = datetime(2026, 11, 1, tzinfo=UTC) + timedelta(minutes=index)
     m = measurement("tiny-bisect", spec_tok_s=tok_s, started=start)
-    m = replace(m, config={**m.config, BISECT_KEY: tag})
+    m = replace(m, config={**m.config, BISECT_KEY: {**base, "index": index}})
     return RunRecord(m, RunContext(commit=COMMITS[index]), (), status)
 
 
@@ -102,13 +109,7 @@ def test_a_bisect_that_reused_another_s_runs_shows_the_commits_it_judged_from_th
     only commit 3: its steps say how it judged each, with the runs it read."""
     R, P = Status.REGRESSION, Status.PASS
     first = _runs((8, R), (4, P), (6, R), (5, R))  # runs 1-3 (the good end), 4 (8), 5, 6, 7
-    mine = bisect_run(3, P)
-    mine = replace(
-        mine,
-        measurement=replace(
-            mine.measurement, config={**mine.measurement.config, BISECT_KEY: {**TAG_B2, "index": 3}}
-        ),
-    )
+    mine = bisect_run(3, P, tag=TAG_B2)
     columns = columns_from_records([replace(r, id=i + 1) for i, r in enumerate([*first, mine])])
     judged = ((0, "good end", (1, 2, 3)), (6, "like-bad", (6,)), (3, "like-good", (8,)),
               (4, "like-good", (5,)), (5, "like-bad", (7,)))  # fmt: skip
