@@ -17,17 +17,10 @@ from perfgate.engines.embedded.corpus import Corpus, load_corpus
 
 from .session_once import session_lock
 
-_CORPUS = pytest.StashKey[Corpus]()
-
 
 def shared_corpus(config: pytest.Config, factory: pytest.TempPathFactory) -> Corpus:
-    """The session's corpus, built here unless a worker built it already."""
-    if _CORPUS not in config.stash:
-        config.stash[_CORPUS] = _built_or_read(config, factory)
-    return config.stash[_CORPUS]
-
-
-def _built_or_read(config: pytest.Config, factory: pytest.TempPathFactory) -> Corpus:
+    """The session's corpus, built here unless a worker built it already (call it from a
+    session fixture: each call reads the file again)."""
     with session_lock(config, factory, "training-corpus") as root:
         saved = root / "training-corpus.pickle"
         if not saved.exists():
