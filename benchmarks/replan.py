@@ -19,15 +19,21 @@ each measured point "prefill levelled": its tokens over its median repeat's wall
 prefill replaced by the profiled run's (``wall - prefill + profiled prefill``), and today's
 error against that: the model's own error, the launches' prefill states taken out.
 
+A SQLite history is read from a copy: perfgate brings an older schema to its own revision as it
+opens a history, and a committed record keeps its bytes.
+
 Exit code: 0; 64 on a history without a plan's profiled run; 69 where the history cannot be read.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import shutil
 import statistics
 import sys
-from collections.abc import Sequence
+import tempfile
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -116,15 +122,29 @@ def replan(
     return lines
 
 
+@contextlib.contextmanager
+def read_copy(url: str) -> Iterator[str]:
+    """The URL to read: for a SQLite file, a copy's (left untouched by the schema's upgrade)."""
+    path = Path(url.removeprefix("sqlite:///"))
+    if not url.startswith("sqlite:///") or not path.is_file():
+        yield url  # no file to keep: the error names what was given
+        return
+    with tempfile.TemporaryDirectory() as folder:
+        copy = Path(folder) / path.name
+        shutil.copyfile(path, copy)
+        yield f"sqlite:///{copy}"
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--db", required=True, help="the history: sqlite:///PATH or a URL")
     parser.add_argument("--sweep", help="the scenario name of a sweep's runs to compare with")
     args = parser.parse_args(argv)
     try:
-        profiled = profiled_runs(args.db)
-        swept = measured_by_steps(args.db, args.sweep) if args.sweep else {}
-        parts = prefill_and_wall(args.db) if args.sweep else {}
+        with read_copy(args.db) as db:
+            profiled = profiled_runs(db)
+            swept = measured_by_steps(db, args.sweep) if args.sweep else {}
+            parts = prefill_and_wall(db) if args.sweep else {}
     except PerfgateError as error:
         print(f"--db {args.db}: {error}", file=sys.stderr)
         return 69
