@@ -11,7 +11,8 @@ whose processes cost the most.
 
 What it cannot see, said in the table: a process that ends without running its exit handlers
 (a SIGKILL, ``os._exit`` before them) and one started with an environment that drops
-PYTHONPATH. The run's whole CPU (every process the pytest process waited for, from
+PYTHONPATH; and the module takes the place of any ``sitecustomize`` the interpreter had.
+The run's whole CPU (every process the pytest process waited for, from
 ``getrusage``) is given beside the logged sum, so the part not seen is known.
 
 Exit code: pytest's.
@@ -64,6 +65,8 @@ def kind(argv: Sequence[str]) -> str:
     """What a process was, from its command line."""
     if not argv or argv[0] == "-c":
         return _WORKERS
+    if argv[0] == "-":
+        return "python - (a script on stdin)"
     first = Path(argv[0])
     if first.name == "supervise.py":
         return "server supervisor"

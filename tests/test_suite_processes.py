@@ -60,6 +60,7 @@ def test_a_child_s_cpu_is_told_by_its_kind_and_its_test(
         ),
         (["/r/perfgate/__main__.py", "run", "--no-gate"], "perfgate run"),
         (["-c"], "python -c (xdist workers, inline children)"),
+        (["-"], "python - (a script on stdin)"),
         (["/r/benchmarks/plan_accuracy.py", "--rounds"], "benchmarks/plan_accuracy.py"),
         (["/v/lib/python3.11/site-packages/pip/__main__.py", "install"], "pip"),
     ],
