@@ -1,14 +1,18 @@
 """What the scripts that read a recorded history's tables share (host_phase_pairs.py,
-wall_parts.py, replan.py, launch_noise.py): a read-only connection, a check that each file is a
+wall_parts.py, replan.py, launch_noise.py): a read-only connection, a copy to open with perfgate's
+store (which would bring an older schema to its revision in place), a check that each file is a
 perfgate history with the tables and columns a script reads, and its table printed and written.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import shutil
 import sqlite3
 import sys
-from collections.abc import Callable, Mapping
+import tempfile
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 
 
@@ -17,6 +21,21 @@ def connect(db: Path | str, immutable: bool = True) -> sqlite3.Connection:
     (it opens in a read-only folder too); False for a history a run may still write."""
     flags = "mode=ro&immutable=1" if immutable else "mode=ro"
     return sqlite3.connect(f"file:{db}?{flags}", uri=True)
+
+
+@contextlib.contextmanager
+def read_copy(url: str) -> Iterator[str]:
+    """The history URL to open with perfgate's store: for a SQLite file, a copy's, so that the
+    schema's upgrade on opening leaves a committed record's bytes alone; else `url` itself
+    (a missing file too: the error then names it as given)."""
+    path = Path(url.removeprefix("sqlite:///")) if url.startswith("sqlite:///") else None
+    if path is None or not path.is_file():
+        yield url
+        return
+    with tempfile.TemporaryDirectory() as folder:
+        copy = Path(folder) / path.name
+        shutil.copyfile(path, copy)
+        yield f"sqlite:///{copy}"
 
 
 def missing(db: Path, columns: Mapping[str, str]) -> str | None:

@@ -19,8 +19,8 @@ each measured point "prefill levelled": its tokens over its median repeat's wall
 prefill replaced by the profiled run's (``wall - prefill + profiled prefill``), and today's
 error against that: the model's own error, the launches' prefill states taken out.
 
-A SQLite history is read from a copy: perfgate brings an older schema to its own revision as it
-opens a history, and a committed record keeps its bytes.
+A SQLite history is read from a copy (recorded_history.read_copy): perfgate brings an older
+schema to its own revision as it opens a history, and a committed record keeps its bytes.
 
 Exit code: 0; 64 on a history without a plan's profiled run; 69 where the history cannot be read.
 """
@@ -28,12 +28,9 @@ Exit code: 0; 64 on a history without a plan's profiled run; 69 where the histor
 from __future__ import annotations
 
 import argparse
-import contextlib
-import shutil
 import statistics
 import sys
-import tempfile
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -41,7 +38,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from plan_accuracy import measured_by_steps
-from recorded_history import connect
+from recorded_history import connect, read_copy
 from wall_parts import repeats
 
 from perfgate.errors import PerfgateError
@@ -120,19 +117,6 @@ def replan(
         cells.append(f"{value / level - 1:+.1%}" if level else "-")
         lines.append(f"| {point.steps} | " + " | ".join(cells) + " |")
     return lines
-
-
-@contextlib.contextmanager
-def read_copy(url: str) -> Iterator[str]:
-    """The URL to read: for a SQLite file, a copy's (left untouched by the schema's upgrade)."""
-    path = Path(url.removeprefix("sqlite:///"))
-    if not url.startswith("sqlite:///") or not path.is_file():
-        yield url  # no file to keep: the error names what was given
-        return
-    with tempfile.TemporaryDirectory() as folder:
-        copy = Path(folder) / path.name
-        shutil.copyfile(path, copy)
-        yield f"sqlite:///{copy}"
 
 
 def main(argv: Sequence[str] | None = None) -> int:

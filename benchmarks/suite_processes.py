@@ -3,11 +3,10 @@
     python benchmarks/suite_processes.py [--out FILE.md] [--top N] -- PYTEST_ARGS...
 
 Runs ``python -m pytest PYTEST_ARGS`` with a ``sitecustomize`` module first on PYTHONPATH that,
-as each Python process of the run exits, appends its own CPU time (user and system), its
-command line and the test it ran for (``PYTEST_CURRENT_TEST``, which a process inherits from
-the test that started it) to a log. Then it tables the CPU by kind of process (an embedded
-engine's server, an xdist worker, a `perfgate` command, a benchmark script, ...) and the tests
-whose processes cost the most.
+as each Python process of the run exits, appends its own CPU time (user and system) and its
+command line to a log. Then it tables the CPU by kind of process (an embedded engine's server,
+an xdist worker, a `perfgate` command, a benchmark script, ...). What each test costs, its
+children included, is ``--cpu-costs N``'s table (tests/cpu_costs.py): pass it through.
 
 What it cannot see, said in the table: a process that ends without running its exit handlers
 (a SIGKILL, ``os._exit`` before them) and one started with an environment that drops
@@ -42,7 +41,6 @@ def _census():
     entry = {{
         "cpu_s": own.ru_utime + own.ru_stime,
         "argv": sys.argv[:6],
-        "test": os.environ.get("PYTEST_CURRENT_TEST", ""),
     }}
     try:
         with open(os.environ["{LOG_ENV}"], "a") as log:
@@ -58,7 +56,6 @@ atexit.register(_census)
 class Process:
     cpu_s: float
     argv: tuple[str, ...]
-    test: str  # the test that started it ("" where none did), its phase stripped
 
 
 def kind(argv: Sequence[str]) -> str:
@@ -86,8 +83,7 @@ def read_log(path: Path) -> list[Process]:
     processes = []
     for line in path.read_text().splitlines():
         entry = json.loads(line)
-        test = entry["test"].rsplit(" (", 1)[0]
-        processes.append(Process(entry["cpu_s"], tuple(entry["argv"]), test))
+        processes.append(Process(entry["cpu_s"], tuple(entry["argv"])))
     return processes
 
 
@@ -105,16 +101,6 @@ def table(processes: Sequence[Process], whole_cpu_s: float, wall_s: float, top: 
         lines.append(
             f"| {name} | {count} | {cpu:.1f} | {cpu / whole_cpu_s:.1%} | {cpu / count:.2f} |"
         )
-    lines += [
-        "",
-        "Processes by the test that started them (an xdist worker's own CPU is no test's):",
-        "",
-        "| test | processes | CPU s |",
-        "| --- | ---: | ---: |",
-    ]
-    started = ((p.test, p) for p in processes if p.test)
-    for name, (count, cpu) in _totals(started)[:top]:
-        lines.append(f"| `{name}` | {count} | {cpu:.1f} |")
     return "\n".join(lines) + "\n"
 
 
@@ -136,7 +122,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", type=Path, help="write the tables here too (markdown)")
-    parser.add_argument("--top", type=int, default=25, help="rows per table (25)")
+    parser.add_argument("--top", type=int, default=25, help="rows of the table (25)")
     args = parser.parse_args(ours)
     with tempfile.TemporaryDirectory() as folder:
         (Path(folder) / "sitecustomize.py").write_text(SITECUSTOMIZE)

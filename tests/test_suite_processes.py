@@ -1,5 +1,5 @@
-"""benchmarks/suite_processes.py: the test suite's CPU by process and by the test that started
-each, as a developer reads it when making the suite cheaper."""
+"""benchmarks/suite_processes.py: the test suite's CPU by kind of process, as a developer reads
+it when making the suite cheaper."""
 
 from __future__ import annotations
 
@@ -20,15 +20,12 @@ import subprocess, sys
 def test_spends_in_a_child():
     subprocess.run([sys.executable, "burn.py"], check=True)
 
-def test_spends_nothing():
-    pass
-
 def test_fails():
     assert False
 """
 
 
-def test_a_child_s_cpu_is_told_by_its_kind_and_its_test(
+def test_a_child_s_cpu_is_told_by_its_kind(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     (tmp_path / "burn.py").write_text("sum(i * i for i in range(3_000_000))\n")
@@ -42,10 +39,7 @@ def test_a_child_s_cpu_is_told_by_its_kind_and_its_test(
     cells = [[c.strip(" `") for c in line.strip("|").split("|")] for line in text.splitlines()]
     rows = {row[0]: row for row in cells if len(row) > 2}
     assert rows["burn.py"][1] == "1" and float(rows["burn.py"][2]) > 0.05  # its loop
-    child = rows["test_inner.py::test_spends_in_a_child"]
-    assert child[1] == "1" and float(child[2]) > 0.05  # the child's loop, told by its test
-    assert "test_spends_nothing" not in text  # started no process
-    assert "pytest" in rows  # the inner pytest itself, no test's
+    assert rows["pytest"][1] == "1"  # the inner pytest itself
     logged, whole = text.split(" logged ")[1].split(" CPU s")[0], text.split(" took ")[1]
     assert float(logged) <= float(whole.split(" CPU s")[0]) + 0.5
 
