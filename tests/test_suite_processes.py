@@ -61,3 +61,70 @@ def test_a_child_s_cpu_is_told_by_its_kind(
 )
 def test_a_process_kind_is_read_from_its_command_line(argv: list[str], expected: str) -> None:
     assert census.kind(argv) == expected
+
+
+@pytest.mark.parametrize(
+    ("argv", "expected"),
+    [
+        (["-m", "perfgate.engines.embedded.server", "--model-path", "m"], "embedded engine server"),
+        (["-m", "perfgate", "run", "--no-gate"], "perfgate run"),
+        (["-m", "pytest", "-q"], "pytest"),
+        (["-m", "tests.embedded.interpreted"], "python -m tests.embedded.interpreted"),
+    ],
+)
+def test_a_process_is_told_by_the_command_line_it_logged_as_it_started(
+    argv: list[str], expected: str
+) -> None:
+    assert census.kind(argv) == expected
+
+
+def _record(pid: int, ppid: int, name: str, utime: int, stime: int = 0) -> str:
+    """A line of `dump-acct`: times in ticks of 1/100 s."""
+    return (
+        f"{name:<16}|v3|{utime:9.2f}|{stime:9.2f}|   100.00|     0|     0|  2924.00|     0.00|"
+        f"{pid:8d}|{ppid:8d}|     |       0|__      |Mon Dec  7 06:24:16 2026"
+    )
+
+
+def test_accounting_counts_every_process_below_pytest_and_names_the_unlogged_by_ancestry() -> None:
+    dump = "\n".join(
+        [
+            _record(10, 1, "python", 300, 50),  # pytest itself: 3.5 s
+            _record(11, 10, "python", 800),  # an xdist worker
+            _record(12, 11, "python", 190, 10),  # a server that logged its start, then killed
+            _record(13, 11, "python", 40),  # the worker's child with an environment of its own
+            _record(14, 13, "postgres", 25),  # a program, not Python
+            _record(15, 12, "pt_gloo_runloop", 70),  # a logged Python named by its last thread
+            _record(99, 1, "python", 5000),  # another process of the machine
+        ]
+    )
+    starts = {
+        10: (1, ("-m", "pytest", "-n", "3")),
+        11: (10, ("-c",)),
+        12: (11, ("-m", "perfgate.engines.embedded.server", "--port", "1")),
+        15: (12, ("-m", "perfgate.engines.embedded.rank")),
+    }
+    named = census.every_process(census.read_accounting(dump), starts, root=10)
+    by_kind = {name: (count, round(cpu, 2)) for name, (count, cpu) in census._totals(named)}
+    assert by_kind == {
+        "pytest": (1, 3.5),
+        census._WORKERS: (1, 8.0),
+        "embedded engine server": (1, 2.0),
+        f"Python that logged no start, under: {census._WORKERS}": (1, 0.4),
+        "postgres": (1, 0.25),
+        "python -m perfgate.engines.embedded.rank": (1, 0.7),
+    }
+    table = census.accounting_table(named, wall_s=9.0, top=10)
+    assert "6 processes of the run took 15 CPU s" in table
+    assert "| embedded engine server | 1 | 2.0 | 13.5% | 2.00 |" in table
+
+
+def test_accounting_without_its_tools_is_exit_69_naming_the_package(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("PATH", str(tmp_path))  # no accton, no dump-acct
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "test_never.py").write_text("def test_never():\n    raise SystemExit(3)\n")
+    assert census.main(["--accounting", "--", "-q", "test_never.py"]) == 69
+    error = capsys.readouterr().err
+    assert "--accounting: accton is not on PATH" in error and "apt-get install acct" in error
