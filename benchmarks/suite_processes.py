@@ -56,7 +56,8 @@ import atexit, json, os, resource, sys
 def _started():
     argv = sys.argv[:6]
     if argv[:1] == ["-m"]:  # the module's name is only in orig_argv before runpy runs it
-        argv = ["-m", sys.orig_argv[len(sys.orig_argv) - len(sys.argv)], *sys.argv[1:5]]
+        module = sys.orig_argv[len(sys.orig_argv) - len(sys.argv)]  # "-mNAME" in one word too
+        argv = ["-m", module[2:] if module.startswith("-m") else module, *sys.argv[1:5]]
     entry = {{"pid": os.getpid(), "ppid": os.getppid(), "started": argv}}
     try:
         with open(os.environ["{LOG_ENV}"], "a") as log:

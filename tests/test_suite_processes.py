@@ -4,6 +4,8 @@ it when making the suite cheaper."""
 from __future__ import annotations
 
 import importlib
+import os
+import subprocess
 import sys
 from pathlib import Path
 
@@ -128,3 +130,19 @@ def test_accounting_without_its_tools_is_exit_69_naming_the_package(
     assert census.main(["--accounting", "--", "-q", "test_never.py"]) == 69
     error = capsys.readouterr().err
     assert "--accounting: accton is not on PATH" in error and "apt-get install acct" in error
+
+
+@pytest.mark.parametrize("spelling", [["-m", "json.tool"], ["-mjson.tool"]])
+def test_a_process_logs_its_module_as_it_starts_however_m_is_spelt(
+    tmp_path: Path, spelling: list[str]
+) -> None:
+    (tmp_path / "sitecustomize.py").write_text(census.SITECUSTOMIZE)
+    log = tmp_path / "processes.jsonl"
+    env = {**os.environ, "PYTHONPATH": str(tmp_path), census.LOG_ENV: str(log)}
+    child = subprocess.run(
+        [sys.executable, "-X", "utf8", *spelling, "--help"], env=env, capture_output=True
+    )
+    assert child.returncode == 0
+    ((pid, (ppid, argv)),) = census.read_starts(log).items()
+    assert ppid == os.getpid() and pid > 0
+    assert census.kind(argv) == "python -m json.tool" and argv[-1] == "--help"
