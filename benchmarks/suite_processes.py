@@ -53,32 +53,25 @@ TICKS_PER_S = 100  # AHZ: the unit of a v3 accounting record's CPU times on Linu
 SITECUSTOMIZE = f'''
 import atexit, json, os, resource, sys
 
+def _log(entry):
+    try:
+        with open(os.environ["{LOG_ENV}"], "a") as log:
+            log.write(json.dumps(entry) + "\\n")
+    except (KeyError, OSError):
+        pass
+
 def _started():
     argv = sys.argv[:6]
     if argv[:1] == ["-m"]:  # the module's name is only in orig_argv before runpy runs it
         module = sys.orig_argv[len(sys.orig_argv) - len(sys.argv)]  # "-mNAME" in one word too
         argv = ["-m", module[2:] if module.startswith("-m") else module, *sys.argv[1:5]]
-    entry = {{"pid": os.getpid(), "ppid": os.getppid(), "started": argv}}
-    try:
-        with open(os.environ["{LOG_ENV}"], "a") as log:
-            log.write(json.dumps(entry) + "\\n")
-    except (KeyError, OSError):
-        pass
-
-_started()
+    _log({{"pid": os.getpid(), "ppid": os.getppid(), "started": argv}})
 
 def _census():
     own = resource.getrusage(resource.RUSAGE_SELF)
-    entry = {{
-        "cpu_s": own.ru_utime + own.ru_stime,
-        "argv": sys.argv[:6],
-    }}
-    try:
-        with open(os.environ["{LOG_ENV}"], "a") as log:
-            log.write(json.dumps(entry) + "\\n")
-    except (KeyError, OSError):
-        pass
+    _log({{"cpu_s": own.ru_utime + own.ru_stime, "argv": sys.argv[:6]}})
 
+_started()
 atexit.register(_census)
 '''
 

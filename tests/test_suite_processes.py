@@ -139,7 +139,7 @@ def test_a_process_logs_its_module_as_it_starts_however_m_is_spelt(
     (tmp_path / "sitecustomize.py").write_text(census.SITECUSTOMIZE)
     log = tmp_path / "processes.jsonl"
     env = {**os.environ, "PYTHONPATH": str(tmp_path), census.LOG_ENV: str(log)}
-    child = subprocess.run(
+    child = subprocess.run(  # an interpreter option first: the module is not orig_argv[1]
         [sys.executable, "-X", "utf8", *spelling, "--help"], env=env, capture_output=True
     )
     assert child.returncode == 0
