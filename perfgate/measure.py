@@ -100,6 +100,7 @@ def measure_mode(
     command = probed_command(scenario, mode, probe_dir, checked.sglang)
     log_path = workdir / f"server-{mode}.log"
     with server_and_client(scenario, command, log_path, checked, progress) as (server, client):
+        command = server.command  # on another port, had its first been taken meanwhile
         info = client.server_info()
         warm_up(client, scenario, mode, progress)
         metrics_before = _engine_counters(client, scenario)

@@ -297,6 +297,103 @@ IMPOSTOR = textwrap.dedent(
 )
 
 
+# A stand-in that binds its port only once told to, as a server binds after loading its
+# models, and says what the embedded server says when the port was taken meanwhile.
+LATE_BINDER = textwrap.dedent(
+    """
+    import http.server, os, sys, time
+    signals, port = sys.argv[1], int(sys.argv[sys.argv.index("--port") + 1])
+    if len(sys.argv) > 4 and sys.argv[4] == "always-taken":
+        print(f"error: cannot listen on 127.0.0.1:{port}: Address already in use", flush=True)
+        sys.exit(69)
+    open(f"{signals}.started-{port}", "w").close()
+    while not os.path.exists(f"{signals}.go"):
+        time.sleep(0.01)
+    class Ok(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):
+            self.send_response(200); self.end_headers()
+        def log_message(self, *a): pass
+    try:
+        server = http.server.HTTPServer(("127.0.0.1", port), Ok)
+    except OSError as error:
+        print(f"error: cannot listen on 127.0.0.1:{port}: {error.strerror}", flush=True)
+        sys.exit(69)
+    server.serve_forever()
+    """
+)
+
+
+def _late_binder(tmp_path: Path, *extra: str) -> tuple[ServerCommand, Path]:
+    signals, port = tmp_path / "signal", free_port()
+    argv = (sys.executable, "-c", LATE_BINDER, str(signals), "--port", str(port), *extra)
+    return ServerCommand("tiny", "embedded", "spec", argv, {}, "127.0.0.1", port), signals
+
+
+def test_a_server_whose_port_is_taken_while_it_starts_is_started_again_on_another(
+    tmp_path: Path,
+) -> None:
+    """Another process takes the free port between the launcher's choice and the server's
+    bind (a second test's server, say): the server exits saying so, and the launcher starts
+    it again on another free port, keeping both starts in its log."""
+    import socket
+
+    command, signals = _late_binder(tmp_path)
+    first = command.port
+    impostor = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+
+    def take_the_port() -> None:
+        deadline = time.monotonic() + 30
+        while not Path(f"{signals}.started-{first}").exists() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        impostor.bind(("127.0.0.1", first))
+        impostor.listen()
+        Path(f"{signals}.go").touch()
+
+    taker = threading.Thread(target=take_the_port, daemon=True)
+    taker.start()
+    stream = FakeStream(tty=False)
+    try:
+        with running_server(command, tmp_path / "log", 30, progress=Reporter(stream)) as server:
+            assert server.command.port != first
+            assert server.base_url == f"http://127.0.0.1:{server.command.port}"
+            assert f"--port {server.command.port}" in server.command.shell()
+            import httpx
+
+            assert httpx.get(server.base_url + "/health").status_code == 200
+    finally:
+        taker.join(timeout=30)
+        impostor.close()
+    log = (tmp_path / "log").read_text()
+    assert log.count("$ ") == 2, log
+    assert f"cannot listen on 127.0.0.1:{first}: Address already in use" in log
+    assert f"again on {server.command.port}" in log
+    shown = stream.getvalue()
+    assert (
+        f"tiny: the spec server found a port taken (error: cannot listen on 127.0.0.1:{first}: "
+        f"Address already in use); starting it again on port {server.command.port}" in shown
+    ), shown
+
+
+def test_a_port_taken_at_every_start_is_an_infrastructure_failure_that_says_so(
+    tmp_path: Path,
+) -> None:
+    command, _ = _late_binder(tmp_path, "always-taken")
+    with pytest.raises(InfrastructureError) as caught:
+        start_server(command, tmp_path / "log", startup_timeout_s=30)
+    message = str(caught.value)
+    assert "could not start: a port it wanted was taken at each of its 3 launches" in message
+    assert "Address already in use" in message and "\n" not in message
+    assert caught.value.exit_code == 69
+    assert (tmp_path / "log").read_text().count("$ ") == 3
+
+
+def test_a_crash_for_another_reason_is_not_started_again(tmp_path: Path) -> None:
+    command, _ = _command(tmp_path, "crash")
+    with pytest.raises(InfrastructureError, match="exited with code 3"):
+        start_server(command, tmp_path / "log", startup_timeout_s=30)
+    assert (tmp_path / "log").read_text().count("$ ") == 1
+
+
 @pytest.mark.slow
 @pytest.mark.skipif(not Path("/proc/net/tcp").exists(), reason="reads /proc/net/tcp")
 def test_a_process_that_takes_the_port_first_is_not_taken_for_the_server(

@@ -31,6 +31,8 @@ from perfgate.progress import SILENT, Reporter, Step, clean_line, format_duratio
 from perfgate.sglang.facts import ARGUMENT_CHECKS, SglangRelease
 
 LOG_TAIL_LINES = 20
+PORT_ATTEMPTS = 3  # launches of a server whose port was taken while it started
+PORT_IN_USE = re.compile(r"address already in use|EADDRINUSE", re.IGNORECASE)
 REFUSAL_SCAN_LINES = 400  # enough for a traceback through SGLang's argument checks
 ARGPARSE_ERROR = re.compile(r"^[^\s:][^:]*: error: .+")
 TRACEBACK = "Traceback (most recent call last):"
@@ -231,15 +233,67 @@ def start_server(
 
     The server runs under `perfgate.engines.supervise`, in its own process group, so that it
     is ended with everything it spawned however this process ends. While it starts,
-    `progress` shows the time so far and the last line of its log.
+    `progress` shows the time so far and the last line of its log. A server that exits
+    before it is healthy because a port it wanted was taken meanwhile (its own, chosen free
+    when the command was built, or one it chose for itself) is launched again on another
+    free port, up to PORT_ATTEMPTS launches; `server.command` is the command that serves.
     """
+    for attempt in range(1, PORT_ATTEMPTS + 1):
+        try:
+            return _start_once(command, log_path, startup_timeout_s, progress, append=attempt > 1)
+        except PortTaken as taken:
+            again = command.on_port(_other_free_port(command.host, command.port))
+            if again is None:
+                raise taken.error from None
+            if attempt == PORT_ATTEMPTS:
+                raise InfrastructureError(
+                    f"the {command.mode} server of scenario {command.scenario!r} could not "
+                    f"start: a port it wanted was taken at each of its {PORT_ATTEMPTS} launches "
+                    f"(the last said: {taken.line}); find what takes ports on {command.host} "
+                    f"(`ss -ltnp`) and run again (log: {log_path})",
+                    detail=taken.error.detail,
+                ) from None
+            progress.note(
+                f"{command.scenario}: the {command.mode} server found a port taken "
+                f"({taken.line}); starting it again on port {again.port}"
+            )
+            with log_path.open("ab") as log:
+                log.write(
+                    f"perfgate: a port was taken ({taken.line}); again on {again.port}\n".encode()
+                )
+            command = again
+    raise AssertionError("unreachable")
+
+
+class PortTaken(Exception):
+    """A server exited before it was healthy because a port it wanted was in use."""
+
+    def __init__(self, error: PerfgateError, line: str):
+        super().__init__(line)
+        self.error, self.line = error, line
+
+
+def _other_free_port(host: str, taken: int) -> int:
+    while (port := free_port(host)) == taken:
+        continue
+    return port
+
+
+def _start_once(
+    command: ServerCommand,
+    log_path: Path,
+    startup_timeout_s: float,
+    progress: Reporter,
+    *,
+    append: bool,
+) -> Server:
     check_port_free(command.host, command.port)
     log_path.parent.mkdir(parents=True, exist_ok=True)
     tag = f"{command.scenario}/{command.mode}/{uuid.uuid4().hex[:12]}"
     env = {**os.environ, **command.env, SERVER_MARKER: tag}
     read_end, write_end = os.pipe()
     try:
-        with log_path.open("wb") as log:
+        with log_path.open("ab" if append else "wb") as log:
             log.write(f"$ {command.shell()}\n".encode())
             log.flush()
             process = _spawn(command, read_end, env, log)
@@ -417,7 +471,11 @@ def _wait_healthy(server: Server, timeout_s: float, step: Step) -> None:
         while True:
             code = server.exit_code()
             if code is not None:
-                raise _exited_error(server, code)
+                error = _exited_error(server, code)
+                taken = _port_taken(server.log_tail(REFUSAL_SCAN_LINES))
+                if taken is not None and not isinstance(error, ConfigError):
+                    raise PortTaken(error, taken)
+                raise error
             with contextlib.suppress(httpx.HTTPError):
                 if client.get(url).status_code == 200:
                     check_listener(server)
@@ -453,6 +511,17 @@ def _exited_error(server: Server, code: int) -> ConfigError | InfrastructureErro
         f"read its log {server.log_path} and fix the cause",
         detail=server.log_tail(),
     )
+
+
+def _port_taken(log: str) -> str | None:
+    """The line of `log` that says a port was in use, or None: the embedded server's
+    "cannot listen on HOST:PORT: Address already in use", uvicorn's "[Errno 98] error while
+    attempting to bind on address (...): address already in use", torch's rendezvous
+    "... EADDRINUSE ..."."""
+    for line in reversed(log.splitlines()):
+        if PORT_IN_USE.search(line):
+            return clean_line(line)
+    return None
 
 
 def last_exception(log: str) -> str | None:

@@ -6,7 +6,7 @@ import os
 import shlex
 import sys
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Literal
 
 from perfgate.config import Scenario
@@ -36,6 +36,9 @@ OWNED_ROLES = {
 DEVICE_TIMER_VARIABLE = "SGLANG_ENABLE_METRICS_DEVICE_TIMER"
 SPEC_V2 = "SGLANG_ENABLE_SPEC_V2"
 NO_OVERLAP = "--disable-overlap-schedule"
+PORT_FLAG = (
+    "--port"  # SGLang's in every release (perfgate.sglang.facts), and so the embedded engine's
+)
 
 
 @dataclass(frozen=True)
@@ -54,6 +57,16 @@ class ServerCommand:
     @property
     def base_url(self) -> str:
         return f"http://{self.host}:{self.port}"
+
+    def on_port(self, port: int) -> ServerCommand | None:
+        """The same command listening on `port`, or None where its argv names its port
+        otherwise than `--port N`."""
+        argv = list(self.argv)
+        for index, word in enumerate(argv[:-1]):
+            if word == PORT_FLAG and argv[index + 1] == str(self.port):
+                argv[index + 1] = str(port)
+                return replace(self, argv=tuple(argv), port=port)
+        return None
 
     def shell(self) -> str:
         """Return the command as one shell line: `VAR=value ... argv`, everything quoted.

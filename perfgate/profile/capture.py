@@ -71,7 +71,8 @@ def capture_profile(
         "profile_prefix": PROFILE_PREFIX,
     }
     log_path = workdir / f"server-{mode}.log"
-    with server_and_client(scenario, command, log_path, checked, progress) as (_server, client):
+    with server_and_client(scenario, command, log_path, checked, progress) as (server, client):
+        command = server.command  # on another port, had its first been taken meanwhile
         info = client.server_info()
         repeats, trace = _repeats_then_profile(client, scenario, mode, request, probe_dir, progress)
     window = read_window(trace)

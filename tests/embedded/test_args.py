@@ -222,3 +222,32 @@ def test_prefill_graphs_are_asked_for_by_sglang_s_flag_and_off_by_default() -> N
     assert "--cuda-graph-backend-prefill" in build_parser().format_help()
     with pytest.raises(SystemExit):
         _args("--cuda-graph-backend-prefill", "breakable")
+
+
+def test_the_ranks_rendezvous_never_takes_the_servers_own_port(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The HTTP port is free until the server listens after loading: the kernel may offer
+    it to the rendezvous, which must take another."""
+    from perfgate.engines.embedded import engine
+
+    offered = iter([8123, 8123, 8124])
+
+    class Socket:
+        def __init__(self, *_: object) -> None:
+            self.port = next(offered)
+
+        def __enter__(self) -> Socket:
+            return self
+
+        def __exit__(self, *_: object) -> None:
+            pass
+
+        def bind(self, _: object) -> None:
+            pass
+
+        def getsockname(self) -> tuple[str, int]:
+            return ("127.0.0.1", self.port)
+
+    monkeypatch.setattr(engine.socket, "socket", Socket)
+    assert engine._free_port(avoid=8123) == 8124

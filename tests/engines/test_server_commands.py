@@ -250,3 +250,16 @@ def test_an_embedded_run_without_the_overlap_schedule_says_so_in_its_fingerprint
     # So a plain twin measured serially is never reused for an overlapped one, or back.
     keys = {plain_reuse_key(s, "0.1.0", None, None, {}) for s in (overlapped, serial)}
     assert len(keys) == 2
+
+
+@pytest.mark.parametrize("engine", ["sglang", "embedded"])
+def test_a_command_moved_to_another_port_listens_there_and_nowhere_else(engine: str) -> None:
+    scenario = replace(SCENARIO, engine=engine, python=None, max_running_requests=30000)
+    command = server_command(scenario, "spec", port=30000, sglang=facts.release("0.5.23"))
+    moved = command.on_port(41234)
+    assert moved is not None
+    assert _value(moved.argv, "--port") == "41234" and moved.base_url.endswith(":41234")
+    # Only the port's own value moves, not another flag's equal number.
+    changed = [i for i, (a, b) in enumerate(zip(command.argv, moved.argv, strict=True)) if a != b]
+    assert changed == [command.argv.index("--port") + 1]
+    assert _value(moved.argv, "--max-running-requests") == "30000"

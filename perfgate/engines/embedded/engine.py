@@ -267,7 +267,7 @@ def build_app(args: argparse.Namespace, spec: SpecParams | None, argv: Sequence[
     started = threading.Event()  # set once the server can serve: the ranks are then up
     if args.tp_size > 1:
         check_tp(args, spec)
-        port = _free_port()
+        port = _free_port(avoid=args.port)
         # Watched from now on: a rank that exits ends this process with exit code 69.
         ranks = RankProcesses(argv, args.tp_size, port)
         atexit.register(ranks.stop)
@@ -401,10 +401,15 @@ def check_tp(args: argparse.Namespace, spec: SpecParams | None) -> None:
         check_split(args.tp_size, sizes.n_head, sizes.ffn_dim, flag)
 
 
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
+def _free_port(avoid: int) -> int:
+    """A free port for the ranks' rendezvous, never `avoid`: the HTTP port, free until the
+    server listens on it after the models load, so the kernel may offer it here."""
+    while True:
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+            probe.bind(("127.0.0.1", 0))
+            port = int(probe.getsockname()[1])
+        if port != avoid:
+            return port
 
 
 def graph_runner(args: argparse.Namespace, device: torch.device) -> GraphRunner:
