@@ -535,23 +535,42 @@ def expected_cycles(counts: Array, remaining: Array) -> Array:
     """
     rows, steps = counts.shape[0], counts.shape[1] - 1
     probs = counts / counts.sum(axis=1, keepdims=True)
-    # makes[x - 1, row, k - 1]: the chance that a cycle at k steps makes x = 1 + min(d, k) tokens
-    makes = np.zeros((steps + 1, rows, steps))
+    # makes[x - 1, k - 1, row]: the chance that a cycle at k steps makes x = 1 + min(d, k)
+    # tokens; zero for k < x - 1, so the sum below skips those columns (a row per k, each
+    # contiguous over the rows).
+    makes = np.zeros((steps + 1, steps, rows))
     for k in range(1, steps + 1):
-        makes[:k, :, k - 1] = probs[:, :k].T
-        makes[k, :, k - 1] = probs[:, k:].sum(axis=1)
+        makes[:k, k - 1, :] = probs[:, :k].T
+        makes[k, k - 1, :] = probs[:, k:].sum(axis=1)
     wanted = np.clip(np.rint(remaining).astype(np.int64), 0, None)
-    cycles = np.zeros((rows, steps))
-    ring = np.zeros((steps + 1, rows, steps))  # ring[r % (steps + 1)] is E(r); E(r <= 0) = 0
+    cycles = np.zeros((steps, rows))
+    for start in range(0, rows, CYCLE_ROWS):  # a block of rows at a time: its ring stays in cache
+        block = slice(start, start + CYCLE_ROWS)
+        cycles[:, block] = _renewal(np.ascontiguousarray(makes[:, :, block]), wanted[block])
+    return np.concatenate([np.zeros((rows, 1)), cycles.T], axis=1)
+
+
+CYCLE_ROWS = 2048  # rows expected_cycles solves at a time
+
+
+def _renewal(makes: Array, wanted: NDArray[np.int64]) -> Array:
+    """[steps, rows]: E(wanted) of each row at each k, by expected_cycles' equation."""
+    steps, rows = makes.shape[1], makes.shape[2]
+    cycles = np.zeros((steps, rows))
+    # ring[r % (steps + 2)] is E(r), E(r <= 0) = 0: E(r) is written while E(r - steps - 1) is read
+    ring = np.zeros((steps + 2, steps, rows))
+    term = np.empty((steps, rows))
     for r in range(1, int(wanted.max(initial=0)) + 1):
-        now = np.ones((rows, steps))
-        for x in range(1, steps + 2):
-            if r - x > 0:
-                now += makes[x - 1] * ring[(r - x) % (steps + 1)]
-        ring[r % (steps + 1)] = now
+        now = ring[r % (steps + 2)]
+        now.fill(1.0)
+        for x in range(1, min(r, steps + 2)):
+            first = max(x - 2, 0)
+            product = term[first:]
+            np.multiply(makes[x - 1, first:], ring[(r - x) % (steps + 2), first:], out=product)
+            now[first:] += product
         done = wanted == r
-        cycles[done] = now[done]
-    return np.concatenate([np.zeros((rows, 1)), cycles], axis=1)
+        cycles[:, done] = now[:, done]
+    return cycles
 
 
 def cycle_spread(counts: Array, remaining: Array) -> Array:
@@ -593,12 +612,20 @@ def expected_slowest(cycles: Array, spread: Array, batch: NDArray[np.int64]) -> 
     hi = np.maximum.reduceat(cycles + 6 * spread, starts, axis=0)
     t = np.linspace(0.0, 1.0, GRID)
     x = lo[..., None] + (hi - lo)[..., None] * t  # [B, K, G]
-    rows = x[batch]  # [rows, K, G]
     sd = np.where(spread > 0, spread, 1.0)[..., None]
-    below = np.where(
-        spread[..., None] > 0, _normal_cdf((rows - cycles[..., None]) / sd), 1.0
-    )  # a row that does not scatter is below every x >= its count, which lo is
-    joint = np.multiply.reduceat(below, starts, axis=0)  # [B, K, G]: P(max <= x)
+    joint = np.empty_like(x)  # [B, K, G]: P(max <= x)
+    ends = np.r_[starts[1:], len(batch)]
+    first = 0
+    while first < len(starts):  # whole batches of about CYCLE_ROWS rows at a time
+        last = max(first + 1, int(np.searchsorted(starts, starts[first] + CYCLE_ROWS)))
+        part = slice(starts[first], ends[last - 1])
+        below = np.where(
+            spread[part, :, None] > 0,
+            _normal_cdf((x[batch[part]] - cycles[part, :, None]) / sd[part]),
+            1.0,
+        )  # a row that does not scatter is below every x >= its count, which lo is
+        joint[first:last] = np.multiply.reduceat(below, starts[first:last] - starts[first], axis=0)
+        first = last
     width = (hi - lo)[..., None] / (GRID - 1)
     area = (width * (joint[..., 1:] + joint[..., :-1]) / 2).sum(axis=-1)
     expected: Array = hi - area
@@ -632,16 +659,43 @@ def batch_cycles(run_cycles: Array, slowest: Array, spread: Array) -> Array:
     return cycles
 
 
+CDF_CHUNK = 1 << 15  # elements _normal_cdf works on at a time: its buffers stay in cache
+
+
 def _normal_cdf(z: Array) -> Array:
-    """The standard normal's CDF, to 1.5e-7 (Abramowitz and Stegun 7.1.26 for erf)."""
-    u = np.abs(z) / math.sqrt(2.0)
-    t = 1.0 / (1.0 + 0.3275911 * u)
-    poly = t * (
-        0.254829592 + t * (-0.284496736 + t * (1.421413741 + t * (-1.453152027 + t * 1.061405429)))
-    )
-    erf = 1.0 - poly * np.exp(-(u**2))
-    result: Array = 0.5 * (1.0 + np.sign(z) * erf)
-    return result
+    """The standard normal's CDF, to 1.5e-7 (Abramowitz and Stegun 7.1.26 for erf):
+    ``0.5 (1 + sign(z) erf(|z| / sqrt 2))``, ``erf(u) = 1 - t (a1 + t (a2 + ...)) exp(-u**2)``
+    with ``t = 1 / (1 + p u)``, worked in place a chunk at a time."""
+    flat = np.ascontiguousarray(z, dtype=np.float64).reshape(-1)
+    result = np.empty_like(flat)
+    u, t, poly = (np.empty(min(CDF_CHUNK, len(flat))) for _ in range(3))
+    for start in range(0, len(flat), CDF_CHUNK):
+        part = flat[start : start + CDF_CHUNK]
+        n = len(part)
+        un, tn, pn, out = u[:n], t[:n], poly[:n], result[start : start + n]
+        np.abs(part, out=un)
+        np.divide(un, SQRT2, out=un)
+        np.multiply(un, 0.3275911, out=tn)
+        np.add(tn, 1.0, out=tn)
+        np.divide(1.0, tn, out=tn)
+        np.multiply(tn, 1.061405429, out=pn)
+        for a in (-1.453152027, 1.421413741, -0.284496736, 0.254829592):
+            np.add(pn, a, out=pn)
+            np.multiply(pn, tn, out=pn)
+        np.square(un, out=un)
+        np.negative(un, out=un)
+        np.exp(un, out=un)
+        np.multiply(pn, un, out=pn)
+        np.subtract(1.0, pn, out=pn)  # erf(|z| / sqrt 2)
+        np.sign(part, out=out)
+        np.multiply(out, pn, out=out)
+        np.add(out, 1.0, out=out)
+        np.multiply(out, 0.5, out=out)
+    shaped: Array = result.reshape(np.shape(z))
+    return shaped
+
+
+SQRT2 = math.sqrt(2.0)
 
 
 def _figures(

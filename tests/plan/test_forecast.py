@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from perfgate.errors import ConfigError, ExitCode
+from perfgate.plan import forecast
 from perfgate.plan.forecast import (
     Forecast,
     Measured,
@@ -128,6 +129,37 @@ def test_expected_cycles_solve_the_renewal_equation() -> None:
     # Always all drafts: whole cycles of k + 1 tokens, the last one part-used.
     full = expected_cycles(np.array([[0.0, 0.0, 0.0, 4.0]]), np.array([10.0]))
     assert full[0, 1:].tolist() == pytest.approx([5.0, 4.0, 3.0])
+
+
+def test_the_solutions_worked_a_block_of_rows_at_a_time_are_the_whole_ones(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Blocks of rows (a cache's worth) give the numbers the whole array gives, to the bit,
+    whatever the blocks cut: batches of unequal size, a row that does not scatter."""
+    rng = np.random.default_rng(7)
+    counts = rng.integers(0, 4, (23, 7)).astype(float)
+    counts[:, 0] += 1
+    remaining = rng.integers(0, 40, 23).astype(float)
+    batch = np.repeat(np.arange(6), [1, 5, 3, 8, 2, 4])
+    whole_cycles = forecast.expected_cycles(counts, remaining)
+    spread = forecast.cycle_spread(counts, remaining)
+    spread[4, 3] = 0.0
+    whole_slowest = forecast.expected_slowest(whole_cycles, spread, batch)
+    for rows in (1, 2, 5, 7):
+        monkeypatch.setattr(forecast, "CYCLE_ROWS", rows)
+        assert np.array_equal(forecast.expected_cycles(counts, remaining), whole_cycles)
+        assert np.array_equal(forecast.expected_slowest(whole_cycles, spread, batch), whole_slowest)
+    # And the whole ones are the equation's and the integral's, row by row.
+    for row in (0, 9, 22):
+        one = forecast.expected_cycles(counts[row : row + 1], remaining[row : row + 1])
+        assert np.array_equal(one[0], whole_cycles[row])
+
+
+def test_the_normal_cdf_is_the_standard_normals_to_its_stated_error() -> None:
+    z = np.linspace(-9.0, 9.0, 100_009).reshape(7, 14287)[:, ::3]  # strided, not contiguous
+    exact = np.vectorize(lambda v: 0.5 * math.erfc(-v / math.sqrt(2.0)))(z)
+    assert np.abs(forecast._normal_cdf(z) - exact).max() < 1.5e-7
+    assert forecast._normal_cdf(z).shape == z.shape
 
 
 def sampled_every(
