@@ -303,9 +303,14 @@ LATE_BINDER = textwrap.dedent(
     """
     import http.server, os, sys, time
     signals, port = sys.argv[1], int(sys.argv[sys.argv.index("--port") + 1])
-    if len(sys.argv) > 4 and sys.argv[4] == "always-taken":
+    mode = sys.argv[4] if len(sys.argv) > 4 else ""
+    first = not os.path.exists(f"{signals}.launched")
+    open(f"{signals}.launched", "a").close()
+    if mode == "always-taken" or (mode == "taken-then-crash" and first):
         print(f"error: cannot listen on 127.0.0.1:{port}: Address already in use", flush=True)
         sys.exit(69)
+    if mode == "taken-then-crash":
+        print("loading weights failed: out of memory", flush=True); sys.exit(3)
     open(f"{signals}.started-{port}", "w").close()
     while not os.path.exists(f"{signals}.go"):
         time.sleep(0.01)
@@ -385,6 +390,18 @@ def test_a_port_taken_at_every_start_is_an_infrastructure_failure_that_says_so(
     assert "Address already in use" in message and "\n" not in message
     assert caught.value.exit_code == 69
     assert (tmp_path / "log").read_text().count("$ ") == 3
+
+
+def test_a_start_again_that_crashes_otherwise_is_that_crash_not_another_start(
+    tmp_path: Path,
+) -> None:
+    """The log keeps the first start's "Address already in use": the second start's own
+    failure is read from its own lines."""
+    command, _ = _late_binder(tmp_path, "taken-then-crash")
+    with pytest.raises(InfrastructureError) as caught:
+        start_server(command, tmp_path / "log", startup_timeout_s=30)
+    assert "exited with code 3 before it was healthy" in str(caught.value)
+    assert (tmp_path / "log").read_text().count("$ ") == 2
 
 
 def test_a_crash_for_another_reason_is_not_started_again(tmp_path: Path) -> None:

@@ -33,6 +33,7 @@ from perfgate.sglang.facts import ARGUMENT_CHECKS, SglangRelease
 LOG_TAIL_LINES = 20
 PORT_ATTEMPTS = 3  # launches of a server whose port was taken while it started
 PORT_IN_USE = re.compile(r"address already in use|EADDRINUSE", re.IGNORECASE)
+OWN_OUTPUT_BYTES = 65536  # of a launch's output, where a port in use is looked for
 REFUSAL_SCAN_LINES = 400  # enough for a traceback through SGLang's argument checks
 ARGPARSE_ERROR = re.compile(r"^[^\s:][^:]*: error: .+")
 TRACEBACK = "Traceback (most recent call last):"
@@ -102,8 +103,10 @@ class Server:
         log_path: Path,
         lifeline: int | None = None,
         tag: str | None = None,
+        output_from: int = 0,
     ):
         self.command = command
+        self.output_from = output_from  # where this launch's own output begins in the log
         # The supervisor, leader of the server's process group. It is reaped only at the end
         # of `stop`: until then its pid, which is the group's id, cannot name another group.
         self.process = process
@@ -123,6 +126,16 @@ class Server:
         except OSError:
             return ""
         return "\n".join(text.splitlines()[-lines:])
+
+    def own_output(self, max_bytes: int = OWN_OUTPUT_BYTES) -> str:
+        """The last `max_bytes` of what this launch wrote to the log (not an earlier launch's
+        lines, nor the command line start_server wrote)."""
+        try:
+            with self.log_path.open("rb") as log:
+                log.seek(max(log.seek(0, os.SEEK_END) - max_bytes, self.output_from))
+                return log.read().decode("utf-8", errors="replace")
+        except OSError:
+            return ""
 
     def last_log_line(self) -> str:
         """Return the last line the server logged, fit for a status line."""
@@ -296,13 +309,14 @@ def _start_once(
         with log_path.open("ab" if append else "wb") as log:
             log.write(f"$ {command.shell()}\n".encode())
             log.flush()
+            output_from = log.tell()
             process = _spawn(command, read_end, env, log)
     except BaseException:
         os.close(write_end)
         raise
     finally:
         os.close(read_end)
-    server = Server(command, process, log_path, write_end, tag)
+    server = Server(command, process, log_path, write_end, tag, output_from)
     try:
         with progress.step(f"{command.scenario}: starting {command.mode} server") as step:
             _wait_healthy(server, startup_timeout_s, step)
@@ -472,7 +486,7 @@ def _wait_healthy(server: Server, timeout_s: float, step: Step) -> None:
             code = server.exit_code()
             if code is not None:
                 error = _exited_error(server, code)
-                taken = _port_taken(server.log_tail(REFUSAL_SCAN_LINES))
+                taken = _port_taken(server.own_output())
                 if taken is not None and not isinstance(error, ConfigError):
                     raise PortTaken(error, taken)
                 raise error
@@ -513,12 +527,12 @@ def _exited_error(server: Server, code: int) -> ConfigError | InfrastructureErro
     )
 
 
-def _port_taken(log: str) -> str | None:
-    """The line of `log` that says a port was in use, or None: the embedded server's
-    "cannot listen on HOST:PORT: Address already in use", uvicorn's "[Errno 98] error while
-    attempting to bind on address (...): address already in use", torch's rendezvous
-    "... EADDRINUSE ..."."""
-    for line in reversed(log.splitlines()):
+def _port_taken(output: str) -> str | None:
+    """The line of a launch's `output` that says a port was in use, or None: the embedded
+    server's "cannot listen on HOST:PORT: Address already in use", uvicorn's "[Errno 98]
+    error while attempting to bind on address (...): address already in use", torch's
+    rendezvous "... EADDRINUSE ..."."""
+    for line in reversed(output.splitlines()):
         if PORT_IN_USE.search(line):
             return clean_line(line)
     return None
