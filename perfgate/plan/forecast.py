@@ -522,6 +522,13 @@ def _redraw_rows(rows: Array, rng: np.random.Generator) -> Array:
     return rows[rng.integers(0, len(rows), len(rows))] if len(rows) else rows
 
 
+# The arrays below are worked a block at a time, each block's buffers small enough to stay in
+# a CPU's cache: the same operations in the same order as on the whole array, so the same bits.
+CYCLE_ROWS = 2048  # rows expected_cycles and expected_slowest solve at a time
+CDF_CHUNK = 1 << 15  # elements _normal_cdf works on at a time
+SQRT2 = math.sqrt(2.0)
+
+
 def expected_cycles(counts: Array, remaining: Array) -> Array:
     """[rows, steps + 1]: column k is the expected cycles a chain of k steps takes to make each
     row's `remaining` tokens, each cycle making ``1 + min(d, k)`` with ``d`` drawn from the
@@ -547,10 +554,10 @@ def expected_cycles(counts: Array, remaining: Array) -> Array:
     for start in range(0, rows, CYCLE_ROWS):  # a block of rows at a time: its ring stays in cache
         block = slice(start, start + CYCLE_ROWS)
         cycles[:, block] = _renewal(np.ascontiguousarray(makes[:, :, block]), wanted[block])
-    return np.concatenate([np.zeros((rows, 1)), cycles.T], axis=1)
-
-
-CYCLE_ROWS = 2048  # rows expected_cycles solves at a time
+    # Row-major, as the figures' sums over rows expect it: another layout sums in another order.
+    solved = np.zeros((rows, steps + 1))
+    solved[:, 1:] = cycles.T
+    return solved
 
 
 def _renewal(makes: Array, wanted: NDArray[np.int64]) -> Array:
@@ -659,9 +666,6 @@ def batch_cycles(run_cycles: Array, slowest: Array, spread: Array) -> Array:
     return cycles
 
 
-CDF_CHUNK = 1 << 15  # elements _normal_cdf works on at a time: its buffers stay in cache
-
-
 def _normal_cdf(z: Array) -> Array:
     """The standard normal's CDF, to 1.5e-7 (Abramowitz and Stegun 7.1.26 for erf):
     ``0.5 (1 + sign(z) erf(|z| / sqrt 2))``, ``erf(u) = 1 - t (a1 + t (a2 + ...)) exp(-u**2)``
@@ -693,9 +697,6 @@ def _normal_cdf(z: Array) -> Array:
         np.multiply(out, 0.5, out=out)
     shaped: Array = result.reshape(np.shape(z))
     return shaped
-
-
-SQRT2 = math.sqrt(2.0)
 
 
 def _figures(

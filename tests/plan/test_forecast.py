@@ -142,6 +142,9 @@ def test_the_solutions_worked_a_block_of_rows_at_a_time_are_the_whole_ones(
     remaining = rng.integers(0, 40, 23).astype(float)
     batch = np.repeat(np.arange(6), [1, 5, 3, 8, 2, 4])
     whole_cycles = forecast.expected_cycles(counts, remaining)
+    # Row-major, as the figures sum it over rows: another layout sums in another order (to an
+    # ulp apart), and the plans recorded so far would no longer be given back to the bit.
+    assert whole_cycles.flags["C_CONTIGUOUS"]
     spread = forecast.cycle_spread(counts, remaining)
     spread[4, 3] = 0.0
     whole_slowest = forecast.expected_slowest(whole_cycles, spread, batch)
