@@ -77,8 +77,9 @@ def rewrite_archive(file: Path, names: Mapping[str, str]) -> None:
 
 def rewrite_history(file: Path, names: Mapping[str, str]) -> None:
     """Replace the paths in every text value of every table of a SQLite file, in one
-    transaction."""
-    with sqlite3.connect(file) as db:
+    transaction; then rebuild the file (VACUUM: no old value left in its free space) and close
+    it, which folds a write-ahead log into the file, so the file alone holds the rewrite."""
+    with contextlib.closing(sqlite3.connect(file)) as db:
         tables = [t for (t,) in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")]
         for table in tables:
             columns = [c[1] for c in db.execute(f'PRAGMA table_info("{table}")')]
@@ -92,6 +93,8 @@ def rewrite_history(file: Path, names: Mapping[str, str]) -> None:
                         db.execute(
                             f'UPDATE "{table}" SET "{column}" = ? WHERE rowid = ?', (new, rowid)
                         )
+        db.commit()
+        db.execute("VACUUM")
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -49,3 +49,35 @@ def test_a_state_archive_is_rewritten_member_by_member(tmp_path: Path) -> None:
         )
     db.close()
     assert str(tmp_path) not in gzip.decompress(archive.read_bytes()).decode("latin-1")
+
+
+def test_a_history_in_write_ahead_mode_is_packed_rewritten(tmp_path: Path) -> None:
+    """perfgate's histories write ahead (journal_mode=wal): the rewrite must reach the file
+    that goes back into the archive, not stay in a -wal file beside it."""
+    portable_paths = importlib.import_module("portable_paths")
+    state = tmp_path / "state"
+    state.mkdir()
+    with sqlite3.connect(state / "history.db") as db:
+        db.execute("PRAGMA journal_mode=wal")
+        db.execute("CREATE TABLE runs (id INTEGER PRIMARY KEY, servers TEXT)")
+        for run in range(50):
+            db.execute("INSERT INTO runs VALUES (?, ?)", (run, f"{state}/runs/{run}/spec.log"))
+    db.close()
+    archive = tmp_path / "state.tgz"
+    with tarfile.open(archive, "w:gz") as tar:
+        tar.add(state, arcname=".")
+
+    assert portable_paths.main([f"--replace={state}=STATE", str(archive)]) == 0
+
+    with tarfile.open(archive) as tar:
+        names = tar.getnames()
+        packed = tar.extractfile("./history.db").read()  # type: ignore[union-attr]
+    assert "./history.db-wal" not in names
+    assert str(state).encode() not in packed
+    history = tmp_path / "history.db"
+    history.write_bytes(packed)
+    with sqlite3.connect(history) as db:
+        assert db.execute("SELECT servers FROM runs WHERE id = 7").fetchone() == (
+            "STATE/runs/7/spec.log",
+        )
+    db.close()

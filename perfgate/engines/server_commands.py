@@ -11,7 +11,7 @@ from typing import Literal
 
 from perfgate.config import Scenario
 from perfgate.env_names import is_env_name
-from perfgate.sglang.facts import PINNED, SglangRelease, release
+from perfgate.sglang.facts import PINNED, SglangRelease, all_names, release
 from perfgate.spec.scenario import OWNED_FIELDS, SPECULATIVE_FLAGS, flag_role
 
 Mode = Literal["spec", "plain"]
@@ -36,9 +36,6 @@ OWNED_ROLES = {
 DEVICE_TIMER_VARIABLE = "SGLANG_ENABLE_METRICS_DEVICE_TIMER"
 SPEC_V2 = "SGLANG_ENABLE_SPEC_V2"
 NO_OVERLAP = "--disable-overlap-schedule"
-PORT_FLAG = (
-    "--port"  # SGLang's in every release (perfgate.sglang.facts), and so the embedded engine's
-)
 
 
 @dataclass(frozen=True)
@@ -59,11 +56,12 @@ class ServerCommand:
         return f"http://{self.host}:{self.port}"
 
     def on_port(self, port: int) -> ServerCommand | None:
-        """The same command listening on `port`, or None where its argv names its port
-        otherwise than `--port N`."""
+        """The same command listening on `port`, or None where its argv does not name its
+        port by a flag SGLang has given it (perfgate.sglang.facts; the embedded engine's too)."""
+        flags = all_names("port")
         argv = list(self.argv)
         for index, word in enumerate(argv[:-1]):
-            if word == PORT_FLAG and argv[index + 1] == str(self.port):
+            if word in flags and argv[index + 1] == str(self.port):
                 argv[index + 1] = str(port)
                 return replace(self, argv=tuple(argv), port=port)
         return None
