@@ -85,10 +85,11 @@
 # code and duration go to OUTDIR/summary.md whatever happens, and OUTDIR gets proof.md, the
 # tables, verdicts.jsonl and the history. APPROVE_FORCE=1 passes --force to the approval, for
 # a copy of the checkout whose git lags its files. perfgate's dependencies the H200 image
-# lacks (SQLAlchemy, greenlet, alembic, Mako) come from wheels in WHEELS (.whl/ of the
-# checkout; see below), and perfgate itself from the checkout (its pytest plugin named by
-# PYTEST_PLUGINS). Exit code: 0 when every step ended as expected, 1 otherwise, 64 on bad
-# settings or weights other than the series', 69 without those dependencies or weights.
+# lacks (SQLAlchemy, greenlet, alembic, Mako) come from wheels in WHEELS (by default the
+# checkout's .whl/: record.sh's use_wheels), and perfgate itself from the checkout (its
+# pytest plugin named by PYTEST_PLUGINS). Exit code: 0 when every step ended as expected, 1
+# otherwise, 64 on bad settings or weights other than the series', 69 without those
+# dependencies or weights.
 set -u -o pipefail
 
 smoke=0
@@ -173,25 +174,8 @@ if [[ -n $max_runs ]]; then
   fi
 fi
 
-# perfgate's own dependencies beyond the H200 image's packages (SQLAlchemy, greenlet, alembic,
-# Mako): wheels for Python 3.12 in WHEELS (the checkout's .whl/, which git ignores once
-# .git/info/exclude names it; the device notes say how to download them), installed into
-# STATE/site for this call.
-wheels_dir=${WHEELS:-$repo/.whl}
-if ! "$python" -c 'import sqlalchemy, alembic, mako' 2> /dev/null; then
-  shopt -s nullglob
-  wheels=("$wheels_dir"/*.whl)
-  shopt -u nullglob
-  if ((${#wheels[@]} == 0)); then
-    echo "$0: $python cannot import sqlalchemy, alembic and mako, and $wheels_dir holds no" \
-      "wheels: download SQLAlchemy, greenlet, alembic and Mako for Python 3.12 into it" \
-      "(pip download --no-deps --only-binary=:all: --python-version 3.12 ...) and carry it" >&2
-    exit 69
-  fi
-  "$python" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
-    --target "$state/site" "${wheels[@]}" || exit 69
-  export PYTHONPATH="$state/site:$PYTHONPATH"
-fi
+# perfgate's own dependencies beyond the H200 image's packages (record.sh's use_wheels).
+use_wheels "$state"
 
 if [[ -n $max_runs ]]; then
   # The scenario as shipped but for its max_runs, which shapes no figure (its digest stays).

@@ -16,9 +16,11 @@
 #                             Python's output unbuffered
 #   describe_machine          the GPUs (nvidia-smi -L) and python, torch, CUDA, GPU count
 #   use_wheels STATE          SQLAlchemy, greenlet, alembic and Mako, where the interpreter
-#                             lacks them (a GPU image), from the Python 3.12 wheels in $WHEELS,
-#                             installed into STATE/site and put on PYTHONPATH; exit 69 if that
-#                             fails
+#                             lacks them (a GPU image), from the Python 3.12 wheels in $WHEELS
+#                             (default: the checkout's .whl/, which git ignores once
+#                             .git/info/exclude names it), installed into STATE/site and put on
+#                             PYTHONPATH; exit 69 naming what to download if there are none, or
+#                             if installing them fails
 #   seeded_config SOURCE CONFIG BASE NAME [FLAG...]
 #                             CONFIG: SOURCE's perfgate.toml and scenario NAME, BASE with
 #                             seeded weights (--load-format dummy) and acceptance simulated at
@@ -77,11 +79,22 @@ else:
 }
 
 use_wheels() {
-  if ! "$python" -c 'import sqlalchemy, alembic, mako' 2> /dev/null; then
-    "$python" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir \
-      --target "$1/site" "${WHEELS:?set WHEELS to a folder of Python 3.12 wheels}"/*.whl || exit 69
-    export PYTHONPATH="$1/site:$PYTHONPATH"
+  if "$python" -c 'import sqlalchemy, alembic, mako' 2> /dev/null; then
+    return 0
   fi
+  local dir=${WHEELS:-$repo/.whl} wheels
+  shopt -s nullglob
+  wheels=("$dir"/*.whl)
+  shopt -u nullglob
+  if ((${#wheels[@]} == 0)); then
+    echo "$0: $python cannot import sqlalchemy, alembic and mako, and $dir holds no" \
+      "wheels: download SQLAlchemy, greenlet, alembic and Mako for Python 3.12 into it" \
+      "(pip download --no-deps --only-binary=:all: --python-version 3.12 ...) and carry it" >&2
+    exit 69
+  fi
+  "$python" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+    --target "$1/site" "${wheels[@]}" || exit 69
+  export PYTHONPATH="$1/site${PYTHONPATH:+:$PYTHONPATH}"
 }
 
 seeded_config() {

@@ -1,6 +1,8 @@
 """benchmarks/record.sh, what every GPU script starts from: perfgate from the checkout, with
 its pytest plugin found where perfgate is not installed (a lent GPU machine's image). The one
-check serves every script: benchmarks/sglang_live.sh's steps get what use_checkout's get."""
+check serves every script: benchmarks/sglang_live.sh's steps get what use_checkout's get. And
+use_wheels, perfgate's own dependencies from wheels where a GPU image lacks them (the gate
+proof, the overlap and the phase-windows scripts)."""
 
 from __future__ import annotations
 
@@ -100,3 +102,82 @@ def test_a_perfgate_that_registers_no_entry_point_gets_the_plugin_by_name(
 def test_an_installed_perfgate_keeps_its_entry_point_alone(setup: Setup, tmp_path: Path) -> None:
     env = setup(sys.executable, tmp_path / "checkout")  # the dev install registers the plugin
     assert "PYTEST_PLUGINS" not in env  # naming it as well would load it twice
+
+
+def _use_wheels(
+    python: Path, repo: Path, state: Path, **env: str
+) -> subprocess.CompletedProcess[str]:
+    """`use_wheels STATE` as a script runs it, then the PYTHONPATH it leaves."""
+    script = (
+        f'source "{REPO}/benchmarks/record.sh"; repo="{repo}"; python="{python}"; '
+        f'PYTHONPATH=/kept; use_wheels "{state}"; echo "PYTHONPATH=$PYTHONPATH"'
+    )
+    return subprocess.run(
+        ["bash", "-c", script],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=HANG_S,
+        env={k: v for k, v in os.environ.items() if k != "WHEELS"} | env,
+    )
+
+
+def test_without_the_dependencies_or_wheels_use_wheels_exits_69_saying_what_to_download(
+    tmp_path: Path,
+) -> None:
+    bare = _bare_python(tmp_path / "venv")  # imports no sqlalchemy
+    (tmp_path / "checkout" / ".whl").mkdir(parents=True)
+    done = _use_wheels(bare, tmp_path / "checkout", tmp_path / "state")  # WHEELS unset
+    assert done.returncode == 69
+    assert f"{tmp_path / 'checkout' / '.whl'} holds no wheels" in done.stderr
+    assert "download SQLAlchemy, greenlet, alembic and Mako for Python 3.12" in done.stderr
+    assert not (tmp_path / "state").exists()
+
+
+def test_use_wheels_installs_the_wheels_into_state_ahead_of_the_path(tmp_path: Path) -> None:
+    bare = _bare_python(tmp_path / "venv")
+    # An interpreter that imports none of the three but runs pip (this one's).
+    python = tmp_path / "python"
+    python.write_text(
+        f'#!/bin/sh\n[ "$1" = -m ] && exec "{sys.executable}" "$@"\nexec "{bare}" "$@"\n'
+    )
+    python.chmod(0o755)
+    wheels = tmp_path / "wheels"
+    wheels.mkdir()
+    for name in ("sqlalchemy", "alembic", "mako"):  # stand-ins, installed offline
+        _wheel(wheels, name)
+    done = _use_wheels(python, tmp_path, tmp_path / "state", WHEELS=str(wheels))
+    assert done.returncode == 0, done.stderr
+    assert f"PYTHONPATH={tmp_path / 'state' / 'site'}:/kept" in done.stdout
+    for name in ("sqlalchemy", "alembic", "mako"):
+        assert (tmp_path / "state" / "site" / name / "__init__.py").is_file()
+
+
+def test_an_interpreter_with_the_dependencies_installs_nothing(tmp_path: Path) -> None:
+    done = _use_wheels(Path(sys.executable), tmp_path, tmp_path / "state")  # WHEELS unset
+    assert done.returncode == 0, done.stderr
+    assert "PYTHONPATH=/kept\n" in done.stdout
+    assert not (tmp_path / "state").exists()
+
+
+def _wheel(folder: Path, name: str) -> None:
+    """A minimal wheel of one empty package `name`, version 1."""
+    import base64
+    import hashlib
+    import zipfile
+
+    files = {
+        f"{name}/__init__.py": b"",
+        f"{name}-1.dist-info/WHEEL": b"Wheel-Version: 1.0\n"
+        b"Generator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
+        f"{name}-1.dist-info/METADATA": f"Metadata-Version: 2.1\nName: {name}\nVersion: 1\n".encode(),
+    }
+    record = []
+    for path, data in files.items():
+        digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
+        record.append(f"{path},sha256={digest},{len(data)}")
+    record.append(f"{name}-1.dist-info/RECORD,,")
+    with zipfile.ZipFile(folder / f"{name}-1-py3-none-any.whl", "w") as archive:
+        for path, data in files.items():
+            archive.writestr(path, data)
+        archive.writestr(f"{name}-1.dist-info/RECORD", "\n".join(record) + "\n")
