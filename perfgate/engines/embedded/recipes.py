@@ -79,8 +79,10 @@ TINY = Recipe(
     weights_dtype="float32",
 )
 
-# Sized, not yet timed, for one H200 in bf16 autocast: 6 x 1.23e9 parameters x 8192 tokens =
-# 6e13 FLOP a target step, 900 of them and the head's 600 cheaper ones in about 5 minutes.
+# Sized for one H200 in bf16 autocast: 6 x 1.23e9 parameters x 8192 tokens = 6e13 FLOP a
+# target step, 900 of them and the head's 600 cheaper ones in about 5 minutes. Timed: 294 s
+# for the command on an H200 (benchmarks/results/h200-real-weights.md), 333-338 s on H100s
+# (h100-training-repeats.md).
 LARGE = Recipe(
     "large",
     "llama-large",
