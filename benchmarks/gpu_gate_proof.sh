@@ -339,9 +339,14 @@ stage_machine() {
   mapfile -t ids < <(awk -v m="$here" '$1 == m {print $2}' "$state/machine-runs.txt")
   for id in "${ids[@]}"; do approve+=(--run "$id"); done
   [[ ${APPROVE_FORCE:-0} == 1 ]] && approve+=(--force)
-  # Kept: the series and every machine's own launches (none of them is pushed out).
+  # Kept: the series and the launches of every machine approved so far and of this one (none
+  # of them is pushed out); a machine whose launches were begun but never approved holds none.
+  local kept=$series machine
+  while read -r machine _; do
+    [[ $machine == "$here" || -f $state/machine-$machine.approved ]] && kept=$((kept + 1))
+  done < "$state/machine-runs.txt"
   step "approve $here's ${#ids[@]} runs" 0 60 "$python" -m perfgate baseline update \
-    "${approve[@]}" --keep "$((series + $(wc -l < "$state/machine-runs.txt")))" "${paths[@]}" \
+    "${approve[@]}" --keep "$kept" "${paths[@]}" \
     --approved-by gpu_gate_proof.sh --reason "this machine's own launches: it is judged by them" &&
     touch "$state/machine-$here.approved"
 }

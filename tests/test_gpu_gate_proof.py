@@ -437,3 +437,35 @@ def test_a_machine_whose_launches_are_begun_judges_no_verdict_until_they_are_app
     assert done.returncode == 0, said
     assert "verdicts: this machine's own launches are not all made (stage machine)" in said
     assert not (state / "verdicts.jsonl").exists()
+
+
+def test_a_machine_s_approval_keeps_the_series_and_the_approved_machines_runs_only(
+    tmp_path: Path,
+) -> None:
+    """The keep of a machine's approval counts the series, the launches of the machines
+    approved before and this machine's: not those of a machine whose stage was begun in a
+    lost call and never approved (on a ninth H100 host, counting them asked for 22 runs,
+    past the baseline's 20, and the approval was refused)."""
+    from perfgate.hardware import machine_id
+
+    from . import fake_smi
+
+    state = tmp_path / "state"
+    (state / "baselines").mkdir(parents=True)
+    (state / "baselines" / "approved").touch()
+    listed = fake_smi.gpus(1)
+    here = machine_id([listed[0]["uuid"]])
+    (state / "machine-gpus-done.approved").touch()
+    runs = ["gpus-lost 11", *(f"gpus-done {i}" for i in (12, 13, 14))]
+    runs += [f"{here} {i}" for i in (15, 16, 17)]  # this machine's three, all made
+    (state / "machine-runs.txt").write_text("\n".join(runs) + "\n")
+    env = fake_smi.install(tmp_path / "smi", listed)
+    proof_script(
+        tmp_path, "as-placed", "machine", PYTHON=sys.executable, SCENARIO="embedded-default",
+        PATH=env["PATH"], FAKE_NVIDIA_SMI=env["FAKE_NVIDIA_SMI"],
+        PERFGATE_GPU_READER=env["PERFGATE_GPU_READER"],
+    )  # fmt: skip
+    summary = (tmp_path / "out" / "summary.md").read_text()
+    (approval,) = [line for line in summary.splitlines() if f"approve {here}'s 3 runs" in line]
+    assert "--run 15 --run 16 --run 17" in approval
+    assert "--keep 16 " in approval  # 10 of the series, 3 of gpus-done, 3 of this machine
