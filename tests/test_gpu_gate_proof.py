@@ -443,9 +443,9 @@ def test_a_machine_s_approval_keeps_the_series_and_the_approved_machines_runs_on
     tmp_path: Path,
 ) -> None:
     """The keep of a machine's approval counts the series, the launches of the machines
-    approved before and this machine's: not those of a machine whose stage was begun in a
-    lost call and never approved (on a ninth H100 host, counting them asked for 22 runs,
-    past the baseline's 20, and the approval was refused)."""
+    approved before and this machine's: not those of a machine whose lease ended before its stage did,
+    never approved (on a ninth H100 host, counting them asked for 22 runs, past the
+    baseline's 20, and the approval was refused)."""
     from perfgate.hardware import machine_id
 
     from . import fake_smi
