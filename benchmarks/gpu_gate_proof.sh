@@ -30,7 +30,9 @@
 #             the series' (its `baseline update` keeps them all), so that this machine's verdicts
 #             are judged by its own runs (perfgate.reference.machine_reference: a machine of the
 #             kind whose speed sits apart from the series' host's); once per machine; a call
-#             that could not make them all judges no verdict (the pool would judge it);
+#             that could not make them all judges no verdict (the pool would judge it); where
+#             the baseline has no room for them (it keeps perfgate.baselines.MAX_RUNS, 20: the
+#             series' and every approved machine's), it says so before any launch (exit 1);
 #   verdicts  `perfgate run` of SCENARIO judged against that baseline, in turn unchanged,
 #             with PERFGATE_DEBUG_SLOW_PHASE=cycle=F (tok/s -6%) and with verify=0.02, until
 #             VERDICTS (5) of each are judged; each verdict's exit, statuses, runs and runner
@@ -301,6 +303,16 @@ stage_approve() {
 }
 
 machine_pending=0 # set by stage_machine where this machine's launches are not all made
+machine_refused=0 # set by stage_machine where the baseline has no room for this machine's
+approved_runs() { # the launches of the machines approved so far (machine-runs.txt's lines)
+  local count=0 machine
+  if [[ -f $state/machine-runs.txt ]]; then
+    while read -r machine _; do
+      [[ -f $state/machine-$machine.approved ]] && count=$((count + 1))
+    done < "$state/machine-runs.txt"
+  fi
+  echo "$count"
+}
 this_machine() { # the machine a run here names (a digest of its GPUs' UUIDs), or ""
   "$python" -c 'from perfgate.devices import detect_gpus; g = detect_gpus(); print(g.machine if g else "")' 2> /dev/null
 }
@@ -319,6 +331,18 @@ stage_machine() {
   fi
   if [[ -f $state/machine-$here.approved ]]; then
     echo "== machine: $here's launches were approved already"
+    return 0
+  fi
+  # A baseline keeps at most perfgate.baselines.MAX_RUNS runs: the series', every approved
+  # machine's and this one's must fit, or its approval would be refused after its launches.
+  local most room
+  most=$("$python" -c 'from perfgate.baselines import MAX_RUNS; print(MAX_RUNS)') || finish 69
+  room=$((most - series - $(approved_runs)))
+  if ((want > room)); then
+    echo "== machine: a baseline keeps at most $most runs; the series' $series and the approved" \
+      "machines' $(approved_runs) leave room for $((room > 0 ? room : 0)), not $here's $want:" \
+      "judge this machine in a series of its own (STATE elsewhere)"
+    failed=1 machine_refused=1
     return 0
   fi
   check_weights
@@ -341,12 +365,8 @@ stage_machine() {
   [[ ${APPROVE_FORCE:-0} == 1 ]] && approve+=(--force)
   # Kept: the series and the launches of every machine approved so far and of this one (none
   # of them is pushed out); a machine whose launches were begun but never approved holds none.
-  local kept=$series machine
-  while read -r machine _; do
-    [[ $machine == "$here" || -f $state/machine-$machine.approved ]] && kept=$((kept + 1))
-  done < "$state/machine-runs.txt"
   step "approve $here's ${#ids[@]} runs" 0 60 "$python" -m perfgate baseline update \
-    "${approve[@]}" --keep "$kept" "${paths[@]}" \
+    "${approve[@]}" --keep "$((series + $(approved_runs) + ${#ids[@]}))" "${paths[@]}" \
     --approved-by gpu_gate_proof.sh --reason "this machine's own launches: it is judged by them" &&
     touch "$state/machine-$here.approved"
 }
@@ -395,6 +415,10 @@ stage_verdicts() {
   fi
   # Also where a call without the stage follows one that began it: the pool, not the runs
   # this machine's stage was making, would judge the verdicts.
+  if ((machine_refused)); then
+    echo "== verdicts: this machine's launches cannot join the series' baseline (stage machine)"
+    return 0
+  fi
   if ((machine_pending)) || machine_unapproved; then
     echo "== verdicts: this machine's own launches are not all made (stage machine); call again"
     return 0

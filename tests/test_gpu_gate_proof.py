@@ -469,3 +469,40 @@ def test_a_machine_s_approval_keeps_the_series_and_the_approved_machines_runs_on
     (approval,) = [line for line in summary.splitlines() if f"approve {here}'s 3 runs" in line]
     assert "--run 15 --run 16 --run 17" in approval
     assert "--keep 16 " in approval  # 10 of the series, 3 of gpus-done, 3 of this machine
+
+
+def test_a_machine_the_baseline_has_no_room_for_is_refused_before_it_launches(
+    tmp_path: Path,
+) -> None:
+    """The series' 10 launches and three approved machines' 3 each leave one of the
+    baseline's 20 places: a fourth machine is told so before its launches, not at their
+    approval, and judges no verdict (the pool would judge it)."""
+    from perfgate.hardware import machine_id
+
+    from . import fake_smi
+
+    state = tmp_path / "state"
+    (state / "baselines").mkdir(parents=True)
+    (state / "baselines" / "approved").touch()
+    runs = []
+    for host in ("gpus-a", "gpus-b", "gpus-c"):
+        (state / f"machine-{host}.approved").touch()
+        runs += [f"{host} {i}" for i in range(3)]
+    (state / "machine-runs.txt").write_text("\n".join(runs) + "\n")
+    listed = fake_smi.gpus(1)
+    env = fake_smi.install(tmp_path / "smi", listed)
+    done = proof_script(
+        tmp_path, "as-placed", "machine", "verdicts", PYTHON=sys.executable,
+        SCENARIO="embedded-default", PATH=env["PATH"], FAKE_NVIDIA_SMI=env["FAKE_NVIDIA_SMI"],
+        PERFGATE_GPU_READER=env["PERFGATE_GPU_READER"],
+    )  # fmt: skip
+    said = done.stdout + done.stderr
+    here = machine_id([listed[0]["uuid"]])
+    assert done.returncode == 1, said
+    assert (
+        "a baseline keeps at most 20 runs; the series' 10 and the approved machines' 9 leave "
+        f"room for 1, not {here}'s 3: judge this machine in a series of its own"
+    ) in " ".join(said.split())
+    assert "verdicts: this machine's launches cannot join the series' baseline" in said
+    assert (state / "machine-runs.txt").read_text().count(here) == 0  # nothing launched
+    assert not (state / "verdicts.jsonl").exists()
