@@ -335,12 +335,13 @@ stage_machine() {
   fi
   # A baseline keeps at most perfgate.baselines.MAX_RUNS runs: the series', every approved
   # machine's and this one's must fit, or its approval would be refused after its launches.
-  local most room
+  local most approved room
   most=$("$python" -c 'from perfgate.baselines import MAX_RUNS; print(MAX_RUNS)') || finish 69
-  room=$((most - series - $(approved_runs)))
+  approved=$(approved_runs)
+  room=$((most - series - approved))
   if ((want > room)); then
     echo "== machine: a baseline keeps at most $most runs; the series' $series and the approved" \
-      "machines' $(approved_runs) leave room for $((room > 0 ? room : 0)), not $here's $want:" \
+      "machines' $approved leave room for $((room > 0 ? room : 0)), not $here's $want:" \
       "judge this machine in a series of its own (STATE elsewhere)"
     failed=1 machine_refused=1
     return 0
