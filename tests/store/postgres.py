@@ -72,6 +72,17 @@ def _run_as() -> str | None:
     return "postgres"
 
 
+def _folder_for(user: str | None) -> str | None:
+    """Where the server's folder goes: the temporary folder (None), unless the server's user
+    cannot enter it (a TMPDIR made by `mktemp -d` under root is root's alone), then /tmp."""
+    if user is None:
+        return None
+    enter = subprocess.run(
+        ["test", "-x", tempfile.gettempdir()], user=user, timeout=HANG_S, check=False
+    )
+    return None if enter.returncode == 0 else "/tmp"
+
+
 def _free_port() -> int:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
@@ -82,7 +93,7 @@ def _free_port() -> int:
 def running_postgres() -> Iterator[PostgresServer]:
     """Start a PostgreSQL server for the duration of the block."""
     bindir, user = find_bindir(), _run_as()
-    root = Path(tempfile.mkdtemp(prefix="perfgate-pg-"))
+    root = Path(tempfile.mkdtemp(prefix="perfgate-pg-", dir=_folder_for(user)))
     if user is not None:
         shutil.chown(root, user=user)
     data, log = root / "data", root / "server.log"
