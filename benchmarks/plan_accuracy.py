@@ -8,7 +8,10 @@ On an H200 the large configuration needs its trained weights in the machine's mo
 first (`benchmarks/gpu_real_weights.sh OUT train`, about 5 minutes, in a call of its own);
 then the command above runs the sweep's 11 servers and the plan's 4; a fresh `perfgate run`
 of that scenario (two servers) took 49-56 s on an H200 (benchmarks/results/h200-real-weights.md),
-so about 7 minutes, inside one 10-minute call. The plan profiles at the sweep's largest step
+so about 7 minutes, inside one 10-minute call; but on H100 hosts the sweep alone took 217 s,
+292 s and, where the servers started twice as slowly, 476 s (benchmarks/results/
+plan-h100-prefill-graphs.md), too long to plan after it in the same call: there, `--only
+sweep` (below). The plan profiles at the sweep's largest step
 count (`--plan-steps`, 10 there), so that it predicts every step count the sweep measures
 and times no longer chain than the sweep does. Where a lease is too short to train,
 `--config benchmarks/plan-gpu-seeded.toml --scenario embedded-large-gpu-seeded` plans the same
