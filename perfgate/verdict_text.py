@@ -69,8 +69,7 @@ def render_verdicts(verdicts: Sequence[Verdict]) -> list[str]:
     lines = [_row(width, "metric", headers, widths, "verdict")]
     lines += [_row(width, metric, cells, widths, status) for metric, cells, status in rows]
     lines += _explanations(verdicts)
-    for v in verdicts:
-        lines += _why(v)
+    lines += _whys(verdicts)
     return lines
 
 
@@ -194,12 +193,26 @@ def wrap(text: str, indent: str = "  ") -> list[str]:
     )
 
 
-def _why(v: Verdict) -> list[str]:
-    if not v.says_why:
-        return []
-    if v.attribution is None:
-        return wrap(f"why: {v.metric}: unknown, no phase timings on one side (see `baseline show`)")
-    return wrap(f"why: {v.attribution.summary}")
+def _whys(verdicts: Sequence[Verdict]) -> list[str]:
+    """A `why:` line per throughput verdict that moved; where two share their cause (the
+    cycle, its phases and the accept length of the same runs), the second names the first's
+    rather than saying it again."""
+    lines: list[str] = []
+    told: dict[str, str] = {}  # a cause, and the metric whose line said it
+    for v in verdicts:
+        if not v.says_why:
+            continue
+        why = v.attribution
+        if why is None:
+            lines += wrap(
+                f"why: {v.metric}: unknown, no phase timings on one side (see `baseline show`)"
+            )
+        elif why.cause in told:
+            lines += wrap(f"why: {why.head} cycle and accept length as for {told[why.cause]}")
+        else:
+            told[why.cause] = v.metric
+            lines += wrap(f"why: {why.summary}")
+    return lines
 
 
 def render_record(record: RunRecord, plain_note: str | None = None) -> list[str]:

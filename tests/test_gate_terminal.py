@@ -11,6 +11,7 @@ from __future__ import annotations
 import pytest
 
 from perfgate.commands.run import SUITES
+from perfgate.gate.attribution import CycleProfile, attribute
 from perfgate.gate.judge import judge_runs
 from perfgate.gate.verdict import Status, Verdict
 from perfgate.verdict_text import EXPLANATION_WIDTH, render_verdicts
@@ -77,6 +78,38 @@ def test_the_metrics_that_share_a_reason_are_named_and_the_why_lines_kept() -> N
     assert "why: output_tok_s: unknown, no phase timings on one side" in text
     assert "why: speedup: unknown, no phase timings on one side" in text
     assert "all 4 metrics" not in text
+
+
+def test_two_throughput_verdicts_of_the_same_runs_say_their_cause_once() -> None:
+    # As the second `scripts/gate` on a fresh clone: tok/s and speedup both moved, and both
+    # are explained by the same runs' cycle, which the speedup's line used to say again.
+    before = CycleProfile({"cycle": 6.6, "verify": 3.3, "draft": 1.7}, accept_length=2.876)
+    after = CycleProfile({"cycle": 7.9, "verify": 3.8, "draft": 2.2}, accept_length=2.876)
+    slower = CycleProfile({"cycle": 9.0, "verify": 5.0, "draft": 1.7}, accept_length=2.876)
+
+    def verdict(
+        metric: str, change: float, current: CycleProfile, tok_s: tuple[float, float] | None = None
+    ) -> Verdict:
+        why = attribute(metric, change, before, current, tok_s)
+        return Verdict(
+            metric, Status.REGRESSION, "", baseline=1.0, current=1.0 + change, change=change,
+            ci_low=change - 0.01, ci_high=change + 0.01, tolerance=0.05, attribution=why,
+        )  # fmt: skip
+
+    tok_s = verdict("output_tok_s", -0.192, after)
+    speedup = verdict("speedup", -0.04, after, (-0.192, -0.159))
+    text = " ".join(" ".join(render_verdicts([tok_s, speedup])).split())
+    assert tok_s.attribution is not None and f"why: {tok_s.attribution.summary}" in text, text
+    assert text.count("explains") == 2 and text.count("accept length unchanged") == 1, text
+    assert (
+        "why: speedup -4.0%: spec tok/s -19.2%, plain tok/s -15.9%; cycle and accept length as"
+        " for output_tok_s" in text
+    ), text
+    # Another cause (other runs' cycle) is said in full.
+    other = verdict("speedup", -0.04, slower, (-0.25, -0.159))
+    text = " ".join(" ".join(render_verdicts([tok_s, other])).split())
+    assert other.attribution is not None and f"why: {other.attribution.summary}" in text, text
+    assert "as for" not in text, text
 
 
 def test_no_cell_of_the_table_runs_into_the_next_one() -> None:

@@ -81,6 +81,18 @@ class Attribution:
     tok_s_change: tuple[float, float] | None
     summary: str
 
+    @property
+    def head(self) -> str:
+        """The summary's first words: the metric's change (and for ``speedup`` the spec and
+        plain tok/s changes behind it)."""
+        return _head(self.metric, self.change, self.tok_s_change)
+
+    @property
+    def cause(self) -> str:
+        """The summary after its head: the cycle, the phases that explain it, the accept
+        length. Two metrics judged on the same runs share it."""
+        return self.summary.removeprefix(self.head).strip()
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "metric": self.metric,
@@ -185,9 +197,7 @@ def _summary(
     tok_s_change: tuple[float, float] | None,
     moved: bool,
 ) -> str:
-    parts = [f"{metric} {change:+.1%}:"]
-    if tok_s_change is not None:
-        parts.append(f"spec tok/s {tok_s_change[0]:+.1%}, plain tok/s {tok_s_change[1]:+.1%};")
+    parts = [_head(metric, change, tok_s_change)]
     if moved:
         parts.append(f"cycle {_ms(cycle)};")
         for shift in _explaining(phases):
@@ -203,6 +213,13 @@ def _summary(
             f"accept length {accept[1] / accept[0] - 1.0:+.1%} ({accept[0]:.3g} -> {accept[1]:.3g})"
         )
     return " ".join(parts)
+
+
+def _head(metric: str, change: float, tok_s_change: tuple[float, float] | None) -> str:
+    head = f"{metric} {change:+.1%}:"
+    if tok_s_change is None:
+        return head
+    return f"{head} spec tok/s {tok_s_change[0]:+.1%}, plain tok/s {tok_s_change[1]:+.1%};"
 
 
 def _ms(shift: PhaseShift) -> str:
