@@ -56,7 +56,8 @@ def render_verdicts(verdicts: Sequence[Verdict]) -> list[str]:
     messages said once: first the clauses several metrics share, on one line that names them,
     then each metric's own on its line; what the table shows already (the change, its
     interval, the tolerance, the runs) not at all. Throughput verdicts that moved get their
-    attribution (``why:``).
+    attribution (``why:``), whose cause (the runs' cycle, phases and accept length) is said
+    once where two share it.
     """
     # The metric column fits the longest name (serving_output_tok_s), 16 at least.
     width = max([16, *(len(v.metric) + 2 for v in verdicts)])
