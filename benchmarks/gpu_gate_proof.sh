@@ -94,21 +94,12 @@
 # dependencies or weights.
 set -u -o pipefail
 
-smoke=0
-if [[ "${1:-}" == "--smoke" ]]; then
-  smoke=1
-  shift
-fi
-if [[ $# -lt 2 ]]; then
-  echo "usage: $0 [--smoke] OUTDIR STAGE... (train diagnose launch approve machine verdicts record)" >&2
-  exit 64
-fi
-out=$1
-shift
 # shellcheck source=stages.sh source-path=SCRIPTDIR
 source "$(dirname "$0")/stages.sh"
 # shellcheck source=record.sh source-path=SCRIPTDIR
 source "$(dirname "$0")/record.sh"
+record_args 2 "" "STAGE... (train diagnose launch approve machine verdicts record)" "$@"
+set -- "${args[@]}"
 check_stages "train diagnose launch approve machine verdicts record" "$@"
 record_start "$out" append # one run.log over the calls of a proof
 use_checkout

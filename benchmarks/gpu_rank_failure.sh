@@ -33,19 +33,10 @@
 # Exit code: that of rank_failures.py (0 when every case ended as required, 1 otherwise).
 set -u -o pipefail
 
-smoke=0
-if [[ "${1:-}" == "--smoke" ]]; then
-  smoke=1
-  shift
-fi
-if [[ $# -lt 1 ]]; then
-  echo "usage: $0 [--smoke] OUTDIR [ROUNDS]" >&2
-  exit 64
-fi
-out=$1
-rounds=${2:-3}
 # shellcheck source=record.sh source-path=SCRIPTDIR
 source "$(dirname "$0")/record.sh"
+record_args 1 2 "[ROUNDS]" "$@"
+rounds=${args[0]:-3}
 record_start "$out"
 use_checkout
 cd "$repo" || exit 1

@@ -36,26 +36,16 @@
 # otherwise.
 set -u -o pipefail
 
-smoke=0
-if [[ "${1:-}" == "--smoke" ]]; then
-  smoke=1
-  shift
-fi
-if [[ $# -lt 1 ]]; then
-  echo "usage: $0 [--smoke] OUTDIR [train] [bandwidth] [sweep] [gate | launch judge]" >&2
-  exit 64
-fi
-out=$1
-shift
-[[ $# -eq 0 ]] && set -- train bandwidth sweep gate
-stages=()
-for stage_name in "$@"; do # gate is launch, then judge
-  if [[ $stage_name == gate ]]; then stages+=(launch judge); else stages+=("$stage_name"); fi
-done
 # shellcheck source=stages.sh source-path=SCRIPTDIR
 source "$(dirname "$0")/stages.sh"
 # shellcheck source=record.sh source-path=SCRIPTDIR
 source "$(dirname "$0")/record.sh"
+record_args 1 "" "[train] [bandwidth] [sweep] [gate | launch judge]" "$@"
+[[ ${#args[@]} -eq 0 ]] && args=(train bandwidth sweep gate)
+stages=()
+for stage_name in "${args[@]}"; do # gate is launch, then judge
+  if [[ $stage_name == gate ]]; then stages+=(launch judge); else stages+=("$stage_name"); fi
+done
 check_stages "train bandwidth sweep gate launch judge" "${stages[@]}"
 record_start "$out"
 use_checkout

@@ -25,19 +25,11 @@
 # otherwise.
 set -uo pipefail
 
-smoke=0
-if [[ "${1:-}" == "--smoke" ]]; then
-  smoke=1
-  shift
-fi
-if [[ $# -ne 1 ]]; then
-  echo "usage: $0 [--smoke] OUTDIR" >&2
-  exit 64
-fi
 # shellcheck source=record.sh source-path=SCRIPTDIR
 source "$(dirname "$0")/record.sh"
+record_args 1 1 "" "$@"
 work=$(mktemp -d "${TMPDIR:-/tmp}/stop-guessing.XXXXXX")
-record_start "$1"
+record_start "$out"
 use_checkout
 mkdir -p "$out/profile"
 

@@ -44,23 +44,13 @@
 # expected, 1 otherwise.
 set -u -o pipefail
 
-smoke=0
-if [[ "${1:-}" == "--smoke" ]]; then
-  smoke=1
-  shift
-fi
-if [[ $# -lt 1 ]]; then
-  echo "usage: $0 [--smoke] OUTDIR [compare] [sweep] [profile] [endings]" >&2
-  exit 64
-fi
-out=$1
-shift
-stages=("$@")
-[[ ${#stages[@]} -eq 0 ]] && stages=(compare sweep profile endings)
 # shellcheck source=stages.sh source-path=SCRIPTDIR
 source "$(dirname "$0")/stages.sh"
 # shellcheck source=record.sh source-path=SCRIPTDIR
 source "$(dirname "$0")/record.sh"
+record_args 1 "" "[compare] [sweep] [profile] [endings]" "$@"
+stages=("${args[@]}")
+[[ ${#stages[@]} -eq 0 ]] && stages=(compare sweep profile endings)
 check_stages "compare sweep profile endings" "${stages[@]}"
 work=$(mktemp -d "${TMPDIR:-/tmp}/gpu-tp2.XXXXXX")
 record_start "$out"

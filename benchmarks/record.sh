@@ -1,8 +1,12 @@
 # shellcheck shell=bash
-# shellcheck disable=SC2034  # repo, python, out, tee_pid: set here for the caller
-# The setup the GPU record scripts (gpu_*.sh, sglang_live.sh) share: source it once their
-# arguments are read.
+# shellcheck disable=SC2034  # smoke, out, args, repo, python, tee_pid: set for the caller
+# The setup the GPU record scripts (gpu_*.sh, sglang_live.sh) share: source it first.
 #
+#   record_args MIN MAX WORDS ARG...
+#                             a gpu_*.sh script's arguments: --smoke first (smoke: 1, else 0),
+#                             then OUTDIR (out) and the script's own (args), MIN to MAX of them
+#                             in all, OUTDIR counted (MAX empty: no limit); else "usage:
+#                             SCRIPT [--smoke] OUTDIR WORDS" and exit 64
 #   record_start OUTDIR [append]
 #                             the checkout (repo), the interpreter (python: $PYTHON, default
 #                             python3), OUTDIR made and absolute (out), and from then on the
@@ -37,6 +41,22 @@
 #                             by names (the checkout by ., the interpreter by python3, each
 #                             PATH by its NAME: benchmarks/portable_paths.py, a SQLite history
 #                             too), exit STATUS
+
+record_args() {
+  local min=$1 max=$2 words=$3
+  shift 3
+  smoke=0
+  if [[ ${1:-} == --smoke ]]; then
+    smoke=1
+    shift
+  fi
+  if [[ $# -lt $min || ( -n $max && $# -gt $max ) ]]; then
+    echo "usage: $0 [--smoke] OUTDIR${words:+ $words}" >&2
+    exit 64
+  fi
+  out=$1
+  args=("${@:2}")
+}
 
 record_start() {
   repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)

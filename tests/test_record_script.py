@@ -181,3 +181,44 @@ def _wheel(folder: Path, name: str) -> None:
         for path, data in files.items():
             archive.writestr(path, data)
         archive.writestr(f"{name}-1.dist-info/RECORD", "\n".join(record) + "\n")
+
+
+# Each gpu_*.sh script's own words after OUTDIR, and how many arguments it takes (OUTDIR
+# counted; None: any number more).
+SCRIPT_ARGS = {
+    "gpu_real_weights.sh": ("[train] [bandwidth] [sweep] [gate | launch judge]", 1, None),
+    "gpu_tp2.sh": ("[compare] [sweep] [profile] [endings]", 1, None),
+    "gpu_rank_failure.sh": ("[ROUNDS]", 1, 2),
+    "gpu_gate_proof.sh": (
+        "STAGE... (train diagnose launch approve machine verdicts record)",
+        2,
+        None,
+    ),
+    "gpu_stop_guessing.sh": ("", 1, 1),
+}
+
+
+@pytest.mark.parametrize("name", sorted(SCRIPT_ARGS))
+def test_every_gpu_script_reads_smoke_and_outdir_alike_and_refuses_a_wrong_count(
+    name: str, tmp_path: Path
+) -> None:
+    """record_args: too few or too many arguments, with --smoke or without, exit 64 with
+    the script's usage before anything is run or written."""
+    words, least, most = SCRIPT_ARGS[name]
+    usage = f"usage: benchmarks/{name} [--smoke] OUTDIR" + (f" {words}" if words else "")
+    out = tmp_path / "out"
+    wrong = [[str(out)] * (least - 1)]
+    if most is not None:
+        wrong.append([str(out)] * (most + 1))
+    for args in wrong:
+        for smoke in ([], ["--smoke"]):
+            done = subprocess.run(
+                ["bash", f"benchmarks/{name}", *smoke, *args],
+                cwd=REPO,
+                capture_output=True,
+                text=True,
+                timeout=HANG_S,
+                check=False,
+            )
+            assert (done.returncode, done.stderr) == (64, usage + "\n"), (args, smoke)
+    assert not out.exists()
