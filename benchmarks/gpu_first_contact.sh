@@ -77,7 +77,7 @@ for line in "${scenarios[@]}"; do
     expect 0 "$s: run $n, recorded only" perfgate run --no-gate --scenario "$s" "${paths[@]}" \
       --report "$work/report.html"
   done
-  mapfile -t ids < <("$python" -c "import sqlite3,sys; [print(i) for (i,) in sqlite3.connect(sys.argv[1]).execute('select id from runs where scenario = ? order by id desc limit 3', (sys.argv[2],))]" "$work/history.db" "$s")
+  mapfile -t ids < <(run_ids "$work/history.db" "$s" 0 3)
   runs=()
   for id in "${ids[@]}"; do runs+=(--run "$id"); done
   expect 0 "$s: approve runs ${ids[*]}" perfgate baseline update "${runs[@]}" "${paths[@]}" \

@@ -206,10 +206,6 @@ launched() { # how many launches of the series were made
   if [[ -f $state/launch-runs.txt ]]; then wc -l < "$state/launch-runs.txt"; else echo 0; fi
 }
 
-last_run_id() {
-  "$python" -c "import sqlite3,sys; print(sqlite3.connect(sys.argv[1]).execute('select coalesce(max(id), 0) from runs').fetchone()[0])" "$db" 2> /dev/null || echo 0
-}
-
 stage_train() {
   [[ $smoke -eq 1 ]] && return 0 # the tiny models ship with perfgate
   step "train" 0 560 "$python" -m perfgate embedded train "${train_args[@]}"
@@ -257,7 +253,7 @@ stage_launch() {
       --scenario "$scenario" "${paths[@]}" --no-gate --report ''
     touch "$stop"
     wait "$sampler"
-    echo "$n $(last_run_id)" >> "$state/launch-runs.txt"
+    echo "$n $(last_run_id "$db")" >> "$state/launch-runs.txt"
     took=$((SECONDS - started))
     ((took > longest)) && longest=$took
   done
@@ -275,7 +271,7 @@ stage_approve() {
   fi
   step "noise table" 0 60 "$python" benchmarks/launch_noise.py "$db" "$scenario" \
     --out "$state/noise.md"
-  mapfile -t ids < <("$python" -c "import sqlite3,sys; [print(i) for (i,) in sqlite3.connect(sys.argv[1]).execute('select id from runs where scenario = ? order by id', (sys.argv[2],))]" "$db" "$scenario")
+  mapfile -t ids < <(run_ids "$db" "$scenario")
   for id in "${ids[@]}"; do approve+=(--run "$id"); done
   [[ ${APPROVE_FORCE:-0} == 1 ]] && approve+=(--force)
   step "approve ${#ids[@]} runs" 0 60 "$python" -m perfgate baseline update "${approve[@]}" \
@@ -348,7 +344,7 @@ stage_machine() {
     started=$SECONDS
     step "machine launch $n of $want ($here)" 0 "$run_limit" "${placed[@]}" "$python" -m perfgate \
       run --scenario "$scenario" "${paths[@]}" --no-gate --report ''
-    echo "$here $(last_run_id)" >> "$state/machine-runs.txt"
+    echo "$here $(last_run_id "$db")" >> "$state/machine-runs.txt"
     took=$((SECONDS - started))
     ((took > longest)) && longest=$took
   done

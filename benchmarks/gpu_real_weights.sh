@@ -176,16 +176,12 @@ gate_paths() { # the scenario's config (less --enable-torch-compile where compil
   paths=(--config "$used" --db "$db" --baselines "$state/baselines")
 }
 
-last_run_id() {
-  "$python" -c "import sqlite3,sys; print(sqlite3.connect(sys.argv[1]).execute('select coalesce(max(id), 0) from runs').fetchone()[0])" "$state/history.db" 2> /dev/null || echo 0
-}
-
 stage_launch() {
   local paths refresh=()
   gate_paths
   [[ ${REFRESH_PLAIN:-0} == 1 ]] && refresh=(--refresh-plain)
   # The series starts at the first launch since the last judge stage: calls may add to it.
-  [[ -f $state/series-after ]] || last_run_id > "$state/series-after"
+  [[ -f $state/series-after ]] || last_run_id "$state/history.db" > "$state/series-after"
   step "doctor" 0 120 "$python" -m perfgate doctor --scenario "$scenario" "${paths[@]}"
   for n in $(seq "$runs"); do
     step "launch $n of $runs" 0 "$run_limit" "$python" -m perfgate run --scenario "$scenario" \
@@ -199,7 +195,7 @@ stage_judge() {
   first=$(cat "$state/series-after" 2> /dev/null || echo 0)
   step "noise table" 0 60 "$python" benchmarks/launch_noise.py "$state/history.db" "$scenario" \
     --after "$first" --out "$out/noise.md"
-  mapfile -t ids < <("$python" -c "import sqlite3,sys; [print(i) for (i,) in sqlite3.connect(sys.argv[1]).execute('select id from runs where scenario = ? and id > ? order by id', (sys.argv[2], int(sys.argv[3])))]" "$state/history.db" "$scenario" "$first")
+  mapfile -t ids < <(run_ids "$state/history.db" "$scenario" "$first")
   local approve=()
   for id in "${ids[@]}"; do approve+=(--run "$id"); done
   [[ ${APPROVE_FORCE:-0} == 1 ]] && approve+=(--force) # runs of a copy whose git lags its tree

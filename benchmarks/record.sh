@@ -36,6 +36,11 @@
 #   smoke_scenario NAME       a scenario table of the shipped tiny models on the CPU, the shape
 #                             every --smoke config starts from; its caller adds the keys its
 #                             stages need (a TOML table names each key once)
+#   last_run_id DB            the newest run's id in the SQLite history file DB (0: none yet,
+#                             or no history there)
+#   run_ids DB SCENARIO [AFTER [LAST]]
+#                             SCENARIO's run ids in DB, a line each, oldest first: those after
+#                             id AFTER (default 0), the LAST of them alone where LAST is given
 #   record_finish STATUS [PATH=NAME...]
 #                             run.log whole, this machine's paths in OUTDIR's files replaced
 #                             by names (the checkout by ., the interpreter by python3, each
@@ -153,6 +158,21 @@ max_new_tokens = 16
 repeats = 2
 warmup = 1
 EOF
+}
+
+last_run_id() {
+  "$python" -c 'import sqlite3, sys
+print(sqlite3.connect(sys.argv[1]).execute("select coalesce(max(id), 0) from runs").fetchone()[0])' \
+    "$1" 2> /dev/null || echo 0
+}
+
+run_ids() {
+  "$python" -c 'import sqlite3, sys
+db, scenario, after, last = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
+query = "select id from runs where scenario = ? and id > ? order by id"
+ids = [i for (i,) in sqlite3.connect(db).execute(query, (scenario, after))]
+for i in ids[-last:] if last else ids:
+    print(i)' "$1" "$2" "${3:-0}" "${4:-0}"
 }
 
 record_finish() {

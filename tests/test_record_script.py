@@ -222,3 +222,33 @@ def test_every_gpu_script_reads_smoke_and_outdir_alike_and_refuses_a_wrong_count
             )
             assert (done.returncode, done.stderr) == (64, usage + "\n"), (args, smoke)
     assert not out.exists()
+
+
+def _history_ids(call: str) -> list[str]:
+    script = f'source "{REPO}/benchmarks/record.sh"; python="{sys.executable}"; {call}'
+    done = subprocess.run(
+        ["bash", "-c", script], capture_output=True, text=True, check=True, timeout=HANG_S
+    )
+    return done.stdout.splitlines()
+
+
+def test_the_scripts_read_run_ids_from_a_history_oldest_first(tmp_path: Path) -> None:
+    """run_ids and last_run_id, which the scripts approve and count launches by, on a real
+    SQLite history: six runs of two scenarios."""
+    import sqlite3
+
+    db = tmp_path / "history.db"
+    with sqlite3.connect(db) as connection:
+        connection.execute("create table runs (id integer primary key, scenario text)")
+        connection.executemany(
+            "insert into runs (id, scenario) values (?, ?)",
+            [(i, "a" if i % 2 else "b") for i in range(1, 7)],
+        )
+    connection.close()
+
+    assert _history_ids(f'run_ids "{db}" a') == ["1", "3", "5"]
+    assert _history_ids(f'run_ids "{db}" a 1') == ["3", "5"]  # after id 1
+    assert _history_ids(f'run_ids "{db}" b 0 2') == ["4", "6"]  # the last 2
+    assert _history_ids(f'run_ids "{db}" c') == []  # no line, not an empty one
+    assert _history_ids(f'last_run_id "{db}"') == ["6"]
+    assert _history_ids(f'last_run_id "{tmp_path / "none.db"}"') == ["0"]
