@@ -3,10 +3,10 @@
 # The setup the GPU record scripts (gpu_*.sh, sglang_live.sh) share: source it first.
 #
 #   record_args MIN MAX WORDS ARG...
-#                             a gpu_*.sh script's arguments: --smoke first (smoke: 1, else 0),
-#                             then OUTDIR (out) and the script's own (args), MIN to MAX of them
-#                             in all, OUTDIR counted (MAX empty: no limit); else "usage:
-#                             SCRIPT [--smoke] OUTDIR WORDS" and exit 64
+#                             the arguments of a script that takes --smoke: that first
+#                             (smoke: 1, else 0), then OUTDIR (out) and the script's own
+#                             (args), MIN to MAX of them in all, OUTDIR counted (MAX empty: no
+#                             limit); else "usage: SCRIPT [--smoke] OUTDIR WORDS" and exit 64
 #   record_start OUTDIR [append]
 #                             the checkout (repo), the interpreter (python: $PYTHON, default
 #                             python3), OUTDIR made and absolute (out), and from then on the
