@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import sqlite3
 import subprocess
 import sys
 import venv
@@ -235,8 +236,6 @@ def _history_ids(call: str) -> list[str]:
 def test_the_scripts_read_run_ids_from_a_history_oldest_first(tmp_path: Path) -> None:
     """run_ids and last_run_id, which the scripts approve and count launches by, on a real
     SQLite history: six runs of two scenarios."""
-    import sqlite3
-
     db = tmp_path / "history.db"
     with sqlite3.connect(db) as connection:
         connection.execute("create table runs (id integer primary key, scenario text)")
