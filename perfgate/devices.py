@@ -146,7 +146,7 @@ class SmiReader:
 
     def read(self, apps: bool, timeout_s: float) -> GpuReport:
         fields, rows, dropped = _query([*REQUIRED_FIELDS, *HEALTH_FIELDS], timeout_s)
-        gpus = tuple(parse_gpu_row(fields, row) for row in rows)
+        gpus = tuple(_read_row(fields, row) for row in rows)
         listed: list[str] = []
         if apps:
             done = _smi([f"--query-compute-apps={APPS_QUERY}", _CSV], timeout_s)
@@ -211,6 +211,17 @@ def _flag(text: str | None) -> bool | None:
     if text is None:
         return None
     return text.lower() in ("yes", "1", "true", "enabled")
+
+
+def _read_row(fields: Sequence[str], row: str) -> Gpu:
+    """parse_gpu_row, or an InfrastructureError quoting a row that is not one GPU's fields."""
+    try:
+        return parse_gpu_row(fields, row)
+    except (KeyError, ValueError) as error:
+        raise InfrastructureError(
+            f"nvidia-smi --query-gpu gave a row perfgate cannot read ({error}): {row.strip()!r};"
+            f" expected {len(fields)} comma-separated fields: {','.join(fields)}"
+        ) from None
 
 
 def parse_gpu_row(fields: Sequence[str], row: str) -> Gpu:

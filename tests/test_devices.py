@@ -236,6 +236,21 @@ def test_a_broken_nvidia_smi_leaves_the_fingerprint_without_gpus(
         read_gpus()
 
 
+def test_an_nvidia_smi_row_perfgate_cannot_read_is_quoted_not_a_traceback(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    line = "GPU 0: NVIDIA H100 80GB HBM3 (UUID: GPU-1)"  # what `nvidia-smi -L` prints
+    _smi(monkeypatch, tmp_path, fake_smi.gpus(1, **{"0": {"index": line}}))
+    with pytest.raises(InfrastructureError) as raised:
+        read_gpus()
+    said = str(raised.value)
+    assert said.startswith("nvidia-smi --query-gpu gave a row perfgate cannot read (invalid")
+    # The row quoted as nvidia-smi printed it, then the fields it was asked for.
+    assert f"): '{line}, GPU-00000000-fake, NVIDIA H200, 580.159.04, 1, 143771, " in said
+    assert "; expected 18 comma-separated fields: index,uuid,name,driver_version," in said
+    assert detect_gpus() is None  # as where the driver does not answer
+
+
 def _gpu(index: int, used_mib: float) -> Gpu:
     return Gpu(index, f"GPU-{index}", "NVIDIA H200", "580.159.04", used_mib, 143771.0)
 
