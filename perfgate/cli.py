@@ -10,6 +10,7 @@ import argparse
 import importlib
 import sys
 import textwrap
+import traceback
 from collections.abc import Sequence
 from typing import Any, NoReturn
 
@@ -23,6 +24,7 @@ EPILOG = """exit codes:
   64  bad input       a config, baseline, flag or run id is wrong
   69  infrastructure  a server did not start, a device is busy
   75  inconclusive    too noisy to decide; run again
+  70  internal error  perfgate failed unexpectedly (a bug: report it with the traceback)
 """
 
 
@@ -95,6 +97,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         return int(error.exit_code)
     except KeyboardInterrupt:
         return 130
+    except Exception:  # a bug: its own code, so that no CI reads a crash as a regression (1)
+        traceback.print_exc()
+        print(
+            f"perfgate: internal error: `perfgate {args.command}` failed unexpectedly; this is a"
+            " bug in perfgate, not a verdict: please report it with the traceback above",
+            file=sys.stderr,
+        )
+        return int(ExitCode.INTERNAL)
 
 
 if __name__ == "__main__":  # pragma: no cover

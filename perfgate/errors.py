@@ -28,6 +28,7 @@ class ExitCode(enum.IntEnum):
     BAD_INPUT = 64
     INFRASTRUCTURE = 69
     INCONCLUSIVE = 75
+    INTERNAL = 70  # an error perfgate did not expect: a bug, never a verdict
 
 
 class PerfgateError(Exception):

@@ -217,3 +217,25 @@ def test_training_or_exporting_without_the_engines_extra_is_refused_naming_it(
         done.stderr
     )
     assert not out.exists()
+
+
+def test_an_unexpected_error_is_a_bug_with_its_own_code_never_a_regression(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    # A crash must not exit 1, the regression's code, which CI and the tools that run
+    # perfgate (a bisect, a plan's record) read as a measured verdict.
+    from perfgate.commands import history
+
+    def crash(*_: object) -> int:
+        raise ValueError("invalid literal for int() with base 10: 'GPU 0'")
+
+    monkeypatch.setattr(history, "run", crash)
+    done = perfgate_main("history", "list", cwd=tmp_path)
+    assert done.returncode == 70
+    assert "Traceback (most recent call last)" in done.stderr
+    assert "ValueError: invalid literal for int() with base 10: 'GPU 0'" in done.stderr
+    assert done.stderr.rstrip().endswith(
+        "perfgate: internal error: `perfgate history` failed unexpectedly; this is a bug in"
+        " perfgate, not a verdict: please report it with the traceback above"
+    )
+    assert "70  internal error" in build_parser().format_help()  # the help's table says so

@@ -28,6 +28,7 @@ OUTCOMES = {
     ExitCode.BAD_INPUT: ("⛔", "bad input"),
     ExitCode.INFRASTRUCTURE: ("⛔", "infrastructure failure"),
     ExitCode.INCONCLUSIVE: ("⚠️", "inconclusive"),
+    ExitCode.INTERNAL: ("⛔", "perfgate failed (a bug)"),
 }
 VERDICT_MARKS = {Status.REGRESSION: "❌", Status.IMPROVEMENT: "⬆️", Status.PASS: "✅"}
 

@@ -16,6 +16,7 @@ from perfgate.ci.markdown import (
     Links,
     cell,
     fit_blocks,
+    outcome,
     render_markdown,
 )
 from perfgate.ci.pointer import SessionError, SessionPointer, load_pointer, write_pointer
@@ -37,6 +38,19 @@ def _records(count: int, status: Status = Status.REGRESSION) -> list[RunRecord]:
 def _pointer(records: list[RunRecord], code: int = 1) -> SessionPointer:
     finals = {r.measurement.scenario: int(r.id or 0) for r in records}
     return SessionPointer(code, "sqlite:///h.db", None, "cpu", tuple(finals.values()), finals)
+
+
+def test_each_documented_exit_code_has_its_own_words_and_others_say_their_number() -> None:
+    said = {code: outcome(code) for code in (0, 1, 64, 69, 70, 75, 3)}
+    assert said == {
+        0: "✅ pass",
+        1: "❌ regression",
+        64: "⛔ bad input",
+        69: "⛔ infrastructure failure",
+        70: "⛔ perfgate failed (a bug)",
+        75: "⚠️ inconclusive",
+        3: "⛔ pytest ended with code 3",
+    }
 
 
 def test_cells_cannot_break_the_table_or_inject_html() -> None:
