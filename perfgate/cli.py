@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from typing import Any, NoReturn
 
 from perfgate.commands import BY_NAME, COMMANDS
-from perfgate.errors import ExitCode, PerfgateError
+from perfgate.errors import ExitCode, InternalError, PerfgateError
 from perfgate.settings import settings_from
 
 EPILOG = """exit codes:
@@ -97,14 +97,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         return int(error.exit_code)
     except KeyboardInterrupt:
         return 130
-    except Exception:  # a bug: its own code, so that no CI reads a crash as a regression (1)
+    except Exception as error:  # a bug: its own code, so that no CI reads it as a regression
         traceback.print_exc()
-        print(
-            f"perfgate: internal error: `perfgate {args.command}` failed unexpectedly; this is a"
-            " bug in perfgate, not a verdict: please report it with the traceback above",
-            file=sys.stderr,
-        )
-        return int(ExitCode.INTERNAL)
+        bug = InternalError(f"`perfgate {args.command}`", error)
+        print(f"perfgate: internal error: {bug}", file=sys.stderr)
+        return int(bug.exit_code)
 
 
 if __name__ == "__main__":  # pragma: no cover

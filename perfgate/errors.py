@@ -41,6 +41,19 @@ class PerfgateError(Exception):
     detail: str = ""
 
 
+class InternalError(PerfgateError):
+    """An exception perfgate did not expect, named where it happened: a bug, never a verdict."""
+
+    exit_code = ExitCode.INTERNAL
+
+    def __init__(self, where: str, error: BaseException, *, detail: str = "") -> None:
+        self.detail = detail
+        super().__init__(
+            f"{where} failed unexpectedly ({type(error).__name__}: {error}); this is a bug in"
+            " perfgate, not a verdict: please report it with the traceback"
+        )
+
+
 class ConfigError(PerfgateError):
     """A user mistake in a file, field or flag: says where and how to fix it.
 

@@ -18,6 +18,7 @@ own.
 from __future__ import annotations
 
 import os
+import traceback
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
@@ -32,7 +33,7 @@ from perfgate.devices import detect_gpus
 from perfgate.engines.client import EngineClient
 from perfgate.engines.server_commands import Mode
 from perfgate.equivalence import TeacherScores
-from perfgate.errors import ExitCode, PerfgateError
+from perfgate.errors import ExitCode, InternalError, PerfgateError
 from perfgate.gate.planning import RunPlan
 from perfgate.gate.verdict import Verdict, overall_status
 from perfgate.measure import (
@@ -363,7 +364,8 @@ class ScenarioRun:
     _runs: list[Measurement] = field(default_factory=list)
 
     def remembering(self, measure: Callable[[], T]) -> T:
-        """Call `measure`, unless a measurement failed already; remember its failure."""
+        """Call `measure`, unless a measurement failed already; remember its failure (an
+        exception perfgate did not expect as an InternalError)."""
         if self.error is not None:
             raise self.error
         try:
@@ -371,6 +373,10 @@ class ScenarioRun:
         except PerfgateError as error:
             self.error = error
             raise
+        except Exception as error:  # a bug: its own code, its traceback said with it once
+            where = f"measuring scenario {self.scenario.name!r}"
+            self.error = InternalError(where, error, detail=traceback.format_exc().rstrip())
+            raise self.error from error
 
     def measurement(self) -> Measurement:
         """The first run, measured now unless it was."""
@@ -534,13 +540,15 @@ def unjudged_record(measurement: Measurement, context: RunContext) -> RunRecord:
 
 
 def severest(codes: Iterable[ExitCode]) -> ExitCode:
-    """The code that says the most: bad input, infrastructure, regression, inconclusive, pass."""
+    """The code that says the most: a bug in perfgate (whatever else the run found cannot be
+    trusted), bad input, infrastructure, regression, inconclusive, pass."""
     order = [
         ExitCode.PASS,
         ExitCode.INCONCLUSIVE,
         ExitCode.REGRESSION,
         ExitCode.INFRASTRUCTURE,
         ExitCode.BAD_INPUT,
+        ExitCode.INTERNAL,
     ]
     return max(codes, key=order.index, default=ExitCode.PASS)
 

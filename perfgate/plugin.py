@@ -10,6 +10,7 @@ under `perfgate run` it is imported already (see the package's docstring).
 from __future__ import annotations
 
 import contextlib
+import traceback
 from collections.abc import Generator
 from dataclasses import replace
 from pathlib import Path
@@ -24,7 +25,7 @@ from perfgate.ci.pointer import (
     session_pointer,
     write_pointer,
 )
-from perfgate.errors import ConfigError, ExitCode, PerfgateError
+from perfgate.errors import ConfigError, ExitCode, InternalError, PerfgateError
 from perfgate.pipeline import GatePlan, ScenarioRun, severest
 from perfgate.progress import reporter_for_pytest
 from perfgate.session import GateSession
@@ -88,6 +89,8 @@ def gate_session(config: pytest.Config) -> GateSession:
             value = _new_session(config)
         except PerfgateError as error:
             value = error
+        except Exception as error:  # a bug: its own code, and its traceback kept to be shown
+            value = InternalError("starting the gate session", error, detail=traceback.format_exc())
         # An older session's must not pass for this one's.
         config.stash[EARLIER_POINTER] = clear_pointer(_pointer_root(value))
         config.stash[GATE_SESSION] = value
@@ -117,7 +120,8 @@ def perfgate_session(request: pytest.FixtureRequest) -> GateSession:
     try:
         return gate_session(request.config)
     except PerfgateError as error:
-        pytest.fail(f"perfgate: {error}", pytrace=False)
+        detail = f"\n{error.detail}" if isinstance(error, InternalError) else ""
+        pytest.fail(f"perfgate: {error}{detail}", pytrace=False)
 
 
 @pytest.fixture(scope="session")
@@ -134,6 +138,15 @@ def pytest_runtest_call(item: pytest.Item) -> Generator[None, Any, Any]:
         return (yield)
     except PerfgateError as error:
         failure = error
+    except AssertionError:  # a verdict or a check of the suites: the test's own failure
+        raise
+    except Exception as error:  # a bug: pytest shows its traceback; the session its code
+        value = item.config.stash.get(GATE_SESSION, None)
+        if isinstance(value, GateSession) and "perfgate_session" in getattr(
+            item, "fixturenames", ()
+        ):
+            value.internal_errors.append(InternalError(item.nodeid, error))
+        raise
     pytest.fail(_said_once(item, failure), pytrace=False)
 
 
@@ -213,7 +226,8 @@ def _write_verdict(terminalreporter: Any, exitstatus: int, config: pytest.Config
         terminalreporter.write_line(f"perfgate exit code: {int(exitstatus)}")
         return
     if isinstance(value, PerfgateError):
-        terminalreporter.write_line(f"perfgate: error: {value}")
+        kind = "internal error" if isinstance(value, InternalError) else "error"
+        terminalreporter.write_line(f"perfgate: {kind}: {value}")
         return
     for line in render_terminal_summary(value, config.stash.get(FINISH_ERROR, None)):
         terminalreporter.write_line(line)

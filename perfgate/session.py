@@ -14,7 +14,7 @@ from pathlib import Path
 
 from perfgate.context import detect_context
 from perfgate.engines.server_commands import Mode
-from perfgate.errors import ConfigError, ExitCode, PerfgateError
+from perfgate.errors import ConfigError, ExitCode, InternalError, PerfgateError
 from perfgate.folders import session_folder
 from perfgate.gate.verdict import Verdict
 from perfgate.measure import TimedLoop, run_rounds
@@ -65,6 +65,7 @@ class GateSession:
         self.records: list[RunRecord] = []
         self.report_written = False
         self.exit_code = ExitCode.PASS
+        self.internal_errors: list[InternalError] = []  # a test's unexpected exceptions
 
     @functools.cached_property
     def workdir(self) -> Path:
@@ -152,7 +153,7 @@ class GateSession:
                 self._report()
         except PerfgateError as error:
             failure = error
-        codes = [e.exit_code for e in self.errors().values()]
+        codes = [e.exit_code for e in [*self.errors().values(), *self.internal_errors]]
         codes += [self._code(r) for r in self.final_records()]
         if any(not r.measurement.outputs_pass for r in self.records):
             codes.append(ExitCode.REGRESSION)

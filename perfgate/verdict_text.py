@@ -32,6 +32,9 @@ class FinishedSession(Protocol):
 
     def errors(self) -> dict[str, PerfgateError]: ...
 
+    @property
+    def internal_errors(self) -> Sequence[PerfgateError]: ...
+
     def plain_note(self, name: str) -> str | None: ...
 
     def judged_locally(self, name: str) -> bool: ...
@@ -269,6 +272,7 @@ def render_terminal_summary(session: FinishedSession, error: PerfgateError | Non
             )
     for name, failure in session.errors().items():
         lines.append(f"{name}: not measured: {failure}")
+    lines += [f"perfgate: internal error: {bug}" for bug in session.internal_errors]
     if error is not None:
         lines.append(f"perfgate: error: {error}")
     if session.report_written:

@@ -235,7 +235,8 @@ def test_an_unexpected_error_is_a_bug_with_its_own_code_never_a_regression(
     assert "Traceback (most recent call last)" in done.stderr
     assert "ValueError: invalid literal for int() with base 10: 'GPU 0'" in done.stderr
     assert done.stderr.rstrip().endswith(
-        "perfgate: internal error: `perfgate history` failed unexpectedly; this is a bug in"
-        " perfgate, not a verdict: please report it with the traceback above"
+        "perfgate: internal error: `perfgate history` failed unexpectedly (ValueError: invalid"
+        " literal for int() with base 10: 'GPU 0'); this is a bug in perfgate, not a verdict:"
+        " please report it with the traceback"
     )
     assert "70  internal error" in build_parser().format_help()  # the help's table says so

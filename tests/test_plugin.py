@@ -9,7 +9,7 @@ import pytest
 
 from perfgate.commands.run import SUITES
 
-from .conftest import HERE_PROFILE, TINY_SCENARIO, run_perfgate, write_config
+from .conftest import HERE_PROFILE, REPO, TINY_SCENARIO, run_perfgate, write_config
 from .short_scenario import SHORT_SCENARIO
 
 pytestmark = pytest.mark.slow
@@ -137,3 +137,98 @@ def test_plugin_is_inert_in_other_suites(pytester: pytest.Pytester) -> None:
     result.assert_outcomes(passed=1)
     assert result.ret == 0
     assert "perfgate" not in result.stdout.str().split("plugins:")[-1].split("\n", 1)[1]
+
+
+CRASHING_SERVERS = '''
+"""The session's servers faked, the speculative one failing as a bug in perfgate would."""
+import functools
+
+from perfgate import session
+from perfgate.pipeline import ServerPair
+from tests.factories import mode_result
+
+
+def launch(scenario, mode, folder, *, timed_loop, checked, progress, while_up):
+    if mode == "spec":
+        raise ValueError("invalid literal for int() with base 10: 'GPU 0'")
+    timed_loop(lambda: None, scenario.repeats)
+    return mode_result(mode, 100.0, repeats=scenario.repeats)
+
+
+def pytest_configure(config):
+    session.ServerPair = functools.partial(ServerPair, launch=launch)
+'''
+
+
+def test_a_bug_while_measuring_exits_70_with_its_traceback_once_never_1(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Exit 1 is the regression's: CI, a bisect and a plan's record read it as measured.
+    pytester.makepyfile(crashingservers=CRASHING_SERVERS)
+    monkeypatch.setenv("PYTHONPATH", f"{pytester.path}:{REPO}")
+    config = write_config(pytester.path, TINY_SCENARIO)
+    result = pytester.runpytest_subprocess(
+        str(SUITES), f"--perfgate-config={config}", "--perfgate-report=", "-p",
+        "crashingservers", "-p", "no:cacheprovider",
+    )  # fmt: skip
+    assert result.ret == 70, result.stdout.str()
+    out = result.stdout.str()
+    bug = (
+        "measuring scenario 'tiny' failed unexpectedly (ValueError: invalid literal for int()"
+        " with base 10: 'GPU 0'); this is a bug in perfgate, not a verdict: please report it"
+        " with the traceback"
+    )
+    failures = out.split("= FAILURES =")[1].split("short test summary info")[0]
+    assert failures.count(bug) == 1 and failures.count("Traceback (most recent call last)") == 1
+    assert 'crashingservers.py", line 11, in launch' in failures  # where it failed
+    verdict = out.split("= perfgate =")[1]
+    assert f"tiny: not measured: {bug}" in verdict
+    assert verdict.strip().endswith("perfgate exit code: 70"), verdict
+
+
+CRASHING_JUDGE = '''
+"""The session's servers faked, and its verdicts failing as a bug in perfgate would."""
+import functools
+
+from perfgate import session
+from perfgate.pipeline import ServerPair
+from tests.factories import mode_result
+
+
+def launch(scenario, mode, folder, *, timed_loop, checked, progress, while_up):
+    timed_loop(lambda: None, scenario.repeats)
+    return mode_result(mode, 100.0 if mode == "plain" else 120.0, repeats=scenario.repeats)
+
+
+def failing_verdicts(self, name):
+    raise KeyError("output_tok_s")
+
+
+def pytest_configure(config):
+    session.ServerPair = functools.partial(ServerPair, launch=launch)
+    session.GateSession.failing_verdicts = failing_verdicts
+'''
+
+
+def test_a_bug_outside_the_measurement_exits_70_naming_each_test_it_failed(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    pytester.makepyfile(crashingjudge=CRASHING_JUDGE)
+    monkeypatch.setenv("PYTHONPATH", f"{pytester.path}:{REPO}")
+    config = write_config(pytester.path, TINY_SCENARIO)
+    result = pytester.runpytest_subprocess(
+        str(SUITES), f"--perfgate-config={config}", "--perfgate-report=", "-p", "crashingjudge",
+        "-p", "no:cacheprovider",
+    )  # fmt: skip
+    assert result.ret == 70, result.stdout.str()
+    result.assert_outcomes(passed=4, failed=2)  # the two verdict tests; pytest shows each trace
+    verdict = result.stdout.str().split("= perfgate =")[1]
+    for test in (
+        "test_throughput.py::test_throughput_verdicts",
+        "test_phases.py::test_phase_verdicts",
+    ):
+        assert (
+            f"perfgate: internal error: perfgate/suites/{test}[tiny] failed unexpectedly"
+            " (KeyError: 'output_tok_s'); this is a bug in perfgate, not a verdict"
+        ) in " ".join(verdict.split()), verdict
+    assert verdict.strip().endswith("perfgate exit code: 70"), verdict
