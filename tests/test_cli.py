@@ -222,8 +222,8 @@ def test_training_or_exporting_without_the_engines_extra_is_refused_naming_it(
 def test_an_unexpected_error_is_a_bug_with_its_own_code_never_a_regression(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
-    # A crash must not exit 1, the regression's code, which CI and the tools that run
-    # perfgate (a bisect, a plan's record) read as a measured verdict.
+    # A crash must not exit 1, the regression's code, which CI and the scripts that run
+    # perfgate (benchmarks/plan_accuracy.py's record) read as a measured verdict.
     from perfgate.commands import history
 
     def crash(*_: object) -> int:

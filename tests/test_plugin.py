@@ -163,7 +163,7 @@ def pytest_configure(config):
 def test_a_bug_while_measuring_exits_70_with_its_traceback_once_never_1(
     pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # Exit 1 is the regression's: CI, a bisect and a plan's record read it as measured.
+    # Exit 1 is the regression's: CI, its job summary and a plan's record read it as measured.
     pytester.makepyfile(crashingservers=CRASHING_SERVERS)
     monkeypatch.setenv("PYTHONPATH", f"{pytester.path}:{REPO}")
     config = write_config(pytester.path, TINY_SCENARIO)
