@@ -139,6 +139,21 @@ def test_plugin_is_inert_in_other_suites(pytester: pytest.Pytester) -> None:
     assert "perfgate" not in result.stdout.str().split("plugins:")[-1].split("\n", 1)[1]
 
 
+def _suites_with(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, **plugin: str
+) -> pytest.RunResult:
+    """perfgate's suites under pytest on the tiny scenario, with the one plugin given (its
+    module's name and source) loaded first."""
+    ((name, source),) = plugin.items()
+    pytester.makepyfile(**{name: source})
+    monkeypatch.setenv("PYTHONPATH", f"{pytester.path}:{REPO}")
+    config = write_config(pytester.path, TINY_SCENARIO)
+    return pytester.runpytest_subprocess(
+        str(SUITES), f"--perfgate-config={config}", "--perfgate-report=", "-p", name,
+        "-p", "no:cacheprovider",
+    )  # fmt: skip
+
+
 CRASHING_SERVERS = '''
 """The session's servers faked, the speculative one failing as a bug in perfgate would."""
 import functools
@@ -164,13 +179,7 @@ def test_a_bug_while_measuring_exits_70_with_its_traceback_once_never_1(
     pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # Exit 1 is the regression's: CI, its job summary and a plan's record read it as measured.
-    pytester.makepyfile(crashingservers=CRASHING_SERVERS)
-    monkeypatch.setenv("PYTHONPATH", f"{pytester.path}:{REPO}")
-    config = write_config(pytester.path, TINY_SCENARIO)
-    result = pytester.runpytest_subprocess(
-        str(SUITES), f"--perfgate-config={config}", "--perfgate-report=", "-p",
-        "crashingservers", "-p", "no:cacheprovider",
-    )  # fmt: skip
+    result = _suites_with(pytester, monkeypatch, crashingservers=CRASHING_SERVERS)
     assert result.ret == 70, result.stdout.str()
     out = result.stdout.str()
     bug = (
@@ -213,13 +222,7 @@ def pytest_configure(config):
 def test_a_bug_outside_the_measurement_exits_70_naming_each_test_it_failed(
     pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    pytester.makepyfile(crashingjudge=CRASHING_JUDGE)
-    monkeypatch.setenv("PYTHONPATH", f"{pytester.path}:{REPO}")
-    config = write_config(pytester.path, TINY_SCENARIO)
-    result = pytester.runpytest_subprocess(
-        str(SUITES), f"--perfgate-config={config}", "--perfgate-report=", "-p", "crashingjudge",
-        "-p", "no:cacheprovider",
-    )  # fmt: skip
+    result = _suites_with(pytester, monkeypatch, crashingjudge=CRASHING_JUDGE)
     assert result.ret == 70, result.stdout.str()
     result.assert_outcomes(passed=4, failed=2)  # the two verdict tests; pytest shows each trace
     verdict = result.stdout.str().split("= perfgate =")[1]
