@@ -300,9 +300,6 @@ approved_runs() { # the launches of the machines approved so far (machine-runs.t
   fi
   echo "$count"
 }
-this_machine() { # the machine a run here names (a digest of its GPUs' UUIDs), or ""
-  "$python" -c 'from perfgate.devices import detect_gpus; g = detect_gpus(); print(g.machine if g else "")' 2> /dev/null
-}
 
 stage_machine() {
   local here want=${MACHINE_LAUNCHES:-3} have n ids=() approve=() longest=90 started took

@@ -9,7 +9,7 @@
 #   1. benchmarks/gpu_gate_proof.sh OUTDIR/gate train: the weights, once per machine (about
 #      340 s on an H100 or H200; a later call finds them and goes on at once);
 #   2. benchmarks/plan_accuracy.py --scenario embedded-large-gpu --sweep-steps 1-10, its work
-#      folder OUTDIR/plan/work, its record OUTDIR/plan/plan-gpu.md, its output appended to
+#      folder OUTDIR/plan/resume, its record OUTDIR/plan/plan-gpu.md, its output appended to
 #      OUTDIR/plan/run.log: where PLAN_S (420) s are left and it has not ended with exit 0;
 #      with fewer than 700 s left before the sweep is measured, the sweep alone (`--only
 #      sweep`: ten launches took 214-476 s on H100 hosts), and the next call plans; a command
@@ -70,14 +70,13 @@ gate() { # the gate proof's stages within what is left of the call
 }
 
 gate train
-plan=$out/plan
+plan=$out/plan resume=$out/plan/resume
 if [[ ${PLAN:-1} == 1 && ! -f $plan/done && $(left) -ge ${PLAN_S:-420} ]]; then
-  export PYTHONPATH="$state/site:$PYTHONPATH" # where the training installed the wheels
-  use_wheels "$state"                            # (a no-op then)
+  use_wheels "$state" # those the training installed
   only=()
-  [[ ! -f $plan/work/sweep-1.done.json && $(left) -lt 700 ]] && only=(--only sweep)
+  [[ ! -f $resume/sweep-1.done.json && $(left) -lt 700 ]] && only=(--only sweep)
   timeout $(($(left) - 20)) "$python" benchmarks/plan_accuracy.py --scenario embedded-large-gpu \
-    --sweep-steps 1-10 --plain-max-age-h 24 --work "$plan/work" --out "$plan/plan-gpu.md" \
+    --sweep-steps 1-10 --plain-max-age-h 24 --work "$resume" --out "$plan/plan-gpu.md" \
     "${only[@]}" 2>&1 | tee -a "$plan/run.log"
   code=${PIPESTATUS[0]}
   echo "== plan exit $code at ${SECONDS}s${only[*]:+ (the sweep alone: call again to plan)}" |
@@ -87,7 +86,7 @@ if [[ ${PLAN:-1} == 1 && ! -f $plan/done && $(left) -ge ${PLAN_S:-420} ]]; then
 fi
 
 if [[ ${GATE:-1} == 1 ]] && (($(left) > 100)); then
-  here=$("$python" -c 'from perfgate.devices import detect_gpus; g = detect_gpus(); print(g.machine if g else "")')
+  here=$(this_machine)
   [[ -f $state/series-machine ]] || echo "$here" > "$state/series-machine"
   stages=(launch approve)
   [[ $(cat "$state/series-machine") != "$here" ]] && stages+=(machine)

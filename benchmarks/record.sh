@@ -23,8 +23,9 @@
 #                             lacks them (a GPU image), from the Python 3.12 wheels in $WHEELS
 #                             (default: the checkout's .whl/, which git ignores once
 #                             .git/info/exclude names it), installed into STATE/site and put on
-#                             PYTHONPATH; exit 69 naming what to download if there are none, or
-#                             if installing them fails
+#                             PYTHONPATH (where an earlier call installed them there, those,
+#                             without installing again); exit 69 naming what to download if
+#                             there are none, or if installing them fails
 #   seeded_config SOURCE CONFIG BASE NAME [FLAG...]
 #                             CONFIG: SOURCE's perfgate.toml and scenario NAME, BASE with
 #                             seeded weights (--load-format dummy) and acceptance simulated at
@@ -36,6 +37,8 @@
 #   smoke_scenario NAME       a scenario table of the shipped tiny models on the CPU, the shape
 #                             every --smoke config starts from; its caller adds the keys its
 #                             stages need (a TOML table names each key once)
+#   this_machine              the machine a run here names (a digest of its GPUs' UUIDs), or
+#                             "" without GPUs (perfgate on PYTHONPATH: use_checkout)
 #   last_run_id DB            the newest run's id in the SQLite history file DB (0: none yet,
 #                             or no history there)
 #   run_ids DB SCENARIO [AFTER [LAST]]
@@ -104,6 +107,9 @@ else:
 }
 
 use_wheels() {
+  local site=$1/site
+  # What an earlier call installed there is used, not installed again.
+  if [[ -d $site ]]; then export PYTHONPATH="$site${PYTHONPATH:+:$PYTHONPATH}"; fi
   if "$python" -c 'import sqlalchemy, alembic, mako' 2> /dev/null; then
     return 0
   fi
@@ -118,8 +124,8 @@ use_wheels() {
     exit 69
   fi
   "$python" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
-    --target "$1/site" "${wheels[@]}" || exit 69
-  export PYTHONPATH="$1/site${PYTHONPATH:+:$PYTHONPATH}"
+    --target "$site" "${wheels[@]}" || exit 69
+  [[ :${PYTHONPATH:-}: == *":$site:"* ]] || export PYTHONPATH="$site${PYTHONPATH:+:$PYTHONPATH}"
 }
 
 seeded_config() {
@@ -158,6 +164,10 @@ max_new_tokens = 16
 repeats = 2
 warmup = 1
 EOF
+}
+
+this_machine() {
+  "$python" -c 'from perfgate.devices import detect_gpus; g = detect_gpus(); print(g.machine if g else "")' 2> /dev/null
 }
 
 last_run_id() {

@@ -90,7 +90,8 @@ def gate_session(config: pytest.Config) -> GateSession:
         except PerfgateError as error:
             value = error
         except Exception as error:  # a bug: its own code, and its traceback kept to be shown
-            value = InternalError("starting the gate session", error, detail=traceback.format_exc())
+            detail = traceback.format_exc().rstrip()
+            value = InternalError("starting the gate session", error, detail=detail)
         # An older session's must not pass for this one's.
         config.stash[EARLIER_POINTER] = clear_pointer(_pointer_root(value))
         config.stash[GATE_SESSION] = value
@@ -120,8 +121,9 @@ def perfgate_session(request: pytest.FixtureRequest) -> GateSession:
     try:
         return gate_session(request.config)
     except PerfgateError as error:
-        detail = f"\n{error.detail}" if isinstance(error, InternalError) else ""
-        pytest.fail(f"perfgate: {error}{detail}", pytrace=False)
+        failure = error  # failed outside the `except`: no "During handling of the above..."
+    # Every test of the session fails with this; a bug's traceback ends the session, once.
+    pytest.fail(f"perfgate: {failure}", pytrace=False)
 
 
 @pytest.fixture(scope="session")
@@ -225,9 +227,13 @@ def _write_verdict(terminalreporter: Any, exitstatus: int, config: pytest.Config
         terminalreporter.write_line(INTERRUPTED)
         terminalreporter.write_line(f"perfgate exit code: {int(exitstatus)}")
         return
+    if isinstance(value, InternalError):
+        for line in value.detail.splitlines():  # the traceback, then what it means
+            terminalreporter.write_line(line)
+        terminalreporter.write_line(f"perfgate: internal error: {value}")
+        return
     if isinstance(value, PerfgateError):
-        kind = "internal error" if isinstance(value, InternalError) else "error"
-        terminalreporter.write_line(f"perfgate: {kind}: {value}")
+        terminalreporter.write_line(f"perfgate: error: {value}")
         return
     for line in render_terminal_summary(value, config.stash.get(FINISH_ERROR, None)):
         terminalreporter.write_line(line)

@@ -235,3 +235,35 @@ def test_a_bug_outside_the_measurement_exits_70_naming_each_test_it_failed(
             " (KeyError: 'output_tok_s'); this is a bug in perfgate, not a verdict"
         ) in " ".join(verdict.split()), verdict
     assert verdict.strip().endswith("perfgate exit code: 70"), verdict
+
+
+CRASHING_PLAN = '''
+"""The gate session's plan failing as a bug in perfgate would, before any test is collected."""
+from perfgate import session
+
+
+def broken_plan(*args, **kwargs):
+    raise RuntimeError("the plan broke")
+
+
+def pytest_configure(config):
+    session.GatePlan = broken_plan
+'''
+
+
+def test_a_bug_before_the_session_starts_exits_70_with_its_traceback_once(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Raised while the tests are collected, it ended the session as "interrupted" (exit 2).
+    result = _suites_with(pytester, monkeypatch, crashingplan=CRASHING_PLAN)
+    assert result.ret == 70, result.stdout.str()
+    out = result.stdout.str()
+    assert out.count("Traceback (most recent call last)") == 1 and "During handling" not in out
+    bug = (
+        "starting the gate session failed unexpectedly (RuntimeError: the plan broke); this is"
+        " a bug in perfgate, not a verdict: please report it with the traceback"
+    )
+    assert out.count(f"perfgate: {bug}") == 6  # each test of the suites, in a line
+    verdict = out.split("= perfgate =")[1].strip().splitlines()
+    assert verdict[-1] == f"perfgate: internal error: {bug}", verdict
+    assert verdict[-2] == "RuntimeError: the plan broke" and "in broken_plan" in verdict[-4]

@@ -152,6 +152,13 @@ def test_use_wheels_installs_the_wheels_into_state_ahead_of_the_path(tmp_path: P
     assert f"PYTHONPATH={tmp_path / 'state' / 'site'}:/kept" in done.stdout
     for name in ("sqlalchemy", "alembic", "mako"):
         assert (tmp_path / "state" / "site" / name / "__init__.py").is_file()
+    # The next call (a device's, say) uses them where they are: nothing to install, so the
+    # wheels may be gone, and the path names the folder once.
+    for wheel in wheels.iterdir():
+        wheel.unlink()
+    again = _use_wheels(python, tmp_path, tmp_path / "state", WHEELS=str(wheels))
+    assert again.returncode == 0, again.stderr
+    assert f"PYTHONPATH={tmp_path / 'state' / 'site'}:/kept\n" in again.stdout
 
 
 def test_an_interpreter_with_the_dependencies_installs_nothing(tmp_path: Path) -> None:
