@@ -195,6 +195,12 @@ def _parse(path: Path, doc: Any) -> Baseline:
         "upgrade perfgate to read files written by a newer one",
     )
     gated = tuple(check.str_list(doc, "gated"))
+    check.that(
+        bool(gated),
+        "gated",
+        "lists no metric: a verdict against this baseline would judge nothing",
+        "restore the file from git, or write it again with `perfgate baseline update`",
+    )
     for metric in gated:
         check.that(metric in metrics.METRICS, "gated", f"names unknown metric {metric!r}")
     tolerances = check.mapping(doc, "tolerances")

@@ -73,8 +73,30 @@ def test_reads_tool_perfgate_from_pyproject(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("edit", "expected"),
     [
-        (("steps = 3", "steps = 0"), "scenarios.tiny.steps: must be an integer >= 1, not 0"),
-        (("steps = 3", 'steps = "3"'), "scenarios.tiny.steps: must be an integer >= 1, not '3'"),
+        (
+            ("steps = 3", "steps = 0"),
+            "scenarios.tiny.steps: must be an integer from 1 to 2147483647, not 0",
+        ),
+        (
+            ("steps = 3", 'steps = "3"'),
+            "scenarios.tiny.steps: must be an integer from 1 to 2147483647, not '3'",
+        ),
+        (
+            ("steps = 3", "steps = 99999999999999999999"),
+            "scenarios.tiny.steps: must be an integer from 1 to 2147483647",
+        ),
+        (
+            ("repeats = 3", "repeats = 3\ngated = []"),
+            "scenarios.tiny.gated: lists no metric: the gate would judge nothing",
+        ),
+        (
+            ("output_tok_s = 0.6", "output_tok_s = nan"),
+            "scenarios.tiny.tolerances.output_tok_s: must be a finite number > 0, not nan",
+        ),
+        (
+            ("startup_timeout_s = 60", "startup_timeout_s = inf"),
+            "scenarios.tiny.startup_timeout_s: must be a finite number > 0, not inf",
+        ),
         (
             ('engine = "embedded"', 'engine = "vllm"'),
             "scenarios.tiny.engine: unknown engine 'vllm'",

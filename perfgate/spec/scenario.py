@@ -164,6 +164,15 @@ def _tolerances(path: Path, where: str, raw: Any) -> dict[str, float]:
 
 def _metric_list(path: Path, where: str, raw: Any) -> tuple[str, ...]:
     names = values.str_list(path, where, raw)
+    if not names:
+        raise ConfigError(
+            "lists no metric: the gate would judge nothing and pass every run",
+            file=path,
+            field=where,
+            fix="name the metrics to gate, or leave `gated` out for the default "
+            f"({', '.join(metrics.DEFAULT_GATED)}); `perfgate run --no-gate` records "
+            "without judging",
+        )
     for name in names:
         if name not in metrics.METRICS:
             raise ConfigError(

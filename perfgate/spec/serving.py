@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from perfgate.errors import ConfigError
+from perfgate.spec.values import INT_MAX
 
 # The recorded serving metrics of one load, by name (perfgate.metrics holds their directions).
 SERVING_METRICS = ("serving_output_tok_s", "ttft_ms_p50", "ttft_ms_p99", "itl_ms_p50", "itl_ms_p99")
@@ -108,9 +109,12 @@ def parse_serving(path: Path, where: str, raw: Any) -> ServingLoad:
 
 
 def _int(path: Path, where: str, value: Any, *, low: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < low:
+    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= INT_MAX:
         raise ConfigError(
-            f"must be an integer >= {low}, not {value!r}", file=path, field=where, fix="fix it"
+            f"must be an integer from {low} to {INT_MAX}, not {value!r}",
+            file=path,
+            field=where,
+            fix="fix it",
         )
     return value
 

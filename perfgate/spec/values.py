@@ -3,6 +3,7 @@ the file and the field, with a fix. Pure."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Set
 from pathlib import Path
 from typing import Any
@@ -60,11 +61,18 @@ def str_table(path: Path, where: str, value: Any) -> dict[str, str]:
     return dict(found)
 
 
+# The largest integer a field takes: what a server's flags and the history's columns hold.
+INT_MAX = 2**31 - 1
+
+
 def positive_int(path: Path, where: str, value: Any, *, allow_zero: bool = False) -> int:
     low = 0 if allow_zero else 1
-    if isinstance(value, bool) or not isinstance(value, int) or value < low:
+    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= INT_MAX:
         raise ConfigError(
-            f"must be an integer >= {low}, not {value!r}", file=path, field=where, fix="fix it"
+            f"must be an integer from {low} to {INT_MAX}, not {value!r}",
+            file=path,
+            field=where,
+            fix="fix it",
         )
     return value
 
@@ -98,8 +106,10 @@ def boolean(path: Path, where: str, value: Any) -> bool:
 
 
 def positive_float(path: Path, where: str, value: Any) -> float:
-    if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
+    """A finite number > 0 (TOML's nan and inf are refused)."""
+    ok = isinstance(value, int | float) and not isinstance(value, bool)
+    if not ok or not math.isfinite(value) or value <= 0:
         raise ConfigError(
-            f"must be a number > 0, not {value!r}", file=path, field=where, fix="fix it"
+            f"must be a finite number > 0, not {value!r}", file=path, field=where, fix="fix it"
         )
     return float(value)
