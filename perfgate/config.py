@@ -43,6 +43,7 @@ __all__ = [
     "check_history_name",
     "find_config",
     "load_config",
+    "locate_config",
     "parse_scenario",
     "resolve_sqlite_url",
 ]
@@ -82,18 +83,35 @@ class Config:
 
 def find_config(start: Path | None = None) -> Path:
     """Find `perfgate.toml` (or a pyproject.toml with [tool.perfgate]) here or above."""
+    found = locate_config(start)
+    if found is None:
+        here = (start or Path.cwd()).resolve()
+        raise ConfigError(
+            f"no {CONFIG_FILE} found in {here} or above",
+            fix=f"create {CONFIG_FILE} or pass --config PATH",
+        )
+    return found
+
+
+def locate_config(start: Path | None = None) -> Path | None:
+    """The configuration file `find_config` finds; None where there is none. A command that
+    needs no configuration goes on without one, but never past one it found: a
+    `perfgate.toml` that is not a file is a ConfigError, as its contents' mistakes are."""
     here = (start or Path.cwd()).resolve()
     for folder in (here, *here.parents):
         candidate = folder / CONFIG_FILE
         if candidate.is_file():
             return candidate
+        if candidate.exists() or candidate.is_symlink():
+            raise ConfigError(
+                "is not a file perfgate can read (a folder, a device or a broken link)",
+                file=candidate,
+                fix="make it the scenarios' file, or remove it and pass --config PATH",
+            )
         pyproject = folder / "pyproject.toml"
         if pyproject.is_file() and "perfgate" in _read_toml(pyproject).get("tool", {}):
             return pyproject
-    raise ConfigError(
-        f"no {CONFIG_FILE} found in {here} or above",
-        fix=f"create {CONFIG_FILE} or pass --config PATH",
-    )
+    return None
 
 
 def load_config(path: str | Path | None = None) -> Config:

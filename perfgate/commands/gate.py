@@ -12,7 +12,7 @@ from typing import Any
 from perfgate.baselines import baseline_path, load_baseline
 from perfgate.commands import add_command
 from perfgate.commands.common import one_scenario
-from perfgate.config import Config, Scenario, load_config
+from perfgate.config import Config, Scenario, load_config, locate_config
 from perfgate.errors import ConfigError
 from perfgate.gate import DEFAULT_ALPHA
 from perfgate.gate.looks import scenario_alpha
@@ -99,12 +99,10 @@ def run(settings: Settings, args: argparse.Namespace) -> int:
 
 def _config(settings: Settings, args: argparse.Namespace) -> Config | None:
     """The config; none is needed when --baseline names the file (and --alpha or default)."""
-    try:
+    if settings.config or not args.baseline:
         return load_config(settings.config)
-    except ConfigError:
-        if settings.config or not args.baseline:
-            raise
-        return None
+    found = locate_config()  # one found is read, and its mistakes said
+    return load_config(found) if found is not None else None
 
 
 def _recorded_plan(record: RunRecord, max_runs: int) -> tuple[int, int]:

@@ -125,13 +125,10 @@ def baseline_profiles(baselines_dir: Path) -> set[str]:
 
 def _optional_config(path: str | None) -> Config | None:
     """The config given or found here; None when there is none (the report needs none)."""
-    from perfgate.config import find_config, load_config
+    from perfgate.config import load_config, locate_config
 
-    try:
-        found = Path(path) if path else find_config()
-    except ConfigError:
-        return None
-    return load_config(found)
+    found = Path(path) if path else locate_config()
+    return load_config(found) if found is not None else None
 
 
 def _unknown(flag: str, problem: str, known: set[str]) -> ConfigError:

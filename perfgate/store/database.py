@@ -202,7 +202,7 @@ def resolve_history_url(
     `config_path` given) the default file in `cwd`. A relative SQLite path is taken from `cwd`
     (default: the current folder).
     """
-    from perfgate.config import DEFAULT_HISTORY, find_config, load_config, resolve_sqlite_url
+    from perfgate.config import DEFAULT_HISTORY, load_config, locate_config, resolve_sqlite_url
 
     here = cwd or Path.cwd()
     if db:
@@ -211,9 +211,7 @@ def resolve_history_url(
         return recorded
     if config is not None:
         return config.history_url
-    try:
-        return load_config(config_path or find_config(here)).history_url
-    except ConfigError:
-        if config_path:
-            raise
+    found = Path(config_path) if config_path else locate_config(here)
+    if found is None:  # no configuration: the default history here
         return resolve_sqlite_url(DEFAULT_HISTORY, here)
+    return load_config(found).history_url  # a broken one is an error, not the default

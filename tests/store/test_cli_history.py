@@ -132,3 +132,33 @@ def test_history_show_says_what_the_engines_own_counters_said() -> None:
 
 
 _TIMER_WORDS = ["(the", "probe's", "ms", "over", "the", "engine's", "device", "timer)"]
+
+
+@pytest.mark.parametrize("broken", ["syntax", "folder"])
+def test_a_broken_config_found_here_is_an_error_not_the_default_history(
+    broken: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A command that would write to the default history where no config is found must not
+    write there past a config it found and could not read: the runs would land in a history
+    nobody reads."""
+    monkeypatch.delenv("PERFGATE_DB_URL", raising=False)
+    monkeypatch.chdir(tmp_path)
+    config = tmp_path / "perfgate.toml"
+    if broken == "syntax":
+        config.write_text('[perfgate]\nhistory = "sqlite:///shared/h.db"\noops = = 1\n')
+    else:
+        config.mkdir()
+    for args in (["db", "upgrade"], ["history", "list"], ["report"]):
+        assert main(args) == ExitCode.BAD_INPUT, args
+        err = capsys.readouterr().err
+        assert f"{config}:" in err, err
+    assert not (tmp_path / ".perfgate").exists()
+
+
+def test_without_a_config_the_history_is_the_default_file_here(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.delenv("PERFGATE_DB_URL", raising=False)
+    monkeypatch.chdir(tmp_path)
+    assert main(["db", "upgrade"]) == 0, capsys.readouterr().err
+    assert (tmp_path / ".perfgate" / "history.db").is_file()
