@@ -124,6 +124,9 @@ def _env_table(path: Path, where: str, value: Any) -> dict[str, tuple[str, ...]]
     return matrix
 
 
+MAX_LIST = 1000  # values in one list: more is a typo, and the sweep's grid refuses it
+
+
 def parse_int_list(text: str, where: str, *, file: Path | None = None) -> tuple[int, ...]:
     """Parse ``1-10``, ``1,2,4`` or ``1-3,8`` into distinct positive ints, in order."""
     values: list[int] = []
@@ -131,6 +134,13 @@ def parse_int_list(text: str, where: str, *, file: Path | None = None) -> tuple[
         for part in (p.strip() for p in text.split(",")):
             first, dash, last = part.partition("-")
             low, high = int(first), int(last) if dash else int(first)
+            if high - low + 1 + len(values) > MAX_LIST:  # before a range fills the memory
+                raise ConfigError(
+                    f"{text!r} holds more than {MAX_LIST} values",
+                    file=file,
+                    field=where,
+                    fix="sweep fewer values at once, e.g. 1-10",
+                )
             values += range(low, high + 1)
     except ValueError:
         raise ConfigError(

@@ -74,7 +74,7 @@ def test_lists_and_ranges_parse(text: str, values: tuple[int, ...]) -> None:
     assert parse_int_list(text, "--steps") == values
 
 
-@pytest.mark.parametrize("text", ["", "a", "0-3", "1-", "3,x"])
+@pytest.mark.parametrize("text", ["", "a", "0-3", "1-", "3,x", "1-1000000000", "1-600,601-1200"])
 def test_bad_lists_name_the_flag(text: str) -> None:
     with pytest.raises(ConfigError, match="--steps"):
         parse_int_list(text, "--steps")
