@@ -214,10 +214,17 @@ SIMULATED_ACCEPTANCE = "--debug-simulate-accept-rate"
 
 
 def check_history_name(name: str, *, field: str, file: Path | None = None) -> None:
-    """Refuse a scenario or profile name longer than the history's column for it.
-
-    A run under that name would be measured whole and then fail to record.
+    """Refuse a scenario or profile name the history or a baseline file cannot hold: longer
+    than the history's column for it (a run under it would be measured whole and then fail
+    to record), or no single file name (baselines/PROFILE/SCENARIO.json would lie elsewhere).
     """
+    if not name or name in (".", "..") or any(c in name for c in "/\\") or not name.isprintable():
+        raise ConfigError(
+            f"{_shown(name)!r} is not a name a baseline file can take",
+            file=file,
+            field=field,
+            fix="use letters, digits, '-', '_' and '.': no '/', '\\', line break, or . and ..",
+        )
     if len(name) > HISTORY_NAME_MAX:
         raise ConfigError(
             f"the name is {len(name)} characters long; the history keeps at most "

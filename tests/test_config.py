@@ -103,6 +103,10 @@ def test_reads_tool_perfgate_from_pyproject(tmp_path: Path) -> None:
         ),
         (("repeats = 3", "repeats = 3\nrepeat = 2"), "scenarios.tiny: unknown key 'repeat'"),
         (
+            ("[scenarios.tiny]", '[scenarios."../tiny"]'),
+            "scenarios.../tiny: '../tiny' is not a name a baseline file can take",
+        ),
+        (
             ("output_tok_s = 0.6", "tok_s = 0.6"),
             "scenarios.tiny.tolerances: unknown metric 'tok_s'",
         ),

@@ -99,6 +99,18 @@ def test_a_profile_the_history_cannot_hold_fails_before_the_gpus_are_read(
     assert caught.value.fix is not None and caught.value.fix.startswith("shorten it to ")
 
 
+@pytest.mark.parametrize("profile", ["../../x", "a/b", "..", "a\\b", "x\ny"])
+def test_a_profile_that_is_no_file_name_is_refused_before_anything_is_written(
+    tmp_path: Path, profile: str
+) -> None:
+    """baselines/PROFILE/SCENARIO.json must lie in baselines/: `--profile ../../x` wrote a
+    baseline two folders above it."""
+    config = write_config(tmp_path)
+    with pytest.raises(ConfigError, match="is not a name a baseline file can take") as caught:
+        selection_from(_options(config, profile=profile), writes=False, detect=_unread)
+    assert caught.value.field == PROFILE_FIELD
+
+
 def test_the_profile_is_named_from_the_gpus_when_asked_for(tmp_path: Path) -> None:
     config = write_config(tmp_path)
     given = selection_from(_options(config, profile="laptop"), writes=False, detect=_unread)
