@@ -316,6 +316,14 @@ def _prompts(path: Path, where: str, raw: Mapping[str, Any], base: Path) -> tupl
     prompts = str_list(path, f"{where}.prompts", value)
     if not prompts:
         raise ConfigError("is empty", file=path, field=f"{where}.prompts", fix="list some prompts")
+    blank = next((i for i, p in enumerate(prompts) if not p.strip()), None)
+    if blank is not None:  # a server refuses it, after its launch
+        raise ConfigError(
+            f"prompt {blank + 1} of {len(prompts)} is empty",
+            file=path,
+            field=f"{where}.prompts",
+            fix="write some text in it, or remove it",
+        )
     return tuple(prompts)
 
 

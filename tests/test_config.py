@@ -103,6 +103,10 @@ def test_reads_tool_perfgate_from_pyproject(tmp_path: Path) -> None:
         ),
         (("repeats = 3", "repeats = 3\nrepeat = 2"), "scenarios.tiny: unknown key 'repeat'"),
         (
+            ('prompts = ["Return', 'prompts = ["one", " "]\n#'),
+            "scenarios.tiny.prompts: prompt 2 of 2 is empty",
+        ),
+        (
             ("[scenarios.tiny]", '[scenarios."../tiny"]'),
             "scenarios.../tiny: '../tiny' is not a name a baseline file can take",
         ),
