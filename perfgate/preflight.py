@@ -20,6 +20,7 @@ from pathlib import Path
 from perfgate.config import Scenario
 from perfgate.devices import Gpu
 from perfgate.engines import embedded
+from perfgate.engines.embedded import choices
 from perfgate.engines.gpu_memory import check_gpus_for, query_gpus
 from perfgate.engines.server_commands import OWNED_ROLES, flag_names
 from perfgate.errors import ConfigError
@@ -58,6 +59,7 @@ def check_scenario(
 ) -> list[str]:
     """Refuse what SGLang would refuse or silently change; return notes for the rest."""
     refuse_embedded_only(scenario, file)
+    _check_embedded_choices(scenario, file)
     names = flag_names(scenario, sglang)
     _refuse_owned_flags(scenario, file, names)
     return _check_speculative(scenario, file, names)
@@ -89,6 +91,26 @@ def refuse_embedded_only(scenario: Scenario, file: Path | None = None) -> None:
         field=f"scenarios.{scenario.name}",
         fix="run it with --engine embedded, or write an SGLang scenario",
     )
+
+
+def _check_embedded_choices(scenario: Scenario, file: Path | None) -> None:
+    """Refuse, for the embedded engine, an algorithm, dtype or device its server has no choice
+    for: its parser would refuse it after the launch, in the terms of its flags."""
+    if scenario.engine != "embedded":
+        return
+    given = (
+        ("algorithm", scenario.algorithm.upper(), choices.SPEC_ALGORITHMS),
+        ("dtype", scenario.dtype, ("auto", *choices.DTYPE_NAMES)),
+        ("device", scenario.device, choices.DEVICES),
+    )
+    for key, value, allowed in given:
+        if value is not None and value not in allowed:
+            raise ConfigError(
+                f"the embedded engine has no {key} {value!r}",
+                file=file,
+                field=_where(scenario, key),
+                fix=f"use one of {', '.join(allowed)}",
+            )
 
 
 def _refuse_owned_flags(scenario: Scenario, file: Path | None, names: SglangRelease) -> None:

@@ -223,3 +223,30 @@ def test_the_gate_refuses_up_front_what_this_interpreter_cannot_serve(
     # Another interpreter, or its own PYTHONPATH: its preflight asks that interpreter.
     validate.require_embedded_extra_here(replace(EMBEDDED, python="/other/python"), FILE)
     validate.require_embedded_extra_here(replace(EMBEDDED, env={"PYTHONPATH": "/x"}), FILE)
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "allowed"),
+    [
+        ("algorithm", "MEDUSA", "EAGLE3, EAGLE, STANDALONE"),
+        ("dtype", "float7", "auto, float32, bfloat16, float16"),
+        ("device", "tpu", "auto, cpu, cuda"),
+    ],
+)
+def test_an_embedded_server_s_choice_it_does_not_have_is_refused_before_launch(
+    key: str, value: str, allowed: str
+) -> None:
+    embedded = replace(SCENARIO, engine="embedded", tp=1, **{key: value})
+    message = _refusal(embedded)
+    assert message == (
+        f"perfgate.toml:scenarios.s.{key}: the embedded engine has no {key} {value!r}; "
+        f"use one of {allowed}"
+    )
+    assert (
+        check_scenario(
+            replace(embedded, **{key: "eagle3" if key == "algorithm" else "auto"}),
+            FILE,
+            facts.release("0.5.23"),
+        )
+        == []
+    )

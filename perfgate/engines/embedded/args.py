@@ -16,6 +16,7 @@ from typing import NamedTuple, NoReturn
 import torch
 
 from perfgate.engines.embedded import triton_attention
+from perfgate.engines.embedded.choices import DEVICES, DTYPE_NAMES, SPEC_ALGORITHMS
 from perfgate.engines.embedded.model import ATTENTION_BACKENDS
 from perfgate.engines.embedded.model_dirs import LOAD_FORMATS
 from perfgate.engines.embedded.params import (
@@ -29,9 +30,8 @@ from perfgate.errors import ConfigError, ExitCode
 from perfgate.spec import slowdown
 
 PROG = "python -m perfgate.engines.embedded.server"
-SPEC_ALGORITHMS = ("EAGLE3", "EAGLE", "STANDALONE")
 SPEC_MAX_RUNNING_REQUESTS = 48  # what SGLang sets for speculative servers when unset
-DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+DTYPES: dict[str, torch.dtype] = {name: getattr(torch, name) for name in DTYPE_NAMES}
 DELAY_VARIABLE = "PERFGATE_DEBUG_VERIFY_DELAY_MS"
 LOG_LEVELS = ("debug", "info", "warning", "error", "critical")
 # SGLang's --cuda-graph-backend-prefill choices this engine has (not SGLang's breakable).
@@ -90,7 +90,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     add(
         "--device",
-        choices=("auto", "cpu", "cuda"),
+        choices=DEVICES,
         default="auto",
         help="auto: cuda if available, else cpu",
     )
