@@ -177,8 +177,11 @@ def load_runs_file(path: Path) -> list[RunRecord]:
     for where, item in items:
         try:
             records.append(run_from_dict(item))
-        except (KeyError, TypeError, ValueError, AttributeError) as error:
-            problem = f"{where}: not a run as perfgate exports it ({error!r})"
+        except KeyError as error:
+            problem = f"{where}: not a run as perfgate exports it (no field {error.args[0]!r})"
+            raise ConfigError(problem, file=path, fix=fix) from None
+        except (TypeError, ValueError, AttributeError) as error:
+            problem = f"{where}: not a run as perfgate exports it ({error})"
             raise ConfigError(problem, file=path, fix=fix) from None
     return records
 

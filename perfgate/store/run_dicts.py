@@ -7,13 +7,28 @@ writes, and a run kept in `.perfgate/unrecorded/`, `perfgate history import` loa
 from __future__ import annotations
 
 import dataclasses
+import math
 from datetime import datetime
 from typing import Any
+
+from sqlalchemy import ColumnElement, String
 
 from perfgate.equivalence import EquivalenceReport, Outcome, PromptComparison, TokenCheck
 from perfgate.gate.verdict import Status
 from perfgate.results import Measurement, ModeResult, PhaseSummary, RunContext, RunRecord
+from perfgate.store.models import RunRow, SampleRow
 from perfgate.store.verdicts import stored_values, verdict_from_values
+
+
+def _length(column: ColumnElement[Any]) -> int:
+    kind = column.type
+    assert isinstance(kind, String) and kind.length is not None
+    return kind.length
+
+
+# The longest names the history's columns hold.
+SCENARIO_NAME_MAX = _length(RunRow.__table__.c.scenario)
+METRIC_NAME_MAX = _length(SampleRow.__table__.c.metric)
 
 
 def run_to_dict(record: RunRecord) -> dict[str, Any]:
@@ -48,8 +63,13 @@ def run_to_dict(record: RunRecord) -> dict[str, Any]:
 def run_from_dict(data: dict[str, Any]) -> RunRecord:
     """The run `run_to_dict` wrote. Raises KeyError, TypeError or ValueError for other data."""
     equivalence = data["equivalence"]
+    scenario = str(data["scenario"])
+    if not 0 < len(scenario) <= SCENARIO_NAME_MAX:
+        raise ValueError(
+            f"the scenario name is {len(scenario)} characters long, not 1 to {SCENARIO_NAME_MAX}"
+        )
     measurement = Measurement(
-        scenario=str(data["scenario"]),
+        scenario=scenario,
         profile=str(data["profile"]),
         engine=str(data["engine"]),
         fingerprint={str(k): str(v) for k, v in data["fingerprint"].items()},
@@ -97,7 +117,7 @@ def _mode_from_dict(mode: str, data: dict[str, Any]) -> ModeResult:
     return ModeResult(
         mode=mode,
         command=str(data["command"]),
-        samples={str(k): tuple(float(x) for x in v) for k, v in data["samples"].items()},
+        samples={str(k): _samples(mode, str(k), v) for k, v in data["samples"].items()},
         phases=phases,
         outputs=tuple(tuple(int(t) for t in ids) for ids in data["outputs"]),
         server_info=dict(data.get("server_info") or {}),
@@ -106,6 +126,21 @@ def _mode_from_dict(mode: str, data: dict[str, Any]) -> ModeResult:
         reuse_key=data.get("reuse_key"),
         reused_from=data.get("reused_from"),
     )
+
+
+def _samples(mode: str, metric: str, values: list[Any]) -> tuple[float, ...]:
+    """A metric's samples, each a finite number >= 0 (what a measurement gives), at least one."""
+    if not 0 < len(metric) <= METRIC_NAME_MAX:
+        raise ValueError(f"the {mode} server's metric name {metric[:60]!r} is empty or too long")
+    found = tuple(float(x) for x in values)
+    if not found:
+        raise ValueError(f"the {mode} server's {metric} has no sample")
+    for repeat, value in enumerate(found):
+        if not math.isfinite(value) or value < 0:
+            raise ValueError(
+                f"the {mode} server's {metric} sample {repeat} is {value}, not a finite number >= 0"
+            )
+    return found
 
 
 def _prompt(data: dict[str, Any]) -> PromptComparison:

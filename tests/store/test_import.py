@@ -7,6 +7,7 @@ from dataclasses import replace
 from datetime import timedelta
 from pathlib import Path
 
+import pytest
 from sqlalchemy.orm import Session, sessionmaker
 
 from perfgate.gate.attribution import Attribution, PhaseShift
@@ -66,4 +67,53 @@ def test_a_file_that_holds_no_runs_is_bad_input(tmp_path: Path) -> None:
     done = perfgate_main("history", "import", str(path), "--db", "sqlite:///h.db", cwd=tmp_path)
     assert done.returncode == 64, done.stdout + done.stderr
     assert done.stderr.startswith(f"perfgate: error: {path}: line 2: not a run as perfgate")
+    assert not (tmp_path / "h.db").exists()
+
+
+def _with_samples(values: list[object], key: str = "output_tok_s") -> dict[str, object]:
+    data = run_to_dict(_judged())
+    data["spec"]["samples"][key] = values  # type: ignore[index]
+    return data
+
+
+@pytest.mark.parametrize(
+    ("data", "problem"),
+    [
+        (
+            _with_samples([1.0, -1.0]),
+            "the spec server's output_tok_s sample 1 is -1.0, not a finite number >= 0",
+        ),
+        (
+            _with_samples(["inf"]),
+            "the spec server's output_tok_s sample 0 is inf, not a finite number >= 0",
+        ),
+        (
+            _with_samples(["nan"]),
+            "the spec server's output_tok_s sample 0 is nan, not a finite number >= 0",
+        ),
+        (_with_samples([]), "the spec server's output_tok_s has no sample"),
+        (_with_samples([1.0], key="x" * 51), "the spec server's metric name"),
+        (
+            {**run_to_dict(_judged()), "scenario": "s" * 201},
+            "the scenario name is 201 characters long",
+        ),
+        (
+            {k: v for k, v in run_to_dict(_judged()).items() if k != "equivalence"},
+            "(no field 'equivalence')",
+        ),
+    ],
+)
+def test_a_run_a_measurement_could_not_give_is_refused_naming_its_line(
+    tmp_path: Path, data: dict[str, object], problem: str
+) -> None:
+    """A sample below zero, infinite, or missing judged a later run a regression, and a NaN
+    failed on the database's constraint, naming neither the file nor the line."""
+    path = tmp_path / "runs.jsonl"
+    path.write_text(json.dumps(run_to_dict(_judged(1))) + "\n" + json.dumps(data) + "\n")
+    done = perfgate_main("history", "import", str(path), "--db", "sqlite:///h.db", cwd=tmp_path)
+    assert done.returncode == 64, done.stdout + done.stderr
+    assert done.stderr.startswith(f"perfgate: error: {path}: line 2: not a run as perfgate"), (
+        done.stderr
+    )
+    assert problem in done.stderr, done.stderr
     assert not (tmp_path / "h.db").exists()
