@@ -129,6 +129,17 @@ def test_approval_refuses_unless_forced(project: Path, capsys, change, problem: 
     assert cli(project, "baseline", "update", *forced) == 0
 
 
+@pytest.mark.parametrize(("flag", "value"), [("--approved-by", ""), ("--reason", "  ")])
+def test_an_approval_without_who_or_why_is_refused_naming_the_flag(  # type: ignore[no-untyped-def]
+    project: Path, capsys, flag: str, value: str
+) -> None:
+    given = {"--approved-by": "a", "--reason": "r", flag: value}
+    args = [item for pair in given.items() for item in pair]
+    assert cli(project, "baseline", "update", "--run", "1", *args) == 64
+    assert f"perfgate: error: {flag}: is empty" in capsys.readouterr().err
+    assert not (project / "baselines" / "cpu" / "tiny.json").exists()
+
+
 def test_show_and_migrate_a_schema_1_file(project: Path, capsys) -> None:  # type: ignore[no-untyped-def]
     assert approve(project, 1, 2, 3) == 0
     path = project / "baselines" / "cpu" / "tiny.json"

@@ -170,6 +170,13 @@ def update_baseline(
     keep: int | None = None,
 ) -> int:
     """Append the runs `run_ids` to their scenario's baseline (`perfgate baseline update`)."""
+    for flag, value in (("--approved-by", approved_by), ("--reason", reason)):
+        if not value.strip():  # the file keeps who approved and why; neither may be blank
+            raise ConfigError(
+                "is empty",
+                field=flag,
+                fix=f"say {'who approved' if flag == '--approved-by' else 'why'}",
+            )
     config = load_config(settings.config)
     records = _load_records(settings, run_ids)
     first = records[0].measurement
