@@ -81,6 +81,12 @@ class SchemaState:
             how = "is empty" if self.version_table else "is missing"
             return f"its schema revision is not recorded ({VERSION_TABLE} {how})"
         if self.current not in self.tables_at:
+            missing = sorted(HISTORY_TABLES - self.tables) if self.is_current else []
+            if missing:
+                return (
+                    f"it records schema revision {self.current!r}, but its table(s) "
+                    f"{', '.join(missing)} are missing"
+                )
             return f"it records schema revision {self.current!r}, which its tables are not at"
         return None
 
@@ -127,7 +133,8 @@ def read_schema_state(connection: Connection, *, shape: bool = False) -> SchemaS
     """Read the history's revision and table names (reads only).
 
     Which revisions its tables are at is read too when the history is not plainly at head
-    (no version, or another, or more than one), or when `shape` asks for it.
+    (no version, or another, or more than one, or head's tables not all there), or when
+    `shape` asks for it.
     """
     tables = frozenset(inspect(connection).get_table_names())
     rows: tuple[str, ...] = ()
@@ -138,7 +145,8 @@ def read_schema_state(connection: Connection, *, shape: bool = False) -> SchemaS
     state = SchemaState(
         current, head_revision(), tables - {VERSION_TABLE}, rows, VERSION_TABLE in tables
     )
-    if shape or (state.tables and not state.is_current and not state.is_newer):
+    lost = state.is_current and bool(HISTORY_TABLES - state.tables)  # a table dropped by hand
+    if shape or lost or (state.tables and not state.is_current and not state.is_newer):
         state = replace(state, tables_at=revisions_of(read_shape(connection)))
     return state
 

@@ -98,3 +98,21 @@ def test_db_stamp_refuses_a_revision_the_tables_are_not_at(history: str, tmp_pat
     assert done.returncode == 64, done.stdout + done.stderr
     assert f"its tables are at revision {head_revision()}, not {FIRST_REVISION}" in done.stderr
     assert _snapshot(history, tmp_path) == before
+
+
+def test_a_history_at_head_missing_a_table_is_refused_naming_it(
+    history: str, tmp_path: Path
+) -> None:
+    """A table dropped by hand: `doctor` and `db upgrade` said the history was fine, and every
+    command that read it failed on the missing table (exit 69, no fix); `run` measured first."""
+    _execute(history, ["DROP TABLE verdicts"])
+    before = _snapshot(history, tmp_path)
+    for args in (["db", "upgrade"], ["history", "list"]):
+        refused = perfgate_main(*args, "--db", history, cwd=tmp_path)
+        assert refused.returncode == 64, refused.stdout + refused.stderr
+        assert (
+            f"it records schema revision '{head_revision()}', but its table(s) verdicts are "
+            "missing; nothing was written; its tables match no revision of this perfgate: "
+            "restore it from a backup"
+        ) in refused.stderr
+    assert _snapshot(history, tmp_path) == before
