@@ -161,6 +161,10 @@ def load_runs_file(path: Path) -> list[RunRecord]:
     from perfgate.store.run_dicts import run_from_dict
 
     fix = "import a file `perfgate history export` wrote, or one kept in .perfgate/unrecorded/"
+    if not path.is_file():  # a pipe or a device would be read for ever
+        raise ConfigError(
+            "is not a file (a folder, a pipe, a device or nothing)", file=path, fix=fix
+        )
     try:
         text = path.read_text("utf-8")
     except (OSError, UnicodeDecodeError) as error:

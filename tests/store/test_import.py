@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import json
+import os
+import threading
+import time
 from dataclasses import replace
 from datetime import timedelta
 from pathlib import Path
@@ -117,3 +120,28 @@ def test_a_run_a_measurement_could_not_give_is_refused_naming_its_line(
     )
     assert problem in done.stderr, done.stderr
     assert not (tmp_path / "h.db").exists()
+
+
+def test_a_pipe_or_a_device_is_refused_without_reading_it(tmp_path: Path) -> None:
+    """A named pipe nobody writes to kept the import waiting for ever, /dev/zero filled the
+    memory. Should the pipe be opened after all, a writer ends the wait (and the test fails)."""
+    pipe = tmp_path / "runs.jsonl"
+    os.mkfifo(pipe)
+    threading.Thread(target=_unblock, args=(pipe,), daemon=True).start()
+    for given in (pipe, Path("/dev/null"), tmp_path):
+        done = perfgate_main(
+            "history", "import", str(given), "--db", "sqlite:///h.db", cwd=tmp_path
+        )
+        assert done.returncode == 64, done.stdout + done.stderr
+        assert done.stderr.startswith(f"perfgate: error: {given}: is not a file"), done.stderr
+    assert not (tmp_path / "h.db").exists()
+
+
+def _unblock(pipe: Path) -> None:
+    """Open `pipe` for writing as soon as a reader has, and close it: the reader sees its end."""
+    for _ in range(200):
+        try:
+            os.close(os.open(pipe, os.O_WRONLY | os.O_NONBLOCK))
+            return
+        except OSError:  # no reader yet
+            time.sleep(0.05)
