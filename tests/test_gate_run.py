@@ -226,6 +226,25 @@ def test_perfgate_options_after_the_double_dash_are_refused(tmp_path: Path) -> N
     assert "give them to `perfgate run` itself, before `--`" in result.stdout
 
 
+@pytest.mark.parametrize(
+    ("pytest_args", "said"),
+    [
+        (["--no-such-flag"], "unrecognized arguments: --no-such-flag"),
+        (["-k", "nothing"], "deselected"),
+    ],
+)
+def test_pytest_s_own_usage_errors_are_bad_input(
+    tmp_path: Path, pytest_args: list[str], said: str
+) -> None:
+    """pytest's exit 4 (a flag it does not know) and 5 (no test selected) are no codes of
+    perfgate's table: they are bad input, 64, before any server starts."""
+    write_config(tmp_path)
+    result = run_perfgate("run", "--", *pytest_args, cwd=tmp_path)
+    assert result.returncode == 64, result.stdout + result.stderr
+    assert said in result.stdout + result.stderr
+    assert "starting" not in result.stdout + result.stderr
+
+
 def test_perfgate_run_of_an_installed_wheel_under_strict_warnings(
     request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory, tmp_path: Path
 ) -> None:

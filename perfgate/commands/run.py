@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from perfgate.commands import add_command
-from perfgate.errors import ConfigError
+from perfgate.errors import ConfigError, ExitCode
 from perfgate.settings import Settings, add_options
 
 SUITES = Path(__file__).resolve().parent.parent / "suites"
@@ -45,4 +45,14 @@ def run(settings: Settings, args: argparse.Namespace) -> int:
     # caller saw it end). The suites are named as a package: pytest collects the copy of
     # perfgate that runs this command, never a copy in the current folder.
     plan = GatePlan(settings)
-    return int(pytest.main(["--pyargs", SUITES_PACKAGE, *pytest_args[1:]], [HandedPlan(plan)]))
+    code = pytest.main(["--pyargs", SUITES_PACKAGE, *pytest_args[1:]], [HandedPlan(plan)])
+    return int(PYTEST_CODES.get(code, code))
+
+
+# pytest's own exit codes that have a perfgate meaning (docs/gate.md#exit-codes): its flags
+# after `--` wrong, or a selection of no test, is bad input; its internal error, a bug.
+PYTEST_CODES = {
+    4: ExitCode.BAD_INPUT,  # pytest.ExitCode.USAGE_ERROR
+    5: ExitCode.BAD_INPUT,  # pytest.ExitCode.NO_TESTS_COLLECTED
+    3: ExitCode.INTERNAL,  # pytest.ExitCode.INTERNAL_ERROR
+}
