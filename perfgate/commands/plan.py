@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -120,8 +121,12 @@ def plan_spec(args: argparse.Namespace, config: Config, base: Scenario) -> Any:
         raise ConfigError("must be >= 0", field="--confirm", fix="give a count, or 0 for none")
     if args.repeats is not None and args.repeats < 1:
         raise ConfigError("must be >= 1", field="--repeats", fix="time at least one repeat")
-    if args.budget_s is not None and args.budget_s <= 0:
-        raise ConfigError("must be > 0", field="--budget-s", fix="give seconds, e.g. 450")
+    if args.budget_s is not None and not 0 < args.budget_s < math.inf:
+        raise ConfigError(
+            f"must be a finite number > 0, not {args.budget_s}",
+            field="--budget-s",
+            fix="give seconds, e.g. 450",
+        )
     name = args.name or f"{base.name}-plan"
     check_history_name(name, field="the plan's name, its runs' scenario (--name)")
     if name in config.scenarios:

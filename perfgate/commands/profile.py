@@ -26,6 +26,7 @@ from perfgate.settings import Settings, add_options
 ACTIVITIES = ("CPU", "GPU")
 LOW_COVERAGE = 0.5  # of the cycle time, below which a GPU trace surely misses kernels
 TRACE_NAME = "trace.json.gz"
+MAX_CYCLES = 1000  # a trace of more is too large to read, and takes as long to write
 
 
 def register(commands: Any) -> None:
@@ -70,8 +71,10 @@ def run(settings: Settings, args: argparse.Namespace) -> int:
     chosen = selection_from(settings, writes=False)  # a profile records nothing
     config, scenario = chosen.config, _scenario(args, chosen.scenario)
     activities = _activities(args.activities)
-    if args.cycles < 1:
-        raise ConfigError("must be >= 1", field="--cycles", fix="profile a few cycles, e.g. 5")
+    if not 1 <= args.cycles <= MAX_CYCLES:
+        raise ConfigError(
+            f"must be from 1 to {MAX_CYCLES}", field="--cycles", fix="profile a few cycles, e.g. 5"
+        )
     if args.phase not in metrics.NAMED_PHASES:
         raise ConfigError(
             f"unknown phase {args.phase!r}",

@@ -7,11 +7,13 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 from pathlib import Path
 from typing import Any
 
 from perfgate.commands import add_command
+from perfgate.errors import ConfigError
 from perfgate.runner.gpu_health import DEFAULT_MAX_MEMORY_MIB, DEFAULT_MAX_UTILIZATION, Limits
 from perfgate.settings import Settings
 
@@ -68,7 +70,7 @@ def _started_args(started: argparse.ArgumentParser) -> None:
     started.add_argument(
         "--expect-gpus",
         type=int,
-        default=_int_env("PERFGATE_EXPECT_GPUS"),
+        default=None,
         metavar="N",
         help="fail when fewer GPUs are visible (default: $PERFGATE_EXPECT_GPUS)",
     )
@@ -82,9 +84,38 @@ def _common(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true", help="print the result as JSON")
 
 
-def _int_env(name: str) -> int | None:
-    value = os.environ.get(name, "").strip()
-    return int(value) if value.isdigit() else None
+EXPECT_GPUS_VARIABLE = "PERFGATE_EXPECT_GPUS"
+
+
+def _expected_gpus(given: int | None) -> int | None:
+    """--expect-gpus, else $PERFGATE_EXPECT_GPUS (its one reader); a count from 1, or none."""
+    field, value = "--expect-gpus", given
+    if given is None:
+        text = os.environ.get(EXPECT_GPUS_VARIABLE, "").strip()
+        if not text:
+            return None
+        field, value = EXPECT_GPUS_VARIABLE, int(text) if text.isdigit() else None
+    if value is None or value < 1:
+        shown = given if given is not None else os.environ.get(EXPECT_GPUS_VARIABLE)
+        raise ConfigError(
+            f"is {shown!r}, not a count of GPUs from 1",
+            field=field,
+            fix="give the GPUs this runner has, e.g. 8, or leave it unset",
+        )
+    return value
+
+
+def _check_seconds_and_limits(args: argparse.Namespace) -> None:
+    """The hooks' numbers: finite and not below zero; the utilisation a percentage."""
+    for flag in ("--grace-s", "--wait-s", "--max-memory-mib", "--max-utilization"):
+        value = getattr(args, flag[2:].replace("-", "_"), None)
+        high = 100.0 if flag == "--max-utilization" else math.inf
+        if value is not None and not (0 <= value <= high and math.isfinite(value)):
+            raise ConfigError(
+                f"is {value}, not a finite number from 0" + (" to 100" if high == 100 else ""),
+                field=flag,
+                fix="give a number such as its default (see --help)",
+            )
 
 
 def _print(result: Any, hook: str, as_json: bool) -> int:
@@ -109,11 +140,12 @@ def _print(result: Any, hook: str, as_json: bool) -> int:
 def handle_started(settings: Settings, args: argparse.Namespace) -> int:
     from perfgate.runner.hooks import HookOptions, job_started
 
+    _check_seconds_and_limits(args)
     options = HookOptions(
         limits=Limits(args.max_memory_mib, args.max_utilization),
         wait_s=args.wait_s,
         grace_s=args.grace_s,
-        expect_gpus=args.expect_gpus,
+        expect_gpus=_expected_gpus(args.expect_gpus),
         state_file=Path(args.state_file) if args.state_file else None,
     )
     return _print(job_started(options), "job-started", args.json)
@@ -122,4 +154,5 @@ def handle_started(settings: Settings, args: argparse.Namespace) -> int:
 def handle_completed(settings: Settings, args: argparse.Namespace) -> int:
     from perfgate.runner.hooks import HookOptions, job_completed
 
+    _check_seconds_and_limits(args)
     return _print(job_completed(HookOptions(grace_s=args.grace_s)), "job-completed", args.json)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import re
 import sys
@@ -111,8 +112,12 @@ def run(settings: Settings, args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         early_stop = False
-    if args.budget_s is not None and args.budget_s <= 0:
-        raise ConfigError("must be > 0", field="--budget-s", fix="give seconds, e.g. 450")
+    if args.budget_s is not None and not 0 < args.budget_s < math.inf:
+        raise ConfigError(
+            f"must be a finite number > 0, not {args.budget_s}",
+            field="--budget-s",
+            fix="give seconds, e.g. 450",
+        )
     profile, url = chosen.profile, chosen.history_url
     runner = SweepRunner(
         spec=spec,
@@ -161,9 +166,11 @@ def with_plain_reuse(base: Scenario, args: argparse.Namespace) -> Scenario:
     hours = args.plain_max_age_h
     if hours is None:
         return base
-    if not hours > 0:
+    if not 0 < hours < math.inf:
         raise ConfigError(
-            "must be > 0", field="--plain-max-age-h", fix="give hours, e.g. 24, or leave it out"
+            f"must be a finite number > 0, not {hours}",
+            field="--plain-max-age-h",
+            fix="give hours, e.g. 24, or leave it out",
         )
     return replace(base, plain_max_age_h=hours)
 

@@ -34,7 +34,12 @@ TREE = TINY_SCENARIO.replace("topk = 1\ndraft_tokens = 4", "topk = 2\ndraft_toke
         (["--confirm", "-1"], TINY_SCENARIO, "--confirm: must be >= 0"),
         (["--name", "tiny"], TINY_SCENARIO, "--name: the plan's name 'tiny' is a scenario's"),
         (["--env", "NCCL_PROTO"], TINY_SCENARIO, "--env: 'NCCL_PROTO' is not NAME=VALUE"),
-        (["--plain-max-age-h", "0"], TINY_SCENARIO, "--plain-max-age-h: must be > 0"),
+        (
+            ["--plain-max-age-h", "0"],
+            TINY_SCENARIO,
+            "--plain-max-age-h: must be a finite number > 0",
+        ),
+        (["--budget-s", "nan"], TINY_SCENARIO, "--budget-s: must be a finite number > 0, not nan"),
     ],
 )
 def test_what_the_model_cannot_plan_is_refused_before_any_server_starts(

@@ -60,7 +60,8 @@ def test_a_profile_of_the_default_scenario(project: Path) -> None:
 @pytest.mark.parametrize(
     ("flags", "message"),
     [
-        (["--cycles", "0"], "--cycles: must be >= 1"),
+        (["--cycles", "0"], "--cycles: must be from 1 to 1000"),
+        (["--cycles", "100000000000"], "--cycles: must be from 1 to 1000"),
         (["--activities", "MEM"], "--activities: 'MEM' names no activity or an unknown one"),
         (["--activities", "GPU"], "--activities: GPU alone records kernels but not the phase"),
         (["--phase", "cycle"], "--phase: unknown phase 'cycle'"),

@@ -258,3 +258,39 @@ def test_a_server_whose_runner_name_was_cleared_does_not_escape(
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(process.pid, signal.SIGKILL)
             process.wait(timeout=30)
+
+
+@pytest.mark.parametrize(
+    ("args", "variable", "said"),
+    [
+        (
+            ["job-started", "--expect-gpus", "-1"],
+            None,
+            "--expect-gpus: is -1, not a count of GPUs from 1",
+        ),
+        (["job-started"], "junk", "PERFGATE_EXPECT_GPUS: is 'junk', not a count of GPUs from 1"),
+        (["job-started", "--wait-s", "-1"], None, "--wait-s: is -1.0, not a finite number from 0"),
+        (["job-started", "--max-memory-mib", "nan"], None, "--max-memory-mib: is nan"),
+        (
+            ["job-started", "--max-utilization", "101"],
+            None,
+            "--max-utilization: is 101.0, not a finite number from 0 to 100",
+        ),
+        (
+            ["job-completed", "--grace-s", "-1"],
+            None,
+            "--grace-s: is -1.0, not a finite number from 0",
+        ),
+    ],
+)
+def test_a_hook_s_bad_number_is_refused_naming_it(
+    tmp_path: Path, runner_name: str, args: list[str], variable: str | None, said: str
+) -> None:
+    """A GPU count below one failed the job as infrastructure (69), junk in the variable was
+    read as no count, and negative waits were taken."""
+    env = _hook_env(tmp_path, runner_name, fake_smi.gpus(1))
+    if variable is not None:
+        env["PERFGATE_EXPECT_GPUS"] = variable
+    result = run_cli("runner", *args, env=env, cwd=tmp_path)
+    assert result.returncode == 64, result.stdout + result.stderr
+    assert said in result.stderr, result.stderr

@@ -102,7 +102,8 @@ def test_each_environment_point_reaches_its_servers(tmp_path: Path) -> None:
         (["--steps", "x"], "--steps: 'x' is not a list of numbers"),
         (["--steps", "2", "--env", "NCCL_PROTO"], "--env: 'NCCL_PROTO' is not NAME=VALUE"),
         (["--sweep", "default-steps", "--scenario", "tiny"], "--scenario: sweep 'default-steps'"),
-        (["--steps", "2", "--budget-s", "0"], "--budget-s: must be > 0"),
+        (["--steps", "2", "--budget-s", "0"], "--budget-s: must be a finite number > 0"),
+        (["--steps", "2", "--budget-s", "nan"], "--budget-s: must be a finite number > 0, not nan"),
         (["--steps", "2", "--topk", "2"], "no setting"),
     ],
 )
