@@ -42,6 +42,12 @@ def parse_history_url(url: str) -> URL:
         ) from None
     if parsed.drivername in ("postgresql", "postgres"):
         parsed = parsed.set(drivername="postgresql+psycopg")
+    if parsed.get_backend_name() == "sqlite" and parsed.database in (None, "", ":memory:"):
+        raise ConfigError(
+            f"{url!r} is a database in memory: what is recorded there is lost as the command ends",
+            field=URL_FIELD,
+            fix=f"name a file or a server: {URL_EXAMPLE}",
+        )
     return parsed
 
 

@@ -96,6 +96,9 @@ def test_a_missing_database_on_a_live_server_is_bad_input(postgres_server: Postg
     [
         ("not a url", "cannot parse 'not a url' as a database URL"),
         ("mysql+nosuchdriver://u@h/db", "no database driver for 'mysql\\+nosuchdriver'"),
+        # `db upgrade` made one and exited 0; a run would record into it and lose it
+        ("sqlite://", "'sqlite://' is a database in memory: what is recorded there is lost"),
+        ("sqlite:///:memory:", "is a database in memory"),
     ],
 )
 def test_a_bad_url_names_the_setting(url: str, message: str) -> None:
