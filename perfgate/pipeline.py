@@ -66,6 +66,7 @@ from perfgate.reference import (
 from perfgate.results import Measurement, ModeResult, RunContext, RunRecord
 from perfgate.selection import selection_from
 from perfgate.spec.options import GateOptions
+from perfgate.spec.slowdown import check_setting as check_slowdown
 from perfgate.spec.slowdown import refuse_in_gating_ci
 from perfgate.store import (
     comparable_runs,
@@ -106,6 +107,14 @@ class GatePlan:
         for scenario in selected:  # refuse what SGLang would refuse, before anything starts
             check_scenario(scenario, self.config.path)
             require_embedded_extra_here(scenario, self.config.path)
+            if scenario.engine == "embedded":  # its server reads the slowdown's setting
+                check_slowdown(
+                    scenario.name,
+                    os.environ,
+                    scenario.env,
+                    {key: getattr(scenario, key) for key in PASS_THROUGH},
+                    file=self.config.path,
+                )
         self.require_baseline = requires_baseline(options.require_baseline, os.environ)
         if options.gate and self.require_baseline:  # CI judges the code as it is
             for scenario in selected:

@@ -127,3 +127,30 @@ def test_a_gating_run_in_ci_refuses_a_slowdown_before_anything_starts(
     assert f"{named}: " in result.stderr and "slows a phase on purpose" in result.stderr
     assert "only validate the gate" in result.stderr
     assert not (tmp_path / "history.db").exists()  # refused before any history or server
+
+
+@pytest.mark.parametrize(
+    ("env", "scenario_line", "named"),
+    [
+        ({slowdown.VARIABLE: "junk"}, "", f"{slowdown.VARIABLE}: 'junk': no phase 'junk'"),
+        (
+            {},
+            'spec_extra_args = ["--debug-slow-phase", "verify=lots"]',
+            "scenarios.tiny.spec_extra_args: 'verify=lots': the fraction must be a number",
+        ),
+    ],
+    ids=["environment", "flag"],
+)
+def test_a_slowdown_the_server_cannot_read_is_refused_before_it_starts(
+    tmp_path: Path, env: dict[str, str], scenario_line: str, named: str
+) -> None:
+    """The server refused it after its launch, telling the user to fix the scenario."""
+    text = CONFIG.replace(
+        'extra_args = ["--num-threads", "1"]',
+        f'extra_args = ["--num-threads", "1"]\n{scenario_line}',
+    )
+    write_config(tmp_path, text)
+    result = perfgate_main("run", "--no-gate", cwd=tmp_path, env=env)
+    assert result.returncode == 64, result.stdout + result.stderr
+    assert named in result.stderr, result.stderr
+    assert "starting" not in result.stdout + result.stderr

@@ -118,6 +118,31 @@ def injection_setting(
     return None
 
 
+def check_setting(
+    name: str,
+    environ: Mapping[str, str],
+    env: Mapping[str, str],
+    arguments: Mapping[str, Sequence[str]],
+    file: str | Path | None = None,
+) -> None:
+    """Raise the ConfigError the embedded server would, naming the setting, where scenario
+    ``name`` is told to slow a phase in words it cannot read (see :func:`injection_setting`):
+    before its launch, not after."""
+    found = injection_setting(environ, env, arguments)
+    if found is None:
+        return
+    where, value = found
+    if where == VARIABLE:
+        parse_slow_phases(value, field=VARIABLE)
+    else:
+        try:
+            parse_slow_phases(value.removeprefix(FLAG).strip(), field=FLAG)
+        except ConfigError as error:
+            raise ConfigError(
+                error.problem, file=file, field=f"scenarios.{name}.{where}", fix=error.fix
+            ) from None
+
+
 def refuse_in_gating_ci(
     name: str,
     environ: Mapping[str, str],
