@@ -30,7 +30,7 @@ from perfgate.devices import (
 from perfgate.engines.launch import free_port
 from perfgate.errors import ConfigError, ExitCode, PerfgateError
 from perfgate.hardware import GpuInfo
-from perfgate.machine_state import STATE_VARIABLE
+from perfgate.machine_state import STATE_VARIABLE, load_state_fingerprint
 from perfgate.reference import (
     fix_commands,
     machine_note,
@@ -430,6 +430,9 @@ def check_machine_state(machine: Machine) -> list[Check]:
         ]
     if not os.path.isfile(path):
         detail = f"{STATE_VARIABLE}={path}: no such file"
+        return [Check("machine state", WARN, detail, 0, FIXES["machine state"])]
+    if not load_state_fingerprint(machine.environ):  # unreadable, not JSON, or no settings
+        detail = f"{STATE_VARIABLE}={path}: holds no GPU settings job-started wrote"
         return [Check("machine state", WARN, detail, 0, FIXES["machine state"])]
     return [Check("machine state", OK, f"{path}: GPU settings go into the fingerprint")]
 

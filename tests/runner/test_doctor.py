@@ -149,6 +149,28 @@ def test_a_cpu_machine_ready_for_a_first_run(tmp_path: Path) -> None:
     assert sorted(p.name for p in tmp_path.iterdir()) == ["perfgate.toml"]  # nothing written
 
 
+@pytest.mark.parametrize(
+    ("content", "status", "said"),
+    [
+        ('{"fingerprint": {"gpu_clocks": "locked"}}', "ok", "GPU settings go into the fingerprint"),
+        ("[perfgate]\n", "warn", "holds no GPU settings job-started wrote"),
+        ('{"fingerprint": "locked"}', "warn", "holds no GPU settings job-started wrote"),
+    ],
+)
+def test_the_machine_state_is_read_as_a_run_would_read_it(
+    tmp_path: Path, content: str, status: str, said: str
+) -> None:
+    """A state file that is not job-started's (a config named by mistake) was said to put GPU
+    settings into the fingerprint, which then got none."""
+    _require_no_gpu()
+    write_config(tmp_path)
+    state = tmp_path / "state.json"
+    state.write_text(content)
+    _, document = _doctor(tmp_path, "--no-gate", env={"PERFGATE_MACHINE_STATE": str(state)})
+    check = _check(document, "machine state")
+    assert check["status"] == status and said in check["detail"], check
+
+
 def test_without_a_reviewed_baseline_a_local_run_is_judged_against_its_own_history(
     tmp_path: Path,
 ) -> None:
