@@ -169,10 +169,16 @@ def _parse_config(path: Path, document: Mapping[str, Any]) -> Config:
         name: parse_scenario(path, name, table(path, f"scenarios.{name}", raw), prompts_dir)
         for name, raw in raw_scenarios.items()
     }
-    defaults = tuple(
-        str_list(path, "perfgate.default_scenarios", settings.get("default_scenarios"))
-        or [next(iter(scenarios))]
-    )
+    listed = str_list(path, "perfgate.default_scenarios", settings.get("default_scenarios"))
+    if "default_scenarios" in settings and not listed:
+        raise ConfigError(
+            "lists no scenario",
+            file=path,
+            field="perfgate.default_scenarios",
+            fix="name the scenarios a plain `perfgate run` measures, or leave it out for the "
+            "first scenario of the file",
+        )
+    defaults = tuple(listed or [next(iter(scenarios))])
     for name in defaults:
         if name not in scenarios:
             raise ConfigError(

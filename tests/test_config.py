@@ -122,6 +122,10 @@ def test_reads_tool_perfgate_from_pyproject(tmp_path: Path) -> None:
             ('default_scenarios = ["tiny"]', 'default_scenarios = ["big"]'),
             "names unknown scenario 'big'",
         ),
+        (
+            ('default_scenarios = ["tiny"]', "default_scenarios = []"),
+            "perfgate.default_scenarios: lists no scenario",
+        ),
         (('model = "perfgate/llama-tiny"\n', ""), "scenarios.tiny.model: is required"),
         (('prompts = ["Return', 'prompts = "nonesuch"\n#'), "unknown prompt set 'nonesuch'"),
         (("[scenarios.tiny]", "[scenarios.tiny"), "is not valid TOML"),
