@@ -158,6 +158,35 @@ def test_bad_input_is_named(project: Path, capsys) -> None:  # type: ignore[no-u
     assert "--alpha: is 2.0" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize(
+    "command",
+    [
+        ("gate", "--run", "1"),
+        ("baseline", "show", "--scenario", "tiny", "--profile", "cpu"),
+        ("baseline", "update", "--run", "1", "--approved-by", "alice", "--reason", "r"),
+        ("baseline", "migrate"),
+        ("doctor", "--profile", "cpu"),
+        ("run", "--profile", "cpu"),
+    ],
+)
+def test_a_folder_where_a_baseline_file_belongs_is_named(
+    project: Path, capsys, command: tuple[str, ...]
+) -> None:  # type: ignore[no-untyped-def]
+    folder = project / "baselines" / "cpu" / "tiny.json"
+    folder.mkdir(parents=True)
+    assert cli(project, *command) == 64
+    out, err = capsys.readouterr()
+    assert f"{folder}: is a folder, not a baseline file" in out + err
+    assert "a baseline is a JSON file (baselines/PROFILE/SCENARIO.json)" in out + err
+    assert list(folder.iterdir()) == [] and not (project / ".perfgate" / "runs").exists()
+
+
+def test_a_folder_given_as_the_baseline_file_is_named(project: Path, capsys) -> None:  # type: ignore[no-untyped-def]
+    (project / "baselines").mkdir()
+    assert cli(project, "gate", "--run", "1", "--baseline", str(project / "baselines")) == 64
+    assert f"{project / 'baselines'}: is a folder, not a baseline file" in capsys.readouterr().err
+
+
 def test_runs_of_two_scenarios_are_neither_judged_nor_approved_together(
     project: Path, capsys
 ) -> None:  # type: ignore[no-untyped-def]
