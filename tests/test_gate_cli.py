@@ -153,6 +153,14 @@ def test_show_and_migrate_a_schema_1_file(project: Path, capsys) -> None:  # typ
 def test_bad_input_is_named(project: Path, capsys) -> None:  # type: ignore[no-untyped-def]
     assert cli(project, "gate", "--run", "99") == 64
     assert "--run: no run 99 in the history" in capsys.readouterr().err
+    huge = "99999999999999999999999"  # beyond the history's 64-bit integers
+    for command in (("gate", "--run", huge), ("baseline", "update", "--run", huge, "--approved-by", "a", "--reason", "r")):  # fmt: skip
+        with pytest.raises(SystemExit) as refused:
+            cli(project, *command)
+        assert refused.value.code == 64
+        assert f"argument --run: '{huge}' is not a run id: a whole number from 1 to " in (
+            capsys.readouterr().err
+        )
     assert approve(project, 1) == 0
     assert cli(project, "gate", "--run", "1", "--alpha", "2") == 64
     assert "--alpha: is 2.0" in capsys.readouterr().err

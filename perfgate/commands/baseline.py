@@ -20,7 +20,7 @@ from perfgate.baselines import (
     write_baseline,
 )
 from perfgate.commands import add_command
-from perfgate.commands.common import one_scenario
+from perfgate.commands.common import one_scenario, run_id
 from perfgate.config import Config, Scenario, load_config
 from perfgate.devices import runner_profile
 from perfgate.errors import ConfigError
@@ -53,7 +53,7 @@ def register(commands: Any) -> None:
     )
     update.add_argument(
         "--run",
-        type=int,
+        type=run_id,
         required=True,
         action="append",
         metavar="ID",

@@ -44,6 +44,7 @@ from perfgate.ci.pointer import POINTER, SessionPointer, load_pointer
 from perfgate.ci.repo_settings import check_settings
 from perfgate.commands import add_command
 from perfgate.commands import baseline as baseline_command
+from perfgate.commands.common import run_id
 from perfgate.config import load_config
 from perfgate.context import github_run
 from perfgate.errors import ConfigError, ExitCode, PerfgateError
@@ -318,14 +319,13 @@ def _approval_targets(chosen: Selection, args: argparse.Namespace) -> list[RunRe
 
 
 def _run_ids(text: str) -> list[int]:
+    fix = f"give run ids (`12 13`) or {LATEST!r}"
     try:
-        ids = [int(part) for part in text.replace(",", " ").split()]
-    except ValueError:
-        ids = []
+        ids = [run_id(part) for part in text.replace(",", " ").split()]
+    except argparse.ArgumentTypeError as error:
+        raise ConfigError(str(error), field="--runs", fix=fix) from None
     if not ids:
-        raise ConfigError(
-            f"is {text!r}", field="--runs", fix=f"give run ids (`12 13`) or {LATEST!r}"
-        )
+        raise ConfigError(f"is {text!r}", field="--runs", fix=fix)
     return ids
 
 

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
 from perfgate.commands import add_command
+from perfgate.commands.common import run_count, run_id
 from perfgate.errors import ConfigError
 from perfgate.files import write_atomically
 from perfgate.gate.verdict import Status
@@ -30,13 +31,13 @@ def register(commands: Any) -> None:
     actions = parser.add_subparsers(dest="action", metavar="ACTION", required=True)
     listing = actions.add_parser("list", help="one line per run, newest last")
     _add_filters(listing)
-    listing.add_argument("--limit", type=int, default=20, help="the newest N runs (0: all)")
+    listing.add_argument("--limit", type=run_count, default=20, help="the newest N runs (0: all)")
     listing.add_argument("--json", action="store_true", help="a JSON array of the full runs")
     listing.set_defaults(handler=handle_list)
 
     show = actions.add_parser("show", help="everything recorded about one run")
     _add_database(show)
-    show.add_argument("run", type=int, metavar="ID", help="run id (see `perfgate history list`)")
+    show.add_argument("run", type=run_id, metavar="ID", help="run id (see `perfgate history list`)")
     show.add_argument("--json", action="store_true", help="the run as one JSON object")
     show.set_defaults(handler=handle_show)
 

@@ -59,7 +59,13 @@ def test_runs_by_id_and_what_is_refused(tmp_path: Path) -> None:
     baseline = json.loads((tmp_path / "baselines" / "cpu" / "tiny.json").read_text())
     assert [run["run_id"] for run in baseline["runs"]] == [1, 3]
     bad = _approve(tmp_path, "--runs", "one")
-    assert bad.returncode == 64 and "--runs: is 'one'; give run ids" in bad.stderr
+    assert bad.returncode == 64 and "--runs: 'one' is not a run id: a whole number" in bad.stderr
+    huge = _approve(tmp_path, "--runs", "1 99999999999999999999999")
+    assert huge.returncode == 64, huge.stderr
+    assert (
+        "--runs: '99999999999999999999999' is not a run id: a whole number from 1 to "
+        "9223372036854775807, the largest the history stores; give run ids" in huge.stderr
+    )
     missing = _approve(tmp_path, "--runs", "latest", "--branch", "release", "--profile", "cpu")
     assert missing.returncode == 64
     assert (

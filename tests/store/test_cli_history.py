@@ -75,6 +75,25 @@ def test_history_show_prints_one_run_fully(db_url: str, capsys: pytest.CaptureFi
     assert main(["history", "show", "999", "--db", db_url]) == ExitCode.BAD_INPUT
 
 
+@pytest.mark.parametrize(
+    ("args", "refused"),
+    [
+        (("show", "99999999999999999999999"), "argument ID: '99999999999999999999999' is not a run id"),
+        (("show", "-1"), "argument ID: '-1' is not a run id: a whole number from 1 to "),
+        (("list", "--limit", "99999999999999999999999"), "argument --limit: '99999999999999999999999' is not a number of runs: a whole number from 0 to 9223372036854775807"),
+        (("list", "--limit", "-1"), "argument --limit: '-1' is not a number of runs"),
+    ],
+)  # fmt: skip
+def test_a_run_id_or_limit_the_history_cannot_hold_is_refused(
+    db_url: str, capsys: pytest.CaptureFixture[str], args: tuple[str, ...], refused: str
+) -> None:
+    fill(db_url)
+    with pytest.raises(SystemExit) as caught:
+        main(["history", *args, "--db", db_url])
+    assert caught.value.code == ExitCode.BAD_INPUT
+    assert refused in capsys.readouterr().err
+
+
 def test_history_export_json_lines_and_array(
     db_url: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
