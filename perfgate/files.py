@@ -1,23 +1,36 @@
-"""Files written whole or not at all, with the mode any new file gets here.
+"""Files written whole or not at all, with the mode any new file gets here; and the check that
+a folder takes a new file.
 
 A reader sees the old file or the new one, never half of one: the text goes to a new file beside
 the target, renamed over it once complete. That file is created with mode 0o666, less the
 umask, as ``open()`` would create it (``tempfile.mkstemp`` gives 0o600, which a report or a
 baseline must not keep). The kernel applies the umask, so nothing reads it: reading it means
 setting it, which no thread may do while another creates files.
+
+`writable_folder` proves that a file can be created where one would be (the history's write
+check, perfgate.store.probe_write, does so).
 """
 
 from __future__ import annotations
 
+import errno
 import os
 import secrets
+import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import IO
 
+from perfgate.errors import ConfigError
+
 NEW_FILE_MODE = 0o666  # less the umask, as for any new file
 _TRIES = 100
+_HINTS = {
+    errno.EROFS: "it lies on a read-only mount: remount it read-write",
+    errno.EPERM: "it is immutable or append-only (`lsattr` shows it): `chattr -i -a` it",
+    errno.EACCES: "permission denied: give the user that runs perfgate write access to it",
+}
 
 
 @contextmanager
@@ -55,3 +68,36 @@ def _create_beside(path: Path) -> tuple[int, Path]:
         except FileExistsError:
             continue
     raise FileExistsError(f"no free temporary name beside {path} after {_TRIES} tries")
+
+
+def writable_folder(start: Path, target: str, elsewhere: str) -> Path:
+    """The folder `target` would be written in, `start` or (the folders between made by the
+    writer) its nearest existing ancestor, proven writable: a temporary file is created there
+    and removed. A ConfigError names that folder when it is a file or takes no new file;
+    `elsewhere` (how to choose another path) ends its fix."""
+    folder = start
+    while not folder.exists() and folder != folder.parent:
+        folder = folder.parent
+    if not folder.is_dir():
+        raise ConfigError(
+            f"is a file, so {target} cannot be created under it",
+            file=folder,
+            fix=f"move that file away, {elsewhere}",
+        )
+    try:
+        handle, name = tempfile.mkstemp(prefix=".perfgate-write-probe-", dir=folder)
+    except OSError as error:
+        raise ConfigError(
+            f"no file can be created in this folder ({error.strerror}), so {target} cannot be "
+            "written",
+            file=folder,
+            fix=f"{refusal_hint(error)}, {elsewhere}",
+        ) from None
+    os.close(handle)
+    os.unlink(name)
+    return folder
+
+
+def refusal_hint(error: OSError) -> str:
+    """What to do about a file or folder that refused a write, by the error's errno."""
+    return _HINTS.get(error.errno or 0, f"make it writable ({error.strerror})")

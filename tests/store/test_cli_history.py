@@ -110,6 +110,20 @@ def test_history_export_json_lines_and_array(
     assert json.loads(out) == []
 
 
+def test_db_upgrade_under_a_file_names_it_as_a_run_would(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (tmp_path / "file").write_text("kept")
+    url = f"sqlite:///{tmp_path / 'file' / 'h.db'}"
+    assert main(["db", "upgrade", "--db", url]) == ExitCode.BAD_INPUT
+    assert capsys.readouterr().err == (
+        f"perfgate: error: {tmp_path / 'file'}: is a file, so the history "
+        f"{tmp_path / 'file' / 'h.db'} cannot be created under it; move that file away, or point "
+        "the history elsewhere with --db or PERFGATE_DB_URL\n"
+    )
+    assert (tmp_path / "file").read_text() == "kept"
+
+
 def test_db_current_and_upgrade(db_url: str, capsys: pytest.CaptureFixture[str]) -> None:
     migrate(db_url, "0001")
     code, out = perfgate(capsys, "db", "current", "--db", db_url)
