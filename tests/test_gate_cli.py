@@ -189,6 +189,20 @@ def test_a_folder_where_a_baseline_file_belongs_is_named(
     assert list(folder.iterdir()) == [] and not (project / ".perfgate" / "runs").exists()
 
 
+def test_a_baselines_folder_that_is_a_file_is_refused_before_approving(
+    project: Path, capsys
+) -> None:  # type: ignore[no-untyped-def]
+    config = project / "perfgate.toml"
+    assert approve(project, 1) == 0  # the config's folder
+    assert cli(project, "baseline", "update", "--run", "2", "--approved-by", "a", "--reason", "r",
+               "--baselines", str(config)) == 64  # fmt: skip
+    assert capsys.readouterr().err == (
+        f"perfgate: error: {config}: is a file, not a folder --baselines can write into; move "
+        "that file away, or pass another --baselines DIR\n"
+    )
+    assert "run_id" not in config.read_text()
+
+
 def test_a_folder_given_as_the_baseline_file_is_named(project: Path, capsys) -> None:  # type: ignore[no-untyped-def]
     (project / "baselines").mkdir()
     assert cli(project, "gate", "--run", "1", "--baseline", str(project / "baselines")) == 64

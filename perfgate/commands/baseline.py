@@ -24,6 +24,7 @@ from perfgate.commands.common import one_scenario, run_id
 from perfgate.config import Config, Scenario, load_config
 from perfgate.devices import runner_profile
 from perfgate.errors import ConfigError
+from perfgate.files import check_output_folder
 from perfgate.fingerprint import diff_fingerprints, injected
 from perfgate.gate import DEFAULT_BETA, DEFAULT_TOLERANCE
 from perfgate.gate.attribution import cycle_profile
@@ -170,6 +171,8 @@ def update_baseline(
     keep: int | None = None,
 ) -> int:
     """Append the runs `run_ids` to their scenario's baseline (`perfgate baseline update`)."""
+    if settings.baselines is not None:
+        check_output_folder(settings.baselines, "--baselines")
     config = load_config(settings.config)
     records = _load_records(settings, run_ids)
     first = records[0].measurement

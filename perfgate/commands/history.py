@@ -14,7 +14,7 @@ from typing import IO, TYPE_CHECKING, Any
 from perfgate.commands import add_command
 from perfgate.commands.common import run_count, run_id
 from perfgate.errors import ConfigError
-from perfgate.files import write_atomically
+from perfgate.files import check_output_file, write_atomically
 from perfgate.gate.verdict import Status
 from perfgate.results import PROBE_OVER_ENGINE
 from perfgate.settings import HISTORY_OPTIONS, Settings, add_options
@@ -126,11 +126,12 @@ def handle_export(settings: Settings, args: argparse.Namespace) -> int:
     from perfgate.store import history, iter_runs
     from perfgate.store.run_dicts import run_to_dict
 
+    out_path = None if args.out is None else check_output_file(args.out, "--out")
     count = 0
     with (
         history(settings.history_url, existing=True) as sessions,
         sessions() as session,
-        _output(args.out) as out,
+        _output(out_path) as out,
     ):
         for count, run in enumerate(iter_runs(session, _filter(args)), start=1):
             _write_run(out, run_to_dict(run), count == 1, args.json)
@@ -192,12 +193,12 @@ def _write_run(out: IO[str], data: dict[str, Any], first: bool, as_array: bool) 
 
 
 @contextmanager
-def _output(path: str | None) -> Iterator[IO[str]]:
+def _output(path: Path | None) -> Iterator[IO[str]]:
     """stdout, or a file that appears only when complete (written aside, then renamed)."""
     if path is None:
         yield sys.stdout
         return
-    with write_atomically(Path(path)) as out:
+    with write_atomically(path) as out:
         yield out
 
 

@@ -110,6 +110,32 @@ def test_history_export_json_lines_and_array(
     assert json.loads(out) == []
 
 
+@pytest.mark.parametrize(
+    ("out", "problem"),
+    [
+        ("", "--out: is empty: it names no file; give --out a file's path"),
+        ("folder", "folder: is a folder, but --out names a file to write; name a file in it"),
+        ("file/runs.jsonl", "file: is a file, so --out file/runs.jsonl cannot be created under"),
+    ],
+)
+def test_history_export_refuses_an_out_path_it_cannot_write(
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    out: str,
+    problem: str,
+) -> None:
+    url = f"sqlite:///{tmp_path / 'history.db'}"
+    fill(url)
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "folder").mkdir()
+    (tmp_path / "file").write_text("kept")
+    assert main(["history", "export", "--db", url, "--out", out]) == ExitCode.BAD_INPUT
+    assert capsys.readouterr().err.startswith(f"perfgate: error: {problem}")
+    assert list((tmp_path / "folder").iterdir()) == []
+    assert (tmp_path / "file").read_text() == "kept"
+
+
 def test_db_upgrade_under_a_file_names_it_as_a_run_would(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
