@@ -35,6 +35,12 @@ TREE = TINY_SCENARIO.replace("topk = 1\ndraft_tokens = 4", "topk = 2\ndraft_toke
         (["--name", "tiny"], TINY_SCENARIO, "--name: the plan's name 'tiny' is a scenario's"),
         (["--env", "NCCL_PROTO"], TINY_SCENARIO, "--env: 'NCCL_PROTO' is not NAME=VALUE"),
         (["--plain-max-age-h", "0"], TINY_SCENARIO, "--plain-max-age-h: must be > 0"),
+        (
+            ["--json", "perfgate.toml/x.json"],
+            TINY_SCENARIO,
+            "perfgate.toml: is a file, so --json perfgate.toml/x.json cannot be created under it",
+        ),
+        (["--markdown", ""], TINY_SCENARIO, "--markdown: is empty: it names no file"),
     ],
 )
 def test_what_the_model_cannot_plan_is_refused_before_any_server_starts(
