@@ -156,19 +156,12 @@ def _read_bounded(path: Path) -> str:
         raise ConfigError(
             f"cannot be read ({error.strerror})", file=path, fix="restore it from git"
         ) from None
+    try:
+        _check_file(path, os.fstat(fd))
+    except ConfigError:
+        os.close(fd)
+        raise
     with os.fdopen(fd, "rb") as handle:
-        info = os.fstat(handle.fileno())
-        if not stat.S_ISREG(info.st_mode):
-            raise ConfigError(
-                "is not a regular file", file=path, fix="restore the baseline file from git"
-            )
-        if info.st_size > MAX_BYTES:
-            raise ConfigError(
-                f"is {info.st_size} bytes; a baseline is at most {MAX_BYTES}",
-                file=path,
-                fix=f"restore it from git (a baseline keeps at most {MAX_RUNS} runs of "
-                f"{MAX_SAMPLES} samples per metric)",
-            )
         data = handle.read(MAX_BYTES + 1)
     try:
         return data.decode("utf-8")
@@ -176,6 +169,28 @@ def _read_bounded(path: Path) -> str:
         raise ConfigError(
             f"cannot be read ({error})", file=path, fix="restore it from git"
         ) from None
+
+
+def _check_file(path: Path, info: os.stat_result) -> None:
+    """Refuse what is not a regular file of at most MAX_BYTES (a folder, a FIFO, a huge file)."""
+    if stat.S_ISDIR(info.st_mode):
+        raise ConfigError(
+            "is a folder, not a baseline file",
+            file=path,
+            fix="a baseline is a JSON file (baselines/PROFILE/SCENARIO.json): name one, or "
+            "remove the folder where it stands in one's place",
+        )
+    if not stat.S_ISREG(info.st_mode):
+        raise ConfigError(
+            "is not a regular file", file=path, fix="restore the baseline file from git"
+        )
+    if info.st_size > MAX_BYTES:
+        raise ConfigError(
+            f"is {info.st_size} bytes; a baseline is at most {MAX_BYTES}",
+            file=path,
+            fix=f"restore it from git (a baseline keeps at most {MAX_RUNS} runs of "
+            f"{MAX_SAMPLES} samples per metric)",
+        )
 
 
 def _parse(path: Path, doc: Any) -> Baseline:

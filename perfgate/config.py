@@ -137,12 +137,26 @@ def load_config(path: str | Path | None = None) -> Config:
 
 def _read_toml(path: Path) -> dict[str, Any]:
     try:
-        with path.open("rb") as handle:
-            return tomllib.load(handle)
-    except tomllib.TOMLDecodeError as error:
-        raise ConfigError(f"is not valid TOML ({error})", file=path, fix="fix the syntax") from None
+        data = path.read_bytes()
     except OSError as error:
         raise ConfigError(f"cannot be read ({error.strerror})", file=path) from None
+    try:
+        return tomllib.loads(data.decode("utf-8"))
+    except UnicodeDecodeError as error:
+        raise ConfigError(
+            f"is not UTF-8 text (byte 0x{data[error.start]:02x} at {_place(data, error.start)})",
+            file=path,
+            fix="save it as UTF-8, as TOML requires (or remove that byte)",
+        ) from None
+    except tomllib.TOMLDecodeError as error:
+        raise ConfigError(f"is not valid TOML ({error})", file=path, fix="fix the syntax") from None
+
+
+def _place(data: bytes, offset: int) -> str:
+    """Where byte `offset` of `data` lies, as an editor counts: line and column, from 1."""
+    line = data.count(b"\n", 0, offset) + 1
+    column = offset - (data.rfind(b"\n", 0, offset) + 1) + 1
+    return f"line {line}, column {column}"
 
 
 # The longest scenario or profile name the history keeps: the length of its `runs.scenario`

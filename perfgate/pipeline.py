@@ -34,6 +34,7 @@ from perfgate.engines.client import EngineClient
 from perfgate.engines.server_commands import Mode
 from perfgate.equivalence import TeacherScores
 from perfgate.errors import ExitCode, InternalError, PerfgateError
+from perfgate.files import check_output_file
 from perfgate.gate.planning import RunPlan
 from perfgate.gate.verdict import Verdict, overall_status
 from perfgate.measure import (
@@ -89,11 +90,20 @@ PlainSource = Callable[[Scenario, Preflight], ModeResult | None]
 MEASURE_ORDER: tuple[Mode, ...] = ("spec", "plain")
 
 
+def report_path(option: str | None, root: Path) -> Path | None:
+    """Where a session writes its report: --report ('' writes none), else reports/index.html
+    beside the config; a path that cannot be written is refused (perfgate.files)."""
+    if option == "":
+        return None
+    path = Path(option).resolve() if option else root / "reports" / "index.html"
+    return check_output_file(str(path), "--report")
+
+
 class GatePlan:
     """What a gate session measures and judges against, loaded and checked up front.
 
-    Bad input (config, scenario, baseline, a history that refuses writes) fails here, before
-    any server starts.
+    Bad input (config, scenario, baseline, a history that refuses writes, a report path that
+    cannot be written) fails here, before any server starts.
     """
 
     def __init__(self, options: GateOptions, cwd: Path | None = None) -> None:
@@ -128,6 +138,7 @@ class GatePlan:
         self.profile = self.selection.profile
         self.baselines_dir = self.selection.baselines_dir
         self.history_url = self.selection.history_url
+        self.report_path = report_path(options.report, self.config.path.parent)
         self.baselines = self._reviewed_baselines() if options.gate else {}
         # The session's false-alarm level, split evenly among the gated scenarios (Bonferroni);
         # inside a scenario, Holm's procedure splits it among the gated metrics.

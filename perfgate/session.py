@@ -58,7 +58,7 @@ class GateSession:
         self.scenarios = self.plan.scenarios
         self.profile = self.plan.profile
         self.history_url = self.plan.history_url
-        self.report_path = _report_path(options.report, self.config.path.parent)
+        self.report_path = self.plan.report_path
         self.started_at = datetime.now(UTC)
         self.runs: dict[str, ScenarioRun] = {}
         self.servers: dict[str, ServerPair] = {}  # each scenario's measurer
@@ -207,9 +207,3 @@ class GateSession:
                 fix="make its folder writable, or pass --report PATH, then run `perfgate report`",
             ) from None
         self.report_written = True
-
-
-def _report_path(option: str | None, root: Path) -> Path | None:
-    if option == "":
-        return None
-    return Path(option).resolve() if option else root / "reports" / "index.html"

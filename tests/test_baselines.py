@@ -113,6 +113,9 @@ def test_missing_and_malformed_files(tmp_path: Path) -> None:
     (tmp_path / "bad.json").write_text("{ not json")
     with pytest.raises(ConfigError, match="is not valid JSON"):
         load_baseline(tmp_path / "bad.json")
+    (tmp_path / "folder.json").mkdir()
+    with pytest.raises(ConfigError, match=r"folder\.json: is a folder, not a baseline file; "):
+        load_baseline(tmp_path / "folder.json")
 
 
 def test_a_schema_1_file_is_read_without_phases_and_rewritten_as_schema_2(tmp_path: Path) -> None:

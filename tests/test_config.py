@@ -14,6 +14,7 @@ from perfgate.engines.embedded.parallel import check_split
 from perfgate.errors import ConfigError, ExitCode
 
 from .conftest import TINY_SCENARIO, write_config
+from .in_process import perfgate_main
 
 
 def test_loads_the_repository_config() -> None:
@@ -157,6 +158,34 @@ def test_mistakes_name_file_and_field(tmp_path: Path, edit: tuple[str, str], exp
     assert expected in message
     assert "; " in message, "a fix follows the problem"
     assert caught.value.exit_code == ExitCode.BAD_INPUT
+
+
+def test_a_config_that_is_not_utf8_names_the_file_and_the_byte(tmp_path: Path) -> None:
+    path = tmp_path / "bad.toml"
+    path.write_bytes(b"[perfgate]\n# caf\xe9\n")
+    with pytest.raises(ConfigError) as caught:
+        load_config(path)
+    assert str(caught.value) == (
+        f"{path}: is not UTF-8 text (byte 0xe9 at line 2, column 6); save it as UTF-8, as TOML "
+        "requires (or remove that byte)"
+    )
+
+
+@pytest.mark.parametrize(
+    "command",
+    [("doctor",), ("servers", "--dry-run"), ("history", "list"), ("run", "--no-gate")],
+)
+def test_every_command_refuses_a_found_config_that_is_not_utf8(
+    tmp_path: Path, command: tuple[str, ...]
+) -> None:
+    # Found from the current folder up, not named by --config: never taken for no config.
+    path = write_config(tmp_path)
+    path.write_bytes(path.read_bytes() + b"# \xff\n")
+    done = perfgate_main(*command, cwd=tmp_path)
+    assert done.returncode == ExitCode.BAD_INPUT, done.stdout + done.stderr
+    assert f"{path}: is not UTF-8 text (byte 0xff at line " in done.stdout + done.stderr
+    assert "Traceback" not in done.stderr
+    assert not (tmp_path / ".perfgate").exists() and not (tmp_path / "history.db").exists()
 
 
 def test_missing_file_and_unknown_scenario(tmp_path: Path) -> None:

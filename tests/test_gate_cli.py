@@ -164,9 +164,60 @@ def test_show_and_migrate_a_schema_1_file(project: Path, capsys) -> None:  # typ
 def test_bad_input_is_named(project: Path, capsys) -> None:  # type: ignore[no-untyped-def]
     assert cli(project, "gate", "--run", "99") == 64
     assert "--run: no run 99 in the history" in capsys.readouterr().err
+    huge = "99999999999999999999999"  # beyond the history's 64-bit integers
+    for command in (("gate", "--run", huge), ("baseline", "update", "--run", huge, "--approved-by", "a", "--reason", "r")):  # fmt: skip
+        with pytest.raises(SystemExit) as refused:
+            cli(project, *command)
+        assert refused.value.code == 64
+        assert f"argument --run: '{huge}' is not a run id: a whole number from 1 to " in (
+            capsys.readouterr().err
+        )
     assert approve(project, 1) == 0
     assert cli(project, "gate", "--run", "1", "--alpha", "2") == 64
     assert "--alpha: is 2.0" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        ("gate", "--run", "1"),
+        ("baseline", "show", "--scenario", "tiny", "--profile", "cpu"),
+        ("baseline", "update", "--run", "1", "--approved-by", "alice", "--reason", "r"),
+        ("baseline", "migrate"),
+        ("doctor", "--profile", "cpu"),
+        ("run", "--profile", "cpu"),
+    ],
+)
+def test_a_folder_where_a_baseline_file_belongs_is_named(
+    project: Path, capsys, command: tuple[str, ...]
+) -> None:  # type: ignore[no-untyped-def]
+    folder = project / "baselines" / "cpu" / "tiny.json"
+    folder.mkdir(parents=True)
+    assert cli(project, *command) == 64
+    out, err = capsys.readouterr()
+    assert f"{folder}: is a folder, not a baseline file" in out + err
+    assert "a baseline is a JSON file (baselines/PROFILE/SCENARIO.json)" in out + err
+    assert list(folder.iterdir()) == [] and not (project / ".perfgate" / "runs").exists()
+
+
+def test_a_baselines_folder_that_is_a_file_is_refused_before_approving(
+    project: Path, capsys
+) -> None:  # type: ignore[no-untyped-def]
+    config = project / "perfgate.toml"
+    assert approve(project, 1) == 0  # the config's folder
+    assert cli(project, "baseline", "update", "--run", "2", "--approved-by", "a", "--reason", "r",
+               "--baselines", str(config)) == 64  # fmt: skip
+    assert capsys.readouterr().err == (
+        f"perfgate: error: {config}: is a file, not a folder --baselines can write into; move "
+        "that file away, or pass another --baselines DIR\n"
+    )
+    assert "run_id" not in config.read_text()
+
+
+def test_a_folder_given_as_the_baseline_file_is_named(project: Path, capsys) -> None:  # type: ignore[no-untyped-def]
+    (project / "baselines").mkdir()
+    assert cli(project, "gate", "--run", "1", "--baseline", str(project / "baselines")) == 64
+    assert f"{project / 'baselines'}: is a folder, not a baseline file" in capsys.readouterr().err
 
 
 def test_runs_of_two_scenarios_are_neither_judged_nor_approved_together(

@@ -106,8 +106,13 @@ def test_record_approve_pass_then_catch_a_slower_verify(
             "scenarios.tiny.repeats",
         ),
         (lambda p: (p / "history.db").write_bytes(FOREIGN), 64, "history.db"),
+        (
+            lambda p: (p / "reports").write_text("not a folder"),
+            64,
+            "reports: is a file, so --report",
+        ),
     ],
-    ids=["malformed-baseline", "bad-config", "foreign-history"],
+    ids=["malformed-baseline", "bad-config", "foreign-history", "report-under-a-file"],
 )
 def test_bad_input_fails_before_any_server_starts(
     tmp_path: Path, setup, expected_code: int, expected: str
@@ -121,6 +126,23 @@ def test_bad_input_fails_before_any_server_starts(
     assert not (tmp_path / ".perfgate" / "runs").exists(), "no server was started"
     history = tmp_path / "history.db"
     assert not history.exists() or history.read_bytes() == FOREIGN, "nothing was written"
+
+
+@pytest.mark.parametrize(
+    ("report", "expected"),
+    [
+        ("perfgate.toml/r.html", "{root}/perfgate.toml: is a file, so --report {root}/perfgate.toml/r.html"),
+        (".", "{root}: is a folder, but --report names a file to write"),
+    ],
+)  # fmt: skip
+def test_a_report_path_that_cannot_be_written_is_refused_before_any_server_starts(
+    tmp_path: Path, report: str, expected: str
+) -> None:
+    write_config(tmp_path)
+    result = perfgate_main("run", "--no-gate", "--report", report, cwd=tmp_path)
+    assert result.returncode == 64, result.stdout + result.stderr
+    assert result.stderr.startswith(f"perfgate: error: {expected.format(root=tmp_path)}")
+    assert not (tmp_path / ".perfgate").exists() and not (tmp_path / "history.db").exists()
 
 
 @pytest.mark.parametrize(

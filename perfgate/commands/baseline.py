@@ -20,10 +20,11 @@ from perfgate.baselines import (
     write_baseline,
 )
 from perfgate.commands import add_command
-from perfgate.commands.common import one_scenario
+from perfgate.commands.common import one_scenario, run_id
 from perfgate.config import Config, Scenario, load_config
 from perfgate.devices import runner_profile
 from perfgate.errors import ConfigError
+from perfgate.files import check_output_folder
 from perfgate.fingerprint import diff_fingerprints, injected
 from perfgate.gate import DEFAULT_BETA, DEFAULT_TOLERANCE
 from perfgate.gate.attribution import cycle_profile
@@ -53,7 +54,7 @@ def register(commands: Any) -> None:
     )
     update.add_argument(
         "--run",
-        type=int,
+        type=run_id,
         required=True,
         action="append",
         metavar="ID",
@@ -177,6 +178,8 @@ def update_baseline(
                 field=flag,
                 fix=f"say {'who approved' if flag == '--approved-by' else 'why'}",
             )
+    if settings.baselines is not None:
+        check_output_folder(settings.baselines, "--baselines")
     config = load_config(settings.config)
     records = _load_records(settings, run_ids)
     first = records[0].measurement

@@ -15,7 +15,7 @@ from typing import Any
 from perfgate.commands import add_command
 from perfgate.config import check_history_name
 from perfgate.errors import ConfigError
-from perfgate.files import write_text_atomically
+from perfgate.files import check_output_file, write_text_atomically
 from perfgate.settings import Settings, add_options
 
 DEFAULT_GOOD_RUNS = 3
@@ -78,7 +78,8 @@ def run(settings: Settings, args: argparse.Namespace) -> int:
     from perfgate.progress import stderr_reporter
     from perfgate.selection import selection_from
 
-    # A history that refuses writes fails before anything is measured.
+    # Outputs and a history that cannot be written fail before anything is measured.
+    out = None if args.json is None else check_output_file(args.json, "--json")
     chosen = selection_from(settings, writes=True, one="bisect measures one scenario")
     config, scenario, profile, url = (
         chosen.config,
@@ -129,8 +130,8 @@ def run(settings: Settings, args: argparse.Namespace) -> int:
     again += f"--bad {bad[:12]}"
     for line in outcome_lines(result, again):
         print(line)
-    if args.json:
-        write_text_atomically(Path(args.json), json.dumps(result.to_json(), indent=2) + "\n")
+    if out is not None:
+        write_text_atomically(out, json.dumps(result.to_json(), indent=2) + "\n")
     return int(result.exit_code())
 
 

@@ -8,7 +8,8 @@
 
 `summary` and `annotations` read the session's pointer file (.perfgate/last-session.json)
 and the runs it names from the history; they report what they can and exit 0 even when the
-session failed or left nothing: the gate's own step carries the verdict's exit code.
+session failed or left nothing: the gate's own step carries the verdict's exit code. Only a
+`summary --out` it cannot write is exit 64, refused before anything is read.
 """
 
 from __future__ import annotations
@@ -44,10 +45,11 @@ from perfgate.ci.pointer import POINTER, SessionPointer, load_pointer
 from perfgate.ci.repo_settings import check_settings
 from perfgate.commands import add_command
 from perfgate.commands import baseline as baseline_command
+from perfgate.commands.common import run_id
 from perfgate.config import load_config
 from perfgate.context import github_run
 from perfgate.errors import ConfigError, ExitCode, PerfgateError
-from perfgate.files import write_text_atomically
+from perfgate.files import check_output_file, write_text_atomically
 from perfgate.results import RunRecord
 from perfgate.selection import Selection, selection_from
 from perfgate.settings import Settings, add_options
@@ -166,6 +168,9 @@ def handle_watch(settings: Settings, args: argparse.Namespace) -> int:
         for line in apply_plan(plan, repository_from_environment(args.repo)):
             print(line)
         return 0
+    out = check_output_file(args.out, "--out")
+    if args.summary is not None:
+        check_output_file(args.summary, "--summary", appends=True)
     from perfgate.ci.watch import trend_series, watch_plan
     from perfgate.reference import scenario_gating
     from perfgate.report.links import safe_url
@@ -185,8 +190,8 @@ def handle_watch(settings: Settings, args: argparse.Namespace) -> int:
     plan = watch_plan(series, args.branch, repository, args.label)
     lines = watch_lines(plan, series)
     print("\n".join(lines))
-    write_text_atomically(Path(args.out), json.dumps(plan, indent=2) + "\n")
-    if args.summary:
+    write_text_atomically(out, json.dumps(plan, indent=2) + "\n")
+    if args.summary is not None:
         _write(args.summary, "## perfgate nightly watch\n\n" + "\n".join(lines) + "\n", True)
     return 0
 
@@ -253,6 +258,8 @@ def load_session(
 
 
 def handle_summary(settings: Settings, args: argparse.Namespace) -> int:
+    if args.out is not None:  # appended to, as $GITHUB_STEP_SUMMARY is, unless a comment's body
+        check_output_file(args.out, "--out", appends=not args.comment)
     pointer, finals, notes = load_session(Path(args.session), settings.db)
     links = ci_links()
     if args.comment:
@@ -270,11 +277,14 @@ def _existing_size(path: str | None) -> int:
 
 
 def _write(path: str | None, text: str, append: bool) -> int:
+    """Print `text`, append it to `path`, or (not `append`) write `path` whole."""
     if path is None:
         print(text, end="")
-        return 0
-    with open(path, "a" if append else "w", encoding="utf-8") as handle:
-        handle.write(text)
+    elif append:
+        with open(path, "a", encoding="utf-8") as handle:
+            handle.write(text)
+    else:
+        write_text_atomically(Path(path), text)
     return 0
 
 
@@ -318,14 +328,13 @@ def _approval_targets(chosen: Selection, args: argparse.Namespace) -> list[RunRe
 
 
 def _run_ids(text: str) -> list[int]:
+    fix = f"give run ids (`12 13`) or {LATEST!r}"
     try:
-        ids = [int(part) for part in text.replace(",", " ").split()]
-    except ValueError:
-        ids = []
+        ids = [run_id(part) for part in text.replace(",", " ").split()]
+    except argparse.ArgumentTypeError as error:
+        raise ConfigError(str(error), field="--runs", fix=fix) from None
     if not ids:
-        raise ConfigError(
-            f"is {text!r}", field="--runs", fix=f"give run ids (`12 13`) or {LATEST!r}"
-        )
+        raise ConfigError(f"is {text!r}", field="--runs", fix=fix)
     return ids
 
 
@@ -365,6 +374,7 @@ def _approved_by(args: argparse.Namespace) -> str:
 
 def handle_approve(settings: Settings, args: argparse.Namespace) -> int:
     approved_by = _approved_by(args)
+    body_path = None if args.body is None else check_output_file(args.body, "--body")
     records = _approval_targets(selection_from(settings, writes=False), args)
     if not records:
         raise ConfigError(
@@ -378,11 +388,10 @@ def handle_approve(settings: Settings, args: argparse.Namespace) -> int:
         groups.setdefault(key, []).append(int(record.id or 0))
     for ids in groups.values():
         baseline_command.update_baseline(settings, ids, approved_by, args.reason)
-    if args.body:
+    if body_path is not None:  # its folders made: .perfgate/ on a fresh checkout
         requested = ", ".join(dict.fromkeys(args.requested_by)) or None
         body = approval_body(records, approved_by, args.reason, requested)
-        Path(args.body).parent.mkdir(parents=True, exist_ok=True)  # .perfgate/ on a fresh checkout
-        Path(args.body).write_text(body, "utf-8")
+        write_text_atomically(body_path, body)
     return 0
 
 

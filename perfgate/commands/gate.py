@@ -11,7 +11,7 @@ from typing import Any
 
 from perfgate.baselines import baseline_path, load_baseline
 from perfgate.commands import add_command
-from perfgate.commands.common import one_scenario
+from perfgate.commands.common import one_scenario, run_id
 from perfgate.config import Config, Scenario, load_config, locate_config
 from perfgate.errors import ConfigError
 from perfgate.gate import DEFAULT_ALPHA
@@ -42,7 +42,7 @@ def register(commands: Any) -> None:
     )
     parser.add_argument(
         "--run",
-        type=int,
+        type=run_id,
         required=True,
         action="append",
         metavar="ID",

@@ -12,8 +12,9 @@ from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
 from perfgate.commands import add_command
+from perfgate.commands.common import run_count, run_id
 from perfgate.errors import ConfigError
-from perfgate.files import write_atomically
+from perfgate.files import check_output_file, write_atomically
 from perfgate.gate.verdict import Status
 from perfgate.results import PROBE_OVER_ENGINE
 from perfgate.settings import HISTORY_OPTIONS, Settings, add_options
@@ -30,13 +31,13 @@ def register(commands: Any) -> None:
     actions = parser.add_subparsers(dest="action", metavar="ACTION", required=True)
     listing = actions.add_parser("list", help="one line per run, newest last")
     _add_filters(listing)
-    listing.add_argument("--limit", type=int, default=20, help="the newest N runs (0: all)")
+    listing.add_argument("--limit", type=run_count, default=20, help="the newest N runs (0: all)")
     listing.add_argument("--json", action="store_true", help="a JSON array of the full runs")
     listing.set_defaults(handler=handle_list)
 
     show = actions.add_parser("show", help="everything recorded about one run")
     _add_database(show)
-    show.add_argument("run", type=int, metavar="ID", help="run id (see `perfgate history list`)")
+    show.add_argument("run", type=run_id, metavar="ID", help="run id (see `perfgate history list`)")
     show.add_argument("--json", action="store_true", help="the run as one JSON object")
     show.set_defaults(handler=handle_show)
 
@@ -125,11 +126,12 @@ def handle_export(settings: Settings, args: argparse.Namespace) -> int:
     from perfgate.store import history, iter_runs
     from perfgate.store.run_dicts import run_to_dict
 
+    out_path = None if args.out is None else check_output_file(args.out, "--out")
     count = 0
     with (
         history(settings.history_url, existing=True) as sessions,
         sessions() as session,
-        _output(args.out) as out,
+        _output(out_path) as out,
     ):
         for count, run in enumerate(iter_runs(session, _filter(args)), start=1):
             _write_run(out, run_to_dict(run), count == 1, args.json)
@@ -198,12 +200,12 @@ def _write_run(out: IO[str], data: dict[str, Any], first: bool, as_array: bool) 
 
 
 @contextmanager
-def _output(path: str | None) -> Iterator[IO[str]]:
+def _output(path: Path | None) -> Iterator[IO[str]]:
     """stdout, or a file that appears only when complete (written aside, then renamed)."""
     if path is None:
         yield sys.stdout
         return
-    with write_atomically(Path(path)) as out:
+    with write_atomically(path) as out:
         yield out
 
 

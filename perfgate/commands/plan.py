@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 import argparse
-import json
 import math
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 from perfgate.commands import add_command
-from perfgate.commands.sweep import add_plain_reuse, with_plain_reuse
+from perfgate.commands.sweep import (
+    add_plain_reuse,
+    check_outputs,
+    with_plain_reuse,
+    write_outputs,
+)
 from perfgate.config import Config, Scenario, check_history_name
 from perfgate.context import detect_context
 from perfgate.errors import ConfigError
@@ -74,7 +77,8 @@ def run(settings: Settings, args: argparse.Namespace) -> int:
     from perfgate.plan.render import plan_json, render_markdown
     from perfgate.plan.run import PlanRunner
 
-    # A history that refuses writes fails before anything is launched.
+    # Outputs and a history that cannot be written fail before anything is launched.
+    check_outputs(args)
     chosen = selection_from(settings, writes=True, names=_scenario_name(args))
     config, profile = chosen.config, chosen.profile
     base = with_plain_reuse(chosen.scenario, args)
@@ -94,10 +98,7 @@ def run(settings: Settings, args: argparse.Namespace) -> int:
     result = runner.run()
     markdown = render_markdown(result)
     print(markdown)
-    if args.markdown:
-        Path(args.markdown).write_text(markdown)
-    if args.json:
-        Path(args.json).write_text(json.dumps(plan_json(result), indent=2) + "\n")
+    write_outputs(args, markdown, plan_json(result))
     return int(result.exit_code())
 
 

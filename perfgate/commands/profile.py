@@ -16,6 +16,7 @@ from perfgate.commands import add_command
 from perfgate.config import Scenario
 from perfgate.engines.server_commands import MODES
 from perfgate.errors import ConfigError
+from perfgate.files import check_output_folder
 from perfgate.folders import new_folder, process_folder, stamp
 from perfgate.preflight import check_scenario, preflight
 from perfgate.profile.trace import GPU_KERNELS
@@ -68,6 +69,7 @@ def run(settings: Settings, args: argparse.Namespace) -> int:
     from perfgate.profile.capture import capture_profile
     from perfgate.profile.render import profile_json, render_markdown
 
+    out = None if args.out is None else check_output_folder(args.out, "--out")
     chosen = selection_from(settings, writes=False)  # a profile records nothing
     config, scenario = chosen.config, _scenario(args, chosen.scenario)
     activities = _activities(args.activities)
@@ -95,7 +97,7 @@ def run(settings: Settings, args: argparse.Namespace) -> int:
         progress=stderr_reporter(),  # stdout carries the breakdown
     )
     report = profile_json(result, TRACE_NAME)
-    out = Path(args.out) if args.out else new_folder(root / ".perfgate" / "profiles", stamp())
+    out = out or new_folder(root / ".perfgate" / "profiles", stamp())
     markdown = render_markdown(report, args.phase)
     write_outputs(out, result.trace_path, report, markdown)
     print(markdown)

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 from perfgate.commands import add_command
 from perfgate.errors import ConfigError
+from perfgate.files import check_output_file
 from perfgate.settings import HISTORY_OPTIONS, Settings, add_options
 
 if TYPE_CHECKING:
@@ -45,6 +46,7 @@ def run(settings: Settings, args: argparse.Namespace) -> int:
     from perfgate.report.links import safe_url
     from perfgate.store import RunFilter, history, recorded_names
 
+    out = check_output_file(args.out, "--out")
     if args.repo_url is not None and safe_url(args.repo_url) is None:
         raise ConfigError(
             f"{args.repo_url!r} is not an http(s) URL",
@@ -55,7 +57,7 @@ def run(settings: Settings, args: argparse.Namespace) -> int:
     with history(settings.history_url, existing=True) as sessions, sessions() as session:
         recorded = recorded_names(session)
         check_names(where, recorded, settings.config)
-        path = write_history_report(Path(args.out), session, where, args.repo_url)
+        path = write_history_report(out, session, where, args.repo_url)
     if selects_a_run(where, recorded):
         print(f"wrote {path}")
     elif where.describe():

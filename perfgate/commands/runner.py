@@ -9,16 +9,17 @@ import argparse
 import json
 import math
 import os
-from pathlib import Path
 from typing import Any
 
 from perfgate.commands import add_command
 from perfgate.errors import ConfigError
+from perfgate.files import check_output_file
 from perfgate.runner.gpu_health import DEFAULT_MAX_MEMORY_MIB, DEFAULT_MAX_UTILIZATION, Limits
 from perfgate.settings import Settings
 
 EPILOG = """exit codes:
   0   the machine is clean, idle and healthy (job-completed: always, problems are warnings)
+  64  --state-file cannot be written (nothing is ended or checked then)
   69  a GPU is busy or unhealthy, fewer GPUs than expected, or a leftover could not be ended
 """
 
@@ -141,12 +142,14 @@ def handle_started(settings: Settings, args: argparse.Namespace) -> int:
     from perfgate.runner.hooks import HookOptions, job_started
 
     _check_seconds_and_limits(args)
+    given = args.state_file  # checked before any leftover is ended
+    state_file = None if given is None else check_output_file(given, "--state-file")
     options = HookOptions(
         limits=Limits(args.max_memory_mib, args.max_utilization),
         wait_s=args.wait_s,
         grace_s=args.grace_s,
         expect_gpus=_expected_gpus(args.expect_gpus),
-        state_file=Path(args.state_file) if args.state_file else None,
+        state_file=state_file,
     )
     return _print(job_started(options), "job-started", args.json)
 

@@ -16,7 +16,7 @@ from perfgate.commands import add_command
 from perfgate.config import Config, Scenario, check_history_name
 from perfgate.context import detect_context, github_run
 from perfgate.errors import ConfigError
-from perfgate.files import write_text_atomically
+from perfgate.files import check_output_file, write_text_atomically
 from perfgate.folders import process_folder, stamp
 from perfgate.progress import stderr_reporter
 from perfgate.selection import selection_from
@@ -90,6 +90,7 @@ def register(commands: Any) -> None:
 def run(settings: Settings, args: argparse.Namespace) -> int:
     from perfgate.sweep.run import SweepRunner
 
+    check_outputs(args)
     if args.collect:
         return collect_sweep(settings, args)
     specs: list[SweepSpec] = []
@@ -140,7 +141,7 @@ def run(settings: Settings, args: argparse.Namespace) -> int:
         markdown += f"\nShard {shard} of batch {batch}: `perfgate sweep --collect {spec.name} "
         markdown += f"--batch {batch}` gathers every shard's points.\n"
     print(markdown)
-    _write(args, markdown, {**sweep_json(result), "batch": batch, "shard": str(shard)})
+    write_outputs(args, markdown, {**sweep_json(result), "batch": batch, "shard": str(shard)})
     return int(result.exit_code())
 
 
@@ -175,11 +176,18 @@ def with_plain_reuse(base: Scenario, args: argparse.Namespace) -> Scenario:
     return replace(base, plain_max_age_h=hours)
 
 
-def _write(args: argparse.Namespace, markdown: str, document: dict[str, Any]) -> None:
+def check_outputs(args: argparse.Namespace) -> None:
+    """Refuse a --markdown or --json path that cannot be written, before anything is measured."""
+    for flag, given in (("--markdown", args.markdown), ("--json", args.json)):
+        if given is not None:
+            check_output_file(given, flag)
+
+
+def write_outputs(args: argparse.Namespace, markdown: str, document: dict[str, Any]) -> None:
     """--markdown and --json, each written whole or not at all."""
-    if args.markdown:
+    if args.markdown is not None:
         write_text_atomically(Path(args.markdown), markdown)
-    if args.json:
+    if args.json is not None:
         write_text_atomically(Path(args.json), json.dumps(document, indent=2) + "\n")
 
 
@@ -232,7 +240,7 @@ def collect_sweep(settings: Settings, args: argparse.Namespace) -> int:
     collected = collect(name, batch, found[batch])
     markdown, document, code = render_collected(collected)
     print(markdown)
-    _write(args, markdown, document)
+    write_outputs(args, markdown, document)
     return int(code)
 
 

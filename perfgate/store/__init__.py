@@ -276,8 +276,15 @@ def close_history(sessions: sessionmaker[Session]) -> None:
 
 
 def _connect(url: str, check: bool = True) -> tuple[Engine, SchemaState]:
-    """An engine, and the schema state it found; refuses a history it must not touch."""
-    engine = create_history_engine(parse_history_url(url))
+    """An engine, and the schema state it found; refuses a history it must not touch.
+
+    A SQLite file that connecting will create is created only where a run could create it (see
+    `probe_write`): a file in its way or a folder that takes no file is bad input (64)."""
+    parsed = parse_history_url(url)
+    path = sqlite_path(parsed)
+    if path is not None and not path.exists():
+        probe_folder(path)
+    engine = create_history_engine(parsed)
 
     def read() -> SchemaState:
         with engine.connect() as connection:

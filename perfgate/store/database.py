@@ -205,8 +205,9 @@ def resolve_history_url(
     `recorded` (a session pointer's history) stands in for the config's where given. The
     config is `config` if given (its error, if it has none, is the caller's), else the file at
     `config_path`, else the first one found from `cwd` up; without a config (and no
-    `config_path` given) the default file in `cwd`. A relative SQLite path is taken from `cwd`
-    (default: the current folder).
+    `config_path` given) the default file in `cwd`. A config found but wrong (not UTF-8, not
+    TOML) is an error, never the default. A relative SQLite path is taken from `cwd` (default:
+    the current folder).
     """
     from perfgate.config import DEFAULT_HISTORY, load_config, locate_config, resolve_sqlite_url
 

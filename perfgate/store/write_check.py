@@ -6,15 +6,14 @@ writing and closed unwritten, and a write transaction is rolled back.
 
 from __future__ import annotations
 
-import errno
 import os
-import tempfile
 from pathlib import Path
 
 from sqlalchemy import URL, Connection, text
 from sqlalchemy.exc import SQLAlchemyError
 
 from perfgate.errors import ConfigError, PerfgateError
+from perfgate.files import refusal_hint, writable_folder
 from perfgate.store.database import URL_FIELD, describe, open_error, sqlite_path
 from perfgate.store.schema import VERSION_TABLE, SchemaState
 
@@ -23,11 +22,6 @@ PROBE_TABLE = "perfgate_write_probe"
 # SQLSTATEs of a server that lets this user read but not write: a read-only transaction (a
 # replica, default_transaction_read_only) and a missing privilege.
 READ_ONLY_STATES = ("25006", "42501")
-_HINTS = {
-    errno.EROFS: "it lies on a read-only mount: remount it read-write",
-    errno.EPERM: "it is immutable or append-only (`lsattr` shows it): `chattr -i -a` it",
-    errno.EACCES: "permission denied: give the user that runs perfgate write access to it",
-}
 
 
 def probe_folder(path: Path) -> Path:
@@ -36,23 +30,7 @@ def probe_folder(path: Path) -> Path:
     For a file that does not exist yet, the folder is its nearest existing ancestor (a run
     creates the folders between).
     """
-    folder = path.parent
-    while not folder.exists():
-        folder = folder.parent
-    if not folder.is_dir():
-        raise ConfigError(
-            f"is a file, so the history {path} cannot be created under it",
-            file=folder,
-            fix=f"move that file away, {ELSEWHERE}",
-        )
-    try:
-        handle, name = tempfile.mkstemp(prefix=".perfgate-write-probe-", dir=folder)
-    except OSError as error:
-        problem = f"no file can be created in this folder ({error.strerror}), so the history {path}"
-        raise _refused(folder, f"{problem} cannot be written", error) from None
-    os.close(handle)
-    os.unlink(name)
-    return folder
+    return writable_folder(path.parent, f"the history {path}", ELSEWHERE)
 
 
 def probe_file(path: Path) -> None:
@@ -109,5 +87,4 @@ def write_error(url: URL, error: SQLAlchemyError) -> PerfgateError:
 
 
 def _refused(where: Path, problem: str, error: OSError) -> ConfigError:
-    hint = _HINTS.get(error.errno or 0, f"make it writable ({error.strerror})")
-    return ConfigError(problem, file=where, fix=f"{hint}, {ELSEWHERE}")
+    return ConfigError(problem, file=where, fix=f"{refusal_hint(error)}, {ELSEWHERE}")

@@ -346,6 +346,9 @@ def test_the_command_refuses_bad_input_before_measuring(project: Path, tmp_path:
         ("--good", ids[0], "--bad", ids[-1], "--source", "../x"): "--source: '../x'",
         ("--good", ids[0], "--bad", ids[-1], "--good-runs", "1"): "--good-runs: must be >= 2",
         ("--good", ids[0], "--bad", ids[-1], "--name", "tiny"): "--name: 'tiny' is a scenario",
+        ("--good", ids[0], "--bad", ids[-1], "--json", "perfgate.toml/b.json"): (
+            "perfgate.toml: is a file, so --json perfgate.toml/b.json cannot be created under it"
+        ),
     }
     for flags, message in cases.items():
         done = perfgate_main(*base, *flags, cwd=project.parent)

@@ -59,7 +59,13 @@ def test_runs_by_id_and_what_is_refused(tmp_path: Path) -> None:
     baseline = json.loads((tmp_path / "baselines" / "cpu" / "tiny.json").read_text())
     assert [run["run_id"] for run in baseline["runs"]] == [1, 3]
     bad = _approve(tmp_path, "--runs", "one")
-    assert bad.returncode == 64 and "--runs: is 'one'; give run ids" in bad.stderr
+    assert bad.returncode == 64 and "--runs: 'one' is not a run id: a whole number" in bad.stderr
+    huge = _approve(tmp_path, "--runs", "1 99999999999999999999999")
+    assert huge.returncode == 64, huge.stderr
+    assert (
+        "--runs: '99999999999999999999999' is not a run id: a whole number from 1 to "
+        "9223372036854775807, the largest the history stores; give run ids" in huge.stderr
+    )
     missing = _approve(tmp_path, "--runs", "latest", "--branch", "release", "--profile", "cpu")
     assert missing.returncode == 64
     assert (
@@ -178,3 +184,21 @@ def test_approved_by_or_approvals_one_of_them(tmp_path: Path) -> None:
         "ci", "approve", "--runs", "1", "--approvals", "[]", "--reason", "r", cwd=tmp_path
     )
     assert lonely.returncode == 64 and "--requested-by" in lonely.stderr
+
+
+@pytest.mark.parametrize(
+    ("flags", "problem"),
+    [
+        (("--body", "perfgate.toml/body.md"), "perfgate.toml: is a file, so --body perfgate.toml"),
+        (("--baselines", "perfgate.toml"), "perfgate.toml: is a file, not a folder --baselines"),
+    ],
+)
+def test_a_body_or_baselines_path_that_cannot_be_written_is_refused_before_approving(
+    tmp_path: Path, flags: tuple[str, ...], problem: str
+) -> None:
+    write_config(tmp_path)
+    _history(tmp_path)
+    done = _approve(tmp_path, "--runs", "1", *flags)
+    assert done.returncode == 64, done.stderr
+    assert done.stderr.startswith(f"perfgate: error: {problem}")
+    assert not (tmp_path / "baselines").exists() and (tmp_path / "perfgate.toml").is_file()

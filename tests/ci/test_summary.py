@@ -21,12 +21,13 @@ from perfgate.ci.markdown import (
 )
 from perfgate.ci.pointer import SessionError, SessionPointer, load_pointer, write_pointer
 from perfgate.ci.workflow_commands import Annotation, escape_property, limit_annotations
-from perfgate.errors import ConfigError
+from perfgate.errors import ConfigError, ExitCode
 from perfgate.gate import CycleProfile, Status, Verdict, attribute
 from perfgate.results import RunRecord
 from perfgate.verdict_text import render_record
 
 from ..factories import measurement, record
+from ..in_process import perfgate_main
 
 
 def _records(count: int, status: Status = Status.REGRESSION) -> list[RunRecord]:
@@ -182,3 +183,23 @@ def test_a_throughput_verdict_that_moved_says_why_even_when_inconclusive(status:
     said = status is not Status.PASS
     assert (f"- **why** `output_tok_s` moved: {why.summary}" in markdown) == said, markdown
     assert (f"why: {why.summary}" in terminal) == said, terminal
+
+
+@pytest.mark.parametrize(
+    ("flags", "problem"),
+    [
+        (("--out", "nodir/s.md"), "nodir: no such folder, so --out nodir/s.md cannot be written"),
+        (("--out", ""), "--out: is empty: it names no file; give --out a file's path"),
+        (("--out", "folder"), "folder: is a folder, but --out names a file to write"),
+        (("--comment", "--out", "file/c.md"), "file: is a file, so --out file/c.md cannot be"),
+    ],
+)
+def test_a_summary_path_that_cannot_be_written_is_refused_naming_it(
+    tmp_path: Path, flags: tuple[str, ...], problem: str
+) -> None:
+    (tmp_path / "folder").mkdir()
+    (tmp_path / "file").write_text("kept")
+    done = perfgate_main("ci", "summary", *flags, cwd=tmp_path)
+    assert done.returncode == ExitCode.BAD_INPUT, done.stderr
+    assert done.stderr.startswith(f"perfgate: error: {problem}") and done.stdout == ""
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["file", "folder"]

@@ -218,3 +218,19 @@ def test_applying_a_plan_needs_only_the_standard_library() -> None:
         capture_output=True, text=True, check=True,
     )  # fmt: skip
     assert done.stdout.strip() == "[]", done.stdout + done.stderr
+
+
+@pytest.mark.parametrize(
+    ("flags", "problem"),
+    [
+        (("--out", ""), "--out: is empty: it names no file; give --out a file's path"),
+        (("--out", "p.json", "--summary", "nodir/s.md"), "nodir: no such folder, so --summary"),
+    ],
+)
+def test_a_plan_or_summary_path_that_cannot_be_written_is_refused_before_reading(
+    project: Path, flags: tuple[str, ...], problem: str
+) -> None:
+    done = perfgate_main("ci", "watch", *flags, cwd=project)
+    assert done.returncode == ExitCode.BAD_INPUT, done.stderr
+    assert done.stderr.startswith(f"perfgate: error: {problem}") and done.stdout == ""
+    assert sorted(p.name for p in project.iterdir()) == ["perfgate.toml"]

@@ -142,6 +142,15 @@ def test_an_existing_folder_is_replaced_only_when_it_is_an_export_and_with_force
     assert sorted(p.name for p in tmp_path.iterdir()) == ["mine", "out"]  # no partial left
 
 
+def test_a_folder_under_a_file_is_refused_naming_the_file(tmp_path: Path) -> None:
+    (tmp_path / "file").write_text("kept")
+    assert _refused(tmp_path, TARGET, "file/out") == (
+        "perfgate: error: file: is a file, so the export file/out cannot be created under it; "
+        "move that file away, or choose another folder"
+    )
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["file"]
+
+
 def test_a_failed_write_leaves_nothing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     def full_disk(*args: object, **kwargs: object) -> None:
         raise OSError(28, "No space left on device")

@@ -40,6 +40,12 @@ TREE = TINY_SCENARIO.replace("topk = 1\ndraft_tokens = 4", "topk = 2\ndraft_toke
             "--plain-max-age-h: must be a finite number > 0",
         ),
         (["--budget-s", "nan"], TINY_SCENARIO, "--budget-s: must be a finite number > 0, not nan"),
+        (
+            ["--json", "perfgate.toml/x.json"],
+            TINY_SCENARIO,
+            "perfgate.toml: is a file, so --json perfgate.toml/x.json cannot be created under it",
+        ),
+        (["--markdown", ""], TINY_SCENARIO, "--markdown: is empty: it names no file"),
     ],
 )
 def test_what_the_model_cannot_plan_is_refused_before_any_server_starts(

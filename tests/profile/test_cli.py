@@ -67,6 +67,8 @@ def test_a_profile_of_the_default_scenario(project: Path) -> None:
         (["--phase", "cycle"], "--phase: unknown phase 'cycle'"),
         (["--repeats", "0"], "--repeats: must be >= 1"),
         (["--scenario", "nope"], "unknown scenario 'nope'"),
+        (["--out", "perfgate.toml"], "perfgate.toml: is a file, not a folder --out can write into"),
+        (["--out", "perfgate.toml/p"], "perfgate.toml: is a file, so --out perfgate.toml/p cannot"),
     ],
 )
 def test_bad_flags_are_refused_before_the_server_starts(

@@ -132,3 +132,30 @@ def test_a_repository_that_is_not_a_web_url_is_refused_in_one_line(
     err = capsys.readouterr().err.strip()
     assert err.startswith("perfgate: error: --repo-url: 'javascript:x' is not an http(s) URL;")
     assert len(err.splitlines()) == 1 and not out.exists()
+
+
+@pytest.mark.parametrize(
+    ("out", "problem"),
+    [
+        ("", "--out: is empty: it names no file; give --out a file's path"),
+        ("folder", "folder: is a folder, but --out names a file to write; name a file in it"),
+        ("file/r.html", "file: is a file, so --out file/r.html cannot be created under it"),
+    ],
+)
+def test_an_out_path_that_cannot_be_written_is_refused_in_one_line(
+    history_url: str,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    out: str,
+    problem: str,
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "folder").mkdir()
+    (tmp_path / "file").write_text("kept")
+    before = sorted(p.name for p in tmp_path.iterdir())
+    assert main(["report", "--db", history_url, "--out", out]) == ExitCode.BAD_INPUT
+    err = capsys.readouterr().err.strip()
+    assert err.startswith(f"perfgate: error: {problem}") and len(err.splitlines()) == 1
+    assert sorted(p.name for p in tmp_path.iterdir()) == before
+    assert list((tmp_path / "folder").iterdir()) == []

@@ -123,6 +123,32 @@ def test_job_started_saves_the_gpu_settings_for_the_fingerprint(
     )
 
 
+def test_a_state_file_that_cannot_be_written_is_refused_before_anything_is_ended(
+    tmp_path: Path, runner_name: str
+) -> None:
+    title = ["bash", "-c", 'exec -a "sglang::scheduler_TP0" sleep 600']
+    (tmp_path / "folder").mkdir()
+    with _spawned(title, {"RUNNER_NAME": runner_name}) as leftover:
+        env = _hook_env(tmp_path, runner_name, fake_smi.gpus(8))
+        result = run_cli(
+            "runner",
+            "job-started",
+            "--state-file",
+            "folder",
+            "--wait-s",
+            "0",
+            env=env,
+            cwd=tmp_path,
+        )
+        assert result.returncode == 64, result.stdout + result.stderr
+        assert result.stderr == (
+            "perfgate: error: folder: is a folder, but --state-file names a file to write; name "
+            "a file in it (--state-file folder/NAME), or pass another --state-file PATH\n"
+        )
+        assert _alive(leftover.pid), "a leftover was ended although the hook was refused"
+    assert list((tmp_path / "folder").iterdir()) == [] and not (tmp_path / "github_env").exists()
+
+
 def test_the_fingerprint_takes_the_saved_settings(
     tmp_path: Path, runner_name: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:

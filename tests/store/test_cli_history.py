@@ -75,6 +75,25 @@ def test_history_show_prints_one_run_fully(db_url: str, capsys: pytest.CaptureFi
     assert main(["history", "show", "999", "--db", db_url]) == ExitCode.BAD_INPUT
 
 
+@pytest.mark.parametrize(
+    ("args", "refused"),
+    [
+        (("show", "99999999999999999999999"), "argument ID: '99999999999999999999999' is not a run id"),
+        (("show", "-1"), "argument ID: '-1' is not a run id: a whole number from 1 to "),
+        (("list", "--limit", "99999999999999999999999"), "argument --limit: '99999999999999999999999' is not a number of runs: a whole number from 0 to 9223372036854775807"),
+        (("list", "--limit", "-1"), "argument --limit: '-1' is not a number of runs"),
+    ],
+)  # fmt: skip
+def test_a_run_id_or_limit_the_history_cannot_hold_is_refused(
+    db_url: str, capsys: pytest.CaptureFixture[str], args: tuple[str, ...], refused: str
+) -> None:
+    fill(db_url)
+    with pytest.raises(SystemExit) as caught:
+        main(["history", *args, "--db", db_url])
+    assert caught.value.code == ExitCode.BAD_INPUT
+    assert refused in capsys.readouterr().err
+
+
 def test_history_export_json_lines_and_array(
     db_url: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -89,6 +108,46 @@ def test_history_export_json_lines_and_array(
     assert [r["id"] for r in json.loads(out)] == ids[:1]
     _, out = perfgate(capsys, "history", "export", "--db", db_url, "--json", "--pr", "99")
     assert json.loads(out) == []
+
+
+@pytest.mark.parametrize(
+    ("out", "problem"),
+    [
+        ("", "--out: is empty: it names no file; give --out a file's path"),
+        ("folder", "folder: is a folder, but --out names a file to write; name a file in it"),
+        ("file/runs.jsonl", "file: is a file, so --out file/runs.jsonl cannot be created under"),
+    ],
+)
+def test_history_export_refuses_an_out_path_it_cannot_write(
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    out: str,
+    problem: str,
+) -> None:
+    url = f"sqlite:///{tmp_path / 'history.db'}"
+    fill(url)
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "folder").mkdir()
+    (tmp_path / "file").write_text("kept")
+    assert main(["history", "export", "--db", url, "--out", out]) == ExitCode.BAD_INPUT
+    assert capsys.readouterr().err.startswith(f"perfgate: error: {problem}")
+    assert list((tmp_path / "folder").iterdir()) == []
+    assert (tmp_path / "file").read_text() == "kept"
+
+
+def test_db_upgrade_under_a_file_names_it_as_a_run_would(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (tmp_path / "file").write_text("kept")
+    url = f"sqlite:///{tmp_path / 'file' / 'h.db'}"
+    assert main(["db", "upgrade", "--db", url]) == ExitCode.BAD_INPUT
+    assert capsys.readouterr().err == (
+        f"perfgate: error: {tmp_path / 'file'}: is a file, so the history "
+        f"{tmp_path / 'file' / 'h.db'} cannot be created under it; move that file away, or point "
+        "the history elsewhere with --db or PERFGATE_DB_URL\n"
+    )
+    assert (tmp_path / "file").read_text() == "kept"
 
 
 def test_db_current_and_upgrade(db_url: str, capsys: pytest.CaptureFixture[str]) -> None:

@@ -84,5 +84,7 @@ def test_a_history_folder_that_cannot_be_made_is_named(tmp_path: Path) -> None:
     path = tmp_path / "file" / "history.db"
     with pytest.raises(ConfigError) as caught, history(f"sqlite:///{path}"):
         pass
-    assert str(caught.value).startswith(f"{path}: cannot open the history")
-    assert "point the history URL elsewhere" in str(caught.value)
+    assert str(caught.value).startswith(  # as a run and doctor name it
+        f"{tmp_path / 'file'}: is a file, so the history {path} cannot be created under it"
+    )
+    assert "point the history elsewhere with --db or PERFGATE_DB_URL" in str(caught.value)

@@ -105,6 +105,11 @@ def test_each_environment_point_reaches_its_servers(tmp_path: Path) -> None:
         (["--steps", "2", "--budget-s", "0"], "--budget-s: must be a finite number > 0"),
         (["--steps", "2", "--budget-s", "nan"], "--budget-s: must be a finite number > 0, not nan"),
         (["--steps", "2", "--topk", "2"], "no setting"),
+        (
+            ["--steps", "1", "--json", "perfgate.toml/x.json"],
+            "perfgate.toml: is a file, so --json perfgate.toml/x.json cannot be created under it",
+        ),
+        (["--steps", "1", "--markdown", "."], ".: is a folder, but --markdown names a file"),
     ],
 )
 def test_bad_flags_are_refused_before_any_server_starts(

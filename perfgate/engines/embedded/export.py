@@ -67,6 +67,7 @@ from perfgate.engines.embedded.loading import (
 )
 from perfgate.engines.embedded.model import BYTE_VOCAB, DraftConfig, TargetConfig
 from perfgate.errors import ConfigError
+from perfgate.files import writable_folder
 from perfgate.sglang.facts import capturable_aux_layer_ids
 
 MANIFEST_FILE = "perfgate-export.json"
@@ -141,6 +142,7 @@ def export_model(
     pass_through: str = "auto",
 ) -> Export:
     """Export a target or an EAGLE-3 head of the embedded engine into folder out."""
+    writable_folder(out.parent, f"the export {out}", "or choose another folder")
     model = resolve_loadable(name, "auto")
     if model.architecture == TARGET_ARCHITECTURE:
         if target is not None:
