@@ -114,27 +114,21 @@ class GatePlan:
         self.config: Config = self.selection.config
         selected = self.selection.scenarios
         self.scenarios = {s.name: s for s in selected}
+        self.require_baseline = requires_baseline(options.require_baseline, os.environ)
+        gating_ci = options.gate and self.require_baseline  # CI judges the code as it is
         for scenario in selected:  # refuse what SGLang would refuse, before anything starts
             check_scenario(scenario, self.config.path)
             require_embedded_extra_here(scenario, self.config.path)
+            slowdown = (
+                scenario.name,
+                os.environ,
+                scenario.env,
+                {key: getattr(scenario, key) for key in PASS_THROUGH},
+            )
+            if gating_ci:
+                refuse_in_gating_ci(*slowdown, file=self.config.path)
             if scenario.engine == "embedded":  # its server reads the slowdown's setting
-                check_slowdown(
-                    scenario.name,
-                    os.environ,
-                    scenario.env,
-                    {key: getattr(scenario, key) for key in PASS_THROUGH},
-                    file=self.config.path,
-                )
-        self.require_baseline = requires_baseline(options.require_baseline, os.environ)
-        if options.gate and self.require_baseline:  # CI judges the code as it is
-            for scenario in selected:
-                refuse_in_gating_ci(
-                    scenario.name,
-                    os.environ,
-                    scenario.env,
-                    {key: getattr(scenario, key) for key in PASS_THROUGH},
-                    file=self.config.path,
-                )
+                check_slowdown(*slowdown, file=self.config.path)
         self.profile = self.selection.profile
         self.baselines_dir = self.selection.baselines_dir
         self.history_url = self.selection.history_url
