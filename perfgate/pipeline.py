@@ -67,7 +67,6 @@ from perfgate.reference import (
 from perfgate.results import Measurement, ModeResult, RunContext, RunRecord
 from perfgate.selection import selection_from
 from perfgate.spec.options import GateOptions
-from perfgate.spec.slowdown import check_setting as check_slowdown
 from perfgate.spec.slowdown import refuse_in_gating_ci
 from perfgate.store import (
     comparable_runs,
@@ -119,16 +118,14 @@ class GatePlan:
         for scenario in selected:  # refuse what SGLang would refuse, before anything starts
             check_scenario(scenario, self.config.path)
             require_embedded_extra_here(scenario, self.config.path)
-            slowdown = (
-                scenario.name,
-                os.environ,
-                scenario.env,
-                {key: getattr(scenario, key) for key in PASS_THROUGH},
-            )
             if gating_ci:
-                refuse_in_gating_ci(*slowdown, file=self.config.path)
-            if scenario.engine == "embedded":  # its server reads the slowdown's setting
-                check_slowdown(*slowdown, file=self.config.path)
+                refuse_in_gating_ci(
+                    scenario.name,
+                    os.environ,
+                    scenario.env,
+                    {key: getattr(scenario, key) for key in PASS_THROUGH},
+                    file=self.config.path,
+                )
         self.profile = self.selection.profile
         self.baselines_dir = self.selection.baselines_dir
         self.history_url = self.selection.history_url

@@ -26,6 +26,7 @@ from perfgate.engines.server_commands import OWNED_ROLES, flag_names
 from perfgate.errors import ConfigError
 from perfgate.sglang import facts as sglang_facts
 from perfgate.sglang.facts import InstalledVersions, SglangRelease
+from perfgate.spec import slowdown
 
 PASS_THROUGH = ("extra_args", "spec_extra_args", "plain_extra_args")
 # The embedded engine's flags that no SGLang release declares (the others are SGLang's own);
@@ -55,11 +56,15 @@ def _where(scenario: Scenario, key: str) -> str:
 
 
 def check_scenario(
-    scenario: Scenario, file: Path | None = None, sglang: SglangRelease | None = None
+    scenario: Scenario,
+    file: Path | None = None,
+    sglang: SglangRelease | None = None,
+    environ: Mapping[str, str] | None = None,
 ) -> list[str]:
-    """Refuse what SGLang would refuse or silently change; return notes for the rest."""
+    """Refuse what SGLang (or the embedded server) would refuse or silently change; return
+    notes for the rest. `environ`: what the servers inherit (default: this process's)."""
     refuse_embedded_only(scenario, file)
-    _check_embedded_choices(scenario, file)
+    _check_embedded_choices(scenario, file, os.environ if environ is None else environ)
     names = flag_names(scenario, sglang)
     _refuse_owned_flags(scenario, file, names)
     return _check_speculative(scenario, file, names)
@@ -93,11 +98,16 @@ def refuse_embedded_only(scenario: Scenario, file: Path | None = None) -> None:
     )
 
 
-def _check_embedded_choices(scenario: Scenario, file: Path | None) -> None:
+def _check_embedded_choices(
+    scenario: Scenario, file: Path | None, environ: Mapping[str, str]
+) -> None:
     """Refuse, for the embedded engine, an algorithm, dtype or device its server has no choice
-    for: its parser would refuse it after the launch, in the terms of its flags."""
+    for, or a slowdown it cannot read: its parser would refuse them after the launch, in the
+    terms of its flags."""
     if scenario.engine != "embedded":
         return
+    arguments = {key: getattr(scenario, key) for key in PASS_THROUGH}
+    slowdown.check_settings(scenario.name, environ, scenario.env, arguments, file)
     given = (
         ("algorithm", scenario.algorithm.upper(), choices.SPEC_ALGORITHMS),
         ("dtype", scenario.dtype, ("auto", *choices.DTYPE_NAMES)),
@@ -223,7 +233,7 @@ def preflight(
     where = f"{_where(scenario, 'env')}.CUDA_VISIBLE_DEVICES"
     if scenario.engine != "sglang":
         require_embedded_extra(scenario, file, installed)
-        notes = check_scenario(scenario, file) + probe_notes(scenario, None)
+        notes = check_scenario(scenario, file, environ=environ) + probe_notes(scenario, None)
         notes += serving_notes(scenario, env)
         watched, gpu_notes = embedded_gpus(scenario, env, where)
         return Preflight(None, installed, watched, tuple(notes + gpu_notes))

@@ -134,23 +134,33 @@ def test_a_gating_run_in_ci_refuses_a_slowdown_before_anything_starts(
     [
         ({slowdown.VARIABLE: "junk"}, "", f"{slowdown.VARIABLE}: 'junk': no phase 'junk'"),
         (
-            {},
+            {slowdown.VARIABLE: "verify=0.02"},  # read too, and fine: the flag still is not
             'spec_extra_args = ["--debug-slow-phase", "verify=lots"]',
             "scenarios.tiny.spec_extra_args: 'verify=lots': the fraction must be a number",
         ),
+        (
+            {},
+            f'[scenarios.tiny.env]\n{slowdown.VARIABLE} = "draft"',
+            f"scenarios.tiny.env.{slowdown.VARIABLE}: 'draft': the fraction must be a number",
+        ),
     ],
-    ids=["environment", "flag"],
+    ids=["environment", "flag-beside-a-good-variable", "scenario-env"],
 )
+@pytest.mark.parametrize("command", [["run", "--no-gate"], ["servers", "--dry-run"]])
 def test_a_slowdown_the_server_cannot_read_is_refused_before_it_starts(
-    tmp_path: Path, env: dict[str, str], scenario_line: str, named: str
+    tmp_path: Path, env: dict[str, str], scenario_line: str, named: str, command: list[str]
 ) -> None:
-    """The server refused it after its launch, telling the user to fix the scenario."""
-    text = CONFIG.replace(
-        'extra_args = ["--num-threads", "1"]',
-        f'extra_args = ["--num-threads", "1"]\n{scenario_line}',
-    )
+    """The server refused it after its launch, telling the user to fix the scenario. Every
+    setting its servers would read is read, by every command that launches them."""
+    if scenario_line.startswith("[scenarios.tiny.env]"):
+        text = CONFIG + "\n" + scenario_line + "\n"
+    else:
+        text = CONFIG.replace(
+            'extra_args = ["--num-threads", "1"]',
+            f'extra_args = ["--num-threads", "1"]\n{scenario_line}',
+        )
     write_config(tmp_path, text)
-    result = perfgate_main("run", "--no-gate", cwd=tmp_path, env=env)
+    result = perfgate_main(*command, cwd=tmp_path, env=env)
     assert result.returncode == 64, result.stdout + result.stderr
     assert named in result.stderr, result.stderr
     assert "starting" not in result.stdout + result.stderr

@@ -16,7 +16,7 @@ the engine's flags and by the fingerprint, so it lives in the core.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 
 from perfgate import metrics
@@ -36,10 +36,13 @@ FINGERPRINT_FIELD = "injected_slowdown"
 DELAY_FLAG = "--debug-verify-delay-ms"
 
 
-def parse_slow_phases(text: str | None, *, field: str = FLAG) -> dict[str, float]:
+def parse_slow_phases(
+    text: str | None, *, field: str = FLAG, file: str | Path | None = None
+) -> dict[str, float]:
     """The phases ``text`` slows and by what fraction; empty when unset or blank.
 
-    ``field`` names the flag or variable the text came from, for the error.
+    ``field`` names the flag or variable the text came from (and ``file`` the file it is in),
+    for the error.
 
     >>> parse_slow_phases("verify=0.02, cycle=0.5")
     {'verify': 0.02, 'cycle': 0.5}
@@ -55,14 +58,15 @@ def parse_slow_phases(text: str | None, *, field: str = FLAG) -> dict[str, float
         if phase not in PHASES:
             raise ConfigError(
                 f"{part.strip()!r}: no phase {phase!r}",
+                file=file,
                 field=field,
                 fix=f"name one of {', '.join(PHASES)} as PHASE=FRACTION, e.g. verify=0.02",
             )
-        slowed[phase] = _fraction(raw, part.strip(), field)
+        slowed[phase] = _fraction(raw, part.strip(), field, file)
     return slowed
 
 
-def _fraction(raw: str, part: str, field: str) -> float:
+def _fraction(raw: str, part: str, field: str, file: str | Path | None) -> float:
     try:
         value = float(raw)
     except ValueError:
@@ -70,6 +74,7 @@ def _fraction(raw: str, part: str, field: str) -> float:
     if not 0.0 < value <= MAX_FRACTION:
         raise ConfigError(
             f"{part!r}: the fraction must be a number above 0 and at most {MAX_FRACTION:g}",
+            file=file,
             field=field,
             fix="give how much longer the phase takes, e.g. verify=0.02 for 2% slower",
         )
@@ -110,37 +115,34 @@ def injection_setting(
         if value.strip():
             return VARIABLE, value
     for name, args in arguments.items():
-        for index, arg in enumerate(args):
-            flag, _, value = arg.partition("=")
-            if flag == FLAG:
-                given = value or (args[index + 1] if index + 1 < len(args) else "")
-                return name, f"{FLAG} {given}".strip()
+        for given in _flag_values(args):
+            return name, f"{FLAG} {given}".strip()
     return None
 
 
-def check_setting(
+def _flag_values(args: Sequence[str]) -> Iterator[str]:
+    """What each ``--debug-slow-phase`` in ``args`` says (``FLAG=V`` or ``FLAG V``)."""
+    for index, arg in enumerate(args):
+        flag, _, value = arg.partition("=")
+        if flag == FLAG:
+            yield value or (args[index + 1] if index + 1 < len(args) else "")
+
+
+def check_settings(
     name: str,
     environ: Mapping[str, str],
     env: Mapping[str, str],
     arguments: Mapping[str, Sequence[str]],
     file: str | Path | None = None,
 ) -> None:
-    """Raise the ConfigError the embedded server would, naming the setting, where scenario
-    ``name`` is told to slow a phase in words it cannot read (see :func:`injection_setting`):
-    before its launch, not after."""
-    found = injection_setting(environ, env, arguments)
-    if found is None:
-        return
-    where, value = found
-    if where == VARIABLE:
-        parse_slow_phases(value, field=VARIABLE)
-    else:
-        try:
-            parse_slow_phases(value.removeprefix(FLAG).strip(), field=FLAG)
-        except ConfigError as error:
-            raise ConfigError(
-                error.problem, file=file, field=f"scenarios.{name}.{where}", fix=error.fix
-            ) from None
+    """Read every slowdown setting scenario ``name``'s embedded servers would read, as they
+    read it, and raise their ConfigError where one cannot be read, naming the setting: before
+    their launch, not after. (Arguments as for :func:`injection_setting`.)"""
+    parse_slow_phases(environ.get(VARIABLE), field=VARIABLE)
+    parse_slow_phases(env.get(VARIABLE), field=f"scenarios.{name}.env.{VARIABLE}", file=file)
+    for field, args in arguments.items():
+        for given in _flag_values(args):
+            parse_slow_phases(given, field=f"scenarios.{name}.{field}", file=file)
 
 
 def refuse_in_gating_ci(

@@ -61,7 +61,7 @@ def str_table(path: Path, where: str, value: Any) -> dict[str, str]:
     return dict(found)
 
 
-# The largest integer a field takes: what a server's flags and the history's columns hold.
+# The largest integer a config field takes: a 32-bit signed int, what every engine's flags accept.
 INT_MAX = 2**31 - 1
 
 
